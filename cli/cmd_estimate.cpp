@@ -1,0 +1,55 @@
+// `shardplan estimate`: per-rank memory breakdown for a model on a cluster under one strategy and wrapping.
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "estimate.h"
+#include "inputs.h"
+#include "model_source.h"
+
+namespace shardplan::cli {
+
+namespace {
+struct EstimateFlags {
+  ModelClusterFlags model_cluster;
+  TrainingFlags training;
+  std::string strategy = "full_shard";
+  std::string units = "per-block";
+  bool model_states_only = false;
+  bool json = false;
+};
+}  // namespace
+
+Action add_estimate_command(CLI::App& app) {
+  auto* command = app.add_subcommand("estimate", "per-rank memory breakdown: does the model fit?");
+  auto flags = std::make_shared<EstimateFlags>();
+  add_model_cluster_flags(*command, flags->model_cluster);
+  add_training_flags(*command, flags->training);
+  command->add_option("--strategy", flags->strategy,
+                      "full_shard | shard_grad_op | no_shard | hybrid_shard[:G] | hybrid_shard_zero2[:G] | "
+                      "zero1 | zero2 | zero3")
+      ->capture_default_str();
+  command->add_option("--units", flags->units, "wrapping: per-block | whole | N-blocks")->capture_default_str();
+  command->add_flag("--model-states-only", flags->model_states_only,
+                    "only parameters, gradients and optimizer states (the ZeRO paper's model states)");
+  command->add_flag("--json", flags->json, "print JSON (bytes) instead of the table (GiB)");
+  return [flags]() {
+    EstimateRequest request;
+    request.model = load_model(flags->model_cluster.model);
+    request.cluster = resolve_cluster(flags->model_cluster);
+    request.training = resolve_training(flags->training, request.model);
+    request.strategy = parse_strategy(flags->strategy);
+    request.wrapping = parse_units_policy(flags->units, request.model);
+    request.units_policy = flags->units;
+    request.model_states_only = flags->model_states_only;
+    const EstimateResult result = run_estimate(request);
+    if (flags->json) {
+      print_json(to_json(result));
+    } else {
+      std::cout << render_text(result);
+    }
+    return 0;
+  };
+}
+
+}  // namespace shardplan::cli

@@ -1,0 +1,17 @@
+// The subcommands of the `shardplan` binary: each registers its options and returns the action to run once parsed.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace shardplan::cli {
+
+// The action a subcommand runs after parsing; returns the process exit status.
+using Action = std::function<int()>;
+
+Action add_models_command(CLI::App& app);
+Action add_gpus_command(CLI::App& app);
+Action add_estimate_command(CLI::App& app);
+
+}  // namespace shardplan::cli

@@ -1,0 +1,66 @@
+// Registration and resolution of the flags that several subcommands share.
+#include "inputs.h"
+
+#include <iostream>
+
+#include "errors.h"
+#include "precision.h"
+
+namespace shardplan::cli {
+
+void add_catalog_flag(CLI::App& command, std::string& catalog_file) {
+  command.add_option("--catalog", catalog_file, "JSON file adding or overriding GPU and fabric entries");
+}
+
+void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags) {
+  command.add_option("--model,-m", flags.model, "preset name, model JSON, or Hugging Face config.json")->required();
+  command.add_option("--cluster,-c", flags.cluster, "e.g. 8xH100-80GB, 4x8xH100-80GB, or a cluster JSON")
+      ->required();
+  add_catalog_flag(command, flags.catalog_file);
+  command.add_option("--price", flags.price_per_gpu_hour, "price per GPU-hour in USD (default: the catalog's)");
+}
+
+void add_training_flags(CLI::App& command, TrainingFlags& flags) {
+  command.add_option("--seq-len", flags.seq_len, "tokens per sequence (default: the model's training length)");
+  command.add_option("--micro-batch", flags.micro_batch, "sequences per rank per forward/backward")
+      ->capture_default_str();
+  command.add_option("--global-batch", flags.global_batch,
+                     "sequences per optimizer step (default: one micro-batch per rank)");
+  command.add_option("--precision", flags.precision, "fp32 | bf16-mixed | pure-bf16 | zero-fp16")
+      ->capture_default_str();
+  command.add_option("--optimizer", flags.optimizer, "adamw | sgd-momentum | sgd")->capture_default_str();
+  command.add_option("--ac", flags.ac, "activation checkpointing: none | full | selective")->capture_default_str();
+  command.add_flag("--no-flash-attention", flags.no_flash_attention, "materialise attention scores (s² memory)");
+  command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
+}
+
+HardwareCatalog load_catalog(const std::string& catalog_file) {
+  HardwareCatalog catalog = HardwareCatalog::builtin();
+  if (!catalog_file.empty()) catalog.merge_user_file(catalog_file);
+  return catalog;
+}
+
+Cluster resolve_cluster(const ModelClusterFlags& flags) {
+  Cluster cluster = parse_cluster(flags.cluster, load_catalog(flags.catalog_file));
+  if (flags.price_per_gpu_hour >= 0) cluster.price_per_gpu_hour = flags.price_per_gpu_hour;
+  return cluster;
+}
+
+TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model) {
+  TrainingConfig training;
+  if (flags.seq_len < 0) throw InputError("--seq-len: expected a positive integer");
+  training.seq_len = flags.seq_len > 0 ? flags.seq_len : model.default_seq_len;
+  training.micro_batch = flags.micro_batch;
+  training.global_batch = flags.global_batch;
+  training.precision = precision_recipe(flags.precision);
+  training.optimizer = optimizer_from_string(flags.optimizer);
+  training.checkpointing = checkpointing_from_string(flags.ac);
+  training.flash_attention = !flags.no_flash_attention;
+  training.no_sync_accumulation = flags.no_sync;
+  validate_training(training, model);
+  return training;
+}
+
+void print_json(const nlohmann::json& document) { std::cout << document.dump(2) << "\n"; }
+
+}  // namespace shardplan::cli

@@ -1,0 +1,44 @@
+// Flags shared by several subcommands (--model, --cluster, --catalog, training flags) and their resolution.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cluster.h"
+#include "hardware_catalog.h"
+#include "model_spec.h"
+#include "training.h"
+
+namespace shardplan::cli {
+
+struct ModelClusterFlags {
+  std::string model;
+  std::string cluster;
+  std::string catalog_file;  // user catalog merged over the built-in one
+  double price_per_gpu_hour = -1;  // < 0: the catalog's
+};
+
+struct TrainingFlags {
+  std::int64_t seq_len = 0;  // 0: the model's default
+  std::int64_t micro_batch = 1;
+  std::int64_t global_batch = 0;
+  std::string precision = "bf16-mixed";
+  std::string optimizer = "adamw";
+  std::string ac = "none";
+  bool no_flash_attention = false;
+  bool no_sync = false;
+};
+
+void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags);
+void add_catalog_flag(CLI::App& command, std::string& catalog_file);
+void add_training_flags(CLI::App& command, TrainingFlags& flags);
+
+HardwareCatalog load_catalog(const std::string& catalog_file);
+Cluster resolve_cluster(const ModelClusterFlags& flags);
+TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model);
+
+// Prints a JSON document (pretty, newline-terminated) to stdout.
+void print_json(const nlohmann::json& document);
+
+}  // namespace shardplan::cli

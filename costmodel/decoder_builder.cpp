@@ -1,0 +1,151 @@
+// Builds llama-family and GPT-2 decoders layer by layer: tensors as in the Hugging Face modules, FLOPs, activations.
+#include "decoder_builder.h"
+
+#include "errors.h"
+
+namespace shardplan {
+namespace {
+
+LayerSpec make_layer(std::string name, LayerKind kind) {
+  LayerSpec layer;
+  layer.name = std::move(name);
+  layer.kind = kind;
+  return layer;
+}
+
+void check_architecture(const DecoderArchitecture& arch, const std::string& origin) {
+  const auto require_positive = [&](std::int64_t value, const char* field) {
+    if (value < 1) throw InputError(origin + ": field '" + field + "': expected a positive integer");
+  };
+  require_positive(arch.vocab_size, "vocab_size");
+  require_positive(arch.hidden_size, "hidden_size");
+  require_positive(arch.intermediate_size, "intermediate_size");
+  require_positive(arch.num_layers, "num_layers");
+  require_positive(arch.num_heads, "num_heads");
+  require_positive(arch.num_kv_heads, "num_kv_heads");
+  require_positive(arch.max_position_embeddings, "max_position_embeddings");
+  if (arch.hidden_size % arch.num_heads != 0) {
+    throw InputError(origin + ": field 'num_heads': expected a divisor of hidden_size " +
+                     std::to_string(arch.hidden_size) + ", got " + std::to_string(arch.num_heads));
+  }
+  if (arch.num_heads % arch.num_kv_heads != 0) {
+    throw InputError(origin + ": field 'num_kv_heads': expected a divisor of num_heads " +
+                     std::to_string(arch.num_heads) + ", got " + std::to_string(arch.num_kv_heads));
+  }
+  if (arch.dropout < 0 || arch.dropout >= 1) throw InputError(origin + ": field 'dropout': expected 0 <= p < 1");
+}
+
+LayerSpec embedding_layer(const std::string& name, std::int64_t rows, std::int64_t hidden, double dropout) {
+  LayerSpec layer = make_layer(name, LayerKind::embedding);
+  layer.tensors = {{"weight", {rows, hidden}}};
+  // A lookup, no matmul; GPT-2's embedding dropout keeps a 1-byte mask per element (Korthikanti §4.2).
+  layer.activations.mask_bytes_per_token = dropout > 0 ? static_cast<double>(hidden) : 0.0;
+  return layer;
+}
+
+// Llama / Mistral / Qwen2 block: RMSNorm → attention (GQA, RoPE) → residual → RMSNorm → SwiGLU MLP → residual.
+LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
+  const std::int64_t h = arch.hidden_size, kv = arch.kv_dim(), f = arch.intermediate_size;
+  LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
+  auto& t = layer.tensors;
+  t.push_back({"input_layernorm.weight", {h}});
+  t.push_back({"self_attn.q_proj.weight", {h, h}});
+  t.push_back({"self_attn.k_proj.weight", {kv, h}});
+  t.push_back({"self_attn.v_proj.weight", {kv, h}});
+  if (arch.attention_bias) {  // Qwen2: biases on q, k, v only
+    t.push_back({"self_attn.q_proj.bias", {h}});
+    t.push_back({"self_attn.k_proj.bias", {kv}});
+    t.push_back({"self_attn.v_proj.bias", {kv}});
+  }
+  t.push_back({"self_attn.o_proj.weight", {h, h}});
+  t.push_back({"post_attention_layernorm.weight", {h}});
+  t.push_back({"mlp.gate_proj.weight", {f, h}});
+  t.push_back({"mlp.up_proj.weight", {f, h}});
+  t.push_back({"mlp.down_proj.weight", {h, f}});
+  // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
+  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * h + 2 * h * kv + h * h + 3 * h * f);
+  layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(h);
+  // Kept for backward, per token (Korthikanti §4.2's accounting applied to this block, as PyTorch eager keeps them):
+  // attention: norm input h, q/k/v projection input h, q after RoPE h, k and v 2·kv, o_proj input h;
+  // MLP: norm input h, gate/up input h, gate output f, SiLU output f, up output f, down_proj input f. No dropout.
+  layer.activations.elements_per_token = static_cast<double>(6 * h + 2 * kv + 4 * f);
+  layer.activations.score_elements_per_token_per_position = static_cast<double>(arch.num_heads);  // softmax output
+  layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(arch.num_heads);  // fp32 log-sum-exp
+  layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
+  return layer;
+}
+
+// GPT-2 block: LayerNorm → attention (fused c_attn) → dropout → residual → LayerNorm → GeLU MLP → dropout → residual.
+LayerSpec gpt2_block(const DecoderArchitecture& arch, std::int64_t index) {
+  const std::int64_t h = arch.hidden_size, f = arch.intermediate_size, heads = arch.num_heads;
+  LayerSpec layer = make_layer("transformer.h." + std::to_string(index), LayerKind::transformer_block);
+  layer.tensors = {{"ln_1.weight", {h}},        {"ln_1.bias", {h}},           {"attn.c_attn.weight", {h, 3 * h}},
+                   {"attn.c_attn.bias", {3 * h}}, {"attn.c_proj.weight", {h, h}}, {"attn.c_proj.bias", {h}},
+                   {"ln_2.weight", {h}},        {"ln_2.bias", {h}},           {"mlp.c_fc.weight", {h, f}},
+                   {"mlp.c_fc.bias", {f}},      {"mlp.c_proj.weight", {f, h}}, {"mlp.c_proj.bias", {h}}};
+  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(3 * h * h + h * h + 2 * h * f);
+  layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(h);
+  // Korthikanti et al. 2022 §4.2, per token: attention 5h (QKV input, Q, K, V, projection input), MLP h + 2f (input,
+  // GeLU input and output), two LayerNorm inputs 2h → 16h elements for f = 4h, i.e. 32h bytes in 16-bit; dropout masks
+  // after attention and MLP add 2h bytes: 34h. The s² terms: softmax output and its dropout output (2·a elements per
+  // position) and the dropout mask (a bytes per position): 5as bytes in 16-bit.
+  const bool has_dropout = arch.dropout > 0;
+  layer.activations.elements_per_token = static_cast<double>(8 * h + 2 * f);
+  layer.activations.mask_bytes_per_token = has_dropout ? 2.0 * static_cast<double>(h) : 0.0;
+  layer.activations.score_elements_per_token_per_position = static_cast<double>((has_dropout ? 2 : 1) * heads);
+  layer.activations.score_mask_bytes_per_token_per_position = has_dropout ? static_cast<double>(heads) : 0.0;
+  layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(heads);
+  layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
+  return layer;
+}
+
+LayerSpec final_norm(const std::string& name, std::int64_t hidden, bool with_bias) {
+  LayerSpec layer = make_layer(name, LayerKind::norm);
+  layer.tensors = {{"weight", {hidden}}};
+  if (with_bias) layer.tensors.push_back({"bias", {hidden}});
+  layer.activations.elements_per_token = static_cast<double>(hidden);  // its input
+  return layer;
+}
+
+LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> tied_to) {
+  const std::int64_t h = arch.hidden_size, vocab = arch.vocab_size;
+  LayerSpec layer = make_layer("lm_head", LayerKind::lm_head);
+  layer.tied_to_layer = tied_to;
+  if (!tied_to) layer.tensors = {{"weight", {vocab, h}}};
+  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * vocab);
+  // Input h and logits V in the activation dtype, plus the fp32 upcast of the logits for the cross-entropy
+  // (Korthikanti §4.3: 4sbv bytes for the loss).
+  layer.activations.elements_per_token = static_cast<double>(h + vocab);
+  layer.activations.fp32_bytes_per_token = 4.0 * static_cast<double>(vocab);
+  return layer;
+}
+
+}  // namespace
+
+ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch, const std::string& origin) {
+  check_architecture(arch, origin);
+  ModelSpec model;
+  model.name = name;
+  model.hidden_size = arch.hidden_size;
+  model.vocab_size = arch.vocab_size;
+  model.num_heads = arch.num_heads;
+  model.default_seq_len = std::min<std::int64_t>(arch.max_position_embeddings, 4096);
+  model.architecture = arch;
+  const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
+  if (gpt2) {
+    model.layers.push_back(embedding_layer("transformer.wte", arch.vocab_size, arch.hidden_size, 0.0));
+    model.layers.push_back(
+        embedding_layer("transformer.wpe", arch.max_position_embeddings, arch.hidden_size, arch.dropout));
+  } else {
+    model.layers.push_back(embedding_layer("model.embed_tokens", arch.vocab_size, arch.hidden_size, 0.0));
+  }
+  for (std::int64_t index = 0; index < arch.num_layers; ++index) {
+    model.layers.push_back(gpt2 ? gpt2_block(arch, index) : llama_block(arch, index));
+  }
+  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2));
+  model.layers.push_back(lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt));
+  validate_model(model, origin);
+  return model;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,50 @@
+// Typed errors for the whole tool: InputError (the user's input is wrong, exit 2) and InternalError (a bug, exit 1).
+#pragma once
+
+#include <source_location>
+#include <stdexcept>
+#include <string>
+
+namespace shardplan {
+
+// Every error carries where it was raised (file:line of our source) and the rank that raised it, so a message from one
+// rank of a distributed run can be traced back; rank is -1 outside a distributed run.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& message, int rank, std::source_location where)
+      : std::runtime_error(message), rank_(rank), where_(where) {}
+  int rank() const { return rank_; }
+  const std::source_location& where() const { return where_; }
+  // "costmodel/model_json.cpp:42" — for --verbose output and bug reports, not for the user's one-line message.
+  std::string raised_at() const;
+
+ private:
+  int rank_;
+  std::source_location where_;
+};
+
+// The user's input (a file, a flag, a preset name) is wrong. The message names the file, the field and what was
+// expected, in one line. The CLI prints it and exits with status 2.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& message, std::source_location where = std::source_location::current(),
+                      int rank = -1)
+      : Error(message, rank, where) {}
+};
+
+// An invariant of our own code broke. The CLI prints it and exits with status 1.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message, std::source_location where = std::source_location::current(),
+                         int rank = -1)
+      : Error(message, rank, where) {}
+};
+
+// Checks an internal invariant; throws InternalError naming the condition and the place.
+#define SHARDPLAN_CHECK(condition, message)                                          \
+  do {                                                                               \
+    if (!(condition)) throw ::shardplan::InternalError(std::string("check failed: ") \
+                                                       + #condition + ": " + (message)); \
+  } while (0)
+
+}  // namespace shardplan

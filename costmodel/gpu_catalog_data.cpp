@@ -1,0 +1,236 @@
+// The builtin hardware catalog: published GPU and fabric numbers, each with its source, and the host CPU as a rank type.
+#include <algorithm>
+#include <cstdint>
+
+#include <unistd.h>
+
+#include "hardware_catalog.h"
+
+namespace shardplan {
+namespace {
+
+constexpr std::int64_t mib(std::int64_t count) { return count << 20; }
+constexpr std::int64_t gib(std::int64_t count) { return count << 30; }
+
+// Note [Context overhead]: the CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL channel buffers take memory
+// that training cannot use. ~1 GiB is what `torch.cuda.mem_get_info()` loses before the first tensor on a datacenter GPU
+// with NCCL initialised; it is a calibratable constant (calibration replaces it with the measured value).
+constexpr std::int64_t kGpuContextOverheadBytes = gib(1);
+
+// Note [Prices]: approximate 2025 on-demand per-GPU-hour list prices of public GPU clouds (Lambda, RunPod, CoreWeave
+// class providers). They drift month to month and vary by provider — defaults for cost estimates, meant to be overridden
+// with "price_per_gpu_hour" in a cluster or catalog file.
+
+// Note [Intra-node bandwidth]: NVIDIA quotes NVLink as total bidirectional bandwidth per GPU; a ring step pushes one
+// direction, so the catalog stores half. Same for PCIe ("64 GB/s" Gen4 x16 bidirectional = 32 GB/s per direction).
+
+// Note [Latency α]: per ring step, not the wire latency: NCCL's per-step overhead is a few microseconds on NVLink
+// (nccl-tests small-message all_gather at 8 GPUs ≈ 20–25 µs for 7 steps), a little more over PCIe through the CPU root
+// complex. Calibration fits α from measured small-message collectives.
+
+void add_nvidia_ampere(HardwareCatalog& catalog) {
+  // NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): BF16/FP16 Tensor Core 312 TFLOPS
+  // dense (624 with sparsity), FP32 19.5 TFLOPS, NVLink 600 GB/s bidirectional, PCIe Gen4 64 GB/s bidirectional.
+  GpuSpec a100_40{};
+  a100_40.name = "A100-40GB";
+  a100_40.description = "NVIDIA A100 SXM4 40GB";
+  a100_40.memory_bytes = mib(40960);       // nvidia-smi "A100-SXM4-40GB" total: 40960MiB
+  a100_40.peak_bf16_flops = 312e12;        // datasheet, dense
+  a100_40.peak_fp16_flops = 312e12;        // datasheet, dense
+  a100_40.peak_fp32_flops = 19.5e12;       // datasheet, FP32 (not TF32)
+  a100_40.hbm_bytes_per_s = 1.555e12;      // datasheet, A100 40GB HBM2: 1,555 GB/s
+  a100_40.intra_node_link = "NVLink3";
+  a100_40.intra_node_bytes_per_s = 300e9;  // 600 GB/s bidirectional / 2, Note [Intra-node bandwidth]
+  a100_40.intra_node_latency_s = 3e-6;     // Note [Latency α]
+  a100_40.pcie_bytes_per_s = 32e9;         // PCIe Gen4 x16, 64 GB/s bidirectional / 2
+  a100_40.default_fabric = "ib-hdr";       // DGX A100: 8× ConnectX-6 HDR 200 Gb/s, one per GPU
+  a100_40.default_gpus_per_node = 8;       // DGX/HGX A100 8-GPU baseboard
+  a100_40.price_per_gpu_hour = 1.29;       // Note [Prices]
+  a100_40.context_overhead_bytes = kGpuContextOverheadBytes;
+  catalog.add_gpu(a100_40);
+
+  GpuSpec a100_80 = a100_40;
+  a100_80.name = "A100-80GB";
+  a100_80.description = "NVIDIA A100 SXM4 80GB";
+  a100_80.memory_bytes = mib(81920);    // nvidia-smi "A100-SXM4-80GB" total: 81920MiB
+  a100_80.hbm_bytes_per_s = 2.039e12;   // datasheet, A100 80GB SXM HBM2e: 2,039 GB/s
+  a100_80.price_per_gpu_hour = 1.79;    // Note [Prices]
+  catalog.add_gpu(a100_80);
+}
+
+void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
+  // NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16/FP16 Tensor Core 1,979 TFLOPS with sparsity → 989.4
+  // dense (H100 whitepaper table), FP32 67 TFLOPS (whitepaper: 66.9), HBM3 3.35 TB/s, NVLink 900 GB/s bidirectional,
+  // PCIe Gen5 128 GB/s bidirectional.
+  GpuSpec h100{};
+  h100.name = "H100-80GB";
+  h100.description = "NVIDIA H100 SXM5 80GB";
+  h100.memory_bytes = mib(81559);       // nvidia-smi "H100 80GB HBM3" total: 81559MiB
+  h100.peak_bf16_flops = 989.4e12;      // whitepaper, dense
+  h100.peak_fp16_flops = 989.4e12;      // whitepaper, dense
+  h100.peak_fp32_flops = 66.9e12;       // whitepaper, FP32 (not TF32)
+  h100.hbm_bytes_per_s = 3.35e12;       // datasheet, H100 SXM HBM3
+  h100.intra_node_link = "NVLink4";
+  h100.intra_node_bytes_per_s = 450e9;  // 900 GB/s bidirectional / 2, Note [Intra-node bandwidth]
+  h100.intra_node_latency_s = 3e-6;     // Note [Latency α]
+  h100.pcie_bytes_per_s = 64e9;         // PCIe Gen5 x16, 128 GB/s bidirectional / 2
+  h100.default_fabric = "ib-ndr";       // DGX H100: 8× ConnectX-7 NDR 400 Gb/s, one per GPU
+  h100.default_gpus_per_node = 8;       // DGX/HGX H100 8-GPU baseboard
+  h100.price_per_gpu_hour = 2.99;       // Note [Prices]
+  h100.context_overhead_bytes = kGpuContextOverheadBytes;
+  catalog.add_gpu(h100);
+
+  // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): same GH100 compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s,
+  // NVLink 900 GB/s, PCIe Gen5 128 GB/s.
+  GpuSpec h200 = h100;
+  h200.name = "H200-141GB";
+  h200.description = "NVIDIA H200 SXM 141GB";
+  h200.memory_bytes = mib(143771);  // nvidia-smi "NVIDIA H200" total: 143771MiB
+  h200.hbm_bytes_per_s = 4.8e12;    // datasheet, HBM3e
+  h200.price_per_gpu_hour = 3.79;   // Note [Prices]
+  catalog.add_gpu(h200);
+
+  // NVIDIA HGX B200 specifications (per GPU of the 8-GPU board): FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity → 2.25
+  // dense, FP32 80 TFLOPS (the HGX system table sums to 600 TFLOPS / 8 = 75; calibration settles it — FP32 matters only
+  // for the CPU-side optimizer estimate), HBM3e 8 TB/s, NVLink5 1.8 TB/s bidirectional.
+  GpuSpec b200 = h100;
+  b200.name = "B200";
+  b200.description = "NVIDIA B200 (HGX B200) 180GB";
+  b200.memory_bytes = mib(183359);      // nvidia-smi "NVIDIA B200" total: 183359MiB
+  b200.peak_bf16_flops = 2250e12;       // HGX B200 spec, dense
+  b200.peak_fp16_flops = 2250e12;       // HGX B200 spec, dense
+  b200.peak_fp32_flops = 80e12;         // Blackwell datasheet, see above
+  b200.hbm_bytes_per_s = 8e12;          // HGX B200 spec, HBM3e
+  b200.intra_node_link = "NVLink5";
+  b200.intra_node_bytes_per_s = 900e9;  // 1.8 TB/s bidirectional / 2, Note [Intra-node bandwidth]
+  b200.pcie_bytes_per_s = 64e9;         // PCIe Gen5 x16 host link, 128 GB/s bidirectional / 2
+  // ConnectX-8 XDR 800 Gb/s pairs with Blackwell-generation clusters; DGX B200 as shipped has 400 Gb/s ConnectX-7, so
+  // such a cluster should name "fabric": "ib-ndr".
+  b200.default_fabric = "ib-xdr";
+  b200.price_per_gpu_hour = 5.99;  // Note [Prices]
+  catalog.add_gpu(b200);
+}
+
+void add_pcie_and_amd(HardwareCatalog& catalog) {
+  // NVIDIA L40S datasheet: BF16/FP16 Tensor Core 362.05 TFLOPS dense (733 with sparsity), FP32 91.6 TFLOPS, 48 GB GDDR6
+  // at 864 GB/s, PCIe Gen4 x16 64 GB/s bidirectional, no NVLink (peer traffic goes over PCIe).
+  GpuSpec l40s{};
+  l40s.name = "L40S";
+  l40s.description = "NVIDIA L40S 48GB (PCIe)";
+  l40s.memory_bytes = mib(46068);       // nvidia-smi "NVIDIA L40S" total: 46068MiB (ECC on)
+  l40s.peak_bf16_flops = 362.05e12;     // datasheet, dense
+  l40s.peak_fp16_flops = 362.05e12;     // datasheet, dense
+  l40s.peak_fp32_flops = 91.6e12;       // datasheet
+  l40s.hbm_bytes_per_s = 864e9;         // datasheet, GDDR6
+  l40s.intra_node_link = "PCIe Gen4 x16";
+  l40s.intra_node_bytes_per_s = 32e9;   // PCIe Gen4 x16, 64 GB/s bidirectional / 2
+  l40s.intra_node_latency_s = 5e-6;     // Note [Latency α]
+  l40s.pcie_bytes_per_s = 32e9;         // same Gen4 x16 link to the host
+  l40s.default_fabric = "roce-200g";    // typical L40S cloud nodes: 200 Gb/s RoCE NICs
+  l40s.default_gpus_per_node = 8;       // common 4U 8-GPU PCIe servers
+  l40s.price_per_gpu_hour = 1.25;       // Note [Prices]
+  l40s.context_overhead_bytes = kGpuContextOverheadBytes;
+  catalog.add_gpu(l40s);
+
+  // NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090): peak BF16 and FP16 Tensor TFLOPS with FP32
+  // accumulate 165.2 dense (330.4 with sparsity; the GeForce part runs FP32-accumulate at half the FP16-accumulate rate),
+  // FP32 82.6 TFLOPS, 24 GB GDDR6X at 1,008 GB/s, PCIe Gen4 x16, no NVLink.
+  GpuSpec rtx4090 = l40s;
+  rtx4090.name = "RTX4090";
+  rtx4090.description = "NVIDIA GeForce RTX 4090 24GB";
+  rtx4090.memory_bytes = mib(24564);     // nvidia-smi "NVIDIA GeForce RTX 4090" total: 24564MiB
+  rtx4090.peak_bf16_flops = 165.2e12;    // Ada whitepaper, FP32 accumulate, dense
+  rtx4090.peak_fp16_flops = 165.2e12;    // Ada whitepaper, FP32 accumulate, dense
+  rtx4090.peak_fp32_flops = 82.6e12;     // Ada whitepaper
+  rtx4090.hbm_bytes_per_s = 1008e9;      // Ada whitepaper, GDDR6X
+  rtx4090.default_fabric = "ethernet-100g";  // consumer-GPU rentals rarely have RDMA NICs
+  rtx4090.price_per_gpu_hour = 0.69;     // Note [Prices]
+  catalog.add_gpu(rtx4090);
+
+  // AMD Instinct MI300X accelerator datasheet: peak BF16/FP16 1,307.4 TFLOPS dense (2,614.9 with sparsity), FP32 163.4
+  // TFLOPS (vector), 192 GB HBM3 at 5.3 TB/s, 7 Infinity Fabric links at 128 GB/s bidirectional each (896 GB/s
+  // aggregate), PCIe Gen5 x16 128 GB/s bidirectional.
+  GpuSpec mi300x{};
+  mi300x.name = "MI300X";
+  mi300x.description = "AMD Instinct MI300X 192GB (OAM)";
+  mi300x.memory_bytes = gib(192);          // datasheet 192 GB HBM3; rocm-smi VRAM total ≈ 192 GiB
+  mi300x.peak_bf16_flops = 1307.4e12;      // datasheet, dense
+  mi300x.peak_fp16_flops = 1307.4e12;      // datasheet, dense
+  mi300x.peak_fp32_flops = 163.4e12;       // datasheet, FP32 vector
+  mi300x.hbm_bytes_per_s = 5.3e12;         // datasheet, HBM3
+  mi300x.intra_node_link = "Infinity Fabric";
+  mi300x.intra_node_bytes_per_s = 448e9;   // 7 links × 64 GB/s per direction (fully connected 8-GPU mesh)
+  mi300x.intra_node_latency_s = 3e-6;      // Note [Latency α]; RCCL on xGMI is comparable to NCCL on NVLink
+  mi300x.pcie_bytes_per_s = 64e9;          // PCIe Gen5 x16, 128 GB/s bidirectional / 2
+  mi300x.default_fabric = "roce-400g";     // MI300X platforms ship 400 Gb/s RoCE NICs, one per GPU
+  mi300x.default_gpus_per_node = 8;        // AMD Instinct MI300X platform: 8 OAM modules
+  mi300x.price_per_gpu_hour = 2.49;        // Note [Prices]
+  mi300x.context_overhead_bytes = kGpuContextOverheadBytes;
+  catalog.add_gpu(mi300x);
+}
+
+// The host's physical memory; sysconf is POSIX (Linux, macOS). Falls back to 8 GiB where the query is unsupported.
+std::int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return gib(8);
+  return static_cast<std::int64_t>(pages) * static_cast<std::int64_t>(page_size);
+}
+
+// A CPU rank for the MPI + Eigen executor. These defaults are rough on purpose: they only need to put predictions in the
+// right order of magnitude until `shardplan calibrate` fits them to what this host measures.
+void add_cpu(HardwareCatalog& catalog) {
+  GpuSpec cpu{};
+  cpu.name = "cpu";
+  cpu.description = "host CPU rank (MPI + Eigen executor)";
+  cpu.memory_bytes = host_memory_bytes();  // the whole host memory, read at runtime
+  cpu.peak_bf16_flops = 1e11;  // ~100 GFLOP/s: a few AVX2/AVX-512 cores in Eigen GEMM; Eigen runs fp32 for every dtype
+  cpu.peak_fp16_flops = 1e11;  // same: fp32 kernels
+  cpu.peak_fp32_flops = 1e11;
+  cpu.hbm_bytes_per_s = 2e10;         // ~20 GB/s: a share of DDR4/DDR5 STREAM bandwidth
+  cpu.intra_node_link = "shared memory";
+  cpu.intra_node_bytes_per_s = 5e9;   // MPI shared-memory transport copy rate, OSU osu_bw order of magnitude
+  cpu.intra_node_latency_s = 2e-6;    // MPI shared-memory small-message latency, OSU osu_latency order of magnitude
+  cpu.pcie_bytes_per_s = cpu.hbm_bytes_per_s;  // "offload" to host memory is a memory copy
+  cpu.default_fabric = "ethernet-100g";
+  // "4xcpu" means four ranks on this one host, as `mpirun -np 4 --oversubscribe` runs them, whatever the core count;
+  // several hosts are written NODESxRANKSxcpu.
+  cpu.default_gpus_per_node = 4096;
+  cpu.price_per_gpu_hour = 0;  // the user's own machine
+  cpu.context_overhead_bytes = mib(64);  // MPI buffers + process image; rough, calibratable
+  catalog.add_gpu(cpu);
+}
+
+void add_fabrics(HardwareCatalog& catalog) {
+  // Bandwidths are the NIC line rate / 8 per GPU (one NIC per GPU, rail-optimised), per direction. Latencies are per
+  // ring step as NCCL sees them (Note [Latency α]): InfiniBand ~5 µs, RoCE ~8 µs (PFC/ECN Ethernet switches), and kernel
+  // TCP sockets ~20 µs.
+  // NVIDIA ConnectX-6 InfiniBand HDR 200 Gb/s (Quantum HDR switches).
+  catalog.add_fabric({"ib-hdr", "InfiniBand HDR 200 Gb/s", 25e9, 5e-6});
+  // NVIDIA ConnectX-7 InfiniBand NDR 400 Gb/s (Quantum-2 switches).
+  catalog.add_fabric({"ib-ndr", "InfiniBand NDR 400 Gb/s", 50e9, 5e-6});
+  // NVIDIA ConnectX-8 SuperNIC InfiniBand XDR 800 Gb/s (Quantum-X800 switches).
+  catalog.add_fabric({"ib-xdr", "InfiniBand XDR 800 Gb/s", 100e9, 5e-6});
+  // RoCE v2 over 200 GbE (ConnectX-6 Dx class NICs).
+  catalog.add_fabric({"roce-200g", "RoCE v2 200 Gb/s", 25e9, 8e-6});
+  // RoCE v2 over 400 GbE (ConnectX-7 / AMD Pollara 400 class NICs).
+  catalog.add_fabric({"roce-400g", "RoCE v2 400 Gb/s", 50e9, 8e-6});
+  // Plain 100 GbE with TCP sockets (NCCL socket transport, MPI over TCP).
+  catalog.add_fabric({"ethernet-100g", "Ethernet 100 Gb/s (TCP)", 12.5e9, 20e-6});
+  // Plain 25 GbE with TCP sockets: typical cloud VM networking.
+  catalog.add_fabric({"ethernet-25g", "Ethernet 25 Gb/s (TCP)", 3.125e9, 20e-6});
+}
+
+}  // namespace
+
+HardwareCatalog HardwareCatalog::builtin() {
+  HardwareCatalog catalog;
+  add_fabrics(catalog);
+  add_nvidia_ampere(catalog);
+  add_nvidia_hopper_blackwell(catalog);
+  add_pcie_and_amd(catalog);
+  add_cpu(catalog);
+  return catalog;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,71 @@
+// The hardware catalog: accelerator types and inter-node fabrics with their published numbers, plus user overrides.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardplan {
+
+struct GpuSpec {
+  std::string name;                   // "H100-80GB"
+  std::string description;            // "NVIDIA H100 SXM5 80GB"
+  std::int64_t memory_bytes = 0;      // usable device memory as the driver reports it
+  double peak_bf16_flops = 0;         // dense, no sparsity, FLOP/s
+  double peak_fp16_flops = 0;
+  double peak_fp32_flops = 0;         // plain FP32 (not TF32)
+  double hbm_bytes_per_s = 0;
+  std::string intra_node_link;        // "NVLink4", "PCIe Gen4 x16", "Infinity Fabric"
+  double intra_node_bytes_per_s = 0;  // per GPU, per direction (what a ring step can push)
+  double intra_node_latency_s = 0;    // per ring step (α)
+  double pcie_bytes_per_s = 0;        // host link per direction, for CPU offload copies
+  std::string default_fabric;         // the inter-node fabric usually paired with it
+  int default_gpus_per_node = 8;
+  double price_per_gpu_hour = 0;      // USD, a default the user can override
+  std::int64_t context_overhead_bytes = 0;  // runtime context + library workspaces that training cannot use
+};
+
+struct FabricSpec {
+  std::string name;                 // "ib-ndr"
+  std::string description;          // "InfiniBand NDR 400 Gb/s"
+  double bytes_per_s_per_gpu = 0;   // one NIC per GPU, per direction
+  double latency_s = 0;             // per ring step across nodes (α)
+};
+
+// All known GPUs and fabrics. `builtin()` holds the published numbers (each with its source at the definition);
+// `merge_user_file` adds or overrides entries from a JSON file (`shardplan.catalog/v1`).
+class HardwareCatalog {
+ public:
+  static HardwareCatalog builtin();
+
+  // File format: {"schema": "shardplan.catalog/v1", "gpus": [{"name": ..., fields of GpuSpec ...}],
+  // "fabrics": [...]}. An entry with a known name overrides only the fields it gives; a new name must give
+  // memory_bytes, peak_bf16_flops and hbm_bytes_per_s. Throws InputError naming file and field.
+  void merge_user_file(const std::string& path);
+  void merge_user_json(const nlohmann::json& document, const std::string& origin);
+  // The same for a catalog object nested in another document (a cluster file's "catalog"): errors name
+  // `field_path` + the field, e.g. "cluster.json: field 'catalog.gpus[0].memory_bytes': ...".
+  void merge_user_json(const nlohmann::json& document, const std::string& origin, const std::string& field_path);
+
+  const GpuSpec& gpu(const std::string& name) const;       // InputError with closest names when unknown
+  const FabricSpec& fabric(const std::string& name) const; // InputError with closest names when unknown
+  std::vector<std::string> gpu_names() const;
+  std::vector<std::string> fabric_names() const;
+  const std::vector<GpuSpec>& gpus() const { return gpus_; }
+  const std::vector<FabricSpec>& fabrics() const { return fabrics_; }
+
+  void add_gpu(GpuSpec spec);        // replaces an entry of the same name
+  void add_fabric(FabricSpec spec);  // replaces an entry of the same name
+
+ private:
+  std::vector<GpuSpec> gpus_;
+  std::vector<FabricSpec> fabrics_;
+};
+
+nlohmann::json to_json(const GpuSpec& gpu);
+nlohmann::json to_json(const FabricSpec& fabric);
+
+}  // namespace shardplan

@@ -1,0 +1,141 @@
+// Implementation of the Hugging Face `config.json` import: architecture detection and per-family field mapping.
+#include "hf_config.h"
+
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "errors.h"
+#include "json_input.h"
+
+namespace shardplan {
+namespace {
+
+enum class HfKind { llama, mistral, qwen2, gpt2 };
+
+struct KnownArchitecture {
+  std::string_view class_name;  // the "architectures"[0] entry transformers writes
+  std::string_view model_type;  // the "model_type" key, for configs saved without "architectures"
+  HfKind kind;
+};
+
+// Only causal-LM heads: a ...ForSequenceClassification config has a different head, so it is not silently accepted.
+std::span<const KnownArchitecture> known_architectures() {
+  static constexpr KnownArchitecture table[] = {
+      {"LlamaForCausalLM", "llama", HfKind::llama},
+      {"MistralForCausalLM", "mistral", HfKind::mistral},
+      {"Qwen2ForCausalLM", "qwen2", HfKind::qwen2},
+      {"GPT2LMHeadModel", "gpt2", HfKind::gpt2},
+  };
+  return table;
+}
+
+std::string supported_list(std::string_view KnownArchitecture::*member) {
+  std::string list;
+  for (const auto& known : known_architectures()) {
+    if (!list.empty()) list += ", ";
+    list += std::string(known.*member);
+  }
+  return list;
+}
+
+// "architectures" wins when present (it names the head as well as the body); a null or absent one falls back to
+// "model_type", which older or hand-written configs carry alone.
+HfKind detect_kind(const JsonObjectReader& config) {
+  if (config.has("architectures") && !config.raw().at("architectures").is_null()) {
+    const auto entries = config.array("architectures");
+    if (!entries.front().is_string()) config.fail("architectures", "an array of architecture class names");
+    const auto name = entries.front().get<std::string>();
+    for (const auto& known : known_architectures()) {
+      if (known.class_name == name) return known.kind;
+    }
+    throw InputError(config.origin() + ": field '" + config.field_path("architectures") +
+                     "': unsupported architecture '" + name + "' (supported: " +
+                     supported_list(&KnownArchitecture::class_name) + ")");
+  }
+  const auto model_type = config.string("model_type");
+  for (const auto& known : known_architectures()) {
+    if (known.model_type == model_type) return known.kind;
+  }
+  throw InputError(config.origin() + ": field '" + config.field_path("model_type") + "': unsupported model_type '" +
+                   model_type + "' (supported: " + supported_list(&KnownArchitecture::model_type) + ")");
+}
+
+// Optional integer keys that transformers serialises as null when unset (num_key_value_heads, n_inner, head_dim).
+std::optional<std::int64_t> optional_nullable_int(const JsonObjectReader& config, std::string_view key) {
+  if (!config.has(key) || config.raw().at(std::string(key)).is_null()) return std::nullopt;
+  return config.positive_int(key);
+}
+
+// Keys that change the parameter count in ways DecoderArchitecture cannot express: refusing them beats silently
+// planning for the wrong model size.
+void reject_inexpressible(const JsonObjectReader& config, const DecoderArchitecture& arch) {
+  // Newer llama configs carry head_dim; only hidden_size / num_attention_heads is representable (Mistral-Nemo isn't).
+  if (const auto head_dim = optional_nullable_int(config, "head_dim");
+      head_dim && *head_dim * arch.num_heads != arch.hidden_size) {
+    config.fail("head_dim", "hidden_size / num_attention_heads (a decoupled head_dim is not supported)");
+  }
+  if (config.boolean("mlp_bias", false)) config.fail("mlp_bias", "false (MLP biases are not supported)");
+}
+
+DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
+  DecoderArchitecture arch;
+  arch.family = DecoderArchitecture::Family::llama;
+  arch.vocab_size = config.positive_int("vocab_size");
+  arch.hidden_size = config.positive_int("hidden_size");
+  arch.intermediate_size = config.positive_int("intermediate_size");
+  arch.num_layers = config.positive_int("num_hidden_layers");
+  arch.num_heads = config.positive_int("num_attention_heads");
+  // transformers' LlamaConfig: num_key_value_heads None → num_attention_heads (plain multi-head attention).
+  arch.num_kv_heads = optional_nullable_int(config, "num_key_value_heads").value_or(arch.num_heads);
+  // 2048 is LlamaConfig's default; it only bounds the sequence length, not the parameter count.
+  arch.max_position_embeddings = config.optional_positive_int("max_position_embeddings").value_or(2048);
+  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", false);
+  // Qwen2Attention hard-codes bias=True on q/k/v and its config has no key for it; LlamaConfig has attention_bias
+  // (default false); MistralAttention has no biases at all.
+  if (kind == HfKind::qwen2) {
+    arch.attention_bias = true;
+  } else if (kind == HfKind::llama) {
+    arch.attention_bias = config.boolean("attention_bias", false);
+  }
+  arch.dropout = 0.0;  // attention_dropout is 0 in every released llama-family checkpoint and keeps no masks
+  reject_inexpressible(config, arch);
+  return arch;
+}
+
+DecoderArchitecture gpt2(const JsonObjectReader& config) {
+  DecoderArchitecture arch;
+  arch.family = DecoderArchitecture::Family::gpt2;
+  arch.vocab_size = config.positive_int("vocab_size");
+  arch.hidden_size = config.positive_int("n_embd");
+  arch.num_layers = config.positive_int("n_layer");
+  arch.num_heads = config.positive_int("n_head");
+  arch.num_kv_heads = arch.num_heads;  // GPT-2 is plain multi-head attention
+  arch.max_position_embeddings = config.optional_positive_int("n_positions").value_or(1024);  // GPT2Config default
+  // GPT2MLP: inner_dim = n_inner if set else 4 * n_embd.
+  arch.intermediate_size = optional_nullable_int(config, "n_inner").value_or(4 * arch.hidden_size);
+  // GPT2LMHeadModel ties lm_head to wte unless the config says otherwise (PretrainedConfig default true).
+  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", true);
+  arch.attention_bias = false;  // GPT-2's biases are part of its block layout (family gpt2), not this flag
+  const double dropout = config.non_negative_number("resid_pdrop", 0.1);
+  if (dropout >= 1.0) config.fail("resid_pdrop", "a dropout probability in [0, 1)");
+  arch.dropout = dropout;
+  if (config.boolean("add_cross_attention", false)) {
+    config.fail("add_cross_attention", "false (encoder-decoder cross-attention is not supported)");
+  }
+  return arch;
+}
+
+}  // namespace
+
+bool looks_like_hf_config(const nlohmann::json& document) {
+  return document.is_object() && (document.contains("architectures") || document.contains("model_type"));
+}
+
+DecoderArchitecture architecture_from_hf_config(const nlohmann::json& document, const std::string& origin) {
+  const JsonObjectReader config(document, origin);
+  const HfKind kind = detect_kind(config);
+  return kind == HfKind::gpt2 ? gpt2(config) : llama_family(config, kind);
+}
+
+}  // namespace shardplan

@@ -1,0 +1,171 @@
+// Implementation of JSON parsing with positions and of the field reader that names every bad field.
+#include "json_input.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "errors.h"
+#include "name_suggest.h"
+
+namespace shardplan {
+namespace {
+
+// nlohmann reports a byte offset; users want line and column (1-based), as editors show them.
+std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::size_t byte_offset) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < byte_offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+}  // namespace
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& origin) {
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::parse_error& error) {
+    // error.byte is the 1-based position of the offending byte; point at it.
+    const std::size_t offset = error.byte > 0 ? error.byte - 1 : 0;
+    const auto [line, column] = line_and_column(text, offset);
+    std::string reason = error.what();
+    // Keep nlohmann's explanation after its "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
+    if (const auto pos = reason.rfind(": "); pos != std::string::npos) reason = reason.substr(pos + 2);
+    throw InputError(origin + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + reason);
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) throw InputError(path + ": cannot open file for reading");
+  std::ostringstream contents;
+  contents << stream.rdbuf();
+  if (stream.bad()) throw InputError(path + ": read error");
+  return contents.str();
+}
+
+nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
+
+std::string describe_json_value(const nlohmann::json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+JsonObjectReader::JsonObjectReader(const nlohmann::json& value, std::string origin, std::string path)
+    : object_(value), origin_(std::move(origin)), path_(std::move(path)) {
+  if (!object_.is_object()) {
+    throw InputError(origin_ + ": " + (path_.empty() ? std::string("document") : "field '" + path_ + "'") +
+                     ": expected a JSON object, got " + describe_json_value(object_));
+  }
+}
+
+bool JsonObjectReader::has(std::string_view key) const { return object_.contains(std::string(key)); }
+
+std::string JsonObjectReader::field_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+void JsonObjectReader::fail(std::string_view key, std::string_view expected) const {
+  std::string got;
+  if (has(key)) got = ", got " + describe_json_value(object_.at(std::string(key)));
+  throw InputError(origin_ + ": field '" + field_path(key) + "': expected " + std::string(expected) + got);
+}
+
+const nlohmann::json& JsonObjectReader::required(std::string_view key, std::string_view expected) const {
+  if (!has(key)) {
+    throw InputError(origin_ + ": missing field '" + field_path(key) + "' (expected " + std::string(expected) + ")");
+  }
+  return object_.at(std::string(key));
+}
+
+std::string JsonObjectReader::string(std::string_view key) const {
+  const auto& value = required(key, "a string");
+  if (!value.is_string() || value.get<std::string>().empty()) fail(key, "a non-empty string");
+  return value.get<std::string>();
+}
+
+std::optional<std::string> JsonObjectReader::optional_string(std::string_view key) const {
+  if (!has(key)) return std::nullopt;
+  return string(key);
+}
+
+std::int64_t JsonObjectReader::positive_int(std::string_view key) const {
+  const auto& value = required(key, "a positive integer");
+  if (!value.is_number_integer() || value.get<std::int64_t>() < 1) fail(key, "a positive integer");
+  return value.get<std::int64_t>();
+}
+
+std::optional<std::int64_t> JsonObjectReader::optional_positive_int(std::string_view key) const {
+  if (!has(key)) return std::nullopt;
+  return positive_int(key);
+}
+
+std::int64_t JsonObjectReader::non_negative_int(std::string_view key, std::int64_t fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(std::string(key));
+  if (!value.is_number_integer() || value.get<std::int64_t>() < 0) fail(key, "a non-negative integer");
+  return value.get<std::int64_t>();
+}
+
+double JsonObjectReader::positive_number(std::string_view key) const {
+  const auto& value = required(key, "a positive number");
+  if (!value.is_number() || !(value.get<double>() > 0) || !std::isfinite(value.get<double>())) {
+    fail(key, "a positive number");
+  }
+  return value.get<double>();
+}
+
+std::optional<double> JsonObjectReader::optional_positive_number(std::string_view key) const {
+  if (!has(key)) return std::nullopt;
+  return positive_number(key);
+}
+
+double JsonObjectReader::non_negative_number(std::string_view key, double fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(std::string(key));
+  if (!value.is_number() || !(value.get<double>() >= 0) || !std::isfinite(value.get<double>())) {
+    fail(key, "a non-negative number");
+  }
+  return value.get<double>();
+}
+
+bool JsonObjectReader::boolean(std::string_view key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(std::string(key));
+  if (!value.is_boolean()) fail(key, "true or false");
+  return value.get<bool>();
+}
+
+JsonObjectReader JsonObjectReader::object(std::string_view key) const {
+  return JsonObjectReader(required(key, "a JSON object"), origin_, field_path(key));
+}
+
+std::vector<nlohmann::json> JsonObjectReader::array(std::string_view key, bool allow_empty) const {
+  const auto& value = required(key, "an array");
+  if (!value.is_array() || (!allow_empty && value.empty())) fail(key, allow_empty ? "an array" : "a non-empty array");
+  return std::vector<nlohmann::json>(value.begin(), value.end());
+}
+
+JsonObjectReader JsonObjectReader::element(std::string_view key, std::size_t index, const nlohmann::json& value) const {
+  return JsonObjectReader(value, origin_, field_path(key) + "[" + std::to_string(index) + "]");
+}
+
+void JsonObjectReader::reject_unknown_keys(const std::vector<std::string>& allowed) const {
+  for (const auto& item : object_.items()) {
+    bool known = false;
+    for (const auto& name : allowed) known = known || name == item.key();
+    if (!known) {
+      throw InputError(origin_ + ": unknown field '" + field_path(item.key()) + "'" +
+                       did_you_mean(item.key(), allowed));
+    }
+  }
+}
+
+}  // namespace shardplan

@@ -1,0 +1,68 @@
+// Reading user JSON: parse errors with file:line:column, and field access that names the field and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardplan {
+
+// Parses `text`; a syntax error becomes InputError "<origin>:<line>:<column>: malformed JSON: <reason>".
+nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
+
+// Reads and parses a file; an unreadable file is an InputError naming it.
+nlohmann::json read_json_file(const std::string& path);
+
+// Reads the whole file as text; InputError when it cannot be read.
+std::string read_text_file(const std::string& path);
+
+// A view of one JSON object inside a document, which knows its file (`origin`) and path ("layers[3]") so every
+// complaint names both: "model.json: field 'layers[3].params': expected a positive integer, got -5".
+class JsonObjectReader {
+ public:
+  // Throws InputError when `value` is not an object.
+  JsonObjectReader(const nlohmann::json& value, std::string origin, std::string path = "");
+
+  bool has(std::string_view key) const;
+  const nlohmann::json& raw() const { return object_; }
+  std::string field_path(std::string_view key) const;
+
+  std::string string(std::string_view key) const;
+  std::optional<std::string> optional_string(std::string_view key) const;
+  std::int64_t positive_int(std::string_view key) const;  // >= 1
+  std::optional<std::int64_t> optional_positive_int(std::string_view key) const;
+  std::int64_t non_negative_int(std::string_view key, std::int64_t fallback) const;
+  double positive_number(std::string_view key) const;  // > 0, finite
+  std::optional<double> optional_positive_number(std::string_view key) const;
+  double non_negative_number(std::string_view key, double fallback) const;
+  bool boolean(std::string_view key, bool fallback) const;
+  JsonObjectReader object(std::string_view key) const;
+  // The elements of an array field (possibly empty when `allow_empty`).
+  std::vector<nlohmann::json> array(std::string_view key, bool allow_empty = false) const;
+  // A reader for element `index` of array field `key` (the element must be an object).
+  JsonObjectReader element(std::string_view key, std::size_t index, const nlohmann::json& value) const;
+
+  // Rejects keys not in `allowed`, naming the closest allowed key (catches typos such as "hiden_size").
+  void reject_unknown_keys(const std::vector<std::string>& allowed) const;
+
+  [[noreturn]] void fail(std::string_view key, std::string_view expected) const;
+
+  const std::string& origin() const { return origin_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const nlohmann::json& required(std::string_view key, std::string_view expected) const;
+
+  const nlohmann::json& object_;
+  std::string origin_;
+  std::string path_;
+};
+
+// "42", "\"abc\"", "[...]" — a short rendering of a bad value for an error message.
+std::string describe_json_value(const nlohmann::json& value);
+
+}  // namespace shardplan

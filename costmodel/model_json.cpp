@@ -1,0 +1,184 @@
+// Reader for `shardplan.model/v1` model files: an architecture block built by the decoder builder, or explicit layers.
+#include "model_json.h"
+
+#include <map>
+
+#include "decoder_builder.h"
+#include "errors.h"
+#include "json_input.h"
+#include "name_suggest.h"
+
+namespace shardplan {
+namespace {
+
+constexpr const char* kModelSchema = "shardplan.model/v1";
+
+void check_schema(const JsonObjectReader& reader) {
+  if (!reader.has("schema")) return;  // optional in hand-written files; when given it must match
+  if (reader.raw().at("schema") != kModelSchema) reader.fail("schema", std::string("\"") + kModelSchema + "\"");
+}
+
+DecoderArchitecture read_architecture(const JsonObjectReader& block) {
+  block.reject_unknown_keys({"family", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                             "num_kv_heads", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
+                             "dropout"});
+  DecoderArchitecture arch;
+  const std::string family = block.optional_string("family").value_or("llama");
+  if (family == "llama") {
+    arch.family = DecoderArchitecture::Family::llama;
+  } else if (family == "gpt2") {
+    arch.family = DecoderArchitecture::Family::gpt2;
+  } else {
+    block.fail("family", "\"llama\" or \"gpt2\"");
+  }
+  const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
+  arch.vocab_size = block.positive_int("vocab_size");
+  arch.hidden_size = block.positive_int("hidden_size");
+  arch.intermediate_size = block.optional_positive_int("intermediate_size").value_or(4 * arch.hidden_size);
+  arch.num_layers = block.positive_int("num_layers");
+  arch.num_heads = block.positive_int("num_heads");
+  arch.num_kv_heads = block.optional_positive_int("num_kv_heads").value_or(arch.num_heads);
+  arch.max_position_embeddings = block.optional_positive_int("max_position_embeddings").value_or(4096);
+  arch.tie_word_embeddings = block.boolean("tie_word_embeddings", gpt2);
+  arch.attention_bias = block.boolean("attention_bias", false);
+  arch.dropout = block.non_negative_number("dropout", gpt2 ? 0.1 : 0.0);
+  return arch;
+}
+
+// Defaults for a what-if layer given by size only: 2 FLOPs per parameter per token for a matmul-like layer, and for a
+// transformer block the attention core and Korthikanti et al. 2022's per-layer activations sbh(34 + 5as/h) bytes
+// (16h elements, 2h mask bytes, 2a score elements and a mask bytes per position).
+LayerSpec layer_with_defaults(LayerKind kind, std::int64_t params, std::int64_t hidden, std::int64_t heads) {
+  LayerSpec layer;
+  layer.kind = kind;
+  const double h = static_cast<double>(hidden), a = static_cast<double>(heads);
+  if (kind == LayerKind::transformer_block) {
+    layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(params);
+    layer.flops.attention_flops_per_token_per_position = 4.0 * h;
+    layer.activations.elements_per_token = 16.0 * h;
+    layer.activations.mask_bytes_per_token = 2.0 * h;
+    layer.activations.score_elements_per_token_per_position = 2.0 * a;
+    layer.activations.score_mask_bytes_per_token_per_position = a;
+    layer.activations.flash_stat_bytes_per_token = 4.0 * a;
+    layer.activations.checkpoint_elements_per_token = h;
+  } else if (kind == LayerKind::lm_head || kind == LayerKind::other) {
+    layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(params);
+    layer.activations.elements_per_token = h;
+  } else if (kind == LayerKind::norm) {
+    layer.activations.elements_per_token = h;
+  }
+  return layer;
+}
+
+void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
+  const auto entries = root.array("layers");
+  std::map<std::string, std::size_t> index_by_name;
+  for (std::size_t entry_index = 0; entry_index < entries.size(); ++entry_index) {
+    const JsonObjectReader entry = root.element("layers", entry_index, entries[entry_index]);
+    entry.reject_unknown_keys({"name", "kind", "tensors", "params", "repeat", "tied_to", "matmul_flops_per_token",
+                               "attention_flops_per_token_per_position", "activation_elements_per_token",
+                               "activation_score_elements_per_token_per_position"});
+    const std::string name = entry.string("name");
+    LayerKind kind = LayerKind::other;
+    try {
+      kind = layer_kind_from_string(entry.optional_string("kind").value_or("other"));
+    } catch (const InputError&) {
+      entry.fail("kind", "one of embedding, transformer_block, norm, lm_head, other");
+    }
+    std::vector<TensorSpec> tensors;
+    if (entry.has("tensors") && entry.has("params")) entry.fail("params", "either 'tensors' or 'params', not both");
+    if (entry.has("tensors")) {
+      const auto tensor_values = entry.array("tensors");
+      for (std::size_t t = 0; t < tensor_values.size(); ++t) {
+        const JsonObjectReader tensor = entry.element("tensors", t, tensor_values[t]);
+        TensorSpec spec{tensor.string("name"), {}};
+        const auto dims = tensor.array("shape");
+        for (const auto& dim : dims) {
+          if (!dim.is_number_integer() || dim.get<std::int64_t>() < 1) tensor.fail("shape", "positive integers");
+          spec.shape.push_back(dim.get<std::int64_t>());
+        }
+        tensors.push_back(std::move(spec));
+      }
+    } else if (entry.has("params")) {
+      tensors.push_back({"flat", {entry.positive_int("params")}});  // a what-if layer: one flat tensor
+    }
+    std::optional<std::size_t> tied_to;
+    if (const auto target = entry.optional_string("tied_to")) {
+      const auto found = index_by_name.find(*target);
+      if (found == index_by_name.end()) entry.fail("tied_to", "the name of an earlier layer");
+      tied_to = found->second;
+    }
+    if (!tied_to && tensors.empty()) entry.fail("tensors", "'tensors', 'params' or 'tied_to'");
+    std::int64_t params = 0;
+    for (const auto& tensor : tensors) params += tensor.element_count();
+    if (tied_to) params = model.layers[*tied_to].param_count();  // a tied head still computes with the weight
+
+    LayerSpec layer = layer_with_defaults(kind, params, model.hidden_size, model.num_heads);
+    layer.tensors = tied_to ? std::vector<TensorSpec>{} : tensors;
+    layer.tied_to_layer = tied_to;
+    if (entry.has("matmul_flops_per_token")) {
+      layer.flops.matmul_flops_per_token = entry.non_negative_number("matmul_flops_per_token", 0);
+    }
+    layer.flops.attention_flops_per_token_per_position = entry.non_negative_number(
+        "attention_flops_per_token_per_position", layer.flops.attention_flops_per_token_per_position);
+    layer.activations.elements_per_token =
+        entry.non_negative_number("activation_elements_per_token", layer.activations.elements_per_token);
+    layer.activations.score_elements_per_token_per_position = entry.non_negative_number(
+        "activation_score_elements_per_token_per_position", layer.activations.score_elements_per_token_per_position);
+
+    const std::int64_t repeat = entry.optional_positive_int("repeat").value_or(1);
+    if (repeat > 100000) entry.fail("repeat", "at most 100000");
+    for (std::int64_t copy = 0; copy < repeat; ++copy) {
+      LayerSpec instance = layer;
+      instance.name = repeat == 1 ? name : name + "." + std::to_string(copy);
+      index_by_name[instance.name] = model.layers.size();
+      model.layers.push_back(std::move(instance));
+    }
+    index_by_name[name] = model.layers.size() - 1;
+  }
+}
+
+}  // namespace
+
+ModelSpec model_from_json(const nlohmann::json& document, const std::string& origin) {
+  const JsonObjectReader root(document, origin);
+  check_schema(root);
+  ModelSpec model;
+  model.name = root.optional_string("name").value_or("custom-model");
+  if (root.has("architecture") == root.has("layers")) {
+    throw InputError(origin + ": expected exactly one of the fields 'architecture' or 'layers'");
+  }
+  if (root.has("architecture")) {
+    root.reject_unknown_keys({"schema", "name", "architecture", "default_seq_len"});
+    model = build_decoder(model.name, read_architecture(root.object("architecture")), origin);
+    model.default_seq_len = root.optional_positive_int("default_seq_len").value_or(model.default_seq_len);
+    return model;
+  }
+  root.reject_unknown_keys({"schema", "name", "layers", "hidden_size", "num_heads", "vocab_size", "default_seq_len"});
+  model.hidden_size = root.positive_int("hidden_size");
+  model.num_heads = root.positive_int("num_heads");
+  model.vocab_size = root.optional_positive_int("vocab_size").value_or(0);
+  model.default_seq_len = root.optional_positive_int("default_seq_len").value_or(2048);
+  read_explicit_layers(root, model);
+  validate_model(model, origin);
+  return model;
+}
+
+nlohmann::json to_json(const ModelSpec& model) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : model.layers) {
+    nlohmann::json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}, {"params", layer.param_count()}};
+    if (layer.tied_to_layer) entry["tied_to"] = model.layers[*layer.tied_to_layer].name;
+    layers.push_back(std::move(entry));
+  }
+  return {{"schema", "shardplan.model/v1"},
+          {"name", model.name},
+          {"params", model.param_count()},
+          {"blocks", model.block_count()},
+          {"hidden_size", model.hidden_size},
+          {"vocab_size", model.vocab_size},
+          {"default_seq_len", model.default_seq_len},
+          {"layers", std::move(layers)}};
+}
+
+}  // namespace shardplan

@@ -1,0 +1,33 @@
+// Dispatch of the --model argument to the preset table, the model JSON reader or the Hugging Face importer.
+#include "model_source.h"
+
+#include <filesystem>
+
+#include "decoder_builder.h"
+#include "hf_config.h"
+#include "json_input.h"
+#include "model_json.h"
+#include "model_presets.h"
+
+namespace shardplan {
+
+ModelSpec load_model(const std::string& model_argument) {
+  const bool is_file = std::filesystem::is_regular_file(model_argument);
+  const bool looks_like_path = model_argument.ends_with(".json") || model_argument.find('/') != std::string::npos;
+  if (!is_file && !looks_like_path) return preset_model(model_argument);
+
+  const nlohmann::json document = read_json_file(model_argument);  // names the file when it is missing
+  if (looks_like_hf_config(document)) {
+    const DecoderArchitecture arch = architecture_from_hf_config(document, model_argument);
+    const std::string stem = std::filesystem::path(model_argument).stem().string();
+    ModelSpec model = build_decoder(stem == "config" ? std::filesystem::path(model_argument).parent_path()
+                                                           .filename().string()
+                                                     : stem,
+                                    arch, model_argument);
+    if (model.name.empty()) model.name = "hf-model";
+    return model;
+  }
+  return model_from_json(document, model_argument);
+}
+
+}  // namespace shardplan

@@ -1,0 +1,127 @@
+// ModelSpec arithmetic: parameter counts, FLOPs per token and activation bytes per token, plus validation.
+#include "model_spec.h"
+
+#include <numeric>
+
+#include "errors.h"
+#include "name_suggest.h"
+
+namespace shardplan {
+
+const char* to_string(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::embedding: return "embedding";
+    case LayerKind::transformer_block: return "transformer_block";
+    case LayerKind::norm: return "norm";
+    case LayerKind::lm_head: return "lm_head";
+    case LayerKind::other: return "other";
+  }
+  return "other";
+}
+
+LayerKind layer_kind_from_string(const std::string& text) {
+  for (auto kind : {LayerKind::embedding, LayerKind::transformer_block, LayerKind::norm, LayerKind::lm_head,
+                    LayerKind::other}) {
+    if (text == to_string(kind)) return kind;
+  }
+  throw InputError("unknown layer kind '" + text + "'" +
+                   did_you_mean(text, {"embedding", "transformer_block", "norm", "lm_head", "other"}));
+}
+
+const char* to_string(ActivationCheckpointing mode) {
+  switch (mode) {
+    case ActivationCheckpointing::none: return "none";
+    case ActivationCheckpointing::selective: return "selective";
+    case ActivationCheckpointing::full: return "full";
+  }
+  return "none";
+}
+
+const char* to_string(DecoderArchitecture::Family family) {
+  return family == DecoderArchitecture::Family::gpt2 ? "gpt2" : "llama";
+}
+
+std::int64_t TensorSpec::element_count() const {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+std::int64_t LayerSpec::param_count() const {
+  std::int64_t total = 0;
+  for (const auto& tensor : tensors) total += tensor.element_count();
+  return total;
+}
+
+double LayerSpec::forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
+  // A causal kernel that skips the masked upper triangle does half the attention work (FlashAttention-2, §3.1).
+  const double attention_share = causal_skip ? 0.5 : 1.0;
+  return flops.matmul_flops_per_token +
+         attention_share * flops.attention_flops_per_token_per_position * static_cast<double>(seq_len);
+}
+
+double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
+                                             ActivationCheckpointing checkpointing) const {
+  const auto& a = activations;
+  const double s = static_cast<double>(seq_len);
+  if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::full) {
+    // Full recompute keeps only the block input: 2sbh bytes in 16-bit (Korthikanti et al. 2022, §4.1).
+    return a.checkpoint_elements_per_token * activation_element_bytes;
+  }
+  double bytes = a.elements_per_token * activation_element_bytes + a.mask_bytes_per_token + a.fp32_bytes_per_token;
+  // The s² terms (softmax output, its dropout) are what selective recompute drops (Korthikanti §5) and what a flash
+  // kernel never materialises; flash keeps its per-head log-sum-exp instead.
+  const bool keeps_scores = !(kind == LayerKind::transformer_block &&
+                              checkpointing == ActivationCheckpointing::selective);
+  if (flash_attention) {
+    bytes += a.flash_stat_bytes_per_token;
+  } else if (keeps_scores) {
+    bytes += s * (a.score_elements_per_token_per_position * activation_element_bytes +
+                  a.score_mask_bytes_per_token_per_position);
+  }
+  return bytes;
+}
+
+std::int64_t ModelSpec::param_count() const {
+  std::int64_t total = 0;
+  for (const auto& layer : layers) total += layer.param_count();
+  return total;
+}
+
+std::size_t ModelSpec::block_count() const {
+  std::size_t count = 0;
+  for (const auto& layer : layers) count += layer.kind == LayerKind::transformer_block ? 1 : 0;
+  return count;
+}
+
+double ModelSpec::forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
+  double total = 0;
+  for (const auto& layer : layers) total += layer.forward_flops_per_token(seq_len, causal_skip);
+  return total;
+}
+
+void validate_model(const ModelSpec& model, const std::string& origin) {
+  if (model.layers.empty()) throw InputError(origin + ": field 'layers': expected at least one layer");
+  for (std::size_t index = 0; index < model.layers.size(); ++index) {
+    const auto& layer = model.layers[index];
+    const std::string where = origin + ": layer " + std::to_string(index) + " ('" + layer.name + "')";
+    for (const auto& tensor : layer.tensors) {
+      if (tensor.shape.empty()) throw InputError(where + ": tensor '" + tensor.name + "' has an empty shape");
+      for (auto extent : tensor.shape) {
+        if (extent < 1) throw InputError(where + ": tensor '" + tensor.name + "' has a non-positive dimension");
+      }
+    }
+    if (layer.tied_to_layer) {
+      const auto target = *layer.tied_to_layer;
+      if (target >= index || model.layers[target].tensors.empty()) {
+        throw InputError(where + ": field 'tied_to': expected an earlier layer that owns parameters");
+      }
+      if (!layer.tensors.empty()) throw InputError(where + ": a tied layer must not list its own tensors");
+    }
+    if (layer.flops.matmul_flops_per_token < 0 || layer.flops.attention_flops_per_token_per_position < 0 ||
+        layer.activations.elements_per_token < 0) {
+      throw InputError(where + ": FLOPs and activation sizes must be non-negative");
+    }
+  }
+  if (model.param_count() < 1) throw InputError(origin + ": the model has no parameters");
+}
+
+}  // namespace shardplan

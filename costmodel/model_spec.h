@@ -1,0 +1,101 @@
+// ModelSpec: an ordered list of layers with parameter tensors, FLOPs per token and activation footprint per token.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardplan {
+
+enum class LayerKind { embedding, transformer_block, norm, lm_head, other };
+const char* to_string(LayerKind kind);
+LayerKind layer_kind_from_string(const std::string& text);  // throws InputError naming the known kinds
+
+// Activation checkpointing of a transformer block (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+// Large Transformer Models", §4–5): none keeps every tensor backward needs; selective recomputes the attention core
+// (drops the s² terms); full keeps only the block input and recomputes the rest during backward.
+enum class ActivationCheckpointing { none, selective, full };
+const char* to_string(ActivationCheckpointing mode);
+
+struct TensorSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t element_count() const;
+};
+
+// Forward FLOPs of one token of one sequence: matmul_flops_per_token + attention_flops_per_token_per_position × s.
+// Backward is 2× forward (Narayanan et al. 2021, §5.1); recompute adds one forward.
+struct LayerFlops {
+  double matmul_flops_per_token = 0;  // 2·n·k per weight matrix of shape n×k (one multiply-add = 2 FLOPs)
+  // Q·Kᵀ and P·V each cost 2·s·(heads·head_dim) per token without causal skipping (DESIGN: attention 4·b·s²·h).
+  double attention_flops_per_token_per_position = 0;
+};
+
+// What the layer keeps for backward, per token of a micro-batch, generalising Korthikanti et al. 2022 Table/Eq. (1):
+// for a GPT block with 16-bit activations these terms sum to exactly s·b·h·(34 + 5·a·s/h) bytes per layer.
+struct ActivationFootprint {
+  double elements_per_token = 0;          // tensors kept in the activation dtype (2 bytes in bf16, 4 in fp32)
+  double mask_bytes_per_token = 0;        // dropout masks, 1 byte per element
+  double score_elements_per_token_per_position = 0;  // softmax output (and dropout output): × s, absent with flash
+  double score_mask_bytes_per_token_per_position = 0;  // attention-dropout mask: × s, absent with flash
+  double flash_stat_bytes_per_token = 0;  // flash attention keeps an fp32 log-sum-exp per head instead of the scores
+  double fp32_bytes_per_token = 0;        // tensors kept in fp32 whatever the recipe (logits upcast for the loss)
+  double checkpoint_elements_per_token = 0;  // what full recompute keeps: the block input (2sbh bytes in bf16)
+};
+
+struct LayerSpec {
+  std::string name;  // the module path in the reference implementation ("model.layers.3"), used by exports
+  LayerKind kind = LayerKind::other;
+  std::vector<TensorSpec> tensors;
+  // A layer whose weight is another layer's (tied lm_head): it owns no tensors and must share that layer's unit.
+  std::optional<std::size_t> tied_to_layer;
+  LayerFlops flops;
+  ActivationFootprint activations;
+
+  std::int64_t param_count() const;
+  double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
+  // Bytes kept for backward per token under the given checkpointing (only transformer blocks are checkpointed).
+  double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
+                                    ActivationCheckpointing checkpointing) const;
+};
+
+// The architecture a model was built from, kept for the executor (which builds real layers) and for exports.
+struct DecoderArchitecture {
+  enum class Family { llama, gpt2 };
+  Family family = Family::llama;
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_layers = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_kv_heads = 0;            // grouped-query attention; == num_heads for plain multi-head attention
+  std::int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;              // Qwen2 puts biases on q, k and v
+  double dropout = 0.0;                     // GPT-2's resid/attn/embd dropout; llama has none
+  std::int64_t head_dim() const { return hidden_size / num_heads; }
+  std::int64_t kv_dim() const { return head_dim() * num_kv_heads; }
+};
+const char* to_string(DecoderArchitecture::Family family);
+
+struct ModelSpec {
+  std::string name;
+  std::vector<LayerSpec> layers;
+  std::int64_t hidden_size = 0;
+  std::int64_t vocab_size = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t default_seq_len = 2048;
+  std::optional<DecoderArchitecture> architecture;  // absent for models given as an explicit layer list
+
+  std::int64_t param_count() const;
+  std::size_t block_count() const;  // transformer blocks
+  // Model FLOPs for one token's forward pass at this sequence length (no recompute): the MFU numerator / 3.
+  double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
+};
+
+// Checks the invariants every ModelSpec must satisfy whatever built it: at least one layer, positive shapes, tied
+// layers pointing at an earlier layer with tensors. Throws InputError naming `origin` and the layer.
+void validate_model(const ModelSpec& model, const std::string& origin);
+
+}  // namespace shardplan

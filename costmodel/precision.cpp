@@ -1,0 +1,68 @@
+// The precision recipe table and optimizer state counts.
+#include "precision.h"
+
+#include "errors.h"
+#include "name_suggest.h"
+
+namespace shardplan {
+namespace {
+
+std::vector<PrecisionRecipe> recipes() {
+  // {name, param storage, param compute, grad compute, reduce, grad storage, master, optimizer state}
+  return {
+      {"fp32", 4, 4, 4, 4, 4, 0, 4},
+      // FSDP1 MixedPrecision keeps the sharded flat parameter in fp32, casts it to bf16 before the all-gather and
+      // casts the reduced bf16 gradient shard back to fp32 (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py).
+      {"bf16-mixed", 4, 2, 2, 2, 4, 0, 4},
+      {"pure-bf16", 2, 2, 2, 2, 2, 0, 2},
+      // ZeRO §3.1 mixed-precision Adam: fp16 params and grads; fp32 master copy + momentum + variance: K = 4+4+4 = 12.
+      {"zero-fp16", 2, 2, 2, 2, 2, 4, 4},
+  };
+}
+
+}  // namespace
+
+std::vector<std::string> precision_recipe_names() {
+  std::vector<std::string> names;
+  for (const auto& recipe : recipes()) names.push_back(recipe.name);
+  return names;
+}
+
+PrecisionRecipe precision_recipe(const std::string& name) {
+  for (const auto& recipe : recipes()) {
+    if (recipe.name == name) return recipe;
+  }
+  throw InputError("unknown precision '" + name + "'" + did_you_mean(name, precision_recipe_names()) +
+                   " (known: fp32, bf16-mixed, pure-bf16, zero-fp16)");
+}
+
+OptimizerKind optimizer_from_string(const std::string& name) {
+  if (name == "adamw" || name == "adam") return OptimizerKind::adamw;
+  if (name == "sgd-momentum") return OptimizerKind::sgd_momentum;
+  if (name == "sgd") return OptimizerKind::sgd;
+  throw InputError("unknown optimizer '" + name + "'" + did_you_mean(name, {"adamw", "sgd-momentum", "sgd"}));
+}
+
+const char* to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::adamw: return "adamw";
+    case OptimizerKind::sgd_momentum: return "sgd-momentum";
+    case OptimizerKind::sgd: return "sgd";
+  }
+  return "adamw";
+}
+
+int optimizer_state_count(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::adamw: return 2;
+    case OptimizerKind::sgd_momentum: return 1;
+    case OptimizerKind::sgd: return 0;
+  }
+  return 0;
+}
+
+int optimizer_bytes_per_param(const PrecisionRecipe& precision, OptimizerKind optimizer) {
+  return precision.master_weight_bytes + optimizer_state_count(optimizer) * precision.optimizer_state_bytes;
+}
+
+}  // namespace shardplan

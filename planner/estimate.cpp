@@ -1,0 +1,112 @@
+// Assembles and renders the `estimate` result from the memory model.
+#include "estimate.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace shardplan {
+namespace {
+
+std::string gib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%9.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+std::string with_commas(std::int64_t value) {
+  std::string digits = std::to_string(value);
+  for (int pos = static_cast<int>(digits.size()) - 3; pos > 0; pos -= 3) digits.insert(static_cast<std::size_t>(pos), ",");
+  return digits;
+}
+
+// What each term means, shown beside it in the human table.
+const char* term_help(const std::string& term) {
+  if (term == "sharded_params") return "this rank's parameter shard";
+  if (term == "sharded_grads") return "this rank's gradient shard";
+  if (term == "optimizer_states") return "master weights + optimizer states of the shard";
+  if (term == "unsharded_params") return "gathered units in flight (current + prefetched)";
+  if (term == "root_unit") return "root unit, gathered from forward to backward";
+  if (term == "unsharded_grads") return "full-size gradients of units in backward";
+  if (term == "comm_buffers") return "all-gather input / reduce-scatter output";
+  if (term == "activations") return "kept for backward (+ recompute working set)";
+  if (term == "overhead") return "runtime context and workspaces";
+  return "";
+}
+
+}  // namespace
+
+EstimateResult run_estimate(const EstimateRequest& request) {
+  EstimateResult result{request, {}};
+  const MemoryQuery query =
+      memory_query_for(result.request.model, request.cluster, request.wrapping, request.strategy, request.training);
+  result.memory = estimate_memory(query);
+  if (request.model_states_only) {
+    MemoryBreakdown states;
+    states.sharded_params_bytes = result.memory.breakdown.sharded_params_bytes;
+    states.sharded_grads_bytes = result.memory.breakdown.sharded_grads_bytes;
+    states.optimizer_states_bytes = result.memory.breakdown.optimizer_states_bytes;
+    states.padding_elements = result.memory.breakdown.padding_elements;
+    result.memory.breakdown = states;
+  }
+  return result;
+}
+
+nlohmann::json to_json(const EstimateResult& result) {
+  const auto& request = result.request;
+  const auto& memory = result.memory;
+  nlohmann::json memory_json = to_json(memory.breakdown);
+  memory_json["capacity_bytes"] = memory.capacity_bytes;
+  memory_json["fits"] = memory.fits();
+  memory_json["model_states_only"] = request.model_states_only;
+  nlohmann::json strategy = {{"name", to_string(memory.layout.kind)},
+                             {"param_shard_group", memory.layout.param_group},
+                             {"grad_shard_group", memory.layout.grad_group},
+                             {"optimizer_shard_group", memory.layout.optimizer_group},
+                             {"reshard_after_forward", memory.layout.reshard_after_forward}};
+  nlohmann::json units = nlohmann::json::array();
+  for (const auto& unit : memory.units) {
+    units.push_back({{"name", unit.name}, {"layers", unit.layers.size()}, {"params", unit.param_count},
+                     {"padded_params", unit.padded_count(memory.layout.param_group)}, {"root", unit.is_root}});
+  }
+  return {{"schema", "shardplan.estimate/v1"},
+          {"model", request.model.name},
+          {"params", memory.param_count},
+          {"cluster", to_json(request.cluster)},
+          {"training", to_json(request.training, request.cluster.world_size())},
+          {"strategy", std::move(strategy)},
+          {"units_policy", request.units_policy},
+          {"units", std::move(units)},
+          {"memory", std::move(memory_json)}};
+}
+
+std::string render_text(const EstimateResult& result) {
+  const auto& request = result.request;
+  const auto& memory = result.memory;
+  const auto& breakdown = memory.breakdown;
+  std::ostringstream out;
+  out << "model     " << request.model.name << ": " << with_commas(memory.param_count) << " parameters, "
+      << request.model.layers.size() << " layers (" << request.model.block_count() << " blocks)\n";
+  out << "cluster   " << request.cluster.describe() << "\n";
+  out << "training  seq " << request.training.seq_len << ", micro-batch " << request.training.micro_batch
+      << ", grad-accum " << memory.grad_accumulation_steps << ", " << request.training.precision.name << ", "
+      << to_string(request.training.optimizer) << ", AC " << to_string(request.training.checkpointing)
+      << (request.training.flash_attention ? ", flash attention" : "") << "\n";
+  out << "strategy  " << to_string(memory.layout.kind) << " (params/grads/optimizer sharded over "
+      << memory.layout.param_group << "/" << memory.layout.grad_group << "/" << memory.layout.optimizer_group
+      << " ranks), units " << request.units_policy << ": " << memory.units.size() << " incl. root, padding "
+      << with_commas(breakdown.padding_elements) << " elements\n\n";
+  out << "per-rank memory" << (request.model_states_only ? " (model states only)" : " at peak") << "\n";
+  for (const auto& [term, bytes] : breakdown.terms()) {
+    if (request.model_states_only && bytes == 0) continue;
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-18s %s   %s\n", term.c_str(), gib(bytes).c_str(), term_help(term));
+    out << line;
+  }
+  char total[160];
+  std::snprintf(total, sizeof total, "  %-18s %s   of %s capacity: %s\n", "total", gib(breakdown.total_bytes()).c_str(),
+                gib(memory.capacity_bytes).c_str(), memory.fits() ? "FITS" : "DOES NOT FIT");
+  out << total << "  dominant term: " << breakdown.dominant_term() << "\n";
+  return out.str();
+}
+
+}  // namespace shardplan
