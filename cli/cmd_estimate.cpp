@@ -37,6 +37,7 @@ Action add_estimate_command(CLI::App& app) {
     EstimateRequest request;
     request.model = load_model(flags->model_cluster.model);
     request.cluster = resolve_cluster(flags->model_cluster);
+    request.profile = resolve_profile(flags->model_cluster, request.cluster);
     request.training = resolve_training(flags->training, request.model);
     request.strategy = parse_strategy(flags->strategy);
     request.wrapping = parse_units_policy(flags->units, request.model);

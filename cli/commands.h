@@ -13,5 +13,6 @@ using Action = std::function<int()>;
 Action add_models_command(CLI::App& app);
 Action add_gpus_command(CLI::App& app);
 Action add_estimate_command(CLI::App& app);
+Action add_simulate_command(CLI::App& app);
 
 }  // namespace shardplan::cli

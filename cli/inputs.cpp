@@ -1,9 +1,11 @@
 // Registration and resolution of the flags that several subcommands share.
 #include "inputs.h"
 
+#include <cmath>
 #include <iostream>
 
 #include "errors.h"
+#include "json_input.h"
 #include "precision.h"
 
 namespace shardplan::cli {
@@ -18,6 +20,7 @@ void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags) {
       ->required();
   add_catalog_flag(command, flags.catalog_file);
   command.add_option("--price", flags.price_per_gpu_hour, "price per GPU-hour in USD (default: the catalog's)");
+  command.add_option("--profile", flags.profile_file, "calibrated hardware profile JSON (shardplan.profile/v1)");
 }
 
 void add_training_flags(CLI::App& command, TrainingFlags& flags) {
@@ -42,8 +45,19 @@ HardwareCatalog load_catalog(const std::string& catalog_file) {
 
 Cluster resolve_cluster(const ModelClusterFlags& flags) {
   Cluster cluster = parse_cluster(flags.cluster, load_catalog(flags.catalog_file));
-  if (flags.price_per_gpu_hour >= 0) cluster.price_per_gpu_hour = flags.price_per_gpu_hour;
+  if (!std::isnan(flags.price_per_gpu_hour)) {
+    if (!(flags.price_per_gpu_hour >= 0)) throw InputError("--price: expected a non-negative price per GPU-hour");
+    cluster.price_per_gpu_hour = flags.price_per_gpu_hour;
+  }
   return cluster;
+}
+
+HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& cluster) {
+  HardwareProfile profile = profile_from_cluster(cluster);
+  if (!flags.profile_file.empty()) {
+    profile = apply_profile_json(profile, read_json_file(flags.profile_file), flags.profile_file);
+  }
+  return profile;
 }
 
 TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model) {

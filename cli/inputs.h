@@ -1,12 +1,14 @@
 // Flags shared by several subcommands (--model, --cluster, --catalog, training flags) and their resolution.
 #pragma once
 
+#include <limits>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "cluster.h"
 #include "hardware_catalog.h"
+#include "hardware_profile.h"
 #include "model_spec.h"
 #include "training.h"
 
@@ -16,7 +18,8 @@ struct ModelClusterFlags {
   std::string model;
   std::string cluster;
   std::string catalog_file;  // user catalog merged over the built-in one
-  double price_per_gpu_hour = -1;  // < 0: the catalog's
+  double price_per_gpu_hour = std::numeric_limits<double>::quiet_NaN();  // NaN: the catalog's
+  std::string profile_file;        // calibrated HardwareProfile applied over the catalog defaults
 };
 
 struct TrainingFlags {
@@ -36,6 +39,7 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags);
 
 HardwareCatalog load_catalog(const std::string& catalog_file);
 Cluster resolve_cluster(const ModelClusterFlags& flags);
+HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& cluster);
 TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model);
 
 // Prints a JSON document (pretty, newline-terminated) to stdout.

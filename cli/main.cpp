@@ -1,8 +1,10 @@
 // The `shardplan` binary: parses the command line with CLI11 and maps errors to exit statuses (2 input, 1 internal).
+#include <algorithm>
 #include <iostream>
 
 #include "commands.h"
 #include "errors.h"
+#include "name_suggest.h"
 
 int main(int argc, char** argv) {
   using namespace shardplan;
@@ -14,8 +16,19 @@ int main(int argc, char** argv) {
   keep(cli::add_models_command(app));
   keep(cli::add_gpus_command(app));
   keep(cli::add_estimate_command(app));
+  keep(cli::add_simulate_command(app));
   bool verbose = false;
   app.add_flag("--verbose", verbose, "on errors, also print where in shardplan's source they were raised");
+  if (argc > 1 && argv[1][0] != '-') {
+    // CLI11 only says "a subcommand is required"; name the unknown command and the closest known one.
+    std::vector<std::string> names;
+    for (const auto* command : app.get_subcommands({})) names.push_back(command->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::cerr << "shardplan: error: unknown command '" << Error::one_line(argv[1]) << "'"
+                << did_you_mean(argv[1], names) << " (see --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

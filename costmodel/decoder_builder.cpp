@@ -14,16 +14,20 @@ LayerSpec make_layer(std::string name, LayerKind kind) {
 }
 
 void check_architecture(const DecoderArchitecture& arch, const std::string& origin) {
-  const auto require_positive = [&](std::int64_t value, const char* field) {
-    if (value < 1) throw InputError(origin + ": field '" + field + "': expected a positive integer");
+  // Upper bounds far beyond any published model keep every parameter count and FLOP product inside 64 bits.
+  const auto require_in_range = [&](std::int64_t value, const char* field, std::int64_t most) {
+    if (value < 1 || value > most) {
+      throw InputError(origin + ": field '" + field + "': expected a positive integer at most " + std::to_string(most) +
+                       ", got " + std::to_string(value));
+    }
   };
-  require_positive(arch.vocab_size, "vocab_size");
-  require_positive(arch.hidden_size, "hidden_size");
-  require_positive(arch.intermediate_size, "intermediate_size");
-  require_positive(arch.num_layers, "num_layers");
-  require_positive(arch.num_heads, "num_heads");
-  require_positive(arch.num_kv_heads, "num_kv_heads");
-  require_positive(arch.max_position_embeddings, "max_position_embeddings");
+  require_in_range(arch.vocab_size, "vocab_size", 100'000'000);
+  require_in_range(arch.hidden_size, "hidden_size", 1'000'000);
+  require_in_range(arch.intermediate_size, "intermediate_size", 10'000'000);
+  require_in_range(arch.num_layers, "num_layers", 100'000);
+  require_in_range(arch.num_heads, "num_heads", 100'000);
+  require_in_range(arch.num_kv_heads, "num_kv_heads", 100'000);
+  require_in_range(arch.max_position_embeddings, "max_position_embeddings", 100'000'000);
   if (arch.hidden_size % arch.num_heads != 0) {
     throw InputError(origin + ": field 'num_heads': expected a divisor of hidden_size " +
                      std::to_string(arch.hidden_size) + ", got " + std::to_string(arch.num_heads));
@@ -129,7 +133,8 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
   model.hidden_size = arch.hidden_size;
   model.vocab_size = arch.vocab_size;
   model.num_heads = arch.num_heads;
-  model.default_seq_len = std::min<std::int64_t>(arch.max_position_embeddings, 4096);
+  // Default training length: the model's context, capped at 8192 (what Llama 3 was pre-trained at).
+  model.default_seq_len = std::min<std::int64_t>(arch.max_position_embeddings, 8192);
   model.architecture = arch;
   const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
   if (gpt2) {

@@ -11,12 +11,15 @@ namespace shardplan {
 // rank of a distributed run can be traced back; rank is -1 outside a distributed run.
 class Error : public std::runtime_error {
  public:
+  // Control characters in the message (a newline inside a user's key or flag value) are escaped, so every error is
+  // exactly one line, as the CLI contract promises.
   Error(const std::string& message, int rank, std::source_location where)
-      : std::runtime_error(message), rank_(rank), where_(where) {}
+      : std::runtime_error(one_line(message)), rank_(rank), where_(where) {}
   int rank() const { return rank_; }
   const std::source_location& where() const { return where_; }
   // "costmodel/model_json.cpp:42" — for --verbose output and bug reports, not for the user's one-line message.
   std::string raised_at() const;
+  static std::string one_line(const std::string& text);
 
  private:
   int rank_;

@@ -2,6 +2,7 @@
 #include "json_input.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -35,13 +36,23 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& origin)
     const std::size_t offset = error.byte > 0 ? error.byte - 1 : 0;
     const auto [line, column] = line_and_column(text, offset);
     std::string reason = error.what();
-    // Keep nlohmann's explanation after its "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
-    if (const auto pos = reason.rfind(": "); pos != std::string::npos) reason = reason.substr(pos + 2);
+    // Keep nlohmann's explanation after its "[json.exception.parse_error.101] parse error at line 1, column 2: "
+    // prefix: cut at the first ": " after "column".
+    if (const auto column_pos = reason.find("column"); column_pos != std::string::npos) {
+      if (const auto pos = reason.find(": ", column_pos); pos != std::string::npos) reason = reason.substr(pos + 2);
+    }
     throw InputError(origin + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + reason);
+  } catch (const nlohmann::json::exception& error) {
+    // e.g. out_of_range.406: a number that overflows a double ("1e400").
+    std::string reason = error.what();
+    if (const auto pos = reason.find("] "); pos != std::string::npos) reason = reason.substr(pos + 2);
+    throw InputError(origin + ": malformed JSON: " + reason);
   }
 }
 
 std::string read_text_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw InputError(path + ": is a directory, expected a file");
   std::ifstream stream(path, std::ios::binary);
   if (!stream) throw InputError(path + ": cannot open file for reading");
   std::ostringstream contents;

@@ -43,7 +43,8 @@ class JsonObjectReader {
   JsonObjectReader object(std::string_view key) const;
   // The elements of an array field (possibly empty when `allow_empty`).
   std::vector<nlohmann::json> array(std::string_view key, bool allow_empty = false) const;
-  // A reader for element `index` of array field `key` (the element must be an object).
+  // A reader for element `index` of array field `key` (the element must be an object). The reader keeps a reference
+  // to `value`: keep the array (e.g. the vector from array()) alive while the reader is used.
   JsonObjectReader element(std::string_view key, std::size_t index, const nlohmann::json& value) const;
 
   // Rejects keys not in `allowed`, naming the closest allowed key (catches typos such as "hiden_size").

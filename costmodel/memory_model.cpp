@@ -168,6 +168,22 @@ MemoryEstimate estimate_memory(const MemoryQuery& query) {
   return estimate;
 }
 
+MemoryBreakdown breakdown_from_categories(const MemoryByCategory& bytes, std::int64_t padding_elements) {
+  const auto at = [&](MemoryCategory category) { return bytes[static_cast<std::size_t>(category)]; };
+  MemoryBreakdown breakdown;
+  breakdown.sharded_params_bytes = at(MemoryCategory::sharded_params);
+  breakdown.sharded_grads_bytes = at(MemoryCategory::sharded_grads);
+  breakdown.optimizer_states_bytes = at(MemoryCategory::optimizer_states);
+  breakdown.unsharded_params_bytes = at(MemoryCategory::unsharded_params);
+  breakdown.root_unit_bytes = at(MemoryCategory::root_unit);
+  breakdown.unsharded_grads_bytes = at(MemoryCategory::unsharded_grads);
+  breakdown.comm_buffers_bytes = at(MemoryCategory::comm_buffers);
+  breakdown.activation_bytes = at(MemoryCategory::activations);
+  breakdown.overhead_bytes = at(MemoryCategory::overhead);
+  breakdown.padding_elements = padding_elements;
+  return breakdown;
+}
+
 nlohmann::json to_json(const MemoryBreakdown& breakdown) {
   nlohmann::json document = nlohmann::json::object();
   for (const auto& [name, bytes] : breakdown.terms()) document[name + "_bytes"] = bytes;

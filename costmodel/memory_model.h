@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster.h"
+#include "memory_category.h"
 #include "model_spec.h"
 #include "sharding.h"
 #include "training.h"
@@ -63,7 +64,13 @@ struct MemoryEstimate {
   bool fits() const { return breakdown.total_bytes() <= capacity_bytes; }
 };
 
+// Note [Closed form and schedule]: estimate_memory is the closed form of the peak; it charges every transient term at
+// its largest at once, so it bounds the simulated peak of the same plan from above (equal in model states). The
+// numbers `estimate` and `simulate` print come from the schedule's simulated peak (breakdown_from_categories).
 MemoryEstimate estimate_memory(const MemoryQuery& query);
+
+// The same terms from bytes by category (a simulated or measured peak).
+MemoryBreakdown breakdown_from_categories(const MemoryByCategory& bytes, std::int64_t padding_elements);
 
 nlohmann::json to_json(const MemoryBreakdown& breakdown);
 

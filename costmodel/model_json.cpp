@@ -12,6 +12,9 @@ namespace shardplan {
 namespace {
 
 constexpr const char* kModelSchema = "shardplan.model/v1";
+// Bounds far beyond any real model that keep element counts (and bytes of them) inside 64 bits.
+constexpr std::int64_t kMaxDimension = std::int64_t{1} << 31;
+constexpr std::int64_t kMaxLayerParams = std::int64_t{1} << 44;
 
 void check_schema(const JsonObjectReader& reader) {
   if (!reader.has("schema")) return;  // optional in hand-written files; when given it must match
@@ -34,7 +37,9 @@ DecoderArchitecture read_architecture(const JsonObjectReader& block) {
   const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
   arch.vocab_size = block.positive_int("vocab_size");
   arch.hidden_size = block.positive_int("hidden_size");
-  arch.intermediate_size = block.optional_positive_int("intermediate_size").value_or(4 * arch.hidden_size);
+  // GPT's 4h default; an absurd hidden size is left for build_decoder's range check to name (no overflow here).
+  arch.intermediate_size = block.optional_positive_int("intermediate_size")
+                               .value_or(arch.hidden_size <= 1'000'000 ? 4 * arch.hidden_size : arch.hidden_size);
   arch.num_layers = block.positive_int("num_layers");
   arch.num_heads = block.positive_int("num_heads");
   arch.num_kv_heads = block.optional_positive_int("num_kv_heads").value_or(arch.num_heads);
@@ -94,13 +99,17 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
         TensorSpec spec{tensor.string("name"), {}};
         const auto dims = tensor.array("shape");
         for (const auto& dim : dims) {
-          if (!dim.is_number_integer() || dim.get<std::int64_t>() < 1) tensor.fail("shape", "positive integers");
+          if (!dim.is_number_integer() || dim.get<std::int64_t>() < 1 || dim.get<std::int64_t>() > kMaxDimension) {
+            tensor.fail("shape", "positive integers of at most 2^31");
+          }
           spec.shape.push_back(dim.get<std::int64_t>());
         }
         tensors.push_back(std::move(spec));
       }
     } else if (entry.has("params")) {
-      tensors.push_back({"flat", {entry.positive_int("params")}});  // a what-if layer: one flat tensor
+      const std::int64_t params = entry.positive_int("params");
+      if (params > kMaxLayerParams) entry.fail("params", "at most 2^44 parameters per layer");
+      tensors.push_back({"flat", {params}});  // a what-if layer: one flat tensor
     }
     std::optional<std::size_t> tied_to;
     if (const auto target = entry.optional_string("tied_to")) {
@@ -110,7 +119,16 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
     }
     if (!tied_to && tensors.empty()) entry.fail("tensors", "'tensors', 'params' or 'tied_to'");
     std::int64_t params = 0;
-    for (const auto& tensor : tensors) params += tensor.element_count();
+    for (const auto& tensor : tensors) {
+      // Multiply dimension by dimension, stopping before a product could leave 64 bits.
+      std::int64_t elements = 1;
+      for (auto extent : tensor.shape) {
+        if (elements > kMaxLayerParams / extent) entry.fail("tensors", "at most 2^44 parameters per layer");
+        elements *= extent;
+      }
+      params += elements;
+      if (params > kMaxLayerParams) entry.fail("tensors", "at most 2^44 parameters per layer");
+    }
     if (tied_to) params = model.layers[*tied_to].param_count();  // a tied head still computes with the weight
 
     LayerSpec layer = layer_with_defaults(kind, params, model.hidden_size, model.num_heads);
@@ -128,6 +146,9 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
 
     const std::int64_t repeat = entry.optional_positive_int("repeat").value_or(1);
     if (repeat > 100000) entry.fail("repeat", "at most 100000");
+    if (model.layers.size() + static_cast<std::size_t>(repeat) > 100000) {
+      entry.fail("repeat", "at most 100000 layers in all");
+    }
     for (std::int64_t copy = 0; copy < repeat; ++copy) {
       LayerSpec instance = layer;
       instance.name = repeat == 1 ? name : name + "." + std::to_string(copy);

@@ -29,6 +29,14 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
   if (training.seq_len < 1) throw InputError("--seq-len: expected a positive integer");
   if (training.micro_batch < 1) throw InputError("--micro-batch: expected a positive integer");
   if (training.global_batch < 0) throw InputError("--global-batch: expected a non-negative integer");
+  // Bounds far beyond any real run keep every product below (micro-batch × seq × ranks) well inside 64 bits.
+  constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 32;
+  if (training.seq_len > (std::int64_t{1} << 24)) throw InputError("--seq-len: expected at most 16777216 tokens");
+  if (training.micro_batch > (std::int64_t{1} << 20) ||
+      training.micro_batch * training.seq_len > kMaxTokensPerMicroBatch) {
+    throw InputError("--micro-batch: expected at most 2^32 tokens per micro-batch (micro-batch × seq-len)");
+  }
+  if (training.global_batch > (std::int64_t{1} << 32)) throw InputError("--global-batch: expected at most 2^32");
   if (model.architecture && training.seq_len > model.architecture->max_position_embeddings) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
                      std::to_string(model.architecture->max_position_embeddings) + " positions");

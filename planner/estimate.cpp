@@ -1,6 +1,9 @@
 // Assembles and renders the `estimate` result from the memory model.
 #include "estimate.h"
 
+#include "plan.h"
+#include "step_analysis.h"
+
 #include <cstdio>
 #include <sstream>
 
@@ -36,10 +39,17 @@ const char* term_help(const std::string& term) {
 }  // namespace
 
 EstimateResult run_estimate(const EstimateRequest& request) {
-  EstimateResult result{request, {}};
-  const MemoryQuery query =
+  EstimateResult result{request, {}, {}, {}};
+  MemoryQuery query =
       memory_query_for(result.request.model, request.cluster, request.wrapping, request.strategy, request.training);
+  query.context_overhead_bytes = request.profile.context_overhead_bytes;
   result.memory = estimate_memory(query);
+  result.closed_form = result.memory.breakdown;
+  const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping,
+                                 request.cluster.world_size());
+  result.simulation = analyze_step(request.model, request.cluster, request.profile, plan, false).simulation.summary;
+  result.memory.breakdown =
+      breakdown_from_categories(result.simulation.memory_at_peak, result.closed_form.padding_elements);
   if (request.model_states_only) {
     MemoryBreakdown states;
     states.sharded_params_bytes = result.memory.breakdown.sharded_params_bytes;
@@ -58,6 +68,8 @@ nlohmann::json to_json(const EstimateResult& result) {
   memory_json["capacity_bytes"] = memory.capacity_bytes;
   memory_json["fits"] = memory.fits();
   memory_json["model_states_only"] = request.model_states_only;
+  memory_json["peak_op"] = result.simulation.peak_op;
+  memory_json["closed_form_total_bytes"] = result.closed_form.total_bytes();
   nlohmann::json strategy = {{"name", to_string(memory.layout.kind)},
                              {"param_shard_group", memory.layout.param_group},
                              {"grad_shard_group", memory.layout.grad_group},
@@ -106,6 +118,11 @@ std::string render_text(const EstimateResult& result) {
   std::snprintf(total, sizeof total, "  %-18s %s   of %s capacity: %s\n", "total", gib(breakdown.total_bytes()).c_str(),
                 gib(memory.capacity_bytes).c_str(), memory.fits() ? "FITS" : "DOES NOT FIT");
   out << total << "  dominant term: " << breakdown.dominant_term() << "\n";
+  if (!request.model_states_only) {
+    out << "  peak at: " << (result.simulation.peak_op.empty() ? "step start" : result.simulation.peak_op)
+        << " (simulated step " << result.simulation.step_time_s << " s; closed-form bound "
+        << gib(result.closed_form.total_bytes()) << ")\n";
+  }
   return out.str();
 }
 

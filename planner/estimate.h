@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster.h"
+#include "hardware_profile.h"
+#include "simulator.h"
 #include "memory_model.h"
 #include "model_spec.h"
 
@@ -14,6 +16,7 @@ namespace shardplan {
 struct EstimateRequest {
   ModelSpec model;
   Cluster cluster;
+  HardwareProfile profile;
   TrainingConfig training;
   ShardingStrategy strategy;
   Wrapping wrapping;
@@ -23,9 +26,14 @@ struct EstimateRequest {
 
 struct EstimateResult {
   EstimateRequest request;
-  MemoryEstimate memory;
+  MemoryEstimate memory;           // breakdown = the simulated peak of the default plan (see Note [Closed form and
+                                   // schedule] in memory_model.h); layout and units from the closed form
+  MemoryBreakdown closed_form;     // the closed-form upper bound, for reference
+  SimulationSummary simulation;    // the step the peak was taken from
 };
 
+// Lowers the default plan for the request (FSDP's wrapping, one unit prefetched) and simulates it: the peak memory is
+// the schedule's, so `estimate` and `simulate` always agree.
 EstimateResult run_estimate(const EstimateRequest& request);
 
 // `shardplan.estimate/v1`: model, cluster, training, strategy, "memory" {<term>_bytes..., total_bytes,

@@ -1,0 +1,104 @@
+// `shardplan simulate`: lower a plan (given, or the default for the estimate flags) and simulate one step.
+#include <iostream>
+#include <memory>
+
+#include "chrome_trace.h"
+#include "commands.h"
+#include "html_report.h"
+#include "inputs.h"
+#include "model_source.h"
+#include "plan_json.h"
+#include "step_analysis.h"
+
+namespace shardplan::cli {
+
+namespace {
+struct SimulateFlags {
+  ModelClusterFlags model_cluster;
+  TrainingFlags training;
+  std::string plan_file;
+  std::string strategy = "full_shard";
+  std::string units = "per-block";
+  std::string trace_file;
+  std::string report_file;
+  bool dump_schedule = false;
+  bool json = false;
+};
+
+std::vector<ReportSummaryRow> summary_rows(const SimulationSummary& summary) {
+  const auto fixed = [](double value, const char* unit) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.4f %s", value, unit);
+    return std::string(text);
+  };
+  std::vector<ReportSummaryRow> rows = {
+      {"step time", fixed(summary.step_time_s, "s")},
+      {"compute time", fixed(summary.compute_time_s, "s")},
+      {"exposed communication", fixed(summary.exposed_comm_s, "s")},
+      {"tokens/s", fixed(summary.tokens_per_s, "")},
+      {"MFU / HFU", fixed(100 * summary.mfu, "%") + " / " + fixed(100 * summary.hfu, "%")},
+      {"peak memory", fixed(static_cast<double>(summary.peak_memory_bytes) / (1 << 30), "GiB")},
+      {"peak at", summary.peak_op},
+  };
+  for (const auto& totals : summary.collectives) {
+    rows.push_back({totals.kind, std::to_string(totals.count) + " ops, " +
+                                     fixed(static_cast<double>(totals.bytes) / (1 << 30), "GiB")});
+  }
+  return rows;
+}
+}  // namespace
+
+Action add_simulate_command(CLI::App& app) {
+  auto* command = app.add_subcommand("simulate", "simulate one training step of a plan: time, overlap, memory");
+  auto flags = std::make_shared<SimulateFlags>();
+  add_model_cluster_flags(*command, flags->model_cluster);
+  add_training_flags(*command, flags->training);
+  command->add_option("--plan,-p", flags->plan_file, "plan JSON (shardplan.plan/v1); default: FSDP's usual plan");
+  command->add_option("--strategy", flags->strategy, "strategy of the default plan")->capture_default_str();
+  command->add_option("--units", flags->units, "wrapping of the default plan: per-block | whole | N-blocks")
+      ->capture_default_str();
+  command->add_option("--trace", flags->trace_file, "write the predicted timeline as Chrome trace JSON");
+  command->add_option("--report", flags->report_file, "write a self-contained HTML report");
+  command->add_flag("--json", flags->json, "print the summary as JSON");
+  return [flags]() {
+    const ModelSpec model = load_model(flags->model_cluster.model);
+    const Cluster cluster = resolve_cluster(flags->model_cluster);
+    const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
+    Plan plan;
+    if (!flags->plan_file.empty()) {
+      plan = read_plan_file(flags->plan_file, model);
+    } else {
+      const TrainingConfig training = resolve_training(flags->training, model);
+      plan = default_plan(model, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, model),
+                          cluster.world_size());
+    }
+    const bool want_timeline = !flags->trace_file.empty() || !flags->report_file.empty();
+    const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
+    const SimulationSummary& summary = analysis.simulation.summary;
+    if (!flags->trace_file.empty()) write_chrome_trace(analysis.simulation.timeline, flags->trace_file);
+    if (!flags->report_file.empty()) {
+      ReportInput report;
+      report.title = "shardplan: " + model.name + " on " + cluster.describe() + " (" + plan.name + ")";
+      report.timeline = &analysis.simulation.timeline;
+      report.summary = summary_rows(summary);
+      write_file_atomically(flags->report_file, render_html_report(report));
+    }
+    if (flags->json) {
+      nlohmann::json document = to_json(summary);
+      document["schema"] = "shardplan.simulation/v1";
+      document["model"] = model.name;
+      document["cluster"] = to_json(cluster);
+      document["plan"] = to_json(plan, model);
+      print_json(document);
+    } else {
+      std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
+                << plan.units.size() << " units)\n";
+      std::cout << render_simulation_text(summary, analysis.schedule, cluster);
+      if (!flags->trace_file.empty()) std::cout << "trace written to " << flags->trace_file << "\n";
+      if (!flags->report_file.empty()) std::cout << "report written to " << flags->report_file << "\n";
+    }
+    return 0;
+  };
+}
+
+}  // namespace shardplan::cli

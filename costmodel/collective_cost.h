@@ -1,0 +1,51 @@
+// Collective cost: ring all-gather, reduce-scatter and all-reduce under the α-β model, one plug-in unit per collective.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hardware_profile.h"
+
+namespace shardplan {
+
+enum class CollectiveKind { all_gather, reduce_scatter, all_reduce };
+const char* to_string(CollectiveKind kind);
+
+// One collective's algorithm, as nccl-tests' testColl defines it (src/common.h, doc/PERFORMANCE.md): how many ring
+// steps it takes, how much of the message each rank moves over its link, and the busbw factor that turns algorithm
+// bandwidth into bus bandwidth. Implemented in all_gather.cpp, reduce_scatter.cpp, all_reduce.cpp.
+struct CollectiveAlgorithm {
+  CollectiveKind kind;
+  const char* name;
+  int (*latency_steps)(int ranks);         // α terms: ring steps
+  double (*bus_factor)(int ranks);         // busbw = algbw × bus_factor; also the share of S crossing each link
+};
+const CollectiveAlgorithm& all_gather_algorithm();
+const CollectiveAlgorithm& reduce_scatter_algorithm();
+const CollectiveAlgorithm& all_reduce_algorithm();
+const CollectiveAlgorithm& collective_algorithm(CollectiveKind kind);
+
+// Where a group's ranks sit: a group whose ranks span nodes is limited by the inter-node tier (the NIC per GPU).
+struct GroupPlacement {
+  int ranks = 1;
+  bool spans_nodes = false;
+};
+
+struct CollectiveCost {
+  double time_s = 0;
+  double algbw_bytes_per_s = 0;  // S / t   (nccl-tests)
+  double busbw_bytes_per_s = 0;  // algbw × bus_factor(n)
+  std::string tier;              // the tier that bounds it
+};
+
+// `message_bytes` is S in nccl-tests' convention: the full gathered output for all-gather, the full input for
+// reduce-scatter, the buffer for all-reduce. time = steps(n)·α + bus_factor(n)·S / (busbw_peak · eff(S)), where
+// eff(S) = bus_efficiency · S / (S + comm_half_efficiency_bytes). A group of one rank costs nothing.
+CollectiveCost collective_cost(CollectiveKind kind, std::int64_t message_bytes, const GroupPlacement& group,
+                               const HardwareProfile& profile);
+
+// nccl-tests' definitions, for printing measured tables: algbw = S / t, busbw = algbw × bus_factor(n).
+double algorithm_bandwidth(std::int64_t message_bytes, double time_s);
+double bus_bandwidth(CollectiveKind kind, std::int64_t message_bytes, double time_s, int ranks);
+
+}  // namespace shardplan

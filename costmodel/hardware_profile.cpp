@@ -1,0 +1,163 @@
+// HardwareProfile: the catalog defaults for a cluster, and `shardplan.profile/v1` JSON output and overrides.
+#include "hardware_profile.h"
+
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include "errors.h"
+#include "json_input.h"
+
+namespace shardplan {
+namespace {
+
+constexpr std::string_view kProfileSchema = "shardplan.profile/v1";
+
+// Keys the calibration issue reserves inside a profile's objects (fit inputs and diagnostics); accepted and ignored
+// here so a calibrated file can be applied by a build that does not read them yet.
+const std::vector<std::string>& reserved_keys() {
+  static const std::vector<std::string> keys = {"samples", "residuals", "machine", "date", "fits"};
+  return keys;
+}
+
+// `known` plus the reserved calibration keys: anything else is a typo and gets a suggestion.
+void reject_unknown(const JsonObjectReader& reader, std::vector<std::string> known) {
+  known.insert(known.end(), reserved_keys().begin(), reserved_keys().end());
+  reader.reject_unknown_keys(known);
+}
+
+void read_positive(const JsonObjectReader& reader, std::string_view key, double& field) {
+  if (const auto value = reader.optional_positive_number(key)) field = *value;
+}
+
+// An efficiency is a fraction of a peak: in (0, 1].
+void read_fraction(const JsonObjectReader& reader, std::string_view key, double& field) {
+  if (!reader.has(key)) return;
+  const auto& value = reader.raw().at(std::string(key));
+  if (!value.is_number() || !(value.get<double>() > 0.0) || !(value.get<double>() <= 1.0)) {
+    reader.fail(key, "a number in (0, 1]");
+  }
+  field = value.get<double>();
+}
+
+void read_tier(const JsonObjectReader& parent, std::string_view key, LinkTier& tier) {
+  if (!parent.has(key)) return;
+  const auto reader = parent.object(key);
+  reject_unknown(reader, {"name", "latency_s", "bus_bytes_per_s"});
+  if (const auto name = reader.optional_string("name")) tier.name = *name;
+  // α may be zero (a profile that ignores latency), never negative.
+  tier.latency_s = reader.non_negative_number("latency_s", tier.latency_s);
+  read_positive(reader, "bus_bytes_per_s", tier.bus_bytes_per_s);
+}
+
+nlohmann::json tier_json(const LinkTier& tier) {
+  return {{"name", tier.name}, {"latency_s", tier.latency_s}, {"bus_bytes_per_s", tier.bus_bytes_per_s}};
+}
+
+}  // namespace
+
+double HardwareProfile::peak_flops_for_bytes(int element_bytes) const {
+  // fp32 GEMMs run on the plain FP32 pipes; 16-bit ones on the tensor cores (the catalog's dense bf16 peak).
+  if (element_bytes == 4) return peak_fp32_flops;
+  if (element_bytes == 2) return peak_bf16_flops;
+  throw InternalError("no peak FLOP/s for " + std::to_string(element_bytes) + "-byte elements (expected 2 or 4)");
+}
+
+HardwareProfile profile_from_cluster(const Cluster& cluster) {
+  const GpuSpec& gpu = cluster.gpu;
+  HardwareProfile profile;
+  profile.source = "catalog";
+  profile.device = gpu.name;
+  profile.gpus_per_node = cluster.gpus_per_node;
+  profile.nodes = cluster.nodes;
+  profile.peak_bf16_flops = gpu.peak_bf16_flops;
+  profile.peak_fp16_flops = gpu.peak_fp16_flops;
+  profile.peak_fp32_flops = gpu.peak_fp32_flops;
+  profile.hbm_bytes_per_s = gpu.hbm_bytes_per_s;
+  profile.pcie_bytes_per_s = gpu.pcie_bytes_per_s;
+  profile.context_overhead_bytes = gpu.context_overhead_bytes;
+  // The catalog's link numbers are per GPU and per direction — what one ring step pushes (nccl-tests' busbw peak).
+  profile.intra_node = {gpu.intra_node_link, gpu.intra_node_latency_s, gpu.intra_node_bytes_per_s};
+  profile.inter_node = {cluster.fabric.name, cluster.fabric.latency_s, cluster.fabric.bytes_per_s_per_gpu};
+  return profile;
+}
+
+nlohmann::json to_json(const HardwareProfile& profile) {
+  return {
+      {"schema", std::string(kProfileSchema)},
+      {"source", profile.source},
+      {"device", profile.device},
+      {"gpus_per_node", profile.gpus_per_node},
+      {"nodes", profile.nodes},
+      {"compute",
+       {{"peak_bf16_flops", profile.peak_bf16_flops},
+        {"peak_fp16_flops", profile.peak_fp16_flops},
+        {"peak_fp32_flops", profile.peak_fp32_flops},
+        {"max_compute_efficiency", profile.max_compute_efficiency},
+        {"half_efficiency_flops", profile.half_efficiency_flops},
+        {"hbm_bytes_per_s", profile.hbm_bytes_per_s},
+        {"memory_efficiency", profile.memory_efficiency},
+        {"pcie_bytes_per_s", profile.pcie_bytes_per_s}}},
+      {"communication",
+       {{"intra_node", tier_json(profile.intra_node)},
+        {"inter_node", tier_json(profile.inter_node)},
+        {"comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes},
+        {"bus_efficiency", profile.bus_efficiency}}},
+      {"overlap_compute_slowdown", profile.overlap_compute_slowdown},
+      {"context_overhead_bytes", profile.context_overhead_bytes},
+  };
+}
+
+HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& document, const std::string& origin) {
+  const JsonObjectReader root(document, origin);
+  // A profile is only meaningful with its schema: a cluster or plan file given as --profile must not half-apply.
+  if (!root.has("schema") || !root.raw().at("schema").is_string() ||
+      root.raw().at("schema").get<std::string>() != kProfileSchema) {
+    root.fail("schema", "\"" + std::string(kProfileSchema) + "\"");
+  }
+  reject_unknown(root, {"schema", "source", "device", "gpus_per_node", "nodes", "compute", "communication",
+                        "overlap_compute_slowdown", "context_overhead_bytes"});
+
+  HardwareProfile profile = std::move(base);
+  (void)root.optional_string("source");  // validated, but the file it came from is the source now
+  profile.source = origin;
+  if (const auto device = root.optional_string("device")) profile.device = *device;
+  if (const auto gpus = root.optional_positive_int("gpus_per_node")) profile.gpus_per_node = static_cast<int>(*gpus);
+  if (const auto nodes = root.optional_positive_int("nodes")) profile.nodes = static_cast<int>(*nodes);
+
+  if (root.has("compute")) {
+    const auto compute = root.object("compute");
+    reject_unknown(compute, {"peak_bf16_flops", "peak_fp16_flops", "peak_fp32_flops", "max_compute_efficiency",
+                             "half_efficiency_flops", "hbm_bytes_per_s", "memory_efficiency", "pcie_bytes_per_s"});
+    read_positive(compute, "peak_bf16_flops", profile.peak_bf16_flops);
+    read_positive(compute, "peak_fp16_flops", profile.peak_fp16_flops);
+    read_positive(compute, "peak_fp32_flops", profile.peak_fp32_flops);
+    read_fraction(compute, "max_compute_efficiency", profile.max_compute_efficiency);
+    read_positive(compute, "half_efficiency_flops", profile.half_efficiency_flops);
+    read_positive(compute, "hbm_bytes_per_s", profile.hbm_bytes_per_s);
+    read_fraction(compute, "memory_efficiency", profile.memory_efficiency);
+    read_positive(compute, "pcie_bytes_per_s", profile.pcie_bytes_per_s);
+  }
+
+  if (root.has("communication")) {
+    const auto communication = root.object("communication");
+    reject_unknown(communication, {"intra_node", "inter_node", "comm_half_efficiency_bytes", "bus_efficiency"});
+    read_tier(communication, "intra_node", profile.intra_node);
+    read_tier(communication, "inter_node", profile.inter_node);
+    read_positive(communication, "comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes);
+    read_fraction(communication, "bus_efficiency", profile.bus_efficiency);
+  }
+
+  if (root.has("overlap_compute_slowdown")) {
+    const auto& value = root.raw().at("overlap_compute_slowdown");
+    // A slowdown below 1 would make compute faster while communication runs beside it.
+    if (!value.is_number() || !(value.get<double>() >= 1.0) || !std::isfinite(value.get<double>())) {
+      root.fail("overlap_compute_slowdown", "a number >= 1");
+    }
+    profile.overlap_compute_slowdown = value.get<double>();
+  }
+  profile.context_overhead_bytes = root.non_negative_int("context_overhead_bytes", profile.context_overhead_bytes);
+  return profile;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,62 @@
+// HardwareProfile: every parameter of the cost model in one value — catalog defaults now, calibrated values later.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster.h"
+
+namespace shardplan {
+
+// One level of the interconnect hierarchy, as a ring collective sees it.
+struct LinkTier {
+  std::string name;             // "nvlink4", "ib-ndr"
+  double latency_s = 0;         // α: per ring step
+  double bus_bytes_per_s = 0;   // peak bus bandwidth per GPU (nccl-tests' busbw convention)
+};
+
+struct HardwareProfile {
+  std::string source = "catalog";  // "catalog" or the calibration file it came from
+  std::string device;              // GPU name
+  int gpus_per_node = 1;
+  int nodes = 1;
+
+  // Compute: time = FLOPs / (peak × efficiency(FLOPs)), efficiency(f) = max_efficiency × f / (f + half_efficiency_flops)
+  // — a saturating curve: small GEMMs cannot fill the machine (cf. NVIDIA's "GPU Performance Background" guide, the
+  // wave-quantisation and tile-efficiency sections). Memory-bound work runs at hbm_bytes_per_s × memory_efficiency.
+  double peak_bf16_flops = 0;
+  double peak_fp16_flops = 0;
+  double peak_fp32_flops = 0;
+  double max_compute_efficiency = 0.75;  // large bf16 GEMMs reach ~70-80% of dense peak on A100/H100 (cuBLAS)
+  double half_efficiency_flops = 2e9;    // a GEMM of ~2 GFLOP reaches half of the maximum efficiency
+  double hbm_bytes_per_s = 0;
+  double memory_efficiency = 0.8;        // STREAM-like kernels reach ~80% of the HBM datasheet bandwidth
+  double pcie_bytes_per_s = 0;           // host ↔ device copies (CPU offload)
+
+  // Communication: α-β per tier; messages smaller than comm_half_efficiency_bytes reach under half the bus bandwidth
+  // (the shape of nccl-tests' busbw-vs-size curves); bus_efficiency is the fraction of link peak NCCL reaches.
+  LinkTier intra_node;
+  LinkTier inter_node;
+  double comm_half_efficiency_bytes = 1 << 20;
+  double bus_efficiency = 0.8;
+
+  // Overlap: compute runs this much slower while a collective runs beside it (NCCL kernels take SMs and HBM
+  // bandwidth; e.g. PyTorch FSDP2 notes and the Megatron-LM overlap studies report 5-20%).
+  double overlap_compute_slowdown = 1.10;
+
+  std::int64_t context_overhead_bytes = 0;  // runtime context, library workspaces (memory model's overhead term)
+
+  double peak_flops_for_bytes(int element_bytes) const;  // 4 → fp32 peak, 2 → bf16 peak
+};
+
+// The catalog's defaults for a cluster.
+HardwareProfile profile_from_cluster(const Cluster& cluster);
+
+// `shardplan.profile/v1` (the calibration issue extends it with samples and residuals).
+nlohmann::json to_json(const HardwareProfile& profile);
+// Overrides the fields present in `document` (schema checked); InputError names the file and field.
+HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& document, const std::string& origin);
+
+}  // namespace shardplan

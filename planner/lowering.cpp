@@ -1,0 +1,484 @@
+// Lowering of a Plan into a StepSchedule: where every all-gather, compute op, free and reduction goes, with memory.
+#include "lowering.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "compute_cost.h"
+#include "errors.h"
+#include "unit_layout.h"
+
+namespace shardplan {
+
+// Note [Lowering]:
+// - A segment is a maximal run of consecutive layers of one unit; the root unit usually has two (embedding first,
+//   final norm and head last). Forward walks segments in order, backward in reverse.
+// - A unit's all-gather is requested by its own first segment of a pass or, earlier, by a unit that lists it in its
+//   forward/backward prefetch list (requested when that unit's first segment starts, before its wait).
+// - Rate limiter (FSDP1 limit_all_gathers, its free-event queue): the n-th gathered unit that will be freed may not
+//   start before the free of the (n − limit)-th; a request whose condition is not met yet waits (in order) until
+//   that free is issued and then depends on it. Units that stay gathered for the pass do not count.
+// - An all-gather also waits for the compute op issued before it (its issue point), as FSDP's streams do.
+// - Memory: ops allocate at their start and free at their end. Gathered parameters belong to the all-gather and are
+//   freed by free_unsharded; activations are kept from forward to the layer's backward; a recompute allocates the
+//   difference to a layer's full activations, freed by its backward; a unit's full-size gradient is allocated by its
+//   first backward op and freed by the reduction (kept across no_sync micro-batches).
+
+namespace {
+
+struct Segment {
+  int unit;
+  std::size_t first_layer;
+  std::size_t last_layer;  // inclusive
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options)
+      : plan_(plan), model_(model), options_(options),
+        layouts_(unit_layouts(plan, model, options.world_size, options.gpus_per_node)) {
+    for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+      const int unit = owner_of(layer);
+      if (segments_.empty() || segments_.back().unit != unit) {
+        segments_.push_back({unit, layer, layer});
+      } else {
+        segments_.back().last_layer = layer;
+      }
+    }
+  }
+
+  StepSchedule run() {
+    schedule_.world_size = options_.world_size;
+    schedule_.gpus_per_node = options_.gpus_per_node;
+    schedule_.micro_batches = plan_.grad_accumulation_steps;
+    schedule_.compute_element_bytes = plan_.training.precision.param_compute_bytes;
+    schedule_.tokens_per_step = static_cast<std::int64_t>(plan_.grad_accumulation_steps) *
+                                plan_.training.tokens_per_micro_batch() * options_.world_size;
+    for (const auto& layout : layouts_) schedule_.unit_names.push_back(layout.name);
+    persistent_memory();
+    grads_allocated_.assign(layouts_.size(), false);
+    std::vector<int> reductions;
+    for (int micro = 0; micro < plan_.grad_accumulation_steps; ++micro) {
+      const bool synchronise = micro + 1 == plan_.grad_accumulation_steps || !plan_.training.no_sync_accumulation;
+      forward_pass(micro);
+      reductions = backward_pass(micro, synchronise);
+    }
+    optimizer_step(reductions);
+    return std::move(schedule_);
+  }
+
+ private:
+  int owner_of(std::size_t layer) const {
+    for (std::size_t unit = 1; unit < plan_.units.size(); ++unit) {
+      const auto& range = plan_.units[unit].layers;
+      if (layer >= range.begin && layer < range.end) return static_cast<int>(unit);
+    }
+    return 0;
+  }
+
+  int emit(Op op) {
+    op.id = static_cast<int>(schedule_.ops.size());
+    if (op.stream == StreamKind::compute) last_compute_ = op.id;
+    schedule_.ops.push_back(std::move(op));
+    return schedule_.ops.back().id;
+  }
+
+  void persistent_memory() {
+    auto& persistent = schedule_.persistent;
+    const auto& precision = plan_.training.precision;
+    for (const auto& layout : layouts_) {
+      if (!plan_.offload.params) {
+        persistent[static_cast<int>(MemoryCategory::sharded_params)] += layout.shard_elements * precision.param_storage_bytes;
+        persistent[static_cast<int>(MemoryCategory::sharded_grads)] +=
+            layout.grad_shard_elements * precision.grad_storage_bytes;
+      }
+      if (!plan_.offload.params && !plan_.offload.optimizer) {
+        persistent[static_cast<int>(MemoryCategory::optimizer_states)] +=
+            layout.optimizer_shard_elements * optimizer_bytes_per_param(precision, plan_.training.optimizer);
+      }
+    }
+    persistent[static_cast<int>(MemoryCategory::overhead)] += options_.context_overhead_bytes;
+  }
+
+  // --- all-gathers and the rate limiter -------------------------------------------------------------------------
+
+  bool counts_toward_limit(int unit, bool backward) const {
+    // Units that stay gathered for the rest of the pass never issue a free the limiter could wait on.
+    return backward || plan_.units[static_cast<std::size_t>(unit)].reshard_after_forward.enabled;
+  }
+
+  // The limiter's condition for the next counted gather: the gather `limit` places earlier has been freed.
+  bool limiter_allows() const {
+    const int limit = plan_.max_inflight_all_gathers;
+    const std::size_t next = limiter_sequence_.size();
+    return limit == 0 || next < static_cast<std::size_t>(limit) ||
+           limiter_sequence_[next - static_cast<std::size_t>(limit)].free_op >= 0;
+  }
+
+  int limiter_dependency() const {
+    const int limit = plan_.max_inflight_all_gathers;
+    const std::size_t next = limiter_sequence_.size();
+    if (limit == 0 || next < static_cast<std::size_t>(limit)) return -1;
+    return limiter_sequence_[next - static_cast<std::size_t>(limit)].free_op;
+  }
+
+  void request_gather(int unit, int micro, bool backward) {
+    const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+    if (!layout.gathers || gathered_[unit] || std::find(pending_.begin(), pending_.end(), unit) != pending_.end()) {
+      return;
+    }
+    if (counts_toward_limit(unit, backward) && (!pending_.empty() || !limiter_allows())) {
+      pending_.push_back(unit);
+      return;
+    }
+    emit_gather(unit, micro, backward, counts_toward_limit(unit, backward) ? limiter_dependency() : -1);
+  }
+
+  void emit_gather(int unit, int micro, bool backward, int limiter_dep) {
+    const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+    const auto& precision = plan_.training.precision;
+    Op gather;
+    gather.kind = OpKind::all_gather;
+    gather.stream = StreamKind::all_gather;
+    gather.unit = unit;
+    gather.micro_batch = micro;
+    gather.bytes = layout.padded_elements * precision.param_compute_bytes;
+    const bool from_partial = partial_copy_[unit];
+    gather.group = from_partial ? GroupKind::partial_reshard : GroupKind::shard;
+    gather.group_size = from_partial ? layout.partial_group : layout.param_group;
+    gather.group_spans_nodes = gather.group_size > options_.gpus_per_node;
+    if (limiter_dep >= 0) gather.deps.push_back(limiter_dep);
+    // Issue point: the all-gather stream waits for the compute stream where the gather was issued (FSDP2's copy-in
+    // waits on the current stream), so a prefetch overlaps the compute issued after it, not earlier work.
+    if (last_compute_ >= 0) gather.deps.push_back(last_compute_);
+    gather.allocates.push_back({layout.gathered_category, gather.bytes});
+    if (plan_.offload.params) {
+      // The shard comes in from host memory first (FSDP CPUOffload copies it before the all-gather).
+      Op copy;
+      copy.kind = OpKind::host_to_device;
+      copy.stream = StreamKind::host_to_device;
+      copy.unit = unit;
+      copy.micro_batch = micro;
+      copy.bytes = layout.shard_elements * precision.param_storage_bytes;
+      copy.allocates.push_back({MemoryCategory::comm_buffers, copy.bytes});
+      gather.deps.push_back(emit(std::move(copy)));
+      gather.frees.push_back({MemoryCategory::comm_buffers, layout.shard_elements * precision.param_storage_bytes});
+    }
+    if (precision.param_compute_bytes != precision.param_storage_bytes) {
+      // The low-precision copy of the shard that feeds the all-gather (FSDP1 MixedPrecision `_mp_shard`).
+      const std::int64_t cast_bytes = layout.shard_elements * precision.param_compute_bytes;
+      gather.allocates.push_back({MemoryCategory::comm_buffers, cast_bytes});
+      gather.frees.push_back({MemoryCategory::comm_buffers, cast_bytes});
+    }
+    if (from_partial) {
+      gather.frees.push_back({MemoryCategory::unsharded_params, layout.partial_copy_bytes});
+      partial_copy_[unit] = false;
+    }
+    gather_op_[unit] = emit(std::move(gather));
+    gathered_[unit] = true;
+    waited_[unit] = false;
+    if (counts_toward_limit(unit, backward)) limiter_sequence_.push_back({unit, -1});
+  }
+
+  // The unit must be gathered now: a pending request is issued even if the limiter is full (FSDP would block the
+  // CPU until an earlier free completes; the latest free is the closest event we have).
+  void ensure_gathered(int unit, int micro, bool backward) {
+    const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+    if (!layout.gathers) return;
+    const auto position = std::find(pending_.begin(), pending_.end(), unit);
+    if (position != pending_.end()) {
+      pending_.erase(position);
+      emit_gather(unit, micro, backward, limiter_allows() ? limiter_dependency() : last_free_);
+    } else if (!gathered_[unit]) {
+      request_gather(unit, micro, backward);
+      if (!gathered_[unit]) ensure_gathered(unit, micro, backward);
+    }
+  }
+
+  void emit_wait(int unit, int micro) {
+    if (gather_op_[unit] < 0 || waited_[unit]) return;
+    Op wait;
+    wait.kind = OpKind::wait;
+    wait.unit = unit;
+    wait.micro_batch = micro;
+    wait.deps.push_back(gather_op_[unit]);
+    emit(std::move(wait));
+    waited_[unit] = true;
+  }
+
+  void emit_free(int unit, int micro, bool backward) {
+    const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+    Op free_op;
+    free_op.kind = OpKind::free_unsharded;
+    free_op.unit = unit;
+    free_op.micro_batch = micro;
+    free_op.frees.push_back({layout.gathered_category, layout.gathered_bytes});
+    const bool partial = !backward && plan_.units[static_cast<std::size_t>(unit)].reshard_after_forward.keeps_partial_copy();
+    if (partial) free_op.allocates.push_back({MemoryCategory::unsharded_params, layout.partial_copy_bytes});
+    last_free_ = emit(std::move(free_op));
+    gathered_[unit] = false;
+    gather_op_[unit] = -1;
+    partial_copy_[unit] = partial;
+    for (auto entry = limiter_sequence_.rbegin(); entry != limiter_sequence_.rend(); ++entry) {
+      if (entry->unit == unit && entry->free_op < 0) {
+        entry->free_op = last_free_;
+        break;
+      }
+    }
+    while (!pending_.empty() && limiter_allows()) {
+      const int next = pending_.front();
+      pending_.pop_front();
+      emit_gather(next, micro, backward, limiter_dependency());
+    }
+  }
+
+  void start_pass() {
+    const std::size_t count = layouts_.size();
+    gathered_.assign(count, false);
+    waited_.assign(count, false);
+    gather_op_.assign(count, -1);
+    if (partial_copy_.size() != count) partial_copy_.assign(count, false);
+    pending_.clear();
+  }
+
+  // --- compute ----------------------------------------------------------------------------------------------------
+
+  std::int64_t kept_bytes(std::size_t layer, ActivationCheckpointing mode) const {
+    const auto& training = plan_.training;
+    const double per_token = model_.layers[layer].activation_bytes_per_token(
+        training.seq_len, training.precision.param_compute_bytes, training.flash_attention, mode);
+    return static_cast<std::int64_t>(std::llround(per_token * static_cast<double>(training.tokens_per_micro_batch())));
+  }
+
+  ActivationCheckpointing checkpointing(std::size_t layer) const {
+    return model_.layers[layer].kind == LayerKind::transformer_block ? plan_.layer_checkpointing[layer]
+                                                                     : ActivationCheckpointing::none;
+  }
+
+  int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
+    const LayerWork work = layer_work(model_.layers[layer], plan_.training, pass);
+    Op op;
+    op.kind = kind;
+    op.unit = unit;
+    op.layer = static_cast<int>(layer);
+    op.micro_batch = micro;
+    op.flops = work.flops;
+    op.memory_bytes = work.memory_bytes;
+    schedule_.hardware_flops_per_rank += work.flops;
+    if (pass != ComputePass::recompute) schedule_.model_flops_per_rank += work.flops;
+    if (kind == OpKind::forward) {
+      op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer, checkpointing(layer))});
+    }
+    return emit(std::move(op));
+  }
+
+  void forward_pass(int micro) {
+    start_pass();
+    std::vector<bool> started(layouts_.size(), false);
+    for (std::size_t index = 0; index < segments_.size(); ++index) {
+      const Segment& segment = segments_[index];
+      const int unit = segment.unit;
+      const auto& spec = plan_.units[static_cast<std::size_t>(unit)];
+      const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+      if (!started[unit]) {
+        started[unit] = true;
+        ensure_gathered(unit, micro, false);
+        for (int target : spec.forward_prefetch) request_gather(target, micro, false);
+        emit_wait(unit, micro);
+      }
+      for (std::size_t layer = segment.first_layer; layer <= segment.last_layer; ++layer) {
+        const int id = emit_compute(OpKind::forward, layer, unit, micro, ComputePass::forward);
+        if (layout.casts_replicated && !gathered_[unit]) {
+          // Replicated parameters in another dtype: the compute copy appears with the unit's first forward op.
+          schedule_.ops[static_cast<std::size_t>(id)].allocates.push_back({layout.gathered_category, layout.gathered_bytes});
+          gathered_[unit] = true;
+        }
+      }
+      if (last_segment_of(unit, index, true) && gathered_[unit] && spec.reshard_after_forward.enabled) {
+        emit_free(unit, micro, false);
+      }
+    }
+  }
+
+  std::vector<int> backward_pass(int micro, bool synchronise) {
+    std::vector<int> reductions;
+    // Units kept gathered from forward stay so; every other unit is gathered again (the pass state carries over).
+    pending_.clear();
+    for (std::size_t unit = 0; unit < layouts_.size(); ++unit) {
+      waited_[unit] = gathered_[unit];  // nothing to wait for on a unit still gathered since forward
+    }
+    std::vector<bool> started(layouts_.size(), false);
+    for (std::size_t back = segments_.size(); back-- > 0;) {
+      const Segment& segment = segments_[back];
+      const int unit = segment.unit;
+      const auto& spec = plan_.units[static_cast<std::size_t>(unit)];
+      const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+      if (!started[unit]) {
+        started[unit] = true;
+        ensure_gathered(unit, micro, true);
+        for (int target : spec.backward_prefetch) request_gather(target, micro, true);
+        emit_wait(unit, micro);
+        if (layout.casts_replicated && !gathered_[unit]) {
+          pending_alloc_ = {layout.gathered_category, layout.gathered_bytes};
+          gathered_[unit] = true;
+        }
+      }
+      for (std::size_t layer = segment.last_layer + 1; layer-- > segment.first_layer;) {
+        const ActivationCheckpointing mode = checkpointing(layer);
+        const std::int64_t kept = kept_bytes(layer, mode);
+        const std::int64_t rebuilt = kept_bytes(layer, ActivationCheckpointing::none) - kept;
+        if (mode != ActivationCheckpointing::none && rebuilt > 0) {
+          const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
+          auto& op = schedule_.ops[static_cast<std::size_t>(id)];
+          op.allocates.push_back({MemoryCategory::activations, rebuilt});
+          take_pending_alloc(op);
+        }
+        const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
+        auto& op = schedule_.ops[static_cast<std::size_t>(id)];
+        take_pending_alloc(op);
+        op.frees.push_back({MemoryCategory::activations, kept + (mode != ActivationCheckpointing::none ? rebuilt : 0)});
+        if (layout.grad_copies && !grads_allocated_[unit]) {
+          op.allocates.push_back({MemoryCategory::unsharded_grads, layout.grad_copy_bytes});
+          grads_allocated_[unit] = true;
+        }
+        last_backward_ = id;
+      }
+      if (last_segment_of(unit, back, false)) {
+        if (gathered_[unit]) emit_free(unit, micro, true);
+        if (synchronise) reduce(unit, micro, reductions);
+      }
+    }
+    return reductions;
+  }
+
+  void take_pending_alloc(Op& op) {
+    if (pending_alloc_.bytes > 0) op.allocates.push_back(pending_alloc_);
+    pending_alloc_ = {MemoryCategory::activations, 0};
+  }
+
+  // The unit's last segment in this pass: in forward the highest index, in backward the lowest.
+  bool last_segment_of(int unit, std::size_t index, bool forward) const {
+    if (forward) {
+      for (std::size_t later = index + 1; later < segments_.size(); ++later) {
+        if (segments_[later].unit == unit) return false;
+      }
+      return true;
+    }
+    for (std::size_t earlier = 0; earlier < index; ++earlier) {
+      if (segments_[earlier].unit == unit) return false;
+    }
+    return true;
+  }
+
+  void reduce(int unit, int micro, std::vector<int>& reductions);
+  void optimizer_step(const std::vector<int>& reductions);
+
+  const Plan& plan_;
+  const ModelSpec& model_;
+  LoweringOptions options_;
+  std::vector<UnitLayout> layouts_;
+  std::vector<Segment> segments_;
+  StepSchedule schedule_;
+  std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_;
+  std::vector<int> gather_op_;
+  struct LimiterEntry {
+    int unit;
+    int free_op;  // the free_unsharded op that released it, -1 until issued
+  };
+  std::vector<LimiterEntry> limiter_sequence_;  // every gather the rate limiter counts, in issue order
+  std::deque<int> pending_;                     // gather requests held back by the rate limiter
+  int last_compute_ = -1;
+  int last_free_ = -1;
+  int last_backward_ = -1;
+  MemoryChange pending_alloc_{MemoryCategory::activations, 0};
+};
+
+void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
+  const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+  const auto& precision = plan_.training.precision;
+  if (layout.param_count == 0) return;
+  const std::int64_t grad_copy = grads_allocated_[unit] ? layout.grad_copy_bytes : 0;
+  grads_allocated_[unit] = false;
+  if (layout.grad_group > 1) {
+    Op scatter;
+    scatter.kind = OpKind::reduce_scatter;
+    scatter.stream = StreamKind::reduce_scatter;
+    scatter.unit = unit;
+    scatter.micro_batch = micro;
+    scatter.bytes = layout.grad_padded_elements * precision.reduce_bytes;
+    scatter.group = GroupKind::shard;
+    scatter.group_size = layout.grad_group;
+    scatter.group_spans_nodes = layout.grad_group > options_.gpus_per_node;
+    scatter.deps.push_back(last_backward_);
+    const std::int64_t output_bytes = layout.grad_shard_elements * precision.reduce_bytes;
+    scatter.allocates.push_back({MemoryCategory::comm_buffers, output_bytes});
+    if (grad_copy > 0) scatter.frees.push_back({MemoryCategory::unsharded_grads, grad_copy});
+    const bool offload = plan_.offload.params;
+    if (!offload) scatter.frees.push_back({MemoryCategory::comm_buffers, output_bytes});
+    int last = emit(std::move(scatter));
+    if (layout.replicas > 1) {
+      // HSDP: the reduced shard is all-reduced across the replicas of the shard group, in place.
+      Op across;
+      across.kind = OpKind::all_reduce;
+      across.stream = StreamKind::all_reduce;
+      across.unit = unit;
+      across.micro_batch = micro;
+      across.bytes = output_bytes;
+      across.group = GroupKind::replica;
+      across.group_size = layout.replicas;
+      across.group_spans_nodes = options_.world_size > options_.gpus_per_node;
+      across.deps.push_back(last);
+      last = emit(std::move(across));
+    }
+    if (offload) {
+      Op copy;
+      copy.kind = OpKind::device_to_host;
+      copy.stream = StreamKind::device_to_host;
+      copy.unit = unit;
+      copy.micro_batch = micro;
+      copy.bytes = output_bytes;
+      copy.deps.push_back(last);
+      copy.frees.push_back({MemoryCategory::comm_buffers, output_bytes});
+      last = emit(std::move(copy));
+    }
+    reductions.push_back(last);
+    return;
+  }
+  // Replicated gradients (NO_SHARD, ZeRO-1): all-reduce over the world, in place (DDP-style).
+  Op everywhere;
+  everywhere.kind = OpKind::all_reduce;
+  everywhere.stream = StreamKind::all_reduce;
+  everywhere.unit = unit;
+  everywhere.micro_batch = micro;
+  everywhere.bytes = layout.param_count * precision.reduce_bytes;
+  everywhere.group = GroupKind::world;
+  everywhere.group_size = options_.world_size;
+  everywhere.group_spans_nodes = options_.world_size > options_.gpus_per_node;
+  everywhere.deps.push_back(last_backward_);
+  if (grad_copy > 0) everywhere.frees.push_back({MemoryCategory::unsharded_grads, grad_copy});
+  if (options_.world_size > 1 || grad_copy > 0) reductions.push_back(emit(std::move(everywhere)));
+}
+
+void Lowerer::optimizer_step(const std::vector<int>& reductions) {
+  Op step;
+  step.kind = OpKind::optimizer_step;
+  step.deps = reductions;
+  for (const auto& layout : layouts_) step.optimizer_elements += layout.optimizer_shard_elements;
+  // A fused optimizer touches each byte once: parameters read and written, gradients read, master weights and states
+  // read and written (apex FusedAdam; torch.optim.AdamW(fused=True)).
+  const auto& precision = plan_.training.precision;
+  const std::int64_t bytes_per_element = 2 * precision.param_storage_bytes + precision.grad_storage_bytes +
+                                         2 * optimizer_bytes_per_param(precision, plan_.training.optimizer);
+  step.memory_bytes = static_cast<double>(step.optimizer_elements * bytes_per_element);
+  step.on_host = plan_.offload.params || plan_.offload.optimizer;
+  emit(std::move(step));
+}
+
+}  // namespace
+
+StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
+  validate_plan(plan, model, options.world_size, options.gpus_per_node);
+  return Lowerer(plan, model, options).run();
+}
+
+}  // namespace shardplan

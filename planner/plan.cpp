@@ -1,0 +1,89 @@
+// Default plans (FSDP's usual wrapping) and plan validation against a model and a world.
+#include "plan.h"
+
+#include "errors.h"
+
+namespace shardplan {
+
+Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const ShardingStrategy& strategy,
+                  const Wrapping& wrapping, int world_size) {
+  Plan plan;
+  plan.name = "default";
+  plan.model = model.name;
+  plan.training = training;
+  plan.grad_accumulation_steps = static_cast<int>(training.grad_accumulation_steps(world_size));
+  const auto units = resolve_units(model, wrapping);
+  for (std::size_t id = 0; id < units.size(); ++id) {
+    PlanUnit unit;
+    unit.name = units[id].name;
+    unit.is_root = units[id].is_root;
+    if (!unit.is_root) unit.layers = wrapping.units[id - 1];
+    unit.strategy = strategy;
+    // See Note [Root unit] in wrapping.h: the root stays gathered from forward to backward.
+    unit.reshard_after_forward.enabled = !unit.is_root;
+    // One-ahead prefetch as FSDP does by default: forward gathers the next unit, backward the previous one.
+    const int count = static_cast<int>(units.size());
+    const int self = static_cast<int>(id);
+    if (self + 1 < count) unit.forward_prefetch = {self + 1};
+    // Backward runs the root's head first, then the last unit down to the first.
+    if (unit.is_root && count > 1) unit.backward_prefetch = {count - 1};
+    if (self >= 2) unit.backward_prefetch = {self - 1};
+    plan.units.push_back(std::move(unit));
+  }
+  plan.layer_checkpointing.assign(model.layers.size(), ActivationCheckpointing::none);
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind == LayerKind::transformer_block) plan.layer_checkpointing[layer] = training.checkpointing;
+  }
+  return plan;
+}
+
+std::vector<UnitInfo> plan_units(const Plan& plan, const ModelSpec& model) {
+  Wrapping wrapping;
+  for (const auto& unit : plan.units) {
+    if (!unit.is_root) wrapping.units.push_back(unit.layers);
+  }
+  return resolve_units(model, wrapping);
+}
+
+void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
+  if (plan.units.empty() || !plan.units.front().is_root) {
+    throw InputError("plan: unit 0 must be the root unit (\"root\": true)");
+  }
+  for (std::size_t id = 1; id < plan.units.size(); ++id) {
+    if (plan.units[id].is_root) throw InputError("plan: unit " + std::to_string(id) + ": only unit 0 may be the root");
+  }
+  plan_units(plan, model);  // ranges in bounds, ordered, non-overlapping, tied layers together
+  const int count = static_cast<int>(plan.units.size());
+  for (int id = 0; id < count; ++id) {
+    const auto& unit = plan.units[static_cast<std::size_t>(id)];
+    const std::string label = "plan: unit " + std::to_string(id) + " ('" + unit.name + "')";
+    for (const auto* list : {&unit.forward_prefetch, &unit.backward_prefetch}) {
+      for (int target : *list) {
+        if (target < 0 || target >= count || target == id) {
+          throw InputError(label + ": prefetch names unit " + std::to_string(target) + ", expected another unit id in 0.." +
+                           std::to_string(count - 1));
+        }
+      }
+    }
+    try {
+      const ShardingLayout layout = resolve_sharding(unit.strategy, world_size, gpus_per_node);
+      const int partial = unit.reshard_after_forward.group_size;
+      if (unit.reshard_after_forward.keeps_partial_copy() &&
+          (partial >= layout.param_group || layout.param_group % partial != 0)) {
+        throw InputError("reshard_after_forward " + std::to_string(partial) + ": expected a divisor of the shard group " +
+                         std::to_string(layout.param_group) + " smaller than it");
+      }
+    } catch (const InputError& error) {
+      throw InputError(label + ": " + error.what());
+    }
+  }
+  if (plan.layer_checkpointing.size() != model.layers.size()) {
+    throw InputError("plan: activation checkpointing lists " + std::to_string(plan.layer_checkpointing.size()) +
+                     " layers, the model has " + std::to_string(model.layers.size()));
+  }
+  if (plan.grad_accumulation_steps < 1) throw InputError("plan: grad_accumulation_steps: expected at least 1");
+  if (plan.max_inflight_all_gathers < 0) throw InputError("plan: max_inflight_all_gathers: expected >= 0");
+  validate_training(plan.training, model);
+}
+
+}  // namespace shardplan

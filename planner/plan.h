@@ -1,0 +1,62 @@
+// Plan: the user-visible decision — units, per-unit strategy and prefetch, activation checkpointing, training knobs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model_spec.h"
+#include "sharding.h"
+#include "training.h"
+#include "wrapping.h"
+
+namespace shardplan {
+
+// FSDP2's reshard_after_forward: true frees the gathered parameters after forward, false keeps them until backward,
+// and an integer k keeps a copy sharded over k ranks (e.g. one node) so the backward all-gather stays intra-node.
+struct ReshardAfterForward {
+  bool enabled = true;
+  int group_size = 0;  // > 0: reshard to this smaller group instead of freeing everything
+  bool keeps_partial_copy() const { return enabled && group_size > 0; }
+};
+
+struct PlanUnit {
+  std::string name;
+  bool is_root = false;   // the root unit owns every layer no other unit covers
+  LayerRange layers;      // non-root units: a contiguous layer range
+  ShardingStrategy strategy;
+  ReshardAfterForward reshard_after_forward;
+  // Unit ids gathered when this unit's forward (backward) starts, as FSDP2's set_modules_to_forward_prefetch /
+  // set_modules_to_backward_prefetch.
+  std::vector<int> forward_prefetch;
+  std::vector<int> backward_prefetch;
+};
+
+struct OffloadPolicy {
+  bool params = false;     // sharded parameters and gradients live in host memory (FSDP CPUOffload)
+  bool optimizer = false;  // optimizer states live and step in host memory (ZeRO-Offload)
+};
+
+struct Plan {
+  std::string name = "plan";
+  std::string model;                // what the plan was made for (informational, checked loosely)
+  std::vector<PlanUnit> units;      // units[0] is the root unit
+  std::vector<ActivationCheckpointing> layer_checkpointing;  // one entry per model layer
+  TrainingConfig training;
+  int grad_accumulation_steps = 1;  // micro-batches per optimizer step on each rank
+  int max_inflight_all_gathers = 2; // FSDP1's limit_all_gathers rate limiter; 0 = unlimited
+  OffloadPolicy offload;
+};
+
+// FSDP's usual wrapping: one unit per transformer block, the rest in the root unit (not resharded after forward),
+// every unit with `strategy`, one unit prefetched ahead in forward and backward, the training's AC on every block.
+Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const ShardingStrategy& strategy,
+                  const Wrapping& wrapping, int world_size);
+
+// Checks a plan against its model and world: units cover each layer at most once and in order, prefetch ids exist,
+// shard groups divide the world, the checkpointing list has one entry per layer. InputError names the unit.
+void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
+
+// The plan's units as the memory model sees them (root first).
+std::vector<UnitInfo> plan_units(const Plan& plan, const ModelSpec& model);
+
+}  // namespace shardplan

@@ -1,0 +1,183 @@
+// Reading and writing `shardplan.plan/v1` documents.
+#include "plan_json.h"
+
+#include "errors.h"
+#include "json_input.h"
+
+namespace shardplan {
+namespace {
+
+constexpr const char* kPlanSchema = "shardplan.plan/v1";
+
+std::string strategy_text(const ShardingStrategy& strategy) {
+  std::string text = to_string(strategy.kind);
+  if (strategy.shard_group_size > 0) text += ":" + std::to_string(strategy.shard_group_size);
+  return text;
+}
+
+std::vector<int> read_ids(const JsonObjectReader& unit, const char* key) {
+  std::vector<int> ids;
+  if (!unit.has(key)) return ids;
+  for (const auto& value : unit.array(key, true)) {
+    if (!value.is_number_integer()) unit.fail(key, "an array of unit ids");
+    ids.push_back(value.get<int>());
+  }
+  return ids;
+}
+
+ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::string& text, const char* key) {
+  try {
+    return checkpointing_from_string(text);
+  } catch (const InputError&) {
+    reader.fail(key, "\"none\", \"full\" or \"selective\"");
+  }
+}
+
+TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_steps) {
+  block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
+                             "flash_attention", "no_sync"});
+  TrainingConfig training;
+  training.seq_len = block.positive_int("seq_len");
+  training.micro_batch = block.optional_positive_int("micro_batch").value_or(1);
+  accumulation_steps = static_cast<int>(block.optional_positive_int("grad_accumulation_steps").value_or(1));
+  try {
+    training.precision = precision_recipe(block.optional_string("precision").value_or("bf16-mixed"));
+  } catch (const InputError&) {
+    block.fail("precision", "fp32, bf16-mixed, pure-bf16 or zero-fp16");
+  }
+  try {
+    training.optimizer = optimizer_from_string(block.optional_string("optimizer").value_or("adamw"));
+  } catch (const InputError&) {
+    block.fail("optimizer", "adamw, sgd-momentum or sgd");
+  }
+  training.flash_attention = block.boolean("flash_attention", true);
+  training.no_sync_accumulation = block.boolean("no_sync", false);
+  return training;
+}
+
+PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpec& model,
+                   std::vector<ActivationCheckpointing>& checkpointing) {
+  entry.reject_unknown_keys({"id", "name", "root", "first_layer", "last_layer", "strategy", "reshard_after_forward",
+                             "forward_prefetch", "backward_prefetch", "ac", "ac_layers"});
+  PlanUnit unit;
+  unit.is_root = entry.boolean("root", false);
+  unit.name = entry.optional_string("name").value_or(unit.is_root ? "root" : "unit " + std::to_string(id));
+  if (entry.has("id") && entry.raw().at("id") != static_cast<int>(id)) entry.fail("id", std::to_string(id) + " (its position)");
+  if (!unit.is_root) {
+    const std::int64_t first = entry.non_negative_int("first_layer", -1);
+    if (!entry.has("first_layer")) entry.fail("first_layer", "the index of the unit's first layer");
+    const std::int64_t last = entry.non_negative_int("last_layer", first);
+    if (last < first || last >= static_cast<std::int64_t>(model.layers.size())) {
+      entry.fail("last_layer", "a layer index in " + std::to_string(first) + ".." +
+                                   std::to_string(model.layers.size() - 1));
+    }
+    unit.layers = {static_cast<std::size_t>(first), static_cast<std::size_t>(last) + 1};
+  }
+  try {
+    unit.strategy = parse_strategy(entry.optional_string("strategy").value_or("full_shard"));
+  } catch (const InputError& error) {
+    entry.fail("strategy", "a strategy name (full_shard, hybrid_shard:8, ...)");
+  }
+  if (entry.has("reshard_after_forward")) {
+    const auto& value = entry.raw().at("reshard_after_forward");
+    if (value.is_boolean()) {
+      unit.reshard_after_forward.enabled = value.get<bool>();
+    } else if (value.is_number_integer() && value.get<int>() >= 1) {
+      unit.reshard_after_forward.group_size = value.get<int>();
+    } else {
+      entry.fail("reshard_after_forward", "true, false or a positive shard group size");
+    }
+  } else {
+    unit.reshard_after_forward.enabled = !unit.is_root;
+  }
+  unit.forward_prefetch = read_ids(entry, "forward_prefetch");
+  unit.backward_prefetch = read_ids(entry, "backward_prefetch");
+  if (!unit.is_root) {
+    const std::size_t count = unit.layers.end - unit.layers.begin;
+    if (entry.has("ac_layers")) {
+      const auto modes = entry.array("ac_layers");
+      if (modes.size() != count) entry.fail("ac_layers", std::to_string(count) + " entries, one per layer of the unit");
+      for (std::size_t i = 0; i < count; ++i) {
+        if (!modes[i].is_string()) entry.fail("ac_layers", "strings");
+        checkpointing[unit.layers.begin + i] = read_ac(entry, modes[i].get<std::string>(), "ac_layers");
+      }
+    } else if (const auto mode = entry.optional_string("ac")) {
+      const ActivationCheckpointing parsed = read_ac(entry, *mode, "ac");
+      for (std::size_t layer = unit.layers.begin; layer < unit.layers.end; ++layer) checkpointing[layer] = parsed;
+    }
+  }
+  return unit;
+}
+
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& document, const std::string& origin, const ModelSpec& model) {
+  const JsonObjectReader root(document, origin);
+  root.reject_unknown_keys({"schema", "name", "model", "training", "max_inflight_all_gathers", "offload", "units"});
+  if (!root.has("schema") || root.raw().at("schema") != kPlanSchema) {
+    root.fail("schema", std::string("\"") + kPlanSchema + "\"");
+  }
+  Plan plan;
+  plan.name = root.optional_string("name").value_or("plan");
+  plan.model = root.optional_string("model").value_or(model.name);
+  plan.training = read_training(root.object("training"), plan.grad_accumulation_steps);
+  plan.max_inflight_all_gathers = static_cast<int>(root.non_negative_int("max_inflight_all_gathers", 2));
+  if (root.has("offload")) {
+    const JsonObjectReader offload = root.object("offload");
+    offload.reject_unknown_keys({"params", "optimizer"});
+    plan.offload.params = offload.boolean("params", false);
+    plan.offload.optimizer = offload.boolean("optimizer", false);
+  }
+  plan.layer_checkpointing.assign(model.layers.size(), ActivationCheckpointing::none);
+  const auto entries = root.array("units");
+  for (std::size_t id = 0; id < entries.size(); ++id) {
+    plan.units.push_back(read_unit(root.element("units", id, entries[id]), id, model, plan.layer_checkpointing));
+  }
+  return plan;
+}
+
+Plan read_plan_file(const std::string& path, const ModelSpec& model) {
+  return plan_from_json(read_json_file(path), path, model);
+}
+
+nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
+  nlohmann::json units = nlohmann::json::array();
+  for (std::size_t id = 0; id < plan.units.size(); ++id) {
+    const PlanUnit& unit = plan.units[id];
+    nlohmann::json entry = {{"id", id}, {"name", unit.name}, {"root", unit.is_root},
+                            {"strategy", strategy_text(unit.strategy)}};
+    if (!unit.is_root) {
+      entry["first_layer"] = unit.layers.begin;
+      entry["last_layer"] = unit.layers.end - 1;
+      nlohmann::json modes = nlohmann::json::array();
+      for (std::size_t layer = unit.layers.begin; layer < unit.layers.end; ++layer) {
+        modes.push_back(to_string(plan.layer_checkpointing.at(layer)));
+      }
+      entry["ac_layers"] = std::move(modes);
+    }
+    if (unit.reshard_after_forward.keeps_partial_copy()) {
+      entry["reshard_after_forward"] = unit.reshard_after_forward.group_size;
+    } else {
+      entry["reshard_after_forward"] = unit.reshard_after_forward.enabled;
+    }
+    entry["forward_prefetch"] = unit.forward_prefetch;
+    entry["backward_prefetch"] = unit.backward_prefetch;
+    units.push_back(std::move(entry));
+  }
+  return {{"schema", kPlanSchema},
+          {"name", plan.name},
+          {"model", plan.model.empty() ? model.name : plan.model},
+          {"training",
+           {{"seq_len", plan.training.seq_len},
+            {"micro_batch", plan.training.micro_batch},
+            {"grad_accumulation_steps", plan.grad_accumulation_steps},
+            {"precision", plan.training.precision.name},
+            {"optimizer", to_string(plan.training.optimizer)},
+            {"flash_attention", plan.training.flash_attention},
+            {"no_sync", plan.training.no_sync_accumulation}}},
+          {"max_inflight_all_gathers", plan.max_inflight_all_gathers},
+          {"offload", {{"params", plan.offload.params}, {"optimizer", plan.offload.optimizer}}},
+          {"units", std::move(units)}};
+}
+
+}  // namespace shardplan

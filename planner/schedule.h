@@ -1,0 +1,83 @@
+// StepSchedule: the IR of one training step — ordered ops per stream with dependencies and memory effects.
+// The simulator times these ops; the executor runs exactly these ops. Plain data: no planner logic needed to read it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory_category.h"
+
+namespace shardplan {
+
+enum class StreamKind { compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host };
+inline constexpr int kStreamCount = 6;
+const char* to_string(StreamKind stream);
+
+enum class OpKind {
+  all_gather,      // gather a unit's parameters (all_gather stream)
+  wait,            // compute waits for a unit's all-gather (FSDP's wait_for_unshard); zero duration
+  forward,         // one layer's forward on one micro-batch
+  recompute,       // one checkpointed layer's forward again, before its backward
+  backward,        // one layer's backward
+  free_unsharded,  // free a unit's gathered parameters (reshard); zero duration
+  reduce_scatter,  // reduce a unit's gradients into shards (reduce_scatter stream)
+  all_reduce,      // all-reduce gradients: across replicas (HSDP) or the world (replicated gradients)
+  host_to_device,  // CPU offload: copy a parameter shard in before its all-gather
+  device_to_host,  // CPU offload: copy a gradient shard out after its reduce-scatter
+  optimizer_step,  // update this rank's shard
+};
+const char* to_string(OpKind kind);
+
+// The ranks a collective runs over, as the executor creates sub-communicators and the cost model places them.
+enum class GroupKind { none, shard, replica, world, partial_reshard };
+const char* to_string(GroupKind group);
+
+struct MemoryChange {
+  MemoryCategory category;
+  std::int64_t bytes;
+};
+
+struct Op {
+  int id = 0;
+  OpKind kind = OpKind::forward;
+  StreamKind stream = StreamKind::compute;
+  int unit = -1;         // plan unit id, -1 when not unit-specific
+  int layer = -1;        // model layer index for compute ops
+  int micro_batch = 0;
+  std::vector<int> deps;  // ops (by id, always earlier in the list) that must finish before this op starts
+
+  // Collectives and copies.
+  std::int64_t bytes = 0;  // S in nccl-tests' convention (see collective_cost.h), or the copy size
+  GroupKind group = GroupKind::none;
+  int group_size = 1;
+  bool group_spans_nodes = false;
+  // Compute.
+  double flops = 0;         // hardware FLOPs (recompute included)
+  double memory_bytes = 0;  // HBM traffic of the op's non-GEMM work
+  std::int64_t optimizer_elements = 0;  // optimizer_step: shard elements updated
+  bool on_host = false;                 // runs in host memory (CPU offload of the optimizer)
+
+  std::vector<MemoryChange> allocates;  // at the op's start
+  std::vector<MemoryChange> frees;      // at the op's end
+};
+
+// Note [Schedule order]: `ops` is one valid issue order: every op's dependencies and every earlier op of its stream
+// come before it. Each stream runs its ops in this order, one at a time (a CUDA stream, or the executor's
+// communication thread), so an interpreter can walk the list once.
+struct StepSchedule {
+  std::vector<Op> ops;
+  MemoryByCategory persistent{};  // allocated before the step and kept (shards, optimizer states, overhead)
+  int world_size = 1;
+  int gpus_per_node = 1;
+  int micro_batches = 1;
+  std::int64_t tokens_per_step = 0;     // all ranks: micro-batches × micro-batch × seq × data-parallel ranks
+  double model_flops_per_rank = 0;      // forward + backward of the model, no recompute (MFU numerator)
+  double hardware_flops_per_rank = 0;   // including recompute (HFU numerator)
+  int compute_element_bytes = 2;        // the dtype layers compute in (peak FLOP/s to use)
+  std::vector<std::string> unit_names;
+
+  std::size_t count(OpKind kind) const;
+};
+
+}  // namespace shardplan

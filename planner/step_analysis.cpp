@@ -1,0 +1,79 @@
+// analyze_step: plan → schedule → simulation, and the human-readable simulation summary.
+#include "step_analysis.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "lowering.h"
+
+namespace shardplan {
+
+StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                          const Plan& plan, bool record_timeline) {
+  StepAnalysis analysis;
+  LoweringOptions options;
+  options.world_size = cluster.world_size();
+  options.gpus_per_node = cluster.gpus_per_node;
+  options.context_overhead_bytes = profile.context_overhead_bytes;
+  analysis.schedule = lower_plan(plan, model, options);
+  analysis.simulation = simulate(analysis.schedule, profile, record_timeline);
+  std::vector<std::string> names;
+  for (const auto& layer : model.layers) names.push_back(layer.name);
+  auto& summary = analysis.simulation.summary;
+  if (summary.peak_op_id >= 0) {
+    summary.peak_op = describe_op(analysis.schedule.ops[static_cast<std::size_t>(summary.peak_op_id)],
+                                  analysis.schedule, &names);
+  }
+  if (record_timeline) {
+    for (auto& event : analysis.simulation.timeline.events) {
+      event.name = describe_op(analysis.schedule.ops[static_cast<std::size_t>(event.op_id)], analysis.schedule, &names);
+    }
+    analysis.simulation.timeline.metadata = {{"model", model.name},
+                                             {"cluster", cluster.describe()},
+                                             {"plan", plan.name},
+                                             {"summary", to_json(analysis.simulation.summary)}};
+  }
+  return analysis;
+}
+
+std::string render_simulation_text(const SimulationSummary& summary, const StepSchedule& schedule,
+                                   const Cluster& cluster) {
+  std::ostringstream out;
+  char line[200];
+  const auto gib = [](long long bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); };
+  std::snprintf(line, sizeof line, "step time        %10.4f s   (%zu ops, %d micro-batch%s)\n", summary.step_time_s,
+                summary.op_count, schedule.micro_batches, schedule.micro_batches == 1 ? "" : "es");
+  out << line;
+  std::snprintf(line, sizeof line, "compute          %10.4f s\nexposed comm     %10.4f s\n", summary.compute_time_s,
+                summary.exposed_comm_s);
+  out << line;
+  std::snprintf(line, sizeof line, "throughput       %10.0f tokens/s   MFU %.1f%%   HFU %.1f%%\n",
+                summary.tokens_per_s, 100 * summary.mfu, 100 * summary.hfu);
+  out << line;
+  out << "streams (busy s)";
+  for (const auto& [name, busy] : summary.stream_busy_s) {
+    if (busy > 0) {
+      std::snprintf(line, sizeof line, "  %s %.4f", name.c_str(), busy);
+      out << line;
+    }
+  }
+  out << "\ncollectives     ";
+  for (const auto& totals : summary.collectives) {
+    std::snprintf(line, sizeof line, "  %s ×%d (%.2f GiB)", totals.kind.c_str(), totals.count, gib(totals.bytes));
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "\npeak memory      %10.2f GiB of %.2f GiB (%s) at %s\n",
+                gib(summary.peak_memory_bytes), gib(cluster.gpu.memory_bytes),
+                summary.peak_memory_bytes <= cluster.gpu.memory_bytes ? "fits" : "DOES NOT FIT",
+                summary.peak_op.empty() ? "step start" : summary.peak_op.c_str());
+  out << line;
+  for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+    if (summary.memory_at_peak[category] == 0) continue;
+    std::snprintf(line, sizeof line, "  %-18s %9.2f GiB\n", std::string(kMemoryCategoryNames[category]).c_str(),
+                  gib(summary.memory_at_peak[category]));
+    out << line;
+  }
+  return out.str();
+}
+
+}  // namespace shardplan

@@ -1,0 +1,41 @@
+// UnitLayout: one plan unit's sizes on one rank — padding, shards, gathered bytes — as lowering and memory need them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory_category.h"
+#include "model_spec.h"
+#include "plan.h"
+
+namespace shardplan {
+
+struct UnitLayout {
+  std::string name;
+  std::int64_t param_count = 0;
+  int param_group = 1;      // ranks the parameters are sharded over (1 = replicated)
+  int grad_group = 1;
+  int optimizer_group = 1;
+  int replicas = 1;         // HSDP replicas of the shard group
+  int partial_group = 0;    // reshard_after_forward = k: the smaller group the kept copy is sharded over
+  bool gathers = false;           // parameters are sharded and all-gathered before use
+  bool casts_replicated = false;  // replicated parameters used through a copy in the compute dtype
+  bool grad_copies = false;       // backward produces a full-size gradient before reduction / accumulation
+
+  std::int64_t padded_elements = 0;       // flat parameter right-padded to a multiple of param_group
+  std::int64_t shard_elements = 0;        // padded_elements / param_group
+  std::int64_t grad_padded_elements = 0;  // padded to a multiple of grad_group
+  std::int64_t grad_shard_elements = 0;
+  std::int64_t optimizer_shard_elements = 0;
+
+  MemoryCategory gathered_category = MemoryCategory::unsharded_params;  // root_unit for the root
+  std::int64_t gathered_bytes = 0;      // the gathered (or cast) copy in the compute dtype
+  std::int64_t partial_copy_bytes = 0;  // the copy kept sharded over partial_group after forward
+  std::int64_t grad_copy_bytes = 0;     // the full-size gradient in the compute dtype
+};
+
+// Resolves every unit's strategy for the world (InputError names the unit) and computes its sizes.
+std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
+
+}  // namespace shardplan

@@ -1,0 +1,318 @@
+// Chrome trace JSON (Trace Event Format) writer and reader for Timeline, and the atomic file write every output uses.
+#include "chrome_trace.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <system_error>
+#include <unistd.h>
+#include <utility>
+
+#include "errors.h"
+#include "json_input.h"
+
+namespace shardplan {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kTraceSchema = "shardplan.trace/v1";
+// The Trace Event Format counts in microseconds; Timeline counts in seconds.
+constexpr double kMicrosecondsPerSecond = 1e6;
+
+json metadata_event(int pid, int tid, const char* name, json args) {
+  return json{{"ph", "M"}, {"name", name}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+}
+
+// Note [Strict and foreign traces]: a trace carrying our "shardplan" key was written by to_chrome_trace, so any field
+// of the wrong type is damage and is reported by name. A trace from another tool (PyTorch profiler, Nsight export)
+// uses the same envelope with its own args, so there we take what fits and skip the rest instead of failing.
+struct ReadContext {
+  bool strict = false;
+  std::map<std::pair<long long, std::string>, std::string> thread_names;  // (pid, tid as JSON text) → name
+};
+
+double required_time(const JsonObjectReader& event, std::string_view key, bool non_negative) {
+  const char* expected = non_negative ? "a non-negative number (microseconds)" : "a number (microseconds)";
+  if (!event.has(key)) event.fail(key, expected);
+  const json& value = event.raw().at(std::string(key));
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || (non_negative && value.get<double>() < 0)) {
+    event.fail(key, expected);
+  }
+  return value.get<double>();
+}
+
+// An integer field that fits an int; `fallback` when absent (or, in a foreign trace, when it has another type).
+int int_field(const JsonObjectReader& reader, std::string_view key, int fallback, bool strict) {
+  if (!reader.has(key)) return fallback;
+  const json& value = reader.raw().at(std::string(key));
+  if (value.is_number_integer()) {
+    const auto number = value.is_number_unsigned() ? static_cast<long long>(std::min<std::uint64_t>(
+                                                         value.get<std::uint64_t>(), std::uint64_t{LLONG_MAX}))
+                                                   : value.get<long long>();
+    if (number >= INT_MIN && number <= INT_MAX) return static_cast<int>(number);
+  }
+  if (strict) reader.fail(key, "an integer");
+  return fallback;
+}
+
+std::int64_t bytes_field(const JsonObjectReader& reader, std::string_view key, bool strict) {
+  if (!reader.has(key)) return 0;
+  const json& value = reader.raw().at(std::string(key));
+  if (value.is_number_integer() && !value.is_number_unsigned() && value.get<std::int64_t>() >= 0) {
+    return value.get<std::int64_t>();
+  }
+  if (value.is_number_unsigned() && value.get<std::uint64_t>() <= std::uint64_t{INT64_MAX}) {
+    return static_cast<std::int64_t>(value.get<std::uint64_t>());
+  }
+  if (!strict && value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0) {
+    return std::llround(value.get<double>());
+  }
+  if (strict) reader.fail(key, "a non-negative integer (bytes)");
+  return 0;
+}
+
+double number_field(const JsonObjectReader& reader, std::string_view key, bool strict) {
+  if (!reader.has(key)) return 0;
+  const json& value = reader.raw().at(std::string(key));
+  if (value.is_number() && std::isfinite(value.get<double>())) return value.get<double>();
+  if (strict) reader.fail(key, "a finite number");
+  return 0;
+}
+
+std::optional<std::string> string_field(const JsonObjectReader& reader, std::string_view key, bool strict) {
+  if (!reader.has(key)) return std::nullopt;
+  const json& value = reader.raw().at(std::string(key));
+  if (value.is_string()) return value.get<std::string>();
+  if (strict) reader.fail(key, "a string");
+  return std::nullopt;
+}
+
+// pid and tid: integers in our traces; other tools sometimes use strings for tid ("stream 7"), which we keep as text.
+long long pid_of(const JsonObjectReader& event, bool strict) { return int_field(event, "pid", 0, strict); }
+
+std::string tid_key(const JsonObjectReader& event) {
+  return event.has("tid") ? event.raw().at("tid").dump() : std::string("0");
+}
+
+void read_metadata_event(const JsonObjectReader& event, ReadContext& context) {
+  // Only thread names matter to the Timeline (they name the streams of a foreign trace); other metadata is cosmetic.
+  if (string_field(event, "name", false) != "thread_name") return;
+  if (!event.has("args") || !event.raw().at("args").is_object()) return;
+  const json& args = event.raw().at("args");
+  if (!args.contains("name") || !args.at("name").is_string()) return;
+  context.thread_names[{pid_of(event, false), tid_key(event)}] = args.at("name").get<std::string>();
+}
+
+TimelineEvent read_op_event(const JsonObjectReader& event, const ReadContext& context) {
+  const bool strict = context.strict;
+  TimelineEvent op;
+  const double ts = required_time(event, "ts", false);
+  const double dur = required_time(event, "dur", true);
+  op.start_s = ts / kMicrosecondsPerSecond;
+  op.end_s = (ts + dur) / kMicrosecondsPerSecond;
+  if (strict && !event.has("name")) event.fail("name", "a string");
+  op.name = string_field(event, "name", strict).value_or("");
+  op.rank = static_cast<int>(pid_of(event, strict));
+  op.kind = string_field(event, "cat", strict).value_or("");
+
+  std::optional<std::string> stream;
+  const bool has_args = event.has("args") && event.raw().at("args").is_object();
+  if (strict && event.has("args") && !has_args) event.fail("args", "a JSON object");
+  if (has_args) {
+    const JsonObjectReader args = event.object("args");
+    op.op_id = int_field(args, "op_id", -1, strict);
+    if (auto kind = string_field(args, "kind", strict)) op.kind = *kind;
+    stream = string_field(args, "stream", strict);
+    op.unit = int_field(args, "unit", -1, strict);
+    op.layer = int_field(args, "layer", -1, strict);
+    op.micro_batch = int_field(args, "micro_batch", 0, strict);
+    op.bytes = bytes_field(args, "bytes", strict);
+    op.flops = number_field(args, "flops", strict);
+  }
+  if (!stream) {
+    const std::string tid = tid_key(event);
+    const auto named = context.thread_names.find({op.rank, tid});
+    if (named != context.thread_names.end()) {
+      stream = named->second;
+    } else {
+      const json& raw_tid = event.has("tid") ? event.raw().at("tid") : json(0);
+      stream = raw_tid.is_string() ? raw_tid.get<std::string>() : "tid " + tid;
+    }
+  }
+  op.stream = *stream;
+  return op;
+}
+
+// A "memory" counter event; nullopt when a foreign trace's counter has none of our categories.
+std::optional<MemorySample> read_memory_event(const JsonObjectReader& event, const ReadContext& context) {
+  const bool strict = context.strict;
+  MemorySample sample;
+  sample.time_s = required_time(event, "ts", false) / kMicrosecondsPerSecond;
+  sample.rank = static_cast<int>(pid_of(event, strict));
+  if (!event.has("args") || !event.raw().at("args").is_object()) {
+    if (strict) event.fail("args", "a JSON object of bytes by memory category");
+    return std::nullopt;
+  }
+  const JsonObjectReader args = event.object("args");
+  bool any = false;
+  for (const auto& item : args.raw().items()) {
+    std::size_t index = 0;
+    while (index < kMemoryCategoryCount && kMemoryCategoryNames[index] != item.key()) ++index;
+    if (index == kMemoryCategoryCount) {
+      if (strict) args.fail(item.key(), "a memory category name (sharded_params, ..., overhead)");
+      continue;
+    }
+    sample.bytes[index] = bytes_field(args, item.key(), strict);
+    any = true;
+  }
+  if (!any && !strict) return std::nullopt;
+  return sample;
+}
+
+}  // namespace
+
+json to_chrome_trace(const Timeline& timeline) {
+  // Thread ids are the stream's index in first-seen order, the same on every rank, so a stream is one row per process.
+  const std::vector<std::string> streams = timeline.streams();
+  std::map<std::string, int> tid_of;
+  for (std::size_t i = 0; i < streams.size(); ++i) tid_of.emplace(streams[i], static_cast<int>(i));
+
+  json events = json::array();
+  for (int rank : timeline.ranks()) {
+    events.push_back(metadata_event(rank, 0, "process_name", json{{"name", "rank " + std::to_string(rank)}}));
+    events.push_back(metadata_event(rank, 0, "process_sort_index", json{{"sort_index", rank}}));
+  }
+  // Name only the threads that carry ops, so a rank without, say, h2d traffic shows no empty row.
+  std::set<std::pair<int, int>> threads;
+  for (const auto& event : timeline.events) threads.emplace(event.rank, tid_of.at(event.stream));
+  for (const auto& [rank, tid] : threads) {
+    events.push_back(metadata_event(rank, tid, "thread_name", json{{"name", streams[static_cast<std::size_t>(tid)]}}));
+    events.push_back(metadata_event(rank, tid, "thread_sort_index", json{{"sort_index", tid}}));
+  }
+  for (const auto& event : timeline.events) {
+    const double ts = event.start_s * kMicrosecondsPerSecond;
+    // dur from the scaled end rather than the scaled difference, so ts + dur reads back as end_s to the last ulp or so.
+    const double dur = event.end_s * kMicrosecondsPerSecond - ts;
+    events.push_back(json{{"ph", "X"},
+                          {"name", event.name},
+                          {"cat", event.kind},
+                          {"ts", ts},
+                          {"dur", dur},
+                          {"pid", event.rank},
+                          {"tid", tid_of.at(event.stream)},
+                          {"args",
+                           {{"op_id", event.op_id},
+                            {"kind", event.kind},
+                            {"stream", event.stream},
+                            {"unit", event.unit},
+                            {"layer", event.layer},
+                            {"micro_batch", event.micro_batch},
+                            {"bytes", event.bytes},
+                            {"flops", event.flops}}}});
+  }
+  for (const auto& sample : timeline.memory) {
+    json bytes = json::object();
+    for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) bytes[std::string(kMemoryCategoryNames[i])] = sample.bytes[i];
+    events.push_back(json{{"ph", "C"},
+                          {"name", "memory"},
+                          {"ts", sample.time_s * kMicrosecondsPerSecond},
+                          {"pid", sample.rank},
+                          {"tid", 0},
+                          {"args", std::move(bytes)}});
+  }
+  json shardplan = {{"schema", kTraceSchema}, {"source", timeline.source}, {"metadata", timeline.metadata}};
+  return json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"shardplan", std::move(shardplan)}};
+}
+
+Timeline from_chrome_trace(const json& document, const std::string& origin) {
+  const JsonObjectReader top(document, origin);
+  if (!top.has("traceEvents") || !document.at("traceEvents").is_array()) {
+    top.fail("traceEvents", "an array of trace events");
+  }
+  Timeline timeline;
+  ReadContext context;
+  if (top.has("shardplan")) {
+    const JsonObjectReader ours = top.object("shardplan");
+    if (string_field(ours, "schema", true).value_or("") != kTraceSchema) {
+      ours.fail("schema", std::string("\"") + kTraceSchema + "\"");
+    }
+    timeline.source = string_field(ours, "source", true).value_or("");
+    if (ours.has("metadata")) timeline.metadata = ours.raw().at("metadata");
+    context.strict = true;
+  }
+
+  // Two passes: thread names (M events) may come after the ops that use them in a foreign trace.
+  const json& events = document.at("traceEvents");
+  const auto reader_at = [&](std::size_t i) {
+    return JsonObjectReader(events[i], origin, "traceEvents[" + std::to_string(i) + "]");
+  };
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const JsonObjectReader event = reader_at(i);
+    if (!event.has("ph") || !event.raw().at("ph").is_string()) event.fail("ph", "an event type string");
+    if (event.raw().at("ph") == "M") read_metadata_event(event, context);
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const JsonObjectReader event = reader_at(i);
+    const std::string& ph = event.raw().at("ph").get_ref<const std::string&>();
+    if (ph == "X") {
+      timeline.events.push_back(read_op_event(event, context));
+    } else if (ph == "C" && string_field(event, "name", false) == "memory") {
+      if (auto sample = read_memory_event(event, context)) timeline.memory.push_back(*sample);
+    }
+    // Every other type (B/E pairs, instants, flows, samples) carries nothing a Timeline holds; skip it.
+  }
+  return timeline;
+}
+
+void write_chrome_trace(const Timeline& timeline, const std::string& path) {
+  // Replace invalid UTF-8 in op names instead of throwing halfway: the trace is a report, not a round-trip of bytes.
+  write_file_atomically(path, to_chrome_trace(timeline).dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Timeline read_chrome_trace(const std::string& path) { return from_chrome_trace(read_json_file(path), path); }
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  // Same directory as the target, so the rename stays on one file system and is atomic; the pid keeps two processes
+  // writing the same path from sharing a temporary.
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  bool created = false;
+  const auto fail = [&](const std::string& reason) {
+    if (created) {
+      std::error_code ignored;
+      fs::remove(temporary, ignored);
+    }
+    throw InputError(path + ": cannot write (" + reason + ")");
+  };
+  const auto errno_reason = [](const char* fallback) {
+    return errno != 0 ? std::generic_category().message(errno) : std::string(fallback);
+  };
+  {
+    errno = 0;
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) fail(errno_reason("cannot create a temporary file"));
+    created = true;
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      const std::string reason = errno_reason("write failed");
+      out.close();
+      fail(reason);
+    }
+    out.close();
+    if (out.fail()) fail(errno_reason("close failed"));
+  }
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) fail(error.message());
+}
+
+}  // namespace shardplan

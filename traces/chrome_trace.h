@@ -1,0 +1,26 @@
+// Chrome trace JSON (the format Perfetto and chrome://tracing load): writing and reading a Timeline.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "timeline.h"
+
+namespace shardplan {
+
+// One process per rank ("rank 0"), one named thread per stream, `ph:"X"` complete events for ops (args: op_id, kind,
+// unit, layer, micro_batch, bytes, flops), `ph:"C"` counter events "memory" with one series per category (bytes), and
+// `ph:"M"` metadata events naming processes and threads. Times in microseconds as the format requires. The timeline's
+// `source` and `metadata` go under the top-level "shardplan" key, so the reader gets back exactly what was written.
+nlohmann::json to_chrome_trace(const Timeline& timeline);
+Timeline from_chrome_trace(const nlohmann::json& document, const std::string& origin);
+
+// Writes to `path` atomically (a temporary name, then rename), so a failure never leaves a half-written trace.
+void write_chrome_trace(const Timeline& timeline, const std::string& path);
+Timeline read_chrome_trace(const std::string& path);  // InputError naming the file and field on bad input
+
+// Writes `text` to `path` through a temporary file and a rename; InputError when the directory is not writable.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace shardplan
