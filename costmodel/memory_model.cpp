@@ -13,8 +13,9 @@ namespace shardplan {
 // In a step the memory high-water mark falls at the start of backward (Korthikanti et al. 2022, §4; PyTorch's FSDP
 // memory tracker shows the same): every layer's activations are still held, the loss logits exist, the root unit is
 // gathered (it holds the head that backward starts with), the first non-root units of backward are gathered or being
-// prefetched, and the root unit's full-size gradient has been allocated by the head's backward. We charge one more
-// non-root unit's full-size gradient as it is produced, which is conservative by that unit's freed activations.
+// prefetched, and the root unit's full-size gradient has been allocated by the head's backward. We charge two more
+// non-root units' full-size gradients (one waiting for its reduce-scatter while the next is produced), which is
+// conservative by the activations backward has already freed by then.
 // With no_sync accumulation every unit keeps its unsharded gradient across micro-batches, so all of them count.
 // Model states (params, grads, optimizer) are charged per rank as ceil(Ψ_unit / group) × bytes per element, with the
 // group being 1 for a replicated state; the ZeRO paper's §5 formulas are these with the zero-fp16 recipe.
@@ -124,7 +125,6 @@ MemoryEstimate estimate_memory(const MemoryQuery& query) {
     if (!unit.is_root) block_unit_elements.push_back(unit.padded_count(layout.param_group));
   }
   std::sort(block_unit_elements.rbegin(), block_unit_elements.rend());
-  const std::int64_t largest_block_unit = block_unit_elements.empty() ? 0 : block_unit_elements.front();
 
   if (gathered_copies) {
     memory.root_unit_bytes = unsharded(units.front(), precision.param_compute_bytes);
@@ -145,8 +145,12 @@ MemoryEstimate estimate_memory(const MemoryQuery& query) {
     if (keeps_all) {
       for (const auto& unit : units) memory.unsharded_grads_bytes += unsharded(unit, precision.grad_compute_bytes);
     } else {
-      memory.unsharded_grads_bytes = unsharded(units.front(), precision.grad_compute_bytes) +
-                                     largest_block_unit * precision.grad_compute_bytes;
+      // The root's gradient lives through all of backward; a unit's gradient waits for its reduction while the
+      // next unit's backward produces another: two non-root units at once.
+      memory.unsharded_grads_bytes = unsharded(units.front(), precision.grad_compute_bytes);
+      for (std::size_t i = 0; i < std::min<std::size_t>(2, block_unit_elements.size()); ++i) {
+        memory.unsharded_grads_bytes += block_unit_elements[i] * precision.grad_compute_bytes;
+      }
     }
   }
 

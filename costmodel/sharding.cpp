@@ -40,6 +40,10 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
+bool reshards_after_forward(StrategyKind kind) {
+  return kind != StrategyKind::shard_grad_op && kind != StrategyKind::hybrid_shard_zero2;
+}
+
 ShardingStrategy parse_strategy(const std::string& text) {
   const auto colon = text.find(':');
   const std::string name = text.substr(0, colon);

@@ -15,6 +15,9 @@ struct ShardingStrategy {
   int shard_group_size = 0;  // hybrid strategies only; 0 = the GPUs of one node
 };
 
+// Whether a strategy frees gathered parameters after forward (false for SHARD_GRAD_OP and HYBRID_SHARD_ZERO2).
+bool reshards_after_forward(StrategyKind kind);
+
 // "full_shard", "hybrid_shard", "hybrid_shard:4" (shard group of 4). InputError with the closest names when unknown.
 ShardingStrategy parse_strategy(const std::string& text);
 

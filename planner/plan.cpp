@@ -20,7 +20,7 @@ Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const 
     if (!unit.is_root) unit.layers = wrapping.units[id - 1];
     unit.strategy = strategy;
     // See Note [Root unit] in wrapping.h: the root stays gathered from forward to backward.
-    unit.reshard_after_forward.enabled = !unit.is_root;
+    unit.reshard_after_forward.enabled = !unit.is_root && reshards_after_forward(strategy.kind);
     // One-ahead prefetch as FSDP does by default: forward gathers the next unit, backward the previous one.
     const int count = static_cast<int>(units.size());
     const int self = static_cast<int>(id);

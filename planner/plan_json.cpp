@@ -88,7 +88,7 @@ PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpe
       entry.fail("reshard_after_forward", "true, false or a positive shard group size");
     }
   } else {
-    unit.reshard_after_forward.enabled = !unit.is_root;
+    unit.reshard_after_forward.enabled = !unit.is_root && reshards_after_forward(unit.strategy.kind);
   }
   unit.forward_prefetch = read_ids(entry, "forward_prefetch");
   unit.backward_prefetch = read_ids(entry, "backward_prefetch");

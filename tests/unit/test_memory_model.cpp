@@ -33,12 +33,12 @@ TEST_CASE("memory: full_shard, bf16-mixed, AdamW on 4 ranks, term by term") {
   CHECK(m.optimizer_states_bytes == 4254 * 8);    // Adam m, v in fp32
   CHECK(m.unsharded_params_bytes == (6004 + 5000) * 2);  // two largest units in flight (current + 1 prefetched), bf16
   CHECK(m.root_unit_bytes == 2012 * 2);
-  CHECK(m.unsharded_grads_bytes == 2012 * 2 + 6004 * 2);  // root's gradient + the largest unit's, bf16
+  CHECK(m.unsharded_grads_bytes == 2012 * 2 + 6004 * 2 + 5000 * 2);  // root's + the two largest units', bf16
   CHECK(m.comm_buffers_bytes == 1501 * 2 + 1501 * 2);     // bf16 all-gather input + reduce-scatter output
   // 16 tokens; each block 10·2 + 4 (flash) = 24 B/token; head 3·2 + 8 = 14 B/token.
   CHECK(m.activation_bytes == 16 * (3 * 24 + 14));
   CHECK(m.overhead_bytes == 1000);
-  CHECK(m.total_bytes() == 17016 + 17016 + 34032 + 22008 + 4024 + 16032 + 6004 + 1376 + 1000);
+  CHECK(m.total_bytes() == 17016 + 17016 + 34032 + 22008 + 4024 + 26032 + 6004 + 1376 + 1000);
   CHECK(estimate.fits());
   CHECK(m.dominant_term() == "optimizer_states");
 }
@@ -70,7 +70,7 @@ TEST_CASE("memory: no_shard replicates everything; mixed precision still casts u
   CHECK(m.sharded_grads_bytes == psi * 4);
   CHECK(m.optimizer_states_bytes == psi * 8);
   CHECK(m.unsharded_params_bytes == (6001 + 5000) * 2);  // bf16 copies of the units in use
-  CHECK(m.unsharded_grads_bytes == 2012 * 2 + 6001 * 2);  // bf16 grads before the fp32 accumulate
+  CHECK(m.unsharded_grads_bytes == 2012 * 2 + 6001 * 2 + 5000 * 2);  // bf16 grads before the fp32 accumulate
   CHECK(m.comm_buffers_bytes == 0);                       // all-reduce in place
   m = estimate_memory(hand_query(model, StrategyKind::no_shard, 4, "fp32")).breakdown;
   CHECK(m.unsharded_params_bytes == 0);  // fp32 DDP computes on its own parameters
@@ -113,7 +113,7 @@ TEST_CASE("memory: no_sync gradient accumulation keeps every unit's unsharded gr
   CHECK(estimate.grad_accumulation_steps == 3);
   CHECK(estimate.breakdown.unsharded_grads_bytes == (2012 + 4000 + 6004 + 5000) * 2);
   query.training.no_sync_accumulation = false;
-  CHECK(estimate_memory(query).breakdown.unsharded_grads_bytes == (2012 + 6004) * 2);
+  CHECK(estimate_memory(query).breakdown.unsharded_grads_bytes == (2012 + 6004 + 5000) * 2);
   query.training.global_batch = 2 * 4 * 3 + 1;
   CHECK_THROWS_WITH_AS(estimate_memory(query), doctest::Contains("--global-batch"), InputError);
 }

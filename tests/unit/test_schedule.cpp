@@ -1,1 +1,157 @@
-// placeholder
+// Tests of lowering: collective counts per step by strategy, schedule well-formedness, memory balance.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "errors.h"
+#include "model_presets.h"
+#include "schedule_fixtures.h"
+
+using namespace shardplan;
+using namespace shardplan::testing;
+
+namespace {
+
+StepSchedule lower_preset(const ModelSpec& model, StrategyKind kind, int world, int micro_batches = 1,
+                          bool no_sync = false, const char* precision = "bf16-mixed") {
+  TrainingConfig training;
+  training.seq_len = 1024;
+  training.precision = precision_recipe(precision);
+  training.global_batch = micro_batches * world;
+  training.no_sync_accumulation = no_sync;
+  ShardingStrategy strategy;
+  strategy.kind = kind;
+  const Plan plan = default_plan(model, training, strategy, wrap_per_block(model), world);
+  LoweringOptions options;
+  options.world_size = world;
+  options.gpus_per_node = 8;
+  return lower_plan(plan, model, options);
+}
+
+}  // namespace
+
+TEST_CASE("schedule: collective counts per step by strategy (U units incl. the root)") {
+  const ModelSpec model = preset_model("llama3-8b");
+  const std::size_t U = 33;  // 32 blocks + the root unit
+  SUBCASE("full_shard: U reduce-scatters, 2U all-gathers minus the root, which is not resharded after forward") {
+    const StepSchedule schedule = lower_preset(model, StrategyKind::full_shard, 16);
+    CHECK(schedule.count(OpKind::reduce_scatter) == U);
+    CHECK(schedule.count(OpKind::all_gather) == 2 * U - 1);
+    CHECK(schedule.count(OpKind::all_reduce) == 0);
+  }
+  SUBCASE("shard_grad_op: U all-gathers (kept from forward to backward)") {
+    const StepSchedule schedule = lower_preset(model, StrategyKind::shard_grad_op, 16);
+    CHECK(schedule.count(OpKind::all_gather) == U);
+    CHECK(schedule.count(OpKind::reduce_scatter) == U);
+  }
+  SUBCASE("no_shard: U all-reduces, no all-gather") {
+    for (const char* precision : {"bf16-mixed", "fp32"}) {
+      const StepSchedule schedule = lower_preset(model, StrategyKind::no_shard, 16, 1, false, precision);
+      CHECK(schedule.count(OpKind::all_reduce) == U);
+      CHECK(schedule.count(OpKind::all_gather) == 0);
+      CHECK(schedule.count(OpKind::reduce_scatter) == 0);
+    }
+  }
+  SUBCASE("hybrid_shard: a reduce-scatter and an all-reduce per unit") {
+    const StepSchedule schedule = lower_preset(model, StrategyKind::hybrid_shard, 16);
+    CHECK(schedule.count(OpKind::reduce_scatter) == U);
+    CHECK(schedule.count(OpKind::all_reduce) == U);
+    for (const Op& op : schedule.ops) {
+      if (op.kind == OpKind::all_reduce) {
+        CHECK(op.group == GroupKind::replica);
+        CHECK(op.group_size == 2);
+      }
+      if (op.kind == OpKind::reduce_scatter) CHECK(op.group_size == 8);
+    }
+  }
+  SUBCASE("k micro-batches with no_sync: reduce-scatter only on the last one") {
+    const StepSchedule synced = lower_preset(model, StrategyKind::full_shard, 8, 4, false);
+    CHECK(synced.count(OpKind::reduce_scatter) == 4 * U);
+    const StepSchedule no_sync = lower_preset(model, StrategyKind::full_shard, 8, 4, true);
+    CHECK(no_sync.count(OpKind::reduce_scatter) == U);
+    CHECK(no_sync.count(OpKind::all_gather) == 4 * (2 * U - 1));
+    for (const Op& op : no_sync.ops) {
+      if (op.kind == OpKind::reduce_scatter) CHECK(op.micro_batch == 3);
+    }
+    CHECK(no_sync.count(OpKind::optimizer_step) == 1);
+  }
+  SUBCASE("zero1 all-reduces replicated gradients; zero2 reduce-scatters them; neither gathers parameters") {
+    const StepSchedule zero1 = lower_preset(model, StrategyKind::zero1, 8);
+    CHECK(zero1.count(OpKind::all_reduce) == U);
+    CHECK(zero1.count(OpKind::all_gather) == 0);
+    const StepSchedule zero2 = lower_preset(model, StrategyKind::zero2, 8);
+    CHECK(zero2.count(OpKind::reduce_scatter) == U);
+    CHECK(zero2.count(OpKind::all_gather) == 0);
+  }
+}
+
+TEST_CASE("schedule: well-formed — dependencies point back, every op is in one stream, memory balances") {
+  const ModelSpec model = preset_model("llama2-7b");
+  for (StrategyKind kind : {StrategyKind::full_shard, StrategyKind::shard_grad_op, StrategyKind::no_shard,
+                            StrategyKind::hybrid_shard, StrategyKind::zero1, StrategyKind::zero2}) {
+    CAPTURE(to_string(kind));
+    const StepSchedule schedule = lower_preset(model, kind, 16, 2, kind == StrategyKind::full_shard);
+    MemoryByCategory balance{};
+    for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
+      const Op& op = schedule.ops[index];
+      CHECK(op.id == static_cast<int>(index));
+      for (int dep : op.deps) CHECK(dep < op.id);
+      const bool collective =
+          op.kind == OpKind::all_gather || op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce;
+      if (collective) CHECK(op.stream != StreamKind::compute);
+      if (op.kind == OpKind::forward || op.kind == OpKind::backward) CHECK(op.stream == StreamKind::compute);
+      for (const auto& change : op.allocates) balance[static_cast<std::size_t>(change.category)] += change.bytes;
+      for (const auto& change : op.frees) balance[static_cast<std::size_t>(change.category)] -= change.bytes;
+    }
+    // Every transient allocation is freed by the end of the step.
+    for (auto bytes : balance) CHECK(bytes == 0);
+  }
+}
+
+TEST_CASE("schedule: recompute ops for checkpointed layers and the FLOPs they add") {
+  const ModelSpec model = preset_model("tiny-llama");
+  TrainingConfig training;
+  training.seq_len = 64;
+  training.checkpointing = ActivationCheckpointing::full;
+  const Plan plan = default_plan(model, training, {}, wrap_per_block(model), 2);
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  CHECK(schedule.count(OpKind::recompute) == model.block_count());
+  CHECK(schedule.hardware_flops_per_rank > schedule.model_flops_per_rank);
+  double recompute_flops = 0;
+  for (const Op& op : schedule.ops) recompute_flops += op.kind == OpKind::recompute ? op.flops : 0.0;
+  CHECK(schedule.hardware_flops_per_rank - schedule.model_flops_per_rank == doctest::Approx(recompute_flops));
+}
+
+TEST_CASE("schedule: bad plans name the unit") {
+  const ModelSpec model = toy_blocks(3);
+  Plan plan = toy_plan(model, 2);
+  plan.units[1].forward_prefetch = {7};
+  CHECK_THROWS_WITH_AS(lower_plan(plan, model, toy_options(2)), doctest::Contains("unit 1"), InputError);
+  plan = toy_plan(model, 2);
+  plan.units[2].layers = {0, 2};  // overlaps unit 1
+  CHECK_THROWS_WITH_AS(lower_plan(plan, model, toy_options(2)), doctest::Contains("unit 2"), InputError);
+  plan = toy_plan(model, 4);
+  plan.units[3].strategy = parse_strategy("hybrid_shard:3");
+  CHECK_THROWS_WITH_AS(lower_plan(plan, model, toy_options(4)), doctest::Contains("unit 3"), InputError);
+  plan = toy_plan(model, 4);
+  plan.units[1].reshard_after_forward.group_size = 3;  // not a divisor of the 4-rank shard group
+  CHECK_THROWS_WITH_AS(lower_plan(plan, model, toy_options(4)), doctest::Contains("reshard_after_forward"),
+                       InputError);
+}
+
+TEST_CASE("schedule: reshard_after_forward = k keeps a copy sharded over k and gathers within it in backward") {
+  const ModelSpec model = toy_blocks(2);
+  Plan plan = toy_plan(model, 16);
+  for (std::size_t unit = 1; unit < plan.units.size(); ++unit) plan.units[unit].reshard_after_forward.group_size = 8;
+  LoweringOptions options = toy_options(16);
+  const StepSchedule schedule = lower_plan(plan, model, options);
+  int partial_gathers = 0;
+  for (const Op& op : schedule.ops) {
+    if (op.kind == OpKind::all_gather && op.group == GroupKind::partial_reshard) {
+      ++partial_gathers;
+      CHECK(op.group_size == 8);
+      CHECK_FALSE(op.group_spans_nodes);
+    }
+  }
+  CHECK(partial_gathers == 2);
+}

@@ -1,1 +1,191 @@
-// placeholder
+// Tests of the simulator against timelines and memory peaks computed by hand, and estimate == simulate on presets.
+#include <doctest/doctest.h>
+
+#include "chrome_trace.h"
+#include "estimate.h"
+#include "html_report.h"
+#include "model_presets.h"
+#include "schedule_fixtures.h"
+#include "simulator.h"
+#include "step_analysis.h"
+
+using namespace shardplan;
+using namespace shardplan::testing;
+
+namespace {
+
+constexpr double ms = 1e-3;
+
+// The start of the n-th op of `kind` for `unit` (in schedule order).
+double start_of(const SimulationResult& result, const StepSchedule& schedule, OpKind kind, int unit, int nth = 0) {
+  for (const auto& event : result.timeline.events) {
+    const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
+    if (op.kind == kind && op.unit == unit && nth-- == 0) return event.start_s;
+  }
+  FAIL("no such op");
+  return -1;
+}
+
+// Optimizer step of two 500-element fp32 AdamW shards: 1000 × (2·4 + 4 + 2·8) bytes at 1e15 B/s.
+constexpr double kOptimizerS = 1000.0 * 28.0 / 1e15;
+
+}  // namespace
+
+TEST_CASE("simulator: 2 units, no prefetch — the step is the serial sum") {
+  const ModelSpec model = toy_blocks(2);
+  Plan plan = toy_plan(model, 2);
+  for (auto& unit : plan.units) unit.forward_prefetch = unit.backward_prefetch = {};
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  const SimulationResult result = simulate(schedule, round_profile());
+  // Forward: AG 2 + fwd 4 per unit; backward: AG 2 + bwd 8 per unit; the last reduce-scatter (2) is exposed, the
+  // first overlaps the next unit's all-gather. 12 + 20 + 2 = 34 ms.
+  CHECK(result.summary.step_time_s == doctest::Approx(34 * ms + kOptimizerS));
+  CHECK(result.summary.compute_time_s == doctest::Approx(24 * ms + kOptimizerS));
+  CHECK(result.summary.exposed_comm_s == doctest::Approx(10 * ms));
+  CHECK(start_of(result, schedule, OpKind::all_gather, 2) == doctest::Approx(6 * ms));  // after unit 1's forward
+}
+
+TEST_CASE("simulator: 2 units, one-ahead prefetch — exposed communication is exactly the uncovered part") {
+  const ModelSpec model = toy_blocks(2);
+  const Plan plan = toy_plan(model, 2);
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  const SimulationResult result = simulate(schedule, round_profile());
+  // Forward: AG1 0–2 (exposed), AG2 2–4 under fwd1 2–6, fwd2 6–10. Backward: AG2 10–12 (exposed), AG1 12–14 under
+  // bwd2 12–20, RS2 20–22 under bwd1 20–28, RS1 28–30 (exposed). Uncovered: 2 + 2 + 2 = 6 ms of 30.
+  CHECK(result.summary.step_time_s == doctest::Approx(30 * ms + kOptimizerS));
+  CHECK(result.summary.exposed_comm_s == doctest::Approx(6 * ms));
+  CHECK(start_of(result, schedule, OpKind::all_gather, 2) == doctest::Approx(2 * ms));
+  CHECK(start_of(result, schedule, OpKind::all_gather, 1, 1) == doctest::Approx(12 * ms));  // backward prefetch
+  CHECK(start_of(result, schedule, OpKind::reduce_scatter, 2) == doctest::Approx(20 * ms));
+}
+
+TEST_CASE("simulator: 3 units — the rate limiter delays the third all-gather") {
+  const ModelSpec model = toy_blocks(3);
+  Plan plan = toy_plan(model, 2);
+  plan.units[1].forward_prefetch = {2, 3};  // unit 1 asks for two units ahead
+  plan.units[2].forward_prefetch = {};
+  plan.max_inflight_all_gathers = 2;
+  StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  SimulationResult limited = simulate(schedule, round_profile());
+  // AG1 0–2, AG2 2–4; AG3 must wait for unit 1's free at the end of its forward (2 + 4 = 6 ms).
+  CHECK(start_of(limited, schedule, OpKind::all_gather, 3) == doctest::Approx(6 * ms));
+  plan.max_inflight_all_gathers = 0;  // unlimited: AG3 follows AG2 on the stream
+  schedule = lower_plan(plan, model, toy_options(2));
+  const SimulationResult unlimited = simulate(schedule, round_profile());
+  CHECK(start_of(unlimited, schedule, OpKind::all_gather, 3) == doctest::Approx(4 * ms));
+  // During forward (before 14 ms) three units are gathered at once without the limiter, two with it.
+  const auto forward_gathered = [](const SimulationResult& result) {
+    long long most = 0;
+    for (const auto& sample : result.timeline.memory) {
+      if (sample.time_s < 14 * ms) {
+        most = std::max(most, sample.bytes[static_cast<std::size_t>(MemoryCategory::unsharded_params)]);
+      }
+    }
+    return most;
+  };
+  CHECK(forward_gathered(limited) == 2 * 4000);
+  CHECK(forward_gathered(unlimited) == 3 * 4000);
+}
+
+TEST_CASE("simulator: compute overlapped by a collective runs slower by the overlap factor") {
+  const ModelSpec model = toy_blocks(2);
+  const StepSchedule schedule = lower_plan(toy_plan(model, 2), model, toy_options(2));
+  HardwareProfile profile = round_profile();
+  profile.overlap_compute_slowdown = 1.5;
+  const SimulationResult result = simulate(schedule, profile);
+  // fwd1 (4 ms) overlaps AG2 for 2 ms → 4 + 0.5 × 2 = 5 ms.
+  for (const auto& event : result.timeline.events) {
+    if (event.kind == "forward" && event.unit == 1) CHECK(event.duration_s() == doctest::Approx(5 * ms));
+    if (event.kind == "forward" && event.unit == 2) CHECK(event.duration_s() == doctest::Approx(4 * ms));
+  }
+}
+
+TEST_CASE("simulator: peak memory by category equals the hand computation") {
+  const ModelSpec model = toy_blocks(2);
+  const Plan plan = toy_plan(model, 2);
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  const SimulationResult result = simulate(schedule, round_profile());
+  const auto& peak = result.summary.memory_at_peak;
+  const auto at = [&](MemoryCategory category) { return peak[static_cast<std::size_t>(category)]; };
+  // Persistent: 2 units × 500-element shards: params 4000 B, grads 4000 B, AdamW 8000 B (fp32).
+  CHECK(at(MemoryCategory::sharded_params) == 4000);
+  CHECK(at(MemoryCategory::sharded_grads) == 4000);
+  CHECK(at(MemoryCategory::optimizer_states) == 8000);
+  // Peak at 20 ms, when unit 1's backward starts: unit 1 gathered (4000), unit 2's full gradient still waiting for
+  // its reduce-scatter (4000) plus unit 1's new one (4000), the reduce-scatter output (2000), and unit 1's
+  // activations (10 elements × 4 B × 4 tokens = 160) — unit 2's were freed by its backward.
+  CHECK(at(MemoryCategory::unsharded_params) == 4000);
+  CHECK(at(MemoryCategory::unsharded_grads) == 8000);
+  CHECK(at(MemoryCategory::comm_buffers) == 2000);
+  CHECK(at(MemoryCategory::activations) == 160);
+  CHECK(result.summary.peak_memory_bytes == 30160);
+  CHECK(result.summary.peak_op.find("backward") == 0);
+
+  // The closed form charges every transient at its largest at once: equal model states, a bound on the total.
+  MemoryQuery query;
+  query.model = &model;
+  query.wrapping = wrap_per_block(model);
+  query.training = plan.training;
+  query.world_size = 2;
+  query.gpus_per_node = 8;
+  const MemoryEstimate closed = estimate_memory(query);
+  CHECK(closed.breakdown.model_states_bytes() == 16000);
+  // + unit 2's activations (freed at the real peak) and the root's gradient term (the root is empty here: 0), and
+  // the two largest units' gradients: the same 8000 as simulated.
+  CHECK(closed.breakdown.unsharded_grads_bytes == 8000);
+  CHECK(closed.breakdown.total_bytes() == 30160 + 160 + 4000);  // + unit 2's gathered copy: two units in flight
+}
+
+TEST_CASE("simulator: estimate == simulate on every preset") {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  for (const auto& name : model_preset_names()) {
+    CAPTURE(name);
+    EstimateRequest request;
+    request.model = preset_model(name);
+    request.cluster = parse_cluster(name == "tiny-llama" ? "2xcpu" : "4x8xH100-80GB", catalog);
+    request.profile = profile_from_cluster(request.cluster);
+    request.training.seq_len = std::min<std::int64_t>(request.model.default_seq_len, 2048);
+    request.training.checkpointing = ActivationCheckpointing::full;
+    request.wrapping = wrap_per_block(request.model);
+    const EstimateResult estimate = run_estimate(request);
+    const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping,
+                                   request.cluster.world_size());
+    const StepAnalysis simulated = analyze_step(request.model, request.cluster, request.profile, plan, false);
+    CHECK(estimate.memory.breakdown.total_bytes() == simulated.simulation.summary.peak_memory_bytes);
+    CHECK(estimate.memory.breakdown.activation_bytes ==
+          simulated.simulation.summary.memory_at_peak[static_cast<std::size_t>(MemoryCategory::activations)]);
+    // The closed form bounds the schedule's peak from above, with identical model states.
+    CHECK(estimate.closed_form.total_bytes() >= estimate.memory.breakdown.total_bytes());
+    CHECK(estimate.closed_form.model_states_bytes() == estimate.memory.breakdown.model_states_bytes());
+  }
+}
+
+TEST_CASE("simulator: the trace parses back with one track per stream and a memory counter; the report is offline") {
+  const ModelSpec model = preset_model("tiny-llama");
+  const Cluster cluster = parse_cluster("2xcpu", HardwareCatalog::builtin());
+  TrainingConfig training;
+  training.seq_len = 64;
+  const Plan plan = default_plan(model, training, {}, wrap_per_block(model), 2);
+  const StepAnalysis analysis = analyze_step(model, cluster, profile_from_cluster(cluster), plan, true);
+  const nlohmann::json trace = to_chrome_trace(analysis.simulation.timeline);
+  const Timeline back = from_chrome_trace(trace, "memory");
+  CHECK(back.events.size() == analysis.schedule.ops.size());
+  std::vector<std::string> streams = back.streams();
+  std::sort(streams.begin(), streams.end());
+  CHECK(streams == std::vector<std::string>{"all_gather", "compute", "reduce_scatter"});
+  int thread_names = 0, counters = 0;
+  for (const auto& event : trace.at("traceEvents")) {
+    if (event.at("ph") == "M" && event.at("name") == "thread_name") ++thread_names;
+    if (event.at("ph") == "C") ++counters;
+  }
+  CHECK(thread_names == 3);
+  CHECK(counters > 0);
+  CHECK(back.peak_memory_bytes(0) == analysis.simulation.summary.peak_memory_bytes);
+  ReportInput report;
+  report.title = "tiny";
+  report.timeline = &analysis.simulation.timeline;
+  const std::string html = render_html_report(report);
+  CHECK(html.find("<svg") != std::string::npos);
+  CHECK(html.find("http") == std::string::npos);  // nothing to fetch: opens with no network
+  CHECK(html.find("<script") == std::string::npos);
+}

@@ -1,0 +1,102 @@
+// Communicator: argument validation and collective counting shared by every backend.
+#include "communicator.h"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "errors.h"
+
+namespace shardplan::comm {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Whether [a, a+a_count) and [b, b+b_count) share an element. std::less gives a total order on unrelated pointers.
+bool overlaps(const float* a, std::size_t a_count, const float* b, std::size_t b_count) {
+  if (a_count == 0 || b_count == 0) return false;
+  const std::less<const float*> before;
+  return before(a, b + b_count) && before(b, a + a_count);
+}
+
+// count · ranks without wrapping around, or 0 when it would.
+bool product_fits(std::size_t count, int ranks) {
+  return count <= std::numeric_limits<std::size_t>::max() / sizeof(float) / static_cast<std::size_t>(ranks);
+}
+
+}  // namespace
+
+int Communicator::world_rank() const {
+  const Group& members = group();
+  const int r = rank();
+  return r >= 0 && r < members.size() ? members.world_ranks[static_cast<std::size_t>(r)] : -1;
+}
+
+void Communicator::fail(const std::string& message, std::source_location where) const {
+  throw InternalError(std::string(backend_name()) + " communicator (rank " + std::to_string(world_rank()) +
+                          "): " + message,
+                      where, world_rank());
+}
+
+void Communicator::count(Collective kind, std::size_t elements) {
+  CollectiveTally& tally = counters_[kind];
+  tally.calls += 1;
+  tally.bytes += static_cast<std::uint64_t>(elements) * sizeof(float);
+}
+
+CommHandle Communicator::all_gather(const float* send, std::size_t count_per_rank, float* recv) {
+  if (!product_fits(count_per_rank, size())) fail("all_gather: count_per_rank × ranks overflows");
+  const std::size_t total = count_per_rank * static_cast<std::size_t>(size());
+  if (count_per_rank > 0 && (send == nullptr || recv == nullptr)) fail("all_gather: null buffer with a non-zero count");
+  const bool in_place = count_per_rank > 0 && send == recv + static_cast<std::size_t>(rank()) * count_per_rank;
+  if (!in_place && overlaps(send, count_per_rank, recv, total)) {
+    fail("all_gather: send overlaps recv other than at this rank's slot (in place)");
+  }
+  count(Collective::all_gather, total);
+  return start_all_gather(send, count_per_rank, recv);
+}
+
+CommHandle Communicator::reduce_scatter(const float* send, float* recv, std::size_t count, ReduceOp op) {
+  if (!product_fits(count, size())) fail("reduce_scatter: count × ranks overflows");
+  const std::size_t total = count * static_cast<std::size_t>(size());
+  if (count > 0 && (send == nullptr || recv == nullptr)) fail("reduce_scatter: null buffer with a non-zero count");
+  // MPI forbids aliased arguments (MPI 3.1 §2.3); the in-place form of MPI_Reduce_scatter_block means something else.
+  if (overlaps(send, total, recv, count)) fail("reduce_scatter: send and recv overlap");
+  this->count(Collective::reduce_scatter, total);
+  return start_reduce_scatter(send, recv, count, op);
+}
+
+CommHandle Communicator::all_reduce(float* buffer, std::size_t count, ReduceOp op) {
+  if (count > 0 && buffer == nullptr) fail("all_reduce: null buffer with a non-zero count");
+  this->count(Collective::all_reduce, count);
+  return start_all_reduce(buffer, count, op);
+}
+
+CommHandle Communicator::broadcast(float* buffer, std::size_t count, int root) {
+  if (root < 0 || root >= size()) {
+    fail("broadcast: root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(size()));
+  }
+  if (count > 0 && buffer == nullptr) fail("broadcast: null buffer with a non-zero count");
+  this->count(Collective::broadcast, count);
+  return start_broadcast(buffer, count, root);
+}
+
+void Communicator::barrier() {
+  count(Collective::barrier, 0);
+  run_barrier();
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  if (color < 0) fail("split: colour must be >= 0 (every rank joins some group), got " + std::to_string(color));
+  return make_split(color, key);
+}
+
+}  // namespace shardplan::comm

@@ -1,0 +1,84 @@
+// Communicator: the backend-neutral collective interface of the executor (MPI now, NCCL later) and its Group.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "comm_counters.h"
+#include "comm_handle.h"
+
+namespace shardplan::comm {
+
+enum class ReduceOp { sum, max, min };
+const char* to_string(ReduceOp op);
+
+// Which ranks a communicator spans: its members' world ranks, in the order of their rank inside the group.
+struct Group {
+  std::vector<int> world_ranks;
+  int size() const { return static_cast<int>(world_ranks.size()); }
+};
+
+// Every collective is asynchronous: it is issued on return and completes when its CommHandle says so (so the
+// all-gather of the next FSDP unit runs while the current unit computes). Buffers are float, sizes are element
+// counts, and any count is valid, 0 and odd ones included (callers pad flat parameters; the communicator doesn't
+// require it). Collectives on one communicator must be issued in the same order on every rank of its group, as MPI
+// 3.1 §5.12 and NCCL both require; collectives on different communicators are independent.
+//
+// The public calls validate their arguments and count the collective (counters()), then hand over to the backend's
+// start_* hook — so every backend validates and counts identically (the non-virtual interface idiom).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const Group& group() const = 0;
+  virtual const char* backend_name() const = 0;
+
+  // recv[r·count_per_rank + i] = send_of_rank_r[i]. `send` may be recv + rank()·count_per_rank (in place, as FSDP keeps
+  // its shard inside the unsharded buffer); otherwise the buffers must not overlap.
+  CommHandle all_gather(const float* send, std::size_t count_per_rank, float* recv);
+  // recv[i] = op over ranks r of send_of_rank_r[rank()·count + i]; `send` holds size()·count elements. No overlap.
+  CommHandle reduce_scatter(const float* send, float* recv, std::size_t count, ReduceOp op = ReduceOp::sum);
+  // buffer[i] = op over ranks r of buffer_of_rank_r[i], in place.
+  CommHandle all_reduce(float* buffer, std::size_t count, ReduceOp op = ReduceOp::sum);
+  // buffer = buffer_of_rank_root on every rank.
+  CommHandle broadcast(float* buffer, std::size_t count, int root);
+  // Blocks until every rank of the group reached it.
+  void barrier();
+  // Collective over this group: ranks with the same colour (>= 0) form one new group, ordered by (key, rank) as
+  // MPI_Comm_split orders them (MPI 3.1 §6.4.2). The new communicator has the same backend and options.
+  std::unique_ptr<Communicator> split(int color, int key);
+  // Prints the message with this rank and brings down every rank of the job (MPI_Abort), so one failing rank never
+  // leaves the others waiting in a collective. Never returns.
+  [[noreturn]] virtual void abort(const std::string& message) = 0;
+
+  const CommCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = CommCounters{}; }
+
+ protected:
+  // Hooks for a backend. Arguments are already validated; zero counts reach the backend too, because every rank must
+  // take part in every collective whatever its count.
+  virtual CommHandle start_all_gather(const float* send, std::size_t count_per_rank, float* recv) = 0;
+  virtual CommHandle start_reduce_scatter(const float* send, float* recv, std::size_t count, ReduceOp op) = 0;
+  virtual CommHandle start_all_reduce(float* buffer, std::size_t count, ReduceOp op) = 0;
+  virtual CommHandle start_broadcast(float* buffer, std::size_t count, int root) = 0;
+  virtual void run_barrier() = 0;
+  virtual std::unique_ptr<Communicator> make_split(int color, int key) = 0;
+
+  // This rank's world rank, for the rank every error carries.
+  int world_rank() const;
+  // Throws InternalError carrying this rank and the caller's file:line.
+  [[noreturn]] void fail(const std::string& message,
+                         std::source_location where = std::source_location::current()) const;
+
+ private:
+  void count(Collective kind, std::size_t elements);
+
+  CommCounters counters_;
+};
+
+}  // namespace shardplan::comm

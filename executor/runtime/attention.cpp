@@ -1,0 +1,140 @@
+// Causal grouped-query self-attention with RoPE: projections, per-head softmax(QKᵀ/√d)·V, and their backward.
+#include "attention.h"
+
+#include <cmath>
+
+#include "linear.h"
+#include "rope.h"
+
+namespace shardplan::runtime {
+namespace {
+
+const float* bias_or_null(const LayerParams& params, const char* name) {
+  const BoundTensor* found = params.find(name);
+  return found != nullptr ? found->data : nullptr;
+}
+float* grad_bias_or_null(const LayerParams& grads, const char* name) {
+  const BoundTensor* found = grads.find(name);
+  return found != nullptr ? found->data : nullptr;
+}
+
+// The views of one (sequence, head) pair inside the [tokens × heads·head_dim] q and [tokens × kv_dim] k, v buffers.
+struct HeadSlices {
+  std::int64_t q_offset, kv_offset, probs_offset;
+};
+HeadSlices head_slices(const DecoderDims& dims, const AttentionShape& shape, int b, std::int64_t head) {
+  const std::int64_t s = shape.seq_len, group = dims.num_heads / dims.num_kv_heads;
+  return {b * s * dims.hidden_size + head * dims.head_dim, b * s * dims.kv_dim() + (head / group) * dims.head_dim,
+          (b * dims.num_heads + head) * s * s};
+}
+
+// P = softmax(mask(Q·Kᵀ/√d)) for every (sequence, head): row i keeps columns j ≤ i (causal), the rest are 0.
+std::vector<float> attention_probs(const DecoderDims& dims, const AttentionShape& shape, const float* q,
+                                   const float* k) {
+  const std::int64_t s = shape.seq_len, d = dims.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> probs(static_cast<std::size_t>(shape.micro_batch * dims.num_heads * s * s));
+  for (int b = 0; b < shape.micro_batch; ++b) {
+    for (std::int64_t head = 0; head < dims.num_heads; ++head) {
+      const HeadSlices at = head_slices(dims, shape, b, head);
+      ConstStridedView Q(q + at.q_offset, s, d, Eigen::OuterStride<>(dims.hidden_size));
+      ConstStridedView K(k + at.kv_offset, s, d, Eigen::OuterStride<>(dims.kv_dim()));
+      MatrixView P(probs.data() + at.probs_offset, s, s);
+      P.noalias() = Q * K.transpose();
+      for (std::int64_t i = 0; i < s; ++i) {
+        auto visible = P.row(i).head(i + 1).array();
+        const float row_max = visible.maxCoeff();  // stable softmax: exp of non-positive numbers only
+        visible = ((visible - row_max) * scale).exp();
+        visible /= visible.sum();
+        P.row(i).tail(s - i - 1).setZero();
+      }
+    }
+  }
+  return probs;
+}
+
+}  // namespace
+
+void attention_forward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
+                       const float* normed, bool keep_probs, SavedActivations& saved, float* out) {
+  const std::int64_t t = shape.tokens(), h = dims.hidden_size, kv = dims.kv_dim(), d = dims.head_dim;
+  const std::int64_t s = shape.seq_len;
+  std::vector<float>& q = saved.put("attn.q", std::vector<float>(static_cast<std::size_t>(t * h)));
+  std::vector<float>& k = saved.put("attn.k", std::vector<float>(static_cast<std::size_t>(t * kv)));
+  std::vector<float>& v = saved.put("attn.v", std::vector<float>(static_cast<std::size_t>(t * kv)));
+  linear_forward({t, h, h}, normed, params.tensor("self_attn.q_proj.weight"),
+                 bias_or_null(params, "self_attn.q_proj.bias"), q.data());
+  linear_forward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"),
+                 bias_or_null(params, "self_attn.k_proj.bias"), k.data());
+  linear_forward({t, h, kv}, normed, params.tensor("self_attn.v_proj.weight"),
+                 bias_or_null(params, "self_attn.v_proj.bias"), v.data());
+  const RopeTable rope = rope_table(s, d, dims.rope_theta);
+  rope_rotate(rope, q.data(), t, dims.num_heads, d, false);
+  rope_rotate(rope, k.data(), t, dims.num_kv_heads, d, false);
+
+  std::vector<float> probs = attention_probs(dims, shape, q.data(), k.data());
+  std::vector<float>& context = saved.put("attn.context", std::vector<float>(static_cast<std::size_t>(t * h)));
+  for (int b = 0; b < shape.micro_batch; ++b) {
+    for (std::int64_t head = 0; head < dims.num_heads; ++head) {
+      const HeadSlices at = head_slices(dims, shape, b, head);
+      ConstStridedView V(v.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
+      StridedView O(context.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
+      O.noalias() = ConstMatrixView(probs.data() + at.probs_offset, s, s) * V;
+    }
+  }
+  linear_forward({t, h, h}, context.data(), params.tensor("self_attn.o_proj.weight"), nullptr, out);
+  if (keep_probs) saved.put("attn.probs", std::move(probs));
+}
+
+void attention_backward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
+                        const float* normed, const SavedActivations& saved, const float* d_out,
+                        const LayerParams& grads, float* d_normed) {
+  const std::int64_t t = shape.tokens(), h = dims.hidden_size, kv = dims.kv_dim(), d = dims.head_dim;
+  const std::int64_t s = shape.seq_len;
+  const std::vector<float>& q = saved.get("attn.q");
+  const std::vector<float>& k = saved.get("attn.k");
+  const std::vector<float>& v = saved.get("attn.v");
+  // Selective checkpointing: the same function as forward rebuilds P, so its bits equal the kept ones.
+  std::vector<float> rebuilt;
+  if (!saved.has("attn.probs")) rebuilt = attention_probs(dims, shape, q.data(), k.data());
+  const std::vector<float>& probs = saved.has("attn.probs") ? saved.get("attn.probs") : rebuilt;
+
+  std::vector<float> d_context(static_cast<std::size_t>(t * h));
+  linear_backward({t, h, h}, saved.get("attn.context").data(), params.tensor("self_attn.o_proj.weight"), d_out,
+                  d_context.data(), false, grads.tensor("self_attn.o_proj.weight"), nullptr);
+
+  std::vector<float> dq(static_cast<std::size_t>(t * h)), dk(static_cast<std::size_t>(t * kv)),
+      dv(static_cast<std::size_t>(t * kv));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  RowMatrix dP(s, s);
+  for (int b = 0; b < shape.micro_batch; ++b) {
+    for (std::int64_t head = 0; head < dims.num_heads; ++head) {
+      const HeadSlices at = head_slices(dims, shape, b, head);
+      ConstStridedView Q(q.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
+      ConstStridedView K(k.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
+      ConstStridedView V(v.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
+      ConstStridedView dO(d_context.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
+      ConstMatrixView P(probs.data() + at.probs_offset, s, s);
+      // O = P·V: dV += Pᵀ·dO (kv heads shared by a group sum their query heads' terms), dP = dO·Vᵀ.
+      StridedView(dv.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)).noalias() += P.transpose() * dO;
+      dP.noalias() = dO * V.transpose();
+      // Softmax backward per row: dS = P ⊙ (dP − Σ_j P·dP); masked entries have P = 0 and stay 0.
+      const Eigen::VectorXf row_dot = (P.array() * dP.array()).rowwise().sum();
+      dP = (P.array() * (dP.array().colwise() - row_dot.array())) * scale;
+      // S = Q·Kᵀ·scale: dQ = dS·K, dK += dSᵀ·Q.
+      StridedView(dq.data() + at.q_offset, s, d, Eigen::OuterStride<>(h)).noalias() = dP * K;
+      StridedView(dk.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)).noalias() += dP.transpose() * Q;
+    }
+  }
+  const RopeTable rope = rope_table(s, d, dims.rope_theta);
+  rope_rotate(rope, dq.data(), t, dims.num_heads, d, true);
+  rope_rotate(rope, dk.data(), t, dims.num_kv_heads, d, true);
+  linear_backward({t, h, h}, normed, params.tensor("self_attn.q_proj.weight"), dq.data(), d_normed, false,
+                  grads.tensor("self_attn.q_proj.weight"), grad_bias_or_null(grads, "self_attn.q_proj.bias"));
+  linear_backward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"), dk.data(), d_normed, true,
+                  grads.tensor("self_attn.k_proj.weight"), grad_bias_or_null(grads, "self_attn.k_proj.bias"));
+  linear_backward({t, h, kv}, normed, params.tensor("self_attn.v_proj.weight"), dv.data(), d_normed, true,
+                  grads.tensor("self_attn.v_proj.weight"), grad_bias_or_null(grads, "self_attn.v_proj.bias"));
+}
+
+}  // namespace shardplan::runtime

@@ -1,0 +1,121 @@
+// The LayerKernel driver: input checks, checkpointing (Note [Kernel driver]) and the model-level dimension checks.
+#include "layer_kernel.h"
+
+#include "errors.h"
+
+namespace shardplan::runtime {
+
+DecoderDims decoder_dims(const ModelSpec& model) {
+  const std::string origin = "model '" + model.name + "'";
+  if (!model.architecture) {
+    throw InputError(origin + ": the CPU runtime needs a decoder architecture (a preset or a Hugging Face config), "
+                     "not an explicit layer list");
+  }
+  const DecoderArchitecture& arch = *model.architecture;
+  if (arch.family != DecoderArchitecture::Family::llama) {
+    throw InputError(origin + ": family '" + to_string(arch.family) + "' is not supported by the CPU runtime; "
+                     "expected 'llama'");
+  }
+  if (arch.dropout != 0.0) throw InputError(origin + ": the CPU runtime implements no dropout; expected dropout 0");
+  if (arch.num_heads < 1 || arch.num_kv_heads < 1 || arch.hidden_size % arch.num_heads != 0 ||
+      arch.num_heads % arch.num_kv_heads != 0) {
+    throw InputError(origin + ": expected num_heads dividing hidden_size and num_kv_heads dividing num_heads");
+  }
+  DecoderDims dims;
+  dims.vocab_size = arch.vocab_size;
+  dims.hidden_size = arch.hidden_size;
+  dims.intermediate_size = arch.intermediate_size;
+  dims.num_heads = arch.num_heads;
+  dims.num_kv_heads = arch.num_kv_heads;
+  dims.head_dim = arch.head_dim();
+  dims.max_positions = arch.max_position_embeddings;
+  dims.attention_bias = arch.attention_bias;
+  // RoPE rotates pairs (i, i + head_dim/2) of each head (Su et al. 2021), so the head dimension must be even.
+  if (dims.head_dim % 2 != 0) {
+    throw InputError(origin + ": RoPE needs an even head dimension, got " + std::to_string(dims.head_dim));
+  }
+  return dims;
+}
+
+namespace {
+
+std::span<const std::int32_t> batch_ids(const Batch& batch, LayerKernel::InputIds which) {
+  switch (which) {
+    case LayerKernel::InputIds::tokens: return batch.tokens;
+    case LayerKernel::InputIds::targets: return batch.targets;
+    case LayerKernel::InputIds::none: return {};
+  }
+  return {};
+}
+
+void check_batch(const Batch& batch) {
+  if (batch.micro_batch < 1 || batch.seq_len < 1) {
+    throw InputError("batch: expected positive micro_batch and seq_len, got " + std::to_string(batch.micro_batch) +
+                     " and " + std::to_string(batch.seq_len));
+  }
+  const auto expected = static_cast<std::size_t>(batch.token_count());
+  if (batch.tokens.size() != expected || batch.targets.size() != expected) {
+    throw InputError("batch: expected " + std::to_string(expected) + " tokens and targets, got " +
+                     std::to_string(batch.tokens.size()) + " and " + std::to_string(batch.targets.size()));
+  }
+}
+
+}  // namespace
+
+LayerForward LayerKernel::forward(const LayerParams& params, const Batch& batch, const Activations& input,
+                                  ActivationCheckpointing checkpointing) const {
+  check_batch(batch);
+  LayerInput in;
+  in.micro_batch = batch.micro_batch;
+  in.seq_len = batch.seq_len;
+  in.ids = batch_ids(batch, input_ids());
+  if (kind() != LayerKind::embedding) {
+    SHARDPLAN_CHECK(input.micro_batch == batch.micro_batch && input.seq_len == batch.seq_len &&
+                        input.width == input_width() &&
+                        static_cast<std::int64_t>(input.values.size()) == batch.token_count() * input_width(),
+                    std::string(kernel_name()) + ": input activations do not match the batch and layer width");
+    in.hidden = input.values;
+  }
+  LayerForward result;
+  SavedActivations& saved = result.saved;
+  saved.micro_batch = batch.micro_batch;
+  saved.seq_len = batch.seq_len;
+  saved.checkpointing = checkpointing;
+  saved.input.assign(in.hidden.begin(), in.hidden.end());
+  saved.ids.assign(in.ids.begin(), in.ids.end());
+  // Under full checkpointing the kernel runs its ordinary forward and the driver then drops what it kept, so the
+  // output is bitwise that of the un-checkpointed run.
+  const bool full = checkpointing == ActivationCheckpointing::full;
+  result.output = run_forward(params, in, full ? ActivationCheckpointing::none : checkpointing, saved);
+  if (full) saved.keep_only_inputs();
+  return result;
+}
+
+SavedActivations LayerKernel::recompute(const LayerParams& params, const SavedActivations& checkpointed) const {
+  SavedActivations complete;
+  complete.micro_batch = checkpointed.micro_batch;
+  complete.seq_len = checkpointed.seq_len;
+  complete.checkpointing = ActivationCheckpointing::none;
+  complete.input = checkpointed.input;
+  complete.ids = checkpointed.ids;
+  LayerInput in{complete.micro_batch, complete.seq_len, complete.input, complete.ids};
+  (void)run_forward(params, in, ActivationCheckpointing::none, complete);
+  return complete;
+}
+
+Activations LayerKernel::backward(const LayerParams& params, const SavedActivations& saved,
+                                  const Activations& grad_output, const LayerParams& grads) const {
+  const bool scalar_output = kind() == LayerKind::lm_head;
+  SHARDPLAN_CHECK(scalar_output ? grad_output.values.size() == 1
+                                : (grad_output.micro_batch == saved.micro_batch &&
+                                   grad_output.seq_len == saved.seq_len && grad_output.width == output_width() &&
+                                   static_cast<std::int64_t>(grad_output.values.size()) ==
+                                       grad_output.token_count() * output_width()),
+                  std::string(kernel_name()) + ": grad_output does not match the layer's output");
+  if (saved.checkpointing == ActivationCheckpointing::full) {
+    return run_backward(params, recompute(params, saved), grad_output, grads);
+  }
+  return run_backward(params, saved, grad_output, grads);
+}
+
+}  // namespace shardplan::runtime

@@ -1,0 +1,74 @@
+// RMSNorm forward/backward math and the final-norm layer kernel ("model.norm").
+#include "rmsnorm.h"
+
+#include "errors.h"
+#include "layer_kernel.h"
+
+namespace shardplan::runtime {
+
+void rmsnorm_forward(const float* x, const float* weight, std::int64_t rows, std::int64_t width, double eps, float* y,
+                     float* inv_rms) {
+  ConstMatrixView X(x, rows, width);
+  VectorView r(inv_rms, rows);
+  r = ((X.rowwise().squaredNorm() / static_cast<float>(width)).array() + static_cast<float>(eps)).rsqrt();
+  MatrixView Y(y, rows, width);
+  Y = (X.array().colwise() * r.array()).rowwise() * ConstVectorView(weight, width).transpose().array();
+}
+
+void rmsnorm_backward(const float* x, const float* inv_rms, const float* weight, const float* dy, std::int64_t rows,
+                      std::int64_t width, float* dx, float* grad_weight) {
+  ConstMatrixView X(x, rows, width);
+  ConstMatrixView dY(dy, rows, width);
+  ConstVectorView r(inv_rms, rows);
+  const RowMatrix x_hat = X.array().colwise() * r.array();
+  VectorView(grad_weight, width).noalias() += (dY.array() * x_hat.array()).colwise().sum().matrix().transpose();
+  const RowMatrix g = dY.array().rowwise() * ConstVectorView(weight, width).transpose().array();
+  const Eigen::VectorXf mean_g_xhat = (g.array() * x_hat.array()).rowwise().sum() / static_cast<float>(width);
+  MatrixView dX(dx, rows, width);
+  dX.array() += (g.array() - x_hat.array().colwise() * mean_g_xhat.array()).colwise() * r.array();
+}
+
+namespace {
+
+// The final norm before the LM head: one weight vector of hidden_size.
+class RMSNormLayer final : public LayerKernel {
+ public:
+  explicit RMSNormLayer(const DecoderDims& dims) : dims_(dims) {}
+  LayerKind kind() const override { return LayerKind::norm; }
+  const char* kernel_name() const override { return "rmsnorm"; }
+  std::int64_t output_width() const override { return dims_.hidden_size; }
+
+ protected:
+  std::int64_t input_width() const override { return dims_.hidden_size; }
+
+  Activations run_forward(const LayerParams& params, const LayerInput& input, ActivationCheckpointing,
+                          SavedActivations& saved) const override {
+    const std::int64_t rows = input.token_count(), width = dims_.hidden_size;
+    Activations out = Activations::zeros(input.micro_batch, input.seq_len, width);
+    std::vector<float> inv_rms(static_cast<std::size_t>(rows));
+    rmsnorm_forward(input.hidden.data(), params.tensor("weight"), rows, width, dims_.rms_norm_eps,
+                    out.values.data(), inv_rms.data());
+    saved.put("inv_rms", std::move(inv_rms));
+    return out;
+  }
+
+  Activations run_backward(const LayerParams& params, const SavedActivations& saved, const Activations& grad_output,
+                           const LayerParams& grads) const override {
+    const std::int64_t rows = grad_output.token_count(), width = dims_.hidden_size;
+    Activations grad_input = Activations::zeros(saved.micro_batch, saved.seq_len, width);
+    rmsnorm_backward(saved.input.data(), saved.get("inv_rms").data(), params.tensor("weight"),
+                     grad_output.values.data(), rows, width, grad_input.values.data(), grads.tensor("weight"));
+    return grad_input;
+  }
+
+ private:
+  DecoderDims dims_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerKernel> make_rmsnorm_layer(const DecoderDims& dims) {
+  return std::make_unique<RMSNormLayer>(dims);
+}
+
+}  // namespace shardplan::runtime

@@ -1,0 +1,91 @@
+// Tests of `shardplan simulate` through the binary: the JSON contract, trace and report files, bad plans.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "run_binary.h"
+
+namespace {
+
+using nlohmann::json;
+using shardplan_test::RunResult;
+using shardplan_test::run_shardplan;
+using shardplan_test::TempFile;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A tiny-llama plan with one root and two units; `units` replaces the units array.
+std::string plan_text(const std::string& units) {
+  return R"({"schema": "shardplan.plan/v1", "name": "t", "training": {"seq_len": 64}, "units": [)" + units + "]}";
+}
+
+void expect_bad_plan(const std::string& units, const std::string& cluster, const std::string& expected) {
+  TempFile plan("plan", plan_text(units));
+  const RunResult result = run_shardplan({"simulate", "-m", "tiny-llama", "-c", cluster, "--plan", plan.path()});
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_status == 2);
+  CHECK(result.out.empty());
+  REQUIRE(result.err_lines().size() == 1);
+  CHECK(contains(result.err, "shardplan: error:"));
+  CHECK(contains(result.err, expected));
+}
+
+}  // namespace
+
+TEST_CASE("`simulate --json` has the contract's keys, and its peak equals `estimate`'s total") {
+  const RunResult simulated = run_shardplan({"simulate", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--ac", "full",
+                                             "--json"});
+  REQUIRE(simulated.exit_status == 0);
+  const json summary = json::parse(simulated.out);
+  for (const char* key : {"step_time_s", "compute_time_s", "exposed_comm_s", "peak_memory_bytes", "memory_at_peak",
+                          "tokens_per_s", "mfu", "hfu", "streams", "collectives"}) {
+    CAPTURE(key);
+    CHECK(summary.contains(key));
+  }
+  CHECK(summary.at("schema") == "shardplan.simulation/v1");
+  CHECK(summary.at("collectives").at("all_gather").at("count") == 2 * 33 - 1);
+  CHECK(summary.at("collectives").at("reduce_scatter").at("count") == 33);
+  CHECK(summary.at("mfu").get<double>() > 0.0);
+  CHECK(summary.at("mfu").get<double>() < 1.0);
+  const RunResult estimated = run_shardplan({"estimate", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--ac", "full",
+                                             "--json"});
+  REQUIRE(estimated.exit_status == 0);
+  CHECK(json::parse(estimated.out).at("memory").at("total_bytes") == summary.at("peak_memory_bytes"));
+}
+
+TEST_CASE("`simulate --trace --report` writes a Chrome trace and an offline HTML report") {
+  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-sim-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string trace = (dir / "t.json").string(), report = (dir / "r.html").string();
+  const RunResult result = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--seq-len", "64", "--trace",
+                                          trace, "--report", report});
+  REQUIRE(result.exit_status == 0);
+  CHECK(contains(result.out, "step time"));
+  std::ifstream trace_stream(trace);
+  const json document = json::parse(trace_stream);
+  CHECK(document.at("traceEvents").size() > 10);
+  std::ifstream report_stream(report);
+  const std::string html((std::istreambuf_iterator<char>(report_stream)), std::istreambuf_iterator<char>());
+  CHECK(contains(html, "<svg"));
+  CHECK_FALSE(contains(html, "http"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("`simulate` with a bad plan names the unit and exits 2, writing nothing") {
+  const std::string root = R"({"root": true})";
+  expect_bad_plan(root + R"(, {"first_layer": 1, "last_layer": 2}, {"first_layer": 2, "last_layer": 3})", "2xcpu",
+                  "unit 2");
+  expect_bad_plan(root + R"(, {"first_layer": 1, "last_layer": 2, "forward_prefetch": [9]})", "2xcpu", "unit 1");
+  expect_bad_plan(root + R"(, {"first_layer": 1, "last_layer": 2, "strategy": "hybrid_shard:3"})", "4xcpu",
+                  "unit 1");
+  expect_bad_plan(R"({"first_layer": 1, "last_layer": 2})", "2xcpu", "unit 0");
+  const auto trace = std::filesystem::temp_directory_path() / ("shardplan-none-" + std::to_string(::getpid()) + ".json");
+  TempFile plan("plan", plan_text(root + R"(, {"first_layer": 1, "forward_prefetch": [7]})"));
+  const RunResult result = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", plan.path(),
+                                          "--trace", trace.string()});
+  CHECK(result.exit_status == 2);
+  CHECK_FALSE(std::filesystem::exists(trace));
+}
