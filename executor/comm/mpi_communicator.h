@@ -3,7 +3,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "communicator.h"
@@ -32,6 +34,10 @@ struct MpiCommOptions {
   // Default chosen by measurement (benchmarks/comm_overlap_bench.cpp, 2 ranks on 2 cores, Open MPI 4.1.4 vader):
   // see the table in that file's header comment.
   AsyncMechanism mechanism = AsyncMechanism::comm_thread;
+  // How the comm thread waits. Unset: it calls the blocking collective, whose wait spins in MPI's progress loop — best
+  // when the rank has a spare core. Set: it issues the non-blocking collective and polls MPI_Test, sleeping this long
+  // between polls, so it gives the core back to compute when the ranks already fill every core.
+  std::optional<std::chrono::microseconds> comm_thread_poll;
 };
 
 class MpiCommunicator final : public Communicator {

@@ -5,6 +5,7 @@
 
 #include "linear.h"
 #include "rope.h"
+#include "row_reductions.h"
 
 namespace shardplan::runtime {
 namespace {
@@ -44,8 +45,8 @@ std::vector<float> attention_probs(const DecoderDims& dims, const AttentionShape
       for (std::int64_t i = 0; i < s; ++i) {
         auto visible = P.row(i).head(i + 1).array();
         const float row_max = visible.maxCoeff();  // stable softmax: exp of non-positive numbers only
-        visible = ((visible - row_max) * scale).exp();
-        visible /= visible.sum();
+        // Fixed-order exp and sum (Note [Deterministic reductions]).
+        visible /= static_cast<float>(exp_shifted_sum(P.row(i).data(), i + 1, row_max, scale));
         P.row(i).tail(s - i - 1).setZero();
       }
     }
@@ -107,6 +108,7 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
       dv(static_cast<std::size_t>(t * kv));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   RowMatrix dP(s, s);
+  Eigen::VectorXf p_dot_dp(s);
   for (int b = 0; b < shape.micro_batch; ++b) {
     for (std::int64_t head = 0; head < dims.num_heads; ++head) {
       const HeadSlices at = head_slices(dims, shape, b, head);
@@ -119,8 +121,10 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
       StridedView(dv.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)).noalias() += P.transpose() * dO;
       dP.noalias() = dO * V.transpose();
       // Softmax backward per row: dS = P ⊙ (dP − Σ_j P·dP); masked entries have P = 0 and stay 0.
-      const Eigen::VectorXf row_dot = (P.array() * dP.array()).rowwise().sum();
-      dP = (P.array() * (dP.array().colwise() - row_dot.array())) * scale;
+      for (std::int64_t i = 0; i < s; ++i) {
+        p_dot_dp[i] = static_cast<float>(row_dot(P.row(i).data(), dP.row(i).data(), s));
+      }
+      dP = (P.array() * (dP.array().colwise() - p_dot_dp.array())) * scale;
       // S = Q·Kᵀ·scale: dQ = dS·K, dK += dSᵀ·Q.
       StridedView(dq.data() + at.q_offset, s, d, Eigen::OuterStride<>(h)).noalias() = dP * K;
       StridedView(dk.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)).noalias() += dP.transpose() * Q;

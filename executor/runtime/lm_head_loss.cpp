@@ -4,6 +4,7 @@
 #include "errors.h"
 #include "layer_kernel.h"
 #include "linear.h"
+#include "row_reductions.h"
 
 namespace shardplan::runtime {
 namespace {
@@ -39,10 +40,9 @@ class LmHeadLoss final : public LayerKernel {
       // Subtracting the row maximum keeps exp() finite (the usual stable log-sum-exp).
       const float max_logit = P.row(t).maxCoeff();
       const float target_logit = P(t, target);
-      P.row(t).array() = (P.row(t).array() - max_logit).exp();
-      const float sum = P.row(t).sum();
-      P.row(t) /= sum;
-      loss_sum += static_cast<double>(max_logit) + std::log(static_cast<double>(sum)) - target_logit;
+      const double sum = exp_shifted_sum(P.row(t).data(), vocab, max_logit, 1.0f);  // Note [Deterministic reductions]
+      P.row(t) /= static_cast<float>(sum);
+      loss_sum += static_cast<double>(max_logit) + std::log(sum) - target_logit;
     }
     saved.put("probs", std::move(probs));
     return Activations::scalar(static_cast<float>(loss_sum / static_cast<double>(rows)));

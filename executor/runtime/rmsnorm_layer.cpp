@@ -1,16 +1,23 @@
 // RMSNorm forward/backward math and the final-norm layer kernel ("model.norm").
 #include "rmsnorm.h"
 
+#include <cmath>
+
 #include "errors.h"
 #include "layer_kernel.h"
+#include "row_reductions.h"
 
 namespace shardplan::runtime {
 
 void rmsnorm_forward(const float* x, const float* weight, std::int64_t rows, std::int64_t width, double eps, float* y,
                      float* inv_rms) {
   ConstMatrixView X(x, rows, width);
-  VectorView r(inv_rms, rows);
-  r = ((X.rowwise().squaredNorm() / static_cast<float>(width)).array() + static_cast<float>(eps)).rsqrt();
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * width;  // mean of squares in fixed order (Note [Deterministic reductions])
+    const double mean_square = row_dot(xr, xr, width) / static_cast<double>(width);
+    inv_rms[row] = static_cast<float>(1.0 / std::sqrt(mean_square + eps));
+  }
+  ConstVectorView r(inv_rms, rows);
   MatrixView Y(y, rows, width);
   Y = (X.array().colwise() * r.array()).rowwise() * ConstVectorView(weight, width).transpose().array();
 }
@@ -23,7 +30,11 @@ void rmsnorm_backward(const float* x, const float* inv_rms, const float* weight,
   const RowMatrix x_hat = X.array().colwise() * r.array();
   VectorView(grad_weight, width).noalias() += (dY.array() * x_hat.array()).colwise().sum().matrix().transpose();
   const RowMatrix g = dY.array().rowwise() * ConstVectorView(weight, width).transpose().array();
-  const Eigen::VectorXf mean_g_xhat = (g.array() * x_hat.array()).rowwise().sum() / static_cast<float>(width);
+  Eigen::VectorXf mean_g_xhat(rows);
+  for (std::int64_t row = 0; row < rows; ++row) {
+    mean_g_xhat[row] = static_cast<float>(row_dot(g.row(row).data(), x_hat.row(row).data(), width) /
+                                          static_cast<double>(width));
+  }
   MatrixView dX(dx, rows, width);
   dX.array() += (g.array() - x_hat.array().colwise() * mean_g_xhat.array()).colwise() * r.array();
 }

@@ -155,3 +155,24 @@ TEST_CASE("schedule: reshard_after_forward = k keeps a copy sharded over k and g
   }
   CHECK(partial_gathers == 2);
 }
+
+TEST_CASE("schedule: CPU offload copies shards in before all-gathers and gradients out after reductions") {
+  const ModelSpec model = toy_blocks(3);
+  Plan plan = toy_plan(model, 2);
+  plan.offload.params = true;
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  CHECK(schedule.count(OpKind::host_to_device) == schedule.count(OpKind::all_gather));
+  CHECK(schedule.count(OpKind::device_to_host) == schedule.count(OpKind::reduce_scatter));
+  // Shards, gradients and optimizer states live in host memory.
+  CHECK(schedule.persistent[static_cast<std::size_t>(MemoryCategory::sharded_params)] == 0);
+  CHECK(schedule.persistent[static_cast<std::size_t>(MemoryCategory::optimizer_states)] == 0);
+  for (const Op& op : schedule.ops) {
+    if (op.kind == OpKind::all_gather) {
+      const bool after_copy = std::any_of(op.deps.begin(), op.deps.end(), [&](int dep) {
+        return schedule.ops[static_cast<std::size_t>(dep)].kind == OpKind::host_to_device;
+      });
+      CHECK(after_copy);
+    }
+    if (op.kind == OpKind::optimizer_step) CHECK(op.on_host);
+  }
+}
