@@ -1,19 +1,46 @@
 // comm_overlap_bench: how well each asynchrony mechanism of the MPI communicator hides a collective behind compute.
 //
 // Run under `mpirun -np 2` (built as tests/mpi/comm_overlap_bench; `meson test --benchmark --suite mpi`). For each
-// message size S (nccl-tests' convention: the gathered output of an all-gather) it measures, with a busy arithmetic
-// loop that never enters MPI (fixed work, calibrated once on rank 0 to last about as long as the collective):
+// message size S (nccl-tests' convention: the gathered output of an all-gather, the input of a reduce-scatter) it
+// measures, with a busy arithmetic loop that never enters MPI (fixed work, calibrated once on rank 0 to last about as
+// long as the collective):
 //   compute   the loop alone
 //   comm      issue + wait with nothing in between
 //   overlap   issue, run the loop, wait
 // and reports overlap efficiency = (compute + comm − overlap) / min(compute, comm): 1 = the shorter of the two is
-// completely hidden, 0 = they ran one after the other. Times are the slowest rank's, median over repetitions.
+// completely hidden, 0 = they ran one after the other; and "vs serial" = overlap / (compute + the fastest mechanism's
+// comm), the step time that decides (lower is better). Times are the slowest rank's, median over repetitions that
+// interleave the mechanisms.
 // Mechanisms (Note [Progress] in executor/comm/mpi_communicator.h):
 //   nonblocking       MPI_Iallgather, progress only in wait()
 //   nonblocking+poll  MPI_Iallgather, CommHandle::test() between 64 chunks of the loop (what a runner can do between
 //                     layers)
 //   comm_thread       blocking MPI_Allgather on the communicator's thread (MPI_THREAD_MULTIPLE)
-// Options: --reps N (default 9), --collective all_gather|reduce_scatter|all_reduce, --sizes B1,B2,... (bytes).
+// Options: --reps N (default 21), --collective all_gather|reduce_scatter|all_reduce, --sizes B1,B2,... (bytes).
+//
+// Measured in the development container (2 shared cores, so `-np 2` fills them; Open MPI 4.1.4, default vader + self
+// transports, other builds running beside it), one all_gather run:
+//   mechanism          S (bytes)  compute ms   comm ms overlapped ms  overlap  vs serial
+//   nonblocking           262144       0.023     0.029         0.060     -36%       1.16
+//   nonblocking+poll      262144       0.023     0.036         0.059       2%       1.13
+//   comm_thread           262144       0.023     0.034         0.046      47%       0.89
+//   nonblocking          1048576       0.145     0.108         0.260      -6%       1.03
+//   nonblocking+poll     1048576       0.145     0.117         0.268      -5%       1.06
+//   comm_thread          1048576       0.145     0.115         0.243      15%       0.96
+//   nonblocking          8388608       0.658     1.038         1.700      -1%       1.00
+//   nonblocking+poll     8388608       0.658     1.035         1.698      -1%       1.00
+//   comm_thread          8388608       0.658     1.069         2.243     -78%       1.32
+//   nonblocking         33554432      30.040    29.304        50.808      29%       0.94
+//   nonblocking+poll    33554432      30.040    28.008        50.799      26%       0.94
+//   comm_thread         33554432      30.040    23.974        56.706     -11%       1.05
+// Mean "vs serial" over sizes, six runs (all_gather ×5, reduce_scatter ×1): nonblocking 1.00–1.04, nonblocking+poll
+// 0.91–1.03, comm_thread 1.01–1.10 — the comm thread was never the fastest. With every core running a rank's compute,
+// there is no idle core for a transfer that the CPU itself copies through shared memory, so no mechanism hides much;
+// the comm thread, spinning inside MPI on the compute thread's core (mpirun binds each rank to one core at -np ≤ 2),
+// only takes cycles from it. Hence MpiCommOptions defaults to nonblocking. A comm thread that polled MPI_Test with a
+// yield or a 50 µs sleep in between was also tried: no better than blocking (yield) or much worse for small messages
+// (the sleep's latency floor), so it was dropped. On a node with spare cores per rank, rerun with
+// `mpirun --bind-to none` before changing the default.
 #include <mpi.h>
 
 #include <algorithm>
@@ -21,7 +48,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,9 +62,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
-  int reps = 15;
+  int reps = 21;
   std::string collective = "all_gather";
-  std::vector<std::size_t> sizes = {1u << 20, 8u << 20, 32u << 20};
+  std::vector<std::size_t> sizes = {256u << 10, 1u << 20, 8u << 20, 32u << 20};
 };
 
 struct Variant {
@@ -48,12 +74,10 @@ struct Variant {
 };
 
 std::vector<Variant> all_variants() {
-  using std::chrono::microseconds;
   return {
-      {"nonblocking", MpiCommOptions{AsyncMechanism::nonblocking, std::nullopt}, false},
-      {"nonblocking+poll", MpiCommOptions{AsyncMechanism::nonblocking, std::nullopt}, true},
-      {"comm_thread(blocking)", MpiCommOptions{AsyncMechanism::comm_thread, std::nullopt}, false},
-      {"comm_thread(poll 50us)", MpiCommOptions{AsyncMechanism::comm_thread, microseconds(50)}, false},
+      {"nonblocking", MpiCommOptions{AsyncMechanism::nonblocking}, false},
+      {"nonblocking+poll", MpiCommOptions{AsyncMechanism::nonblocking}, true},
+      {"comm_thread", MpiCommOptions{AsyncMechanism::comm_thread}, false},
   };
 }
 
@@ -184,11 +208,12 @@ int main(int argc, char** argv) {
       std::printf("# %s overlap, %d ranks, median of %d interleaved repetitions, slowest rank; compute = busy loop in "
                   "%d chunks, sized to the non-blocking collective's time\n",
                   options.collective.c_str(), session.world_size(), options.reps, kChunks);
-      std::printf("%-22s %10s %11s %9s %13s %8s\n", "mechanism", "S (bytes)", "compute ms", "comm ms",
-                  "overlapped ms", "overlap");
+      std::printf("%-17s %10s %11s %9s %13s %8s %10s\n", "mechanism", "S (bytes)", "compute ms", "comm ms",
+                  "overlapped ms", "overlap", "vs serial");
     }
     std::vector<Variant> variants = all_variants();
     std::vector<double> efficiency_sum(variants.size(), 0.0);
+    std::vector<double> ratio_sum(variants.size(), 0.0);
     for (const std::size_t bytes : options.sizes) {
       Buffers buffers = make_buffers(options.collective, bytes, session.world_size());
       std::vector<std::unique_ptr<MpiCommunicator>> comms;
@@ -197,7 +222,8 @@ int main(int argc, char** argv) {
         issue(*comms.back(), options.collective, buffers).wait();  // warm-up: connections, first-touch pages
       }
       // Compute sized to the plain non-blocking collective, so neither side dominates the efficiency.
-      const double reference = median_time(*comms[0], options.reps, [&] { issue(*comms[0], options.collective, buffers).wait(); });
+      const double reference =
+          median_time(*comms[0], options.reps, [&] { issue(*comms[0], options.collective, buffers).wait(); });
       const std::size_t chunk = calibrate_chunk(reference);
       // Interleaved: every repetition measures every variant, so a burst of load on the (shared) machine lands on all
       // of them instead of on whichever ran at that moment.
@@ -215,24 +241,38 @@ int main(int argc, char** argv) {
           }));
         }
       }
+      // The efficiency flatters a mechanism whose collective alone is slow (a sleeping poller), so the decision uses
+      // the step time itself: overlapped / (compute + the fastest mechanism's collective alone), lower is better.
+      double best_comm = median(comm_samples[0]);
+      for (const auto& samples : comm_samples) best_comm = std::min(best_comm, median(samples));
       for (std::size_t v = 0; v < variants.size(); ++v) {
         OverlapResult result;
         result.compute_s = median(compute_samples);
         result.comm_s = median(comm_samples[v]);
         result.overlap_s = median(overlap_samples[v]);
+        const double vs_serial = result.overlap_s / (result.compute_s + best_comm);
         efficiency_sum[v] += result.efficiency();
+        ratio_sum[v] += vs_serial;
         if (root) {
-          std::printf("%-22s %10zu %11.3f %9.3f %13.3f %7.0f%%\n", variants[v].name, bytes, result.compute_s * 1e3,
-                      result.comm_s * 1e3, result.overlap_s * 1e3, result.efficiency() * 100);
+          std::printf("%-17s %10zu %11.3f %9.3f %13.3f %7.0f%% %10.2f\n", variants[v].name, bytes,
+                      result.compute_s * 1e3, result.comm_s * 1e3, result.overlap_s * 1e3, result.efficiency() * 100,
+                      vs_serial);
         }
       }
     }
     if (root) {
       std::printf("# mean overlap efficiency over sizes:");
       for (std::size_t v = 0; v < variants.size(); ++v) {
-        std::printf(" %s %.0f%%;", variants[v].name, efficiency_sum[v] / static_cast<double>(options.sizes.size()) * 100);
+        const double mean = efficiency_sum[v] / static_cast<double>(options.sizes.size());
+        std::printf(" %s %.0f%%;", variants[v].name, mean * 100);
       }
-      std::printf("\n");
+      std::printf("\n# mean step time vs serial (lower is better):");
+      std::size_t best = 0;
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        std::printf(" %s %.2f;", variants[v].name, ratio_sum[v] / static_cast<double>(options.sizes.size()));
+        if (ratio_sum[v] < ratio_sum[best]) best = v;
+      }
+      std::printf("\n# fastest: %s\n", variants[best].name);
     }
   } catch (const shardplan::Error& e) {
     std::fprintf(stderr, "comm_overlap_bench: %s (%s)\n", e.what(), e.raised_at().c_str());

@@ -1,4 +1,4 @@
-// The DeepSpeed export (a ZeRO ds_config.json derived from the plan's units) and export_plan's format dispatch.
+// The DeepSpeed export (ZeRO ds_config.json from the plan's units), export_plan's dispatch, format-neutral helpers.
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +8,41 @@
 #include "plan_export.h"
 
 namespace shardplan {
+namespace export_detail {
+
+std::vector<std::vector<std::string>> unit_module_paths(const Plan& plan, const ModelSpec& model) {
+  std::vector<std::vector<std::string>> groups;
+  for (const auto& unit : plan_units(plan, model)) {
+    std::vector<std::string> paths;
+    for (auto layer : unit.layers) paths.push_back(model.layers[layer].name);
+    groups.push_back(std::move(paths));
+  }
+  return groups;
+}
+
+std::string strategy_label(const ShardingStrategy& strategy) {
+  std::string label = to_string(strategy.kind);
+  if (strategy.shard_group_size > 0) label += ":" + std::to_string(strategy.shard_group_size);
+  return label;
+}
+
+ShardingStrategy uniform_strategy(const Plan& plan, const std::string& format) {
+  SHARDPLAN_CHECK(!plan.units.empty(), "a validated plan has a root unit");
+  const ShardingStrategy& first = plan.units.front().strategy;
+  for (std::size_t id = 1; id < plan.units.size(); ++id) {
+    const auto& strategy = plan.units[id].strategy;
+    if (strategy.kind != first.kind || strategy.shard_group_size != first.shard_group_size) {
+      throw InputError("--export " + format + ": unit " + std::to_string(id) + " ('" + plan.units[id].name +
+                       "') uses strategy " + strategy_label(strategy) + " but the root unit uses " +
+                       strategy_label(first) + "; " + format +
+                       " applies one strategy to the whole model (use --export fsdp2 for per-unit strategies)");
+    }
+  }
+  return first;
+}
+
+}  // namespace export_detail
+
 namespace {
 
 using export_detail::strategy_label;

@@ -92,12 +92,6 @@ const char* fsdp1_strategy(StrategyKind kind) {
   return "FULL_SHARD";
 }
 
-std::string python_paths(const std::vector<std::string>& paths) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < paths.size(); ++i) out += (i ? ", " : "") + python_string(paths[i]);
-  return out + "]";
-}
-
 constexpr const char* kRegroupHelper = R"PY(def _regroup_layers(model):
     # See REGROUPS: each multi-layer unit's consecutive layers move into one container that FSDP1 can wrap. Parameter
     # names change with it (model.layers.4.mlp... becomes model.layers.1.layers.0.mlp...): load checkpoints before
@@ -175,8 +169,8 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
 
   std::map<std::string, std::vector<std::vector<int>>> regroup_table;
   for (const auto& regroup : regroups) regroup_table[regroup.parent].push_back(regroup.indices);
-  std::vector<std::string> wrap_targets;
-  for (const auto& path : original_targets) wrap_targets.push_back(regrouped_path(path, regroups, true));
+  std::vector<std::string> quoted_targets;
+  for (const auto& path : original_targets) quoted_targets.push_back(python_string(regrouped_path(path, regroups, true)));
 
   std::vector<std::vector<int>> forward, backward;
   for (const auto& unit : plan.units) {
@@ -192,24 +186,24 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
   py << "\n# Module paths of each unit, one entry per plan unit in plan order: entry 0 is the root unit (every module\n"
      << "# no other unit covers), which is FullyShardedDataParallel(model) itself.\n"
      << "PLANNED_GROUPS = " << python_groups(groups) << "\n\n"
-     << "# FSDP1 wraps one existing module per unit (Note [FSDP1 regrouping] in shardplan's planner/export_fsdp1.cpp):\n"
-     << "# each list of consecutive child indices becomes one container module in its parent ModuleList.\n"
+     << "# FSDP1 wraps one existing module per unit, so each list of consecutive child indices becomes one container\n"
+     << "# module in its parent ModuleList before wrapping (shardplan's docs/exports.md, FSDP1).\n"
      << "REGROUPS = {";
   bool first_entry = true;
   for (const auto& [parent, lists] : regroup_table) {
-    py << (first_entry ? "" : ", ") << python_string(parent) << ": [";
-    for (std::size_t i = 0; i < lists.size(); ++i) {
-      py << (i ? ", " : "") << "[";
-      for (std::size_t j = 0; j < lists[i].size(); ++j) py << (j ? ", " : "") << lists[i][j];
-      py << "]";
+    std::vector<std::string> rendered;
+    for (const auto& list : lists) {
+      std::vector<std::string> ids;
+      for (int index : list) ids.push_back(std::to_string(index));
+      rendered.push_back(python_list(ids, 0));
     }
-    py << "]";
+    py << (first_entry ? "" : ", ") << python_string(parent) << ": " << python_list(rendered, 0);
     first_entry = false;
   }
   py << "}\n"
      << "# The module each non-root unit becomes after REGROUPS (units 1, 2, ... in order); the auto-wrap policy\n"
      << "# wraps exactly these.\n"
-     << "FSDP1_WRAP_TARGETS = " << python_paths(wrap_targets) << "\n\n"
+     << "FSDP1_WRAP_TARGETS = " << python_list(quoted_targets, 0) << "\n\n"
      << "# The plan's prefetch lists (unit ids), for reference: FSDP1 cannot take explicit lists; it prefetches the\n"
      << "# next unit in execution order when forward_prefetch / backward_prefetch are set.\n"
      << "FORWARD_PREFETCH = " << python_id_lists(forward) << "\n"

@@ -1,4 +1,4 @@
-// The FSDP2 export (fully_shard per unit, prefetch lists, checkpointing) and the Python rendering helpers it shares.
+// The FSDP2 export (fully_shard per unit, prefetch lists, checkpointing) and the Python helpers both scripts use.
 #include <algorithm>
 #include <cctype>
 #include <sstream>
@@ -41,16 +41,6 @@ std::string comment_safe(const std::string& text) {
 
 }  // namespace
 
-std::vector<std::vector<std::string>> unit_module_paths(const Plan& plan, const ModelSpec& model) {
-  std::vector<std::vector<std::string>> groups;
-  for (const auto& unit : plan_units(plan, model)) {
-    std::vector<std::string> paths;
-    for (auto layer : unit.layers) paths.push_back(model.layers[layer].name);
-    groups.push_back(std::move(paths));
-  }
-  return groups;
-}
-
 std::string python_string(const std::string& text) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "\"";
@@ -89,6 +79,27 @@ std::string python_module(const std::string& root, const std::string& path) {
   return expression;
 }
 
+std::string python_list(const std::vector<std::string>& items, std::size_t indent) {
+  constexpr std::size_t kWidth = 110;
+  std::string out = "[";
+  std::size_t column = indent + 1;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) {
+      out += ",";
+      if (column + items[i].size() + 2 > kWidth) {
+        out += "\n" + std::string(indent + 4, ' ');
+        column = indent + 4;
+      } else {
+        out += " ";
+        column += 2;
+      }
+    }
+    out += items[i];
+    column += items[i].size();
+  }
+  return out + "]";
+}
+
 std::string python_groups(const std::vector<std::vector<std::string>>& groups) {
   std::string out = "[\n";
   for (const auto& group : groups) {
@@ -112,12 +123,9 @@ std::string python_id_lists(const std::vector<std::vector<int>>& lists) {
 std::string python_checkpointed_layers(const Plan& plan, const ModelSpec& model, ActivationCheckpointing mode) {
   std::vector<std::string> names;
   for (std::size_t layer = 0; layer < model.layers.size() && layer < plan.layer_checkpointing.size(); ++layer) {
-    if (plan.layer_checkpointing[layer] == mode) names.push_back(model.layers[layer].name);
+    if (plan.layer_checkpointing[layer] == mode) names.push_back(python_string(model.layers[layer].name));
   }
-  if (names.empty()) return "[]";
-  std::string out = "[";
-  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + python_string(names[i]);
-  return out + "]";
+  return python_list(names, 0);
 }
 
 std::string python_header(const std::string& format, const Plan& plan, const ModelSpec& model, int world_size,
@@ -198,27 +206,6 @@ TorchPrecision torch_precision(const PrecisionRecipe& recipe) {
   }
   precision.note = "precision '" + comment_safe(recipe.name) + "' read from its byte widths (2 bytes as bf16)";
   return precision;
-}
-
-std::string strategy_label(const ShardingStrategy& strategy) {
-  std::string label = to_string(strategy.kind);
-  if (strategy.shard_group_size > 0) label += ":" + std::to_string(strategy.shard_group_size);
-  return label;
-}
-
-ShardingStrategy uniform_strategy(const Plan& plan, const std::string& format) {
-  SHARDPLAN_CHECK(!plan.units.empty(), "a validated plan has a root unit");
-  const ShardingStrategy& first = plan.units.front().strategy;
-  for (std::size_t id = 1; id < plan.units.size(); ++id) {
-    const auto& strategy = plan.units[id].strategy;
-    if (strategy.kind != first.kind || strategy.shard_group_size != first.shard_group_size) {
-      throw InputError("--export " + format + ": unit " + std::to_string(id) + " ('" + plan.units[id].name +
-                       "') uses strategy " + strategy_label(strategy) + " but the root unit uses " +
-                       strategy_label(first) + "; " + format +
-                       " applies one strategy to the whole model (use --export fsdp2 for per-unit strategies)");
-    }
-  }
-  return first;
 }
 
 }  // namespace export_detail
@@ -407,9 +394,9 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
     } else if (paths.size() == 1) {
       py << python_module("model", paths.front());
     } else {
-      py << "[";
-      for (std::size_t i = 0; i < paths.size(); ++i) py << (i ? ", " : "") << python_module("model", paths[i]);
-      py << "]";
+      std::vector<std::string> modules;
+      for (const auto& path : paths) modules.push_back(python_module("model", path));
+      py << python_list(modules, 4);
     }
     py << ", mesh=" << shardings[id].mesh_name() << ", reshard_after_forward=" << reshard
        << ", mp_policy=mp_policy" << offload_argument << ")\n";

@@ -40,8 +40,9 @@ std::vector<std::string> export_formats();
 std::vector<ExportedFile> export_plan(const std::string& format, const Plan& plan, const ModelSpec& model,
                                       int world_size, int gpus_per_node);
 
-// Helpers shared by the exporters (defined in export_fsdp2.cpp); declared here so each exporter renders the plan the
-// same way and tests can check against them.
+// Helpers shared by the exporters, declared here so each renders the plan the same way and tests can check against
+// them: the Python ones are defined in export_fsdp2.cpp, the format-neutral ones (unit_module_paths, strategy_label,
+// uniform_strategy) in export_deepspeed.cpp.
 namespace export_detail {
 
 // Module paths of every unit, in plan order (unit 0, the root, first): each unit's layers' names in model order.
@@ -54,6 +55,8 @@ std::string python_string(const std::string& text);
 // that are neither identifiers nor integers fall back to root.get_submodule("...").
 std::string python_module(const std::string& root, const std::string& path);
 
+// "[a, b, ...]" from already rendered items, continued on new lines indented by `indent` past about 110 columns.
+std::string python_list(const std::vector<std::string>& items, std::size_t indent);
 // [["a", "b"], ["c"]] and [[1], [2], []] as Python list literals, wrapped one entry per line.
 std::string python_groups(const std::vector<std::vector<std::string>>& groups);
 std::string python_id_lists(const std::vector<std::vector<int>>& lists);

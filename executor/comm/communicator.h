@@ -27,6 +27,8 @@ struct Group {
 // require it). Collectives on one communicator must be issued in the same order on every rank of its group, as MPI
 // 3.1 §5.12 and NCCL both require; collectives on different communicators are independent.
 //
+// A communicator is driven by one thread at a time (the runner's); a backend's own threads stay inside it.
+//
 // The public calls validate their arguments and count the collective (counters()), then hand over to the backend's
 // start_* hook — so every backend validates and counts identically (the non-virtual interface idiom).
 class Communicator {

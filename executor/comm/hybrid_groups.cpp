@@ -11,7 +11,7 @@ namespace {
 
 void check_group_size(const Communicator& world, int group_size, const char* what) {
   if (group_size <= 0 || world.size() % group_size != 0) {
-    const int rank = world.group().world_ranks.empty() ? -1 : world.group().world_ranks[static_cast<std::size_t>(world.rank())];
+    const int rank = world.group().world_ranks.at(static_cast<std::size_t>(world.rank()));
     throw InternalError(std::string(what) + ": shard-group size " + std::to_string(group_size) +
                             " does not divide the world of " + std::to_string(world.size()) + " ranks",
                         std::source_location::current(), rank);

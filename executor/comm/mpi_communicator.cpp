@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "errors.h"
@@ -43,21 +42,6 @@ class MpiRequest final : public PendingCollective {
  private:
   MPI_Request request_;
 };
-
-// The comm thread's polling wait (MpiCommOptions::comm_thread_poll): each MPI_Test advances the schedule, the sleep
-// in between leaves the core to the compute thread.
-void wait_politely(MPI_Request& request, std::chrono::microseconds interval) {
-  for (;;) {
-    int flag = 0;
-    MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
-    if (flag) return;
-    if (interval.count() > 0) {
-      std::this_thread::sleep_for(interval);
-    } else {
-      std::this_thread::yield();
-    }
-  }
-}
 
 }  // namespace
 
@@ -111,12 +95,7 @@ MpiCommunicator::~MpiCommunicator() {
 CommHandle MpiCommunicator::launch(MpiCollectiveCall call) {
   if (thread_) {
     const MPI_Comm comm = comm_;
-    if (!options_.comm_thread_poll) return thread_->submit([run = std::move(call.run), comm] { run(comm); });
-    return thread_->submit([start = std::move(call.start), comm, interval = *options_.comm_thread_poll] {
-      MPI_Request request = MPI_REQUEST_NULL;
-      start(comm, &request);
-      wait_politely(request, interval);
-    });
+    return thread_->submit([run = std::move(call.run), comm] { run(comm); });
   }
   MPI_Request request = MPI_REQUEST_NULL;
   call.start(comm_, &request);

@@ -3,9 +3,7 @@
 
 #include <mpi.h>
 
-#include <chrono>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "communicator.h"
@@ -31,13 +29,11 @@ const char* to_string(AsyncMechanism mechanism);
 AsyncMechanism parse_async_mechanism(const std::string& name);
 
 struct MpiCommOptions {
-  // Default chosen by measurement (benchmarks/comm_overlap_bench.cpp, 2 ranks on 2 cores, Open MPI 4.1.4 vader):
-  // see the table in that file's header comment.
-  AsyncMechanism mechanism = AsyncMechanism::comm_thread;
-  // How the comm thread waits. Unset: it calls the blocking collective, whose wait spins in MPI's progress loop — best
-  // when the rank has a spare core. Set: it issues the non-blocking collective and polls MPI_Test, sleeping this long
-  // between polls, so it gives the core back to compute when the ranks already fill every core.
-  std::optional<std::chrono::microseconds> comm_thread_poll;
+  // nonblocking by measurement (benchmarks/comm_overlap_bench.cpp, table in its header comment): with the ranks
+  // filling the cores, non-blocking collectives (polled or not) gave the shortest steps, 0.91–1.04× the serial time,
+  // against 1.01–1.10× for the comm thread, which spins inside MPI on the compute thread's core. On a node with spare
+  // cores per rank the comm thread may win; rerun the benchmark there (`mpirun --bind-to none`) before switching.
+  AsyncMechanism mechanism = AsyncMechanism::nonblocking;
 };
 
 class MpiCommunicator final : public Communicator {

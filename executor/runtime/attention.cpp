@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "aligned_products.h"
 #include "linear.h"
 #include "rope.h"
 #include "row_reductions.h"
@@ -41,7 +42,7 @@ std::vector<float> attention_probs(const DecoderDims& dims, const AttentionShape
       ConstStridedView Q(q + at.q_offset, s, d, Eigen::OuterStride<>(dims.hidden_size));
       ConstStridedView K(k + at.kv_offset, s, d, Eigen::OuterStride<>(dims.kv_dim()));
       MatrixView P(probs.data() + at.probs_offset, s, s);
-      P.noalias() = Q * K.transpose();
+      assign_product(P, Q * K.transpose());  // Note [Aligned products]
       for (std::int64_t i = 0; i < s; ++i) {
         auto visible = P.row(i).head(i + 1).array();
         const float row_max = visible.maxCoeff();  // stable softmax: exp of non-positive numbers only
@@ -80,7 +81,7 @@ void attention_forward(const DecoderDims& dims, const LayerParams& params, const
       const HeadSlices at = head_slices(dims, shape, b, head);
       ConstStridedView V(v.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
       StridedView O(context.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
-      O.noalias() = ConstMatrixView(probs.data() + at.probs_offset, s, s) * V;
+      assign_product(O, ConstMatrixView(probs.data() + at.probs_offset, s, s) * V);
     }
   }
   linear_forward({t, h, h}, context.data(), params.tensor("self_attn.o_proj.weight"), nullptr, out);
@@ -118,16 +119,16 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
       ConstStridedView dO(d_context.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
       ConstMatrixView P(probs.data() + at.probs_offset, s, s);
       // O = P·V: dV += Pᵀ·dO (kv heads shared by a group sum their query heads' terms), dP = dO·Vᵀ.
-      StridedView(dv.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)).noalias() += P.transpose() * dO;
-      dP.noalias() = dO * V.transpose();
+      add_product(StridedView(dv.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)), P.transpose() * dO);
+      dP.noalias() = dO * V.transpose();  // dP is an Eigen-owned, aligned matrix already
       // Softmax backward per row: dS = P ⊙ (dP − Σ_j P·dP); masked entries have P = 0 and stay 0.
       for (std::int64_t i = 0; i < s; ++i) {
         p_dot_dp[i] = static_cast<float>(row_dot(P.row(i).data(), dP.row(i).data(), s));
       }
       dP = (P.array() * (dP.array().colwise() - p_dot_dp.array())) * scale;
       // S = Q·Kᵀ·scale: dQ = dS·K, dK += dSᵀ·Q.
-      StridedView(dq.data() + at.q_offset, s, d, Eigen::OuterStride<>(h)).noalias() = dP * K;
-      StridedView(dk.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)).noalias() += dP.transpose() * Q;
+      assign_product(StridedView(dq.data() + at.q_offset, s, d, Eigen::OuterStride<>(h)), dP * K);
+      add_product(StridedView(dk.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)), dP.transpose() * Q);
     }
   }
   const RopeTable rope = rope_table(s, d, dims.rope_theta);

@@ -69,7 +69,8 @@ class LayerKernel {
   // the scalar dL/dloss (1, or 1/k when k micro-batches are accumulated).
   Activations backward(const LayerParams& params, const SavedActivations& saved, const Activations& grad_output,
                        const LayerParams& grads) const;
-  // Rebuilds the complete saved state from a checkpointed one by running forward again.
+  // Rebuilds the complete saved state from a checkpointed one by running forward again. An executor that schedules
+  // recompute as its own op calls this and then backward() with the result, which then does not recompute again.
   SavedActivations recompute(const LayerParams& params, const SavedActivations& checkpointed) const;
 
  protected:

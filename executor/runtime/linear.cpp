@@ -1,7 +1,7 @@
 // Linear layer forward and backward as Eigen GEMMs over row-major maps.
 #include "linear.h"
 
-#include "runtime_types.h"
+#include "aligned_products.h"
 
 namespace shardplan::runtime {
 
@@ -9,7 +9,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
   ConstMatrixView X(x, s.rows, s.in_features);
   ConstMatrixView W(weight, s.out_features, s.in_features);
   MatrixView Y(y, s.rows, s.out_features);
-  Y.noalias() = X * W.transpose();
+  assign_product(Y, X * W.transpose());  // Note [Aligned products]
   if (bias != nullptr) Y.rowwise() += ConstVectorView(bias, s.out_features).transpose();
 }
 
@@ -19,13 +19,13 @@ void linear_backward(const LinearShape& s, const float* x, const float* weight, 
   ConstMatrixView W(weight, s.out_features, s.in_features);
   ConstMatrixView dY(dy, s.rows, s.out_features);
   MatrixView dW(grad_weight, s.out_features, s.in_features);
-  dW.noalias() += dY.transpose() * X;
-  if (grad_bias != nullptr) VectorView(grad_bias, s.out_features).noalias() += dY.colwise().sum().transpose();
+  add_product(dW, dY.transpose() * X);  // Note [Aligned products]: dW sits anywhere in a unit's flat gradient
+  if (grad_bias != nullptr) add_column_sums(grad_bias, dY);
   MatrixView dX(dx, s.rows, s.in_features);
   if (accumulate_dx) {
-    dX.noalias() += dY * W;
+    add_product(dX, dY * W);
   } else {
-    dX.noalias() = dY * W;
+    assign_product(dX, dY * W);
   }
 }
 

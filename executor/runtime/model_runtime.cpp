@@ -69,7 +69,8 @@ StepResult ModelRuntime::forward_backward(std::span<const float> params, const B
 
   Activations grad = Activations::scalar(loss_scale);
   for (std::size_t index = kernels_.size(); index-- > 0;) {
-    // A tied lm_head binds its owner's slice of `grads`, so its gradient adds into the embedding's (Note [Flat layout]).
+    // A tied lm_head binds its owner's slice of `grads`: its gradient adds into the embedding's
+    // (Note [Flat layout]).
     grad = kernels_[index]->backward(bind_model_layer(layout_, index, params), saved[index], grad,
                                      bind_model_layer(layout_, index, grads));
     saved[index] = SavedActivations();  // free as soon as the layer is done, as an executor would

@@ -45,7 +45,8 @@ void init_parameters(const ModelLayout& layout, const InitOptions& options, std:
       for (std::int64_t element = lo; element < hi; ++element) {
         float value = rule == InitRule::ones ? 1.0f : 0.0f;
         if (rule == InitRule::normal) {
-          value = static_cast<float>(options.matrix_std * counter_normal(options.seed, static_cast<std::uint64_t>(element)));
+          const double z = counter_normal(options.seed, static_cast<std::uint64_t>(element));
+          value = static_cast<float>(options.matrix_std * z);
         }
         out[static_cast<std::size_t>(element - first_element)] = value;
       }

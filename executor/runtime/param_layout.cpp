@@ -85,4 +85,46 @@ LayerParams bind_model_layer(const ModelLayout& layout, std::size_t index, std::
                           std::span<float>(const_cast<float*>(model_elements.data()), model_elements.size()));
 }
 
+UnitParamLayout unit_param_layout(const ModelLayout& model, std::vector<std::size_t> layers) {
+  UnitParamLayout unit;
+  unit.layers = std::move(layers);
+  for (std::size_t position = 0; position < unit.layers.size(); ++position) {
+    const std::size_t layer = unit.layers[position];
+    SHARDPLAN_CHECK(layer < model.layers.size(), "unit layer index out of range");
+    for (std::size_t earlier = 0; earlier < position; ++earlier) {
+      SHARDPLAN_CHECK(unit.layers[earlier] != layer, "layer listed twice in a unit");
+    }
+    unit.layer_offsets_elements.push_back(unit.element_count);
+    unit.element_count += model.layers[layer].element_count;
+  }
+  for (const std::size_t layer : unit.layers) {
+    const std::size_t owner = model.param_owner[layer];
+    bool owner_in_unit = false;
+    for (const std::size_t member : unit.layers) owner_in_unit = owner_in_unit || member == owner;
+    SHARDPLAN_CHECK(owner_in_unit, "tied layer " + std::to_string(layer) + " is not in its owner's unit");
+  }
+  return unit;
+}
+
+LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                            std::span<float> unit_elements) {
+  SHARDPLAN_CHECK(static_cast<std::int64_t>(unit_elements.size()) == unit.element_count,
+                  "unit buffer size does not match the unit layout");
+  SHARDPLAN_CHECK(index < model.param_owner.size(), "layer index out of range");
+  const std::size_t owner = model.param_owner[index];
+  for (std::size_t position = 0; position < unit.layers.size(); ++position) {
+    if (unit.layers[position] != owner) continue;
+    const auto offset = static_cast<std::size_t>(unit.layer_offsets_elements[position]);
+    const auto count = static_cast<std::size_t>(model.layers[owner].element_count);
+    return bind_layer(model.layers[owner], unit_elements.subspan(offset, count));
+  }
+  throw InternalError("layer " + std::to_string(index) + " (or the layer it is tied to) is not in this unit");
+}
+
+LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                            std::span<const float> unit_elements) {
+  return bind_unit_layer(model, unit, index,
+                         std::span<float>(const_cast<float*>(unit_elements.data()), unit_elements.size()));
+}
+
 }  // namespace shardplan::runtime

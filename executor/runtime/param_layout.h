@@ -40,6 +40,16 @@ struct ModelLayout {
 };
 ModelLayout model_layout(const ModelSpec& model);
 
+// The flat parameter of one FSDP unit: its layers' slices concatenated in the order listed (a root unit's layers need
+// not be adjacent in the model, e.g. embedding, final norm and lm_head).
+struct UnitParamLayout {
+  std::vector<std::size_t> layers;                   // model layer indices
+  std::vector<std::int64_t> layer_offsets_elements;  // each listed layer's first element in the unit's buffer
+  std::int64_t element_count = 0;
+};
+// InternalError for an out-of-range or repeated layer, or a tied layer whose owner is not in the unit.
+UnitParamLayout unit_param_layout(const ModelLayout& model, std::vector<std::size_t> layers);
+
 // A view of one layer's tensors inside an external flat buffer (parameters, or gradients with the same layout).
 // It does not own the buffer; the buffer must outlive the view.
 struct BoundTensor {
@@ -63,5 +73,10 @@ LayerParams bind_layer(const LayerLayout& layout, std::span<const float> layer_e
 // The view of model layer `index` (the owner's tensors for a tied layer) inside the whole model's flat buffer.
 LayerParams bind_model_layer(const ModelLayout& layout, std::size_t index, std::span<float> model_elements);
 LayerParams bind_model_layer(const ModelLayout& layout, std::size_t index, std::span<const float> model_elements);
+// The view of model layer `index` (the owner's tensors for a tied layer) inside a unit's gathered flat buffer.
+LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                            std::span<float> unit_elements);
+LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                            std::span<const float> unit_elements);
 
 }  // namespace shardplan::runtime

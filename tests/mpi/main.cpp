@@ -51,10 +51,10 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   // Every rank runs every test (they are collective); only rank 0 prints the full report, the others print failures
   // only, so a failing rank is still visible without N copies of the same output.
-  if (rank != 0) {
-    context.setOption("minimal", true);
-    context.setOption("no-colors", true);
-  }
+  if (rank != 0) context.setOption("minimal", true);
+  // mpirun forwards every rank's output through a pseudo-terminal, so doctest would colour it even when it ends up in a
+  // log file; ranks' lines interleave there, and escape codes only clutter them.
+  context.setOption("no-colors", true);
   const int status = context.run();
   if (context.shouldExit()) return status;
 

@@ -42,7 +42,9 @@ std::vector<float> test_params(const LayerLayout& layout, std::uint64_t seed) {
   std::vector<float> params = uniform_buffer(static_cast<std::size_t>(layout.element_count), seed, -0.5f, 0.5f);
   for (const TensorSlot& slot : layout.tensors) {
     if (slot.shape.size() != 1 || slot.name.ends_with("bias")) continue;
-    for (std::int64_t i = 0; i < slot.element_count; ++i) params[static_cast<std::size_t>(slot.offset_elements + i)] += 1.0f;
+    for (std::int64_t i = 0; i < slot.element_count; ++i) {
+      params[static_cast<std::size_t>(slot.offset_elements + i)] += 1.0f;
+    }
   }
   return params;
 }
@@ -103,15 +105,16 @@ int check_layer_gradients(LayerCase& c) {
                                                  c.input, ActivationCheckpointing::none);
   std::vector<float> grads(static_cast<std::size_t>(c.layout.element_count), 0.0f);
   const Activations grad_input = c.kernel->backward(bind_layer(c.layout, std::span<const float>(c.params)),
-                                                    forward.saved, c.projection, bind_layer(c.layout, std::span(grads)));
+                                                    forward.saved, c.projection,
+                                                    bind_layer(c.layout, std::span(grads)));
   int checked = 0;
   Margin margin;
   for (const TensorSlot& slot : c.layout.tensors) {
     for (std::size_t i : sample_indices(static_cast<std::size_t>(slot.element_count), kElementsPerTensor, 17)) {
       const auto at = static_cast<std::size_t>(slot.offset_elements) + i;
       const double numeric = c.numeric_derivative(&c.params[at]);
-      CHECK_MESSAGE(close_enough(grads[at], numeric, kAbsTol, margin), c.kernel->kernel_name(), " ", slot.name, "[", i,
-                    "]: analytic ", grads[at], " numeric ", numeric);
+      CHECK_MESSAGE(close_enough(grads[at], numeric, kAbsTol, margin), std::string(c.kernel->kernel_name()), " ",
+                    slot.name, "[", i, "]: analytic ", grads[at], " numeric ", numeric);
       ++checked;
     }
   }
@@ -119,14 +122,15 @@ int check_layer_gradients(LayerCase& c) {
     REQUIRE(grad_input.values.size() == c.input.values.size());
     for (std::size_t i : sample_indices(c.input.values.size(), 2 * kElementsPerTensor, 19)) {
       const double numeric = c.numeric_derivative(&c.input.values[i]);
-      CHECK_MESSAGE(close_enough(grad_input.values[i], numeric, kAbsTol, margin), c.kernel->kernel_name(), " input[", i,
-                    "]: analytic ", grad_input.values[i], " numeric ", numeric);
+      CHECK_MESSAGE(close_enough(grad_input.values[i], numeric, kAbsTol, margin),
+                    std::string(c.kernel->kernel_name()), " input[", i, "]: analytic ", grad_input.values[i],
+                    " numeric ", numeric);
       ++checked;
     }
   } else {
     CHECK(grad_input.values.empty());
   }
-  MESSAGE(c.kernel->kernel_name(), ": ", checked, " elements checked, worst error ", margin.worst,
+  MESSAGE(std::string(c.kernel->kernel_name()), ": ", checked, " elements checked, worst error ", margin.worst,
           " of the tolerance");
   return checked;
 }
@@ -198,8 +202,8 @@ TEST_CASE("whole model with tied embeddings: the flat gradient matches finite di
         const double minus = runtime.loss(params, batch);
         params[at] = original;
         const double numeric = (plus - minus) / (2.0 * static_cast<double>(kStep));
-        CHECK_MESSAGE(close_enough(grads[at], numeric, 1e-4, margin), runtime.model().layers[layer].name, ".", slot.name,
-                      "[", i, "]: analytic ", grads[at], " numeric ", numeric);
+        CHECK_MESSAGE(close_enough(grads[at], numeric, 1e-4, margin), runtime.model().layers[layer].name, ".",
+                      slot.name, "[", i, "]: analytic ", grads[at], " numeric ", numeric);
         ++checked;
       }
     }

@@ -46,6 +46,40 @@ TEST_CASE("the flat layout follows the LayerSpec tensors in order, layer after l
   CHECK(layout.layers[1].find("self_attn.q_proj.weight")->offset_elements == model.hidden_size);
 }
 
+TEST_CASE("a unit's flat parameter: its layers concatenated; a tied lm_head reads its owner inside the unit") {
+  const ModelRuntime runtime(tiny_model(true));
+  const ModelLayout& model = runtime.layout();
+  const std::vector<float> whole = runtime.init_parameters(8);
+  // The root unit of a per-block wrapping: embedding, final norm and (tied) lm_head — not adjacent in the model.
+  const std::size_t norm = model.layers.size() - 2, head = model.layers.size() - 1;
+  const UnitParamLayout root = unit_param_layout(model, {0, norm, head});
+  CHECK(root.element_count == model.layers[0].element_count + model.layers[norm].element_count);
+  std::vector<float> gathered;
+  for (const std::size_t layer : root.layers) {
+    const auto begin = whole.begin() + model.layer_offsets_elements[layer];
+    gathered.insert(gathered.end(), begin, begin + model.layers[layer].element_count);
+  }
+  const std::span<const float> unit(gathered);
+  CHECK(bind_unit_layer(model, root, head, unit).tensor("weight") == gathered.data());
+  CHECK(bind_unit_layer(model, root, norm, unit).tensor("weight") ==
+        gathered.data() + model.layers[0].element_count);
+  CHECK(*bind_unit_layer(model, root, norm, unit).tensor("weight") == 1.0f);
+  // Same layer views, same kernel: the unit's lm_head loss equals the reference model's.
+  const Batch batch = random_batch(2, 5, 32, 4);
+  const auto& kernel = runtime.kernel(head);
+  Activations hidden = Activations::zeros(2, 5, 16);
+  hidden.values = uniform_buffer(hidden.values.size(), 3, -1.0f, 1.0f);
+  const float from_unit =
+      kernel.forward(bind_unit_layer(model, root, head, unit), batch, hidden, ActivationCheckpointing::none)
+          .output.values[0];
+  const float from_model = kernel.forward(bind_model_layer(model, head, std::span<const float>(whole)), batch, hidden,
+                                          ActivationCheckpointing::none)
+                               .output.values[0];
+  CHECK(from_unit == from_model);
+  // A tied layer without its owner cannot be bound.
+  CHECK_THROWS_AS(unit_param_layout(model, {norm, head}), InternalError);
+}
+
 TEST_CASE("init depends only on (seed, element index): any slice equals that slice of the whole") {
   const ModelRuntime runtime(preset_model("tiny-llama"));
   const std::vector<float> whole = runtime.init_parameters(42);
