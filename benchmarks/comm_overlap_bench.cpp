@@ -18,28 +18,32 @@
 //   comm_thread       blocking MPI_Allgather on the communicator's thread (MPI_THREAD_MULTIPLE)
 // Options: --reps N (default 21), --collective all_gather|reduce_scatter|all_reduce, --sizes B1,B2,... (bytes).
 //
-// Measured in the development container (2 shared cores, so `-np 2` fills them; Open MPI 4.1.4, default vader + self
-// transports, other builds running beside it), one all_gather run:
+// Measured in the development container: 2 shared cores, so `-np 2` fills them (and other builds were running beside
+// it, load ≈ 4); Open MPI 4.1.4 with its default vader + self transports. One all_gather run:
 //   mechanism          S (bytes)  compute ms   comm ms overlapped ms  overlap  vs serial
-//   nonblocking           262144       0.023     0.029         0.060     -36%       1.16
-//   nonblocking+poll      262144       0.023     0.036         0.059       2%       1.13
-//   comm_thread           262144       0.023     0.034         0.046      47%       0.89
-//   nonblocking          1048576       0.145     0.108         0.260      -6%       1.03
-//   nonblocking+poll     1048576       0.145     0.117         0.268      -5%       1.06
-//   comm_thread          1048576       0.145     0.115         0.243      15%       0.96
-//   nonblocking          8388608       0.658     1.038         1.700      -1%       1.00
-//   nonblocking+poll     8388608       0.658     1.035         1.698      -1%       1.00
-//   comm_thread          8388608       0.658     1.069         2.243     -78%       1.32
-//   nonblocking         33554432      30.040    29.304        50.808      29%       0.94
-//   nonblocking+poll    33554432      30.040    28.008        50.799      26%       0.94
-//   comm_thread         33554432      30.040    23.974        56.706     -11%       1.05
-// Mean "vs serial" over sizes, six runs (all_gather ×5, reduce_scatter ×1): nonblocking 1.00–1.04, nonblocking+poll
-// 0.91–1.03, comm_thread 1.01–1.10 — the comm thread was never the fastest. With every core running a rank's compute,
-// there is no idle core for a transfer that the CPU itself copies through shared memory, so no mechanism hides much;
-// the comm thread, spinning inside MPI on the compute thread's core (mpirun binds each rank to one core at -np ≤ 2),
-// only takes cycles from it. Hence MpiCommOptions defaults to nonblocking. A comm thread that polled MPI_Test with a
-// yield or a 50 µs sleep in between was also tried: no better than blocking (yield) or much worse for small messages
-// (the sleep's latency floor), so it was dropped. On a node with spare cores per rank, rerun with
+//   nonblocking           262144       0.019     0.021         0.044     -22%       1.10
+//   nonblocking+poll      262144       0.019     0.026         0.044       2%       1.11
+//   comm_thread           262144       0.019     0.023         0.035      36%       0.88
+//   nonblocking          1048576       0.079     0.084         0.176     -16%       1.09
+//   nonblocking+poll     1048576       0.079     0.097         0.174       3%       1.08
+//   comm_thread          1048576       0.079     0.082         0.149      15%       0.92
+//   nonblocking         33554432      42.421    38.075        69.117      30%       0.92
+//   nonblocking+poll    33554432      42.421    34.151        65.453      33%       0.87
+//   comm_thread         33554432      42.421    32.524        69.633      16%       0.93
+// Medians of "vs serial" over 10 all_gather and 4 reduce_scatter runs (8 MiB left out: bimodal, 1 to 13 ms for the
+// same collective, as the ranks lose their cores to the other load for whole scheduler slices):
+//                    all_gather                                   reduce_scatter
+//   S         nonblocking  +poll  comm_thread              nonblocking  +poll  comm_thread
+//   256 KiB   1.12         1.10   0.88                     0.98         0.89   1.11
+//   1 MiB     1.06         1.04   0.95                     1.00         0.96   1.29
+//   32 MiB    1.01         0.95   0.95                     1.02         0.92   1.00
+// Fastest overall per run: nonblocking+poll 7 of 14, comm_thread 4, nonblocking 3. With every core running a rank's
+// compute there is no idle core for a transfer the CPU itself copies (and, for reduce-scatter, sums), so nothing hides
+// much; the comm thread helps latency-bound small all-gathers but, spinning in MPI on the compute thread's core (mpirun
+// binds each rank to one core at -np ≤ 2), it loses on reduce-scatter, the reduction being compute it steals. Hence
+// MpiCommOptions defaults to nonblocking, and a runner polls CommHandle::test() between layers. A comm thread polling
+// MPI_Test with a yield or a 50 µs sleep in between was tried too: no better than blocking (yield) or much worse for
+// small messages (the sleep's latency floor), so it was dropped. On a node with spare cores per rank, rerun with
 // `mpirun --bind-to none` before changing the default.
 #include <mpi.h>
 

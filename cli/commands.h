@@ -14,5 +14,6 @@ Action add_models_command(CLI::App& app);
 Action add_gpus_command(CLI::App& app);
 Action add_estimate_command(CLI::App& app);
 Action add_simulate_command(CLI::App& app);
+Action add_plan_command(CLI::App& app);
 
 }  // namespace shardplan::cli

@@ -195,15 +195,15 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
     for (const auto& list : lists) {
       std::vector<std::string> ids;
       for (int index : list) ids.push_back(std::to_string(index));
-      rendered.push_back(python_list(ids, 0));
+      rendered.push_back(python_list(ids, 0, 0));
     }
-    py << (first_entry ? "" : ", ") << python_string(parent) << ": " << python_list(rendered, 0);
+    py << (first_entry ? "" : ", ") << python_string(parent) << ": " << python_list(rendered, 0, 28);
     first_entry = false;
   }
   py << "}\n"
      << "# The module each non-root unit becomes after REGROUPS (units 1, 2, ... in order); the auto-wrap policy\n"
      << "# wraps exactly these.\n"
-     << "FSDP1_WRAP_TARGETS = " << python_list(quoted_targets, 0) << "\n\n"
+     << "FSDP1_WRAP_TARGETS = " << python_list(quoted_targets, 0, 21) << "\n\n"
      << "# The plan's prefetch lists (unit ids), for reference: FSDP1 cannot take explicit lists; it prefetches the\n"
      << "# next unit in execution order when forward_prefetch / backward_prefetch are set.\n"
      << "FORWARD_PREFETCH = " << python_id_lists(forward) << "\n"

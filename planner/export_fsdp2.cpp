@@ -79,10 +79,10 @@ std::string python_module(const std::string& root, const std::string& path) {
   return expression;
 }
 
-std::string python_list(const std::vector<std::string>& items, std::size_t indent) {
+std::string python_list(const std::vector<std::string>& items, std::size_t indent, std::size_t prefix) {
   constexpr std::size_t kWidth = 110;
   std::string out = "[";
-  std::size_t column = indent + 1;
+  std::size_t column = prefix + 1;
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (i > 0) {
       out += ",";
@@ -125,7 +125,7 @@ std::string python_checkpointed_layers(const Plan& plan, const ModelSpec& model,
   for (std::size_t layer = 0; layer < model.layers.size() && layer < plan.layer_checkpointing.size(); ++layer) {
     if (plan.layer_checkpointing[layer] == mode) names.push_back(python_string(model.layers[layer].name));
   }
-  return python_list(names, 0);
+  return python_list(names, 0, 30);  // after "SELECTIVE_CHECKPOINT_LAYERS = "
 }
 
 std::string python_header(const std::string& format, const Plan& plan, const ModelSpec& model, int world_size,
@@ -135,7 +135,7 @@ std::string python_header(const std::string& format, const Plan& plan, const Mod
       << "`); regenerate it rather than editing by hand.\n"
       << "# plan: " << comment_safe(plan.name) << "\n"
       << "# model: " << comment_safe(model.name) << " (" << model.param_count()
-      << " parameters; module paths are the model's layer names, Hugging Face module paths for presets)\n"
+      << " parameters; module paths are its layer names)\n"
       << "# world size: " << world_size << " ranks (" << gpus_per_node << " per node)\n"
       << "# units: " << plan.units.size() << " (unit 0 is the root), precision " << plan.training.precision.name
       << ", micro-batch " << plan.training.micro_batch << " x " << plan.grad_accumulation_steps
@@ -396,9 +396,11 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
     } else {
       std::vector<std::string> modules;
       for (const auto& path : paths) modules.push_back(python_module("model", path));
-      py << python_list(modules, 4);
+      py << python_list(modules, 4, 16);  // after "    fully_shard("
     }
-    py << ", mesh=" << shardings[id].mesh_name() << ", reshard_after_forward=" << reshard
+    // A group's list is long already: its keyword arguments go on the next line.
+    py << (paths.size() > 1 && !unit.is_root ? ",\n                " : ", ") << "mesh=" << shardings[id].mesh_name()
+       << ", reshard_after_forward=" << reshard
        << ", mp_policy=mp_policy" << offload_argument << ")\n";
   }
   write_prefetch(py, plan, groups);

@@ -55,8 +55,9 @@ std::string python_string(const std::string& text);
 // that are neither identifiers nor integers fall back to root.get_submodule("...").
 std::string python_module(const std::string& root, const std::string& path);
 
-// "[a, b, ...]" from already rendered items, continued on new lines indented by `indent` past about 110 columns.
-std::string python_list(const std::vector<std::string>& items, std::size_t indent);
+// "[a, b, ...]" from already rendered items, continued on new lines indented by `indent` + 4 past about 110 columns;
+// `prefix` is how many characters precede the "[" on its line.
+std::string python_list(const std::vector<std::string>& items, std::size_t indent, std::size_t prefix);
 // [["a", "b"], ["c"]] and [[1], [2], []] as Python list literals, wrapped one entry per line.
 std::string python_groups(const std::vector<std::vector<std::string>>& groups);
 std::string python_id_lists(const std::vector<std::vector<int>>& lists);

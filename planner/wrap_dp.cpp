@@ -84,6 +84,7 @@ class StepTerms {
   }
 
   std::size_t block_count() const { return blocks_.size(); }
+  bool uniform() const { return uniform_; }
 
   const UnitCost& unit(std::size_t first_block, std::size_t count) {
     const auto key = std::make_pair(uniform_ ? 0 : first_block, count);
@@ -283,6 +284,24 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
     // The tail depends on the first two units: added when the second is placed (or at the close for a single unit).
     best[index(b, 0, b)] = terms.head_terms(first) + terms.optimizer_time_s(first.optimizer_elements);
   }
+  // With identical blocks the window terms depend only on unit lengths: cache them (a: before, b: unit, c: after).
+  std::vector<double> forward_cache(width * width, -1.0), backward_cache(width * width * width, -1.0);
+  const auto forward_term = [&](std::size_t start_b, std::size_t b, std::size_t c) {
+    double* slot = terms.uniform() ? &forward_cache[b * width + c] : nullptr;
+    if (slot != nullptr && *slot >= 0) return *slot;
+    const double value = terms.forward_step(terms.unit(start_b, b), terms.unit(start_b + b, c).gather_forward_s);
+    if (slot != nullptr) *slot = value;
+    return value;
+  };
+  const auto backward_term = [&](std::size_t start_b, std::size_t a, std::size_t b, std::size_t c) {
+    double* slot = terms.uniform() ? &backward_cache[(a * width + b) * width + c] : nullptr;
+    if (slot != nullptr && *slot >= 0) return *slot;
+    const double previous_gather = a > 0 ? terms.unit(start_b - a, a).gather_backward_s : 0.0;
+    const double value = terms.backward_step(terms.unit(start_b, b), previous_gather,
+                                             terms.unit(start_b + b, c).reduce_s);
+    if (slot != nullptr) *slot = value;
+    return value;
+  };
   for (std::size_t i = 1; i <= n; ++i) {
     for (std::size_t a = 0; a <= m; ++a) {
       for (std::size_t b = 1; b <= m && b <= i; ++b) {
@@ -291,11 +310,9 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
         const UnitCost& last = terms.unit(i - b, b);
         for (std::size_t c = 1; c <= m && i + c <= n; ++c) {
           const UnitCost& next = terms.unit(i, c);
-          const double previous_gather = a > 0 ? terms.unit(i - b - a, a).gather_backward_s : 0.0;
           // Unit b is now between a (before it) and c (after it): both its steps are final.
           const double tail = i == b ? terms.tail_terms(last, &next) : 0.0;  // `last` is the first unit
-          const double value = here + tail + terms.forward_step(last, next.gather_forward_s) +
-                               terms.backward_step(last, previous_gather, next.reduce_s) +
+          const double value = here + tail + forward_term(i - b, b, c) + backward_term(i - b, a, b, c) +
                                terms.optimizer_time_s(next.optimizer_elements);
           const std::size_t target = index(i + c, b, c);
           if (value < best[target]) {

@@ -27,7 +27,7 @@ bool overlaps(const float* a, std::size_t a_count, const float* b, std::size_t b
   return before(a, b + b_count) && before(b, a + a_count);
 }
 
-// count · ranks without wrapping around, or 0 when it would.
+// Whether count · ranks floats can be addressed in size_t bytes (no wrap-around in the size computations).
 bool product_fits(std::size_t count, int ranks) {
   return count <= std::numeric_limits<std::size_t>::max() / sizeof(float) / static_cast<std::size_t>(ranks);
 }
@@ -60,8 +60,9 @@ CommHandle Communicator::all_gather(const float* send, std::size_t count_per_ran
   if (!in_place && overlaps(send, count_per_rank, recv, total)) {
     fail("all_gather: send overlaps recv other than at this rank's slot (in place)");
   }
-  count(Collective::all_gather, total);
-  return start_all_gather(send, count_per_rank, recv);
+  CommHandle handle = start_all_gather(send, count_per_rank, recv);
+  this->count(Collective::all_gather, total);  // counted once it was issued
+  return handle;
 }
 
 CommHandle Communicator::reduce_scatter(const float* send, float* recv, std::size_t count, ReduceOp op) {
@@ -70,14 +71,16 @@ CommHandle Communicator::reduce_scatter(const float* send, float* recv, std::siz
   if (count > 0 && (send == nullptr || recv == nullptr)) fail("reduce_scatter: null buffer with a non-zero count");
   // MPI forbids aliased arguments (MPI 3.1 §2.3); the in-place form of MPI_Reduce_scatter_block means something else.
   if (overlaps(send, total, recv, count)) fail("reduce_scatter: send and recv overlap");
-  this->count(Collective::reduce_scatter, total);
-  return start_reduce_scatter(send, recv, count, op);
+  CommHandle handle = start_reduce_scatter(send, recv, count, op);
+  this->count(Collective::reduce_scatter, total);  // counted once it was issued
+  return handle;
 }
 
 CommHandle Communicator::all_reduce(float* buffer, std::size_t count, ReduceOp op) {
   if (count > 0 && buffer == nullptr) fail("all_reduce: null buffer with a non-zero count");
-  this->count(Collective::all_reduce, count);
-  return start_all_reduce(buffer, count, op);
+  CommHandle handle = start_all_reduce(buffer, count, op);
+  this->count(Collective::all_reduce, count);  // counted once it was issued
+  return handle;
 }
 
 CommHandle Communicator::broadcast(float* buffer, std::size_t count, int root) {
@@ -85,13 +88,14 @@ CommHandle Communicator::broadcast(float* buffer, std::size_t count, int root) {
     fail("broadcast: root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(size()));
   }
   if (count > 0 && buffer == nullptr) fail("broadcast: null buffer with a non-zero count");
-  this->count(Collective::broadcast, count);
-  return start_broadcast(buffer, count, root);
+  CommHandle handle = start_broadcast(buffer, count, root);
+  this->count(Collective::broadcast, count);  // counted once it was issued
+  return handle;
 }
 
 void Communicator::barrier() {
-  count(Collective::barrier, 0);
   run_barrier();
+  count(Collective::barrier, 0);
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {

@@ -29,8 +29,8 @@ struct Group {
 //
 // A communicator is driven by one thread at a time (the runner's); a backend's own threads stay inside it.
 //
-// The public calls validate their arguments and count the collective (counters()), then hand over to the backend's
-// start_* hook — so every backend validates and counts identically (the non-virtual interface idiom).
+// The public calls validate their arguments, hand over to the backend's start_* hook and count the issued collective
+// (counters()) — so every backend validates and counts identically (the non-virtual interface idiom).
 class Communicator {
  public:
   virtual ~Communicator() = default;

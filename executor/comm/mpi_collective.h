@@ -27,7 +27,7 @@ MpiCollectiveCall mpi_reduce_scatter(const float* send, float* recv, std::size_t
 MpiCollectiveCall mpi_all_reduce(float* buffer, std::size_t count, ReduceOp op);
 MpiCollectiveCall mpi_broadcast(float* buffer, std::size_t count, int root);
 
-// MPI counts are int (MPI 3.1 §2.5.6; the large-count _c variants arrived in MPI 4.0): larger counts throw.
+// MPI 3.1's C bindings take int counts (the large-count _c variants arrived in MPI 4.0): larger counts throw.
 int mpi_count(std::size_t count, const char* collective);
 MPI_Op mpi_op(ReduceOp op);
 

@@ -59,7 +59,7 @@ void MpiCommunicator::init(MPI_Comm owned) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
 
-  // Members as world ranks (MPI 3.1 §6.3.2), so errors and traces name ranks the way mpirun does.
+  // Members as world ranks (MPI_Group_translate_ranks, MPI 3.1 §6.3.1), so errors and traces name ranks the way mpirun does.
   MPI_Group mine = MPI_GROUP_NULL;
   MPI_Group world = MPI_GROUP_NULL;
   MPI_CHECK(MPI_Comm_group(comm_, &mine));

@@ -29,10 +29,11 @@ const char* to_string(AsyncMechanism mechanism);
 AsyncMechanism parse_async_mechanism(const std::string& name);
 
 struct MpiCommOptions {
-  // nonblocking by measurement (benchmarks/comm_overlap_bench.cpp, table in its header comment): with the ranks
-  // filling the cores, non-blocking collectives (polled or not) gave the shortest steps, 0.91–1.04× the serial time,
-  // against 1.01–1.10× for the comm thread, which spins inside MPI on the compute thread's core. On a node with spare
-  // cores per rank the comm thread may win; rerun the benchmark there (`mpirun --bind-to none`) before switching.
+  // nonblocking by measurement (benchmarks/comm_overlap_bench.cpp, tables in its header comment): with the ranks
+  // filling the cores, non-blocking collectives polled between compute chunks gave the shortest step in 7 of 14 runs
+  // (the comm thread in 4) and won every reduce-scatter size (0.89–0.96× the serial time vs 1.00–1.29×); the comm
+  // thread spins inside MPI on the compute thread's core and only wins small, latency-bound all-gathers. On a node with
+  // spare cores per rank it may win more; rerun the benchmark there (`mpirun --bind-to none`) before switching.
   AsyncMechanism mechanism = AsyncMechanism::nonblocking;
 };
 

@@ -132,7 +132,8 @@ TEST_CASE("export: FSDP2 shards each unit's modules as one group, the root last,
   CHECK(contains(py, "mesh_shard_8 = init_device_mesh(device_type, (8,), mesh_dim_names=(\"shard\",))"));
   CHECK(contains(py, "mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)"));
   const std::string group = "fully_shard([model.model.layers[0], model.model.layers[1], model.model.layers[2], "
-                            "model.model.layers[3]], mesh=mesh_shard_8, reshard_after_forward=True, mp_policy=mp_policy)";
+                            "model.model.layers[3]],\n                mesh=mesh_shard_8, reshard_after_forward=True, "
+                            "mp_policy=mp_policy)";
   const std::string root = "fully_shard(model, mesh=mesh_shard_8, reshard_after_forward=False, mp_policy=mp_policy)";
   REQUIRE(contains(py, group));
   REQUIRE(contains(py, root));
@@ -192,7 +193,7 @@ TEST_CASE("export: FSDP2 renders strategies, reshard_after_forward, precision, o
     for (auto& unit : plan.units) unit.forward_prefetch.clear(), unit.backward_prefetch.clear();
     const auto file = export_fsdp2(plan, model, 8, 8);
     CHECK(contains(file.contents, "fully_shard([model.model.embed_tokens, model.model.layers[0], "
-                                  "model.model.layers[1]], mesh=mesh_shard_8"));
+                                  "model.model.layers[1]],\n                mesh=mesh_shard_8"));
     const nlohmann::json tables = compile_and_read(file);
     if (!tables.is_null()) CHECK(tables.at("PLANNED_GROUPS").get<Groups>() == expected_groups(plan, model));
   }

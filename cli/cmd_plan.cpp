@@ -1,0 +1,161 @@
+// `shardplan plan`: search the fastest plan that fits, compare it with FSDP's baselines, write and export it.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "chrome_trace.h"
+#include "commands.h"
+#include "errors.h"
+#include "html_report.h"
+#include "inputs.h"
+#include "model_source.h"
+#include "name_suggest.h"
+#include "plan_export.h"
+#include "plan_json.h"
+#include "search.h"
+#include "step_analysis.h"
+
+namespace shardplan::cli {
+
+namespace {
+
+// Exit status when no plan fits: the diagnosis is printed (documented in README.md).
+constexpr int kExitInfeasible = 3;
+
+struct PlanFlags {
+  ModelClusterFlags model_cluster;
+  TrainingFlags training;
+  double memory_cap_gib = 0;
+  std::string objective = "time";
+  std::string out_file;
+  std::string trace_file;
+  std::string report_file;
+  std::string export_format;
+  std::string out_dir = ".";
+  bool json = false;
+};
+
+std::string gib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// Unit lengths run-length encoded: "30×1 2×2 1×4".
+std::string describe_units(const Plan& plan) {
+  std::string text;
+  std::size_t id = 1;
+  while (id < plan.units.size()) {
+    const std::size_t length = plan.units[id].layers.end - plan.units[id].layers.begin;
+    std::size_t run = 0;
+    while (id < plan.units.size() && plan.units[id].layers.end - plan.units[id].layers.begin == length) {
+      ++run;
+      ++id;
+    }
+    text += (text.empty() ? "" : " ") + std::to_string(run) + "x" + std::to_string(length);
+  }
+  return text;
+}
+
+void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster) {
+  std::printf("model %s on %s, memory cap %s\n", model.name.c_str(), cluster.describe().c_str(),
+              gib(result.memory_cap_bytes).c_str());
+  if (result.feasible) {
+    const auto& best = result.best;
+    std::printf("planned: %s\n  units: root + %zu (count x layers: %s)\n", best.knobs.c_str(),
+                best.plan.units.size() - 1, describe_units(best.plan).c_str());
+    std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s (at %s)\n", best.summary.step_time_s,
+                best.summary.tokens_per_s, 100 * best.summary.mfu, gib(best.summary.peak_memory_bytes).c_str(),
+                best.summary.peak_op.c_str());
+  } else {
+    std::printf("NO PLAN FITS. Dominant memory term: %s\n", result.diagnosis.dominant_term.c_str());
+    for (const auto& suggestion : result.diagnosis.suggestions) std::printf("  - %s\n", suggestion.c_str());
+  }
+  std::printf("\n%-36s %12s %12s %6s %10s\n", "baseline", "step s", "peak", "fits", "speed-up");
+  for (const auto& baseline : result.baselines) {
+    const auto& summary = baseline.candidate.summary;
+    char speedup[32] = "-";
+    if (result.feasible) std::snprintf(speedup, sizeof speedup, "%.2fx", summary.step_time_s / result.best.summary.step_time_s);
+    std::printf("%-36s %12.4f %12s %6s %10s\n", baseline.name.c_str(), summary.step_time_s,
+                gib(summary.peak_memory_bytes).c_str(), baseline.candidate.fits ? "yes" : "no", speedup);
+  }
+  std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app) {
+  auto* command = app.add_subcommand("plan", "search the fastest FSDP plan that fits (exit 3 when none does)");
+  auto flags = std::make_shared<PlanFlags>();
+  add_model_cluster_flags(*command, flags->model_cluster);
+  add_training_flags(*command, flags->training);
+  command->add_option("--memory-cap", flags->memory_cap_gib, "per-rank memory cap in GiB (default: the GPU's)");
+  command->add_option("--objective", flags->objective, "time | memory")->capture_default_str();
+  command->add_option("--out", flags->out_file, "write the planned plan (shardplan.plan/v1)");
+  command->add_option("--trace", flags->trace_file, "write the planned step's predicted Chrome trace");
+  command->add_option("--report", flags->report_file, "write an HTML report of the planned step");
+  command->add_option("--export", flags->export_format, "fsdp2 | fsdp1 | deepspeed");
+  command->add_option("--out-dir", flags->out_dir, "directory for --export files")->capture_default_str();
+  command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
+  return [flags]() {
+    const ModelSpec model = load_model(flags->model_cluster.model);
+    const Cluster cluster = resolve_cluster(flags->model_cluster);
+    const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
+    const TrainingConfig training = resolve_training(flags->training, model);
+    SearchOptions options;
+    if (flags->memory_cap_gib < 0) throw InputError("--memory-cap: expected a positive number of GiB");
+    options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
+    if (flags->objective == "time") {
+      options.objective = SearchObjective::time;
+    } else if (flags->objective == "memory") {
+      options.objective = SearchObjective::memory;
+    } else {
+      throw InputError("--objective '" + flags->objective + "': expected time or memory");
+    }
+    if (!flags->export_format.empty()) {
+      const auto formats = export_formats();
+      if (std::find(formats.begin(), formats.end(), flags->export_format) == formats.end()) {
+        throw InputError("--export '" + flags->export_format + "': expected fsdp2, fsdp1 or deepspeed" +
+                         did_you_mean(flags->export_format, formats));
+      }
+    }
+    const SearchResult result = search_plans(model, cluster, profile, training, options);
+    if (flags->json) {
+      print_json(to_json(result, model));
+    } else {
+      print_text(result, model, cluster);
+    }
+    if (!result.feasible) return kExitInfeasible;
+    // Everything is built in memory first, then written atomically: a failure leaves no partial file.
+    std::vector<std::pair<std::string, std::string>> outputs;
+    if (!flags->out_file.empty()) outputs.emplace_back(flags->out_file, to_json(result.best.plan, model).dump(2) + "\n");
+    if (!flags->export_format.empty()) {
+      for (const auto& file : export_plan(flags->export_format, result.best.plan, model, cluster.world_size(),
+                                          cluster.gpus_per_node)) {
+        outputs.emplace_back((std::filesystem::path(flags->out_dir) / file.file_name).string(), file.contents);
+      }
+    }
+    if (!flags->trace_file.empty() || !flags->report_file.empty()) {
+      const StepAnalysis analysis = analyze_step(model, cluster, profile, result.best.plan, true);
+      if (!flags->trace_file.empty()) {
+        outputs.emplace_back(flags->trace_file, to_chrome_trace(analysis.simulation.timeline).dump() + "\n");
+      }
+      if (!flags->report_file.empty()) {
+        ReportInput report;
+        report.title = "shardplan plan: " + model.name + " on " + cluster.describe();
+        report.timeline = &analysis.simulation.timeline;
+        report.summary = {{"plan", result.best.knobs}};
+        outputs.emplace_back(flags->report_file, render_html_report(report));
+      }
+    }
+    for (const auto& [path, text] : outputs) {
+      write_file_atomically(path, text);
+      if (!flags->json) std::printf("wrote %s\n", path.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace shardplan::cli

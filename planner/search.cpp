@@ -1,0 +1,333 @@
+// The joint plan search: knob enumeration, one DP per knob setting and unit-size cap, re-simulation, baselines.
+#include "search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "errors.h"
+#include "plan_json.h"
+#include "step_analysis.h"
+#include "wrap_dp.h"
+
+namespace shardplan {
+namespace {
+
+std::string strategy_text(const ShardingStrategy& strategy) {
+  std::string text = to_string(strategy.kind);
+  if (strategy.shard_group_size > 0) text += ":" + std::to_string(strategy.shard_group_size);
+  return text;
+}
+
+std::vector<ShardingStrategy> strategies_for(const Cluster& cluster) {
+  const int world = cluster.world_size();
+  std::vector<ShardingStrategy> result;
+  const auto add = [&](StrategyKind kind, int group) {
+    ShardingStrategy strategy;
+    strategy.kind = kind;
+    strategy.shard_group_size = group;
+    result.push_back(strategy);
+  };
+  add(StrategyKind::full_shard, 0);
+  add(StrategyKind::shard_grad_op, 0);
+  add(StrategyKind::no_shard, 0);
+  // Hybrid shard groups: divisors of the GPUs per node (and the node itself) that divide the world, below it.
+  for (int group = 2; group <= cluster.gpus_per_node; ++group) {
+    if (cluster.gpus_per_node % group != 0 || world % group != 0 || group >= world) continue;
+    add(StrategyKind::hybrid_shard, group);
+    add(StrategyKind::hybrid_shard_zero2, group);
+  }
+  return result;
+}
+
+// Checkpointing patterns: none, selective (only when the scores are materialised), full, and partial ones — full
+// recompute on the first quarter, half or three quarters of the blocks ("25%", "50%", "75%"), since every block
+// saves the same memory and checkpointing only as many as the cap needs costs the least recompute.
+void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& pattern) {
+  std::size_t blocks_seen = 0;
+  std::size_t checkpointed = 0;
+  if (pattern == "full") checkpointed = model.block_count();
+  if (pattern == "25%" || pattern == "50%" || pattern == "75%") {
+    checkpointed = model.block_count() * static_cast<std::size_t>(std::stoi(pattern)) / 100;
+  }
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind != LayerKind::transformer_block) continue;
+    ActivationCheckpointing mode = ActivationCheckpointing::none;
+    if (blocks_seen < checkpointed) mode = ActivationCheckpointing::full;
+    if (pattern == "selective") mode = ActivationCheckpointing::selective;
+    plan.layer_checkpointing[layer] = mode;
+    ++blocks_seen;
+  }
+}
+
+class Searcher {
+ public:
+  Searcher(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile, const TrainingConfig& training,
+           const SearchOptions& options, std::int64_t cap)
+      : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap) {}
+
+  PlanCandidate evaluate(const Plan& plan, const std::string& knobs) {
+    PlanCandidate candidate;
+    candidate.plan = plan;
+    candidate.knobs = knobs;
+    candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
+    candidate.fits = candidate.summary.peak_memory_bytes <= cap_;
+    ++evaluated_;
+    consider(candidate);
+    return candidate;
+  }
+
+  // A lower bound of any plan's peak with this strategy: its model states without padding, plus the overhead. When
+  // even that exceeds the cap, no wrapping or checkpointing can help, so the strategy is skipped (sound pruning).
+  bool states_can_fit(const ShardingStrategy& strategy, bool offload) const {
+    if (offload) return true;
+    const ShardingLayout layout = resolve_sharding(strategy, cluster_.world_size(), cluster_.gpus_per_node);
+    const double params = static_cast<double>(model_.param_count());
+    const auto& precision = training_.precision;
+    const double bytes = params / layout.param_group * precision.param_storage_bytes +
+                         params / layout.grad_group * precision.grad_storage_bytes +
+                         params / layout.optimizer_group * optimizer_bytes_per_param(precision, training_.optimizer) +
+                         static_cast<double>(profile_.context_overhead_bytes);
+    return bytes <= static_cast<double>(cap_);
+  }
+
+  void run(bool offload) {
+    for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload)) {
+      if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
+      const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
+      const std::string label = knobs.label();
+      std::set<std::vector<std::size_t>> seen;
+      const auto try_units = [&](const std::vector<LayerRange>& units, const std::string& how) {
+        std::vector<std::size_t> key;
+        for (const auto& unit : units) key.push_back(unit.end);
+        if (!seen.insert(key).second) return;
+        evaluate(plan_with_units(model_, base, units), label + ", " + how);
+      };
+      for (int cap_blocks : options_.max_unit_blocks) {
+        WrapDpOptions dp_options;
+        dp_options.max_unit_blocks = cap_blocks;
+        const WrapDpResult dp =
+            best_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, dp_options);
+        if (dp.found) try_units(dp.units, "DP <= " + std::to_string(cap_blocks) + " blocks/unit");
+        try_units(wrap_blocks(model_, static_cast<std::size_t>(cap_blocks)).units,
+                  std::to_string(cap_blocks) + " blocks/unit");
+      }
+    }
+  }
+
+  bool found_fit() const { return best_fit_.fits; }
+  const PlanCandidate& best() const { return best_fit_; }
+  const PlanCandidate& smallest() const { return smallest_; }
+  std::size_t evaluated() const { return evaluated_; }
+
+ private:
+  void consider(const PlanCandidate& candidate) {
+    if (smallest_.summary.op_count == 0 ||
+        candidate.summary.peak_memory_bytes < smallest_.summary.peak_memory_bytes) {
+      smallest_ = candidate;
+    }
+    if (!candidate.fits) return;
+    const bool by_time = options_.objective == SearchObjective::time;
+    const auto key = [&](const PlanCandidate& c) {
+      return by_time ? std::make_pair(c.summary.step_time_s, static_cast<double>(c.summary.peak_memory_bytes))
+                     : std::make_pair(static_cast<double>(c.summary.peak_memory_bytes), c.summary.step_time_s);
+    };
+    if (!best_fit_.fits || key(candidate) < key(best_fit_)) best_fit_ = candidate;
+  }
+
+  const ModelSpec& model_;
+  const Cluster& cluster_;
+  const HardwareProfile& profile_;
+  const TrainingConfig& training_;
+  const SearchOptions& options_;
+  std::int64_t cap_;
+  PlanCandidate best_fit_, smallest_;
+  std::size_t evaluated_ = 0;
+};
+
+std::string gib_text(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+InfeasibleDiagnosis diagnose(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                             const TrainingConfig& training, const PlanCandidate& smallest, std::int64_t cap) {
+  InfeasibleDiagnosis diagnosis;
+  diagnosis.smallest_peak_bytes = smallest.summary.peak_memory_bytes;
+  std::size_t dominant = 0;
+  for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+    if (smallest.summary.memory_at_peak[category] > smallest.summary.memory_at_peak[dominant]) dominant = category;
+  }
+  diagnosis.dominant_term = std::string(kMemoryCategoryNames[dominant]);
+  // More GPUs of this type: the smallest whole number of nodes (doubling) at which the least-memory plan fits.
+  TrainingConfig lean = training;
+  lean.micro_batch = 1;
+  lean.global_batch = 0;
+  lean.checkpointing = ActivationCheckpointing::full;
+  for (int nodes = cluster.nodes * 2; nodes <= cluster.nodes * 1024; nodes *= 2) {
+    Cluster bigger = cluster;
+    bigger.nodes = nodes;
+    const Plan plan = default_plan(model, lean, {}, wrap_per_block(model), bigger.world_size());
+    const auto summary = analyze_step(model, bigger, profile, plan, false).simulation.summary;
+    if (summary.peak_memory_bytes <= cap) {
+      diagnosis.suggestions.push_back("use " + std::to_string(bigger.world_size()) + " GPUs (" +
+                                      std::to_string(nodes) + " nodes of " + std::to_string(cluster.gpus_per_node) +
+                                      "): full_shard with full AC and micro-batch 1 then needs " +
+                                      gib_text(summary.peak_memory_bytes));
+      break;
+    }
+  }
+  const std::string smallest_text = "the least-memory plan here (" + smallest.knobs + ") needs " +
+                                    gib_text(smallest.summary.peak_memory_bytes) + " of " + gib_text(cap);
+  diagnosis.suggestions.insert(diagnosis.suggestions.begin(), smallest_text);
+  if (training.seq_len > 1024) {
+    diagnosis.suggestions.push_back("shorter sequences: activations scale with --seq-len " +
+                                    std::to_string(training.seq_len));
+  }
+  if (training.precision.name == "fp32") diagnosis.suggestions.push_back("--precision bf16-mixed halves gathered copies");
+  return diagnosis;
+}
+
+}  // namespace
+
+std::string KnobSetting::label() const {
+  return strategy_text(strategy) + ", AC " + ac + ", micro-batch " + std::to_string(micro_batch) +
+         (offload ? ", CPU offload" : "");
+}
+
+std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload) {
+  std::vector<std::int64_t> micro_batches = {training.micro_batch};
+  if (training.global_batch > 0) {
+    // A fixed global batch: every micro-batch that divides it evenly (the rest is gradient accumulation).
+    micro_batches.clear();
+    const std::int64_t per_rank = training.global_batch / cluster.world_size();
+    for (std::int64_t micro = 1; micro <= per_rank; micro *= 2) {
+      if (training.global_batch % (micro * cluster.world_size()) == 0) micro_batches.push_back(micro);
+    }
+    if (micro_batches.empty()) micro_batches.push_back(1);  // the global-batch error surfaces in lowering
+  }
+  std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full"};
+  if (!training.flash_attention) patterns.push_back("selective");
+  std::vector<KnobSetting> settings;
+  for (const auto& strategy : strategies_for(cluster)) {
+    for (const auto& pattern : patterns) {
+      for (auto micro : micro_batches) settings.push_back({strategy, pattern, micro, offload});
+    }
+  }
+  return settings;
+}
+
+Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
+                    const KnobSetting& knobs) {
+  TrainingConfig adjusted = training;
+  adjusted.micro_batch = knobs.micro_batch;
+  Plan plan = default_plan(model, adjusted, knobs.strategy, wrap_per_block(model), cluster.world_size());
+  apply_checkpointing(plan, model, knobs.ac);
+  plan.offload.params = knobs.offload;
+  return plan;
+}
+
+std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const TrainingConfig& training,
+                                           std::int64_t memory_cap_bytes) {
+  std::vector<BaselineResult> baselines;
+  const auto run = [&](const std::string& name, const ShardingStrategy& strategy, const Wrapping& wrapping) {
+    BaselineResult baseline;
+    baseline.name = name;
+    baseline.candidate.plan = default_plan(model, training, strategy, wrapping, cluster.world_size());
+    baseline.candidate.plan.name = name;
+    baseline.candidate.knobs = name;
+    baseline.candidate.summary =
+        analyze_step(model, cluster, profile, baseline.candidate.plan, false).simulation.summary;
+    baseline.candidate.fits = baseline.candidate.summary.peak_memory_bytes <= memory_cap_bytes;
+    baselines.push_back(std::move(baseline));
+  };
+  // transformer_auto_wrap_policy: one unit per decoder layer, FULL_SHARD, BACKWARD_PRE prefetch.
+  run("transformer_auto_wrap_policy", {}, wrap_per_block(model));
+  // size_based_auto_wrap_policy(min_num_params=1e8): consecutive blocks grouped until a unit reaches 1e8 parameters
+  // (our granularity is the layer; FSDP may also wrap sub-modules of a large layer).
+  Wrapping size_based;
+  std::size_t begin = 0;
+  std::int64_t accumulated = 0;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind != LayerKind::transformer_block) continue;
+    if (accumulated == 0) begin = layer;
+    accumulated += model.layers[layer].param_count();
+    const bool last_block = layer + 1 >= model.layers.size() ||
+                            model.layers[layer + 1].kind != LayerKind::transformer_block;
+    if (accumulated >= 100'000'000 || last_block) {
+      size_based.units.push_back({begin, layer + 1});
+      accumulated = 0;
+    }
+  }
+  run("size_based_auto_wrap_policy(1e8)", {}, size_based);
+  ShardingStrategy ddp;
+  ddp.kind = StrategyKind::no_shard;
+  run("no_shard (DDP)", ddp, wrap_per_block(model));
+  return baselines;
+}
+
+SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                          const TrainingConfig& training, const SearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  SearchResult result;
+  result.memory_cap_bytes = options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes;
+  validate_training(training, model);
+  Searcher searcher(model, cluster, profile, training, options, result.memory_cap_bytes);
+  searcher.run(false);
+  if (!searcher.found_fit() && options.allow_offload) searcher.run(true);  // the last resort
+  result.feasible = searcher.found_fit();
+  result.candidates_evaluated = searcher.evaluated();
+  if (result.feasible) {
+    result.best = searcher.best();
+    result.best.plan.name = "planned";
+  } else {
+    PlanCandidate smallest = searcher.smallest();
+    if (smallest.summary.op_count == 0) {
+      // Every strategy was pruned by its model states alone: diagnose the leanest plan (full_shard, full AC).
+      KnobSetting lean{ShardingStrategy{}, "full", 1, false};
+      smallest = searcher.evaluate(plan_for_knobs(model, cluster, training, lean), lean.label() + ", per block");
+    }
+    result.candidates_evaluated = searcher.evaluated();
+    result.diagnosis = diagnose(model, cluster, profile, training, smallest, result.memory_cap_bytes);
+  }
+  result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
+  nlohmann::json baselines = nlohmann::json::array();
+  for (const auto& baseline : result.baselines) {
+    nlohmann::json entry = {{"name", baseline.name},
+                            {"step_time_s", baseline.candidate.summary.step_time_s},
+                            {"peak_memory_bytes", baseline.candidate.summary.peak_memory_bytes},
+                            {"fits", baseline.candidate.fits}};
+    if (result.feasible) {
+      entry["planned_speedup"] = baseline.candidate.summary.step_time_s / result.best.summary.step_time_s;
+      entry["planned_memory_ratio"] = static_cast<double>(result.best.summary.peak_memory_bytes) /
+                                      static_cast<double>(baseline.candidate.summary.peak_memory_bytes);
+    }
+    baselines.push_back(std::move(entry));
+  }
+  nlohmann::json document = {{"schema", "shardplan.planning/v1"},
+                             {"feasible", result.feasible},
+                             {"memory_cap_bytes", result.memory_cap_bytes},
+                             {"baselines", std::move(baselines)},
+                             {"search",
+                              {{"candidates_evaluated", result.candidates_evaluated}, {"seconds", result.seconds}}}};
+  if (result.feasible) {
+    document["plan"] = to_json(result.best.plan, model);
+    document["predicted"] = to_json(result.best.summary);
+    document["knobs"] = result.best.knobs;
+  } else {
+    document["diagnosis"] = {{"dominant_term", result.diagnosis.dominant_term},
+                             {"smallest_peak_bytes", result.diagnosis.smallest_peak_bytes},
+                             {"suggestions", result.diagnosis.suggestions}};
+  }
+  return document;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,82 @@
+// Plan search: wrap boundaries (the DP) jointly with strategy, activation checkpointing, micro-batch and offload,
+// every candidate re-simulated; baselines (FSDP's auto-wrap policies, DDP) and a diagnosis when nothing fits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster.h"
+#include "hardware_profile.h"
+#include "model_spec.h"
+#include "plan.h"
+#include "simulator.h"
+
+namespace shardplan {
+
+enum class SearchObjective { time, memory };
+
+struct SearchOptions {
+  std::int64_t memory_cap_bytes = 0;  // 0: the GPU's memory
+  SearchObjective objective = SearchObjective::time;
+  // DP caps tried: each yields the fastest partition whose units span at most that many blocks, so the memory cap
+  // (which grows with the largest units) meets the fastest partition that fits it.
+  std::vector<int> max_unit_blocks = {1, 2, 3, 4, 5, 6, 7, 8};
+  bool allow_offload = true;                        // CPU offload as a last resort
+};
+
+struct PlanCandidate {
+  Plan plan;
+  SimulationSummary summary;
+  std::string knobs;  // "full_shard, AC full, micro-batch 2, DP ≤4 blocks/unit"
+  bool fits = false;
+};
+
+struct BaselineResult {
+  std::string name;  // "transformer_auto_wrap_policy", "size_based_auto_wrap_policy(1e8)", "no_shard (DDP)"
+  PlanCandidate candidate;
+};
+
+struct InfeasibleDiagnosis {
+  std::string dominant_term;             // of the smallest-memory candidate's peak
+  std::int64_t smallest_peak_bytes = 0;  // the least memory any candidate needs
+  std::vector<std::string> suggestions;  // cheapest changes that would make it fit, with their predicted peaks
+};
+
+struct SearchResult {
+  bool feasible = false;
+  PlanCandidate best;
+  std::vector<BaselineResult> baselines;
+  InfeasibleDiagnosis diagnosis;  // filled when !feasible
+  std::size_t candidates_evaluated = 0;
+  double seconds = 0;
+  std::int64_t memory_cap_bytes = 0;
+};
+
+// `training` gives sequence length, global batch (micro-batch and accumulation are searched when the global batch
+// is set), precision, optimizer and attention kernel; its checkpointing and micro-batch are used by the baselines.
+SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                          const TrainingConfig& training, const SearchOptions& options);
+
+// One setting of every knob but the wrapping, and the per-block plan it starts from (the DP then re-wraps it).
+struct KnobSetting {
+  ShardingStrategy strategy;
+  std::string ac;  // "none", "selective", "25%", "50%", "75%", "full"
+  std::int64_t micro_batch = 1;
+  bool offload = false;
+  std::string label() const;
+};
+std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload);
+Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
+                    const KnobSetting& knobs);
+
+// Baselines only (also used by tests).
+std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const TrainingConfig& training,
+                                           std::int64_t memory_cap_bytes);
+
+nlohmann::json to_json(const SearchResult& result, const ModelSpec& model);
+
+}  // namespace shardplan

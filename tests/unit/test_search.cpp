@@ -1,0 +1,124 @@
+// Tests of the plan search: optimal against exhaustive simulation of every partition and knob, baselines, diagnosis.
+#include <doctest/doctest.h>
+
+#include "cluster.h"
+#include "decoder_builder.h"
+#include "lowering.h"
+#include "model_presets.h"
+#include "search.h"
+#include "step_analysis.h"
+#include "wrap_dp.h"
+
+using namespace shardplan;
+
+namespace {
+
+ModelSpec llama_blocks(std::int64_t blocks) {
+  DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
+  arch.num_layers = blocks;
+  return build_decoder("llama2-7b-" + std::to_string(blocks), arch, "test");
+}
+
+// The fastest fitting plan over every partition of the blocks (units of at most 8 blocks) and every knob setting.
+PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                         const TrainingConfig& training, std::int64_t cap) {
+  std::vector<std::size_t> blocks;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind == LayerKind::transformer_block) blocks.push_back(layer);
+  }
+  const std::size_t n = blocks.size();
+  PlanCandidate best;
+  for (const KnobSetting& knobs : knob_settings(cluster, training, false)) {
+    const Plan base = plan_for_knobs(model, cluster, training, knobs);
+    for (unsigned mask = 0; mask < (1u << (n - 1)); ++mask) {
+      std::vector<LayerRange> units;
+      std::size_t begin = blocks.front();
+      bool short_enough = true;
+      for (std::size_t b = 1; b <= n; ++b) {
+        if (b == n || (mask >> (b - 1)) & 1u) {
+          units.push_back({begin, blocks.front() + b});
+          short_enough = short_enough && units.back().end - units.back().begin <= 8;
+          begin = blocks.front() + b;
+        }
+      }
+      if (!short_enough) continue;
+      const Plan plan = plan_with_units(model, base, units);
+      const auto summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
+      if (summary.peak_memory_bytes > cap) continue;
+      if (!best.fits || summary.step_time_s < best.summary.step_time_s) {
+        best.plan = plan;
+        best.summary = summary;
+        best.fits = true;
+        best.knobs = knobs.label();
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("search: the planned plan equals exhaustive search over partitions and knobs (same simulator)") {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  struct Case {
+    const char* cluster;
+    std::int64_t seq_len;
+    double cap_gib;
+  };
+  for (const Case& c : {Case{"8xH100-80GB", 4096, 30.0}, Case{"8xA100-40GB", 4096, 20.0},
+                        Case{"8xH100-80GB", 2048, 14.0}}) {
+    const ModelSpec model = llama_blocks(10);
+    const Cluster cluster = parse_cluster(c.cluster, catalog);
+    const HardwareProfile profile = profile_from_cluster(cluster);
+    TrainingConfig training;
+    training.seq_len = c.seq_len;
+    SearchOptions options;
+    options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
+    const SearchResult planned = search_plans(model, cluster, profile, training, options);
+    const PlanCandidate truth = exhaustive(model, cluster, profile, training, options.memory_cap_bytes);
+    INFO(c.cluster << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs
+                   << ", exhaustive " << truth.knobs);
+    REQUIRE(truth.fits);
+    REQUIRE(planned.feasible);
+    CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
+    CHECK(planned.best.summary.peak_memory_bytes <= options.memory_cap_bytes);
+    // The planned plan is never slower than a baseline that fits.
+    for (const auto& baseline : planned.baselines) {
+      if (baseline.candidate.fits) CHECK(planned.best.summary.step_time_s <= baseline.candidate.summary.step_time_s);
+    }
+  }
+}
+
+TEST_CASE("search: baselines are FSDP's auto-wrap policies and DDP") {
+  const ModelSpec model = preset_model("gpt2");
+  const Cluster cluster = parse_cluster("8xA100-80GB", HardwareCatalog::builtin());
+  TrainingConfig training;
+  training.seq_len = 1024;
+  const auto baselines = baseline_plans(model, cluster, profile_from_cluster(cluster), training, cluster.gpu.memory_bytes);
+  REQUIRE(baselines.size() == 3);
+  CHECK(baselines[0].name == "transformer_auto_wrap_policy");
+  CHECK(baselines[0].candidate.plan.units.size() == 1 + 12);
+  // GPT-2 blocks have 7.1M parameters: size-based wrapping at 1e8 groups all 12 into one unit.
+  CHECK(baselines[1].candidate.plan.units.size() == 1 + 1);
+  CHECK(baselines[2].candidate.plan.units[1].strategy.kind == StrategyKind::no_shard);
+}
+
+TEST_CASE("search: nothing fits — diagnosis names the dominant term and how many GPUs would do") {
+  const ModelSpec model = preset_model("llama3-70b");
+  const Cluster cluster = parse_cluster("8xH100-80GB", HardwareCatalog::builtin());
+  TrainingConfig training;
+  training.seq_len = 8192;
+  SearchOptions options;
+  options.allow_offload = false;
+  const SearchResult result = search_plans(model, cluster, profile_from_cluster(cluster), training, options);
+  CHECK_FALSE(result.feasible);
+  CHECK(result.diagnosis.dominant_term == "optimizer_states");
+  bool names_gpus = false;
+  for (const auto& suggestion : result.diagnosis.suggestions) names_gpus = names_gpus || suggestion.find("GPUs") != std::string::npos;
+  CHECK(names_gpus);
+  // With offload allowed it fits (the last resort).
+  options.allow_offload = true;
+  const SearchResult offloaded = search_plans(model, cluster, profile_from_cluster(cluster), training, options);
+  CHECK(offloaded.feasible);
+  CHECK(offloaded.best.plan.offload.params);
+}
