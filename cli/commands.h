@@ -15,5 +15,6 @@ Action add_gpus_command(CLI::App& app);
 Action add_estimate_command(CLI::App& app);
 Action add_simulate_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
+Action add_capacity_command(CLI::App& app);
 
 }  // namespace shardplan::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   keep(cli::add_estimate_command(app));
   keep(cli::add_simulate_command(app));
   keep(cli::add_plan_command(app));
+  keep(cli::add_capacity_command(app));
   bool verbose = false;
   app.add_flag("--verbose", verbose, "on errors, also print where in shardplan's source they were raised");
   if (argc > 1 && argv[1][0] != '-') {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <set>
+#include <map>
 
 #include "errors.h"
 #include "plan_json.h"
@@ -97,21 +97,25 @@ class Searcher {
       if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
       const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
       const std::string label = knobs.label();
-      std::set<std::vector<std::size_t>> seen;
+      std::map<std::vector<std::size_t>, bool> seen;  // partition → fits
       const auto try_units = [&](const std::vector<LayerRange>& units, const std::string& how) {
         std::vector<std::size_t> key;
         for (const auto& unit : units) key.push_back(unit.end);
-        if (!seen.insert(key).second) return;
-        evaluate(plan_with_units(model_, base, units), label + ", " + how);
+        if (const auto found = seen.find(key); found != seen.end()) return found->second;
+        const bool fits = evaluate(plan_with_units(model_, base, units), label + ", " + how).fits;
+        seen.emplace(key, fits);
+        return fits;
       };
       for (int cap_blocks : options_.max_unit_blocks) {
         WrapDpOptions dp_options;
         dp_options.max_unit_blocks = cap_blocks;
         const WrapDpResult dp =
             best_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, dp_options);
-        if (dp.found) try_units(dp.units, "DP <= " + std::to_string(cap_blocks) + " blocks/unit");
-        try_units(wrap_blocks(model_, static_cast<std::size_t>(cap_blocks)).units,
-                  std::to_string(cap_blocks) + " blocks/unit");
+        const bool dp_fits = dp.found && try_units(dp.units, "DP <= " + std::to_string(cap_blocks) + " blocks/unit");
+        const bool uniform_fits = try_units(wrap_blocks(model_, static_cast<std::size_t>(cap_blocks)).units,
+                                            std::to_string(cap_blocks) + " blocks/unit");
+        // Larger units only add gathered memory: once neither candidate of this cap fits, larger caps will not.
+        if (!dp_fits && !uniform_fits) break;
       }
     }
   }
@@ -293,7 +297,9 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
     result.candidates_evaluated = searcher.evaluated();
     result.diagnosis = diagnose(model, cluster, profile, training, smallest, result.memory_cap_bytes);
   }
-  result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
+  if (options.with_baselines) {
+    result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }

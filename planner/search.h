@@ -25,6 +25,7 @@ struct SearchOptions {
   // (which grows with the largest units) meets the fastest partition that fits it.
   std::vector<int> max_unit_blocks = {1, 2, 3, 4, 5, 6, 7, 8};
   bool allow_offload = true;                        // CPU offload as a last resort
+  bool with_baselines = true;                       // capacity sweeps skip them
 };
 
 struct PlanCandidate {

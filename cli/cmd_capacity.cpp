@@ -1,0 +1,104 @@
+// `shardplan capacity`: sweep GPU types and counts; print the best plan's speed, days and cost, and the Pareto front.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "capacity.h"
+#include "commands.h"
+#include "errors.h"
+#include "inputs.h"
+#include "model_source.h"
+
+namespace shardplan::cli {
+
+namespace {
+struct CapacityFlags {
+  std::string model;
+  std::string gpus = "A100-80GB,H100-80GB,H200-141GB";
+  std::string catalog_file;
+  TrainingFlags training;
+  int gpus_per_node = 0;
+  int min_gpus = 1;
+  int max_gpus = 4096;
+  double tokens = 1e12;
+  std::int64_t global_batch_tokens = 0;
+  bool json = false;
+};
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!name.empty()) names.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+}  // namespace
+
+Action add_capacity_command(CLI::App& app) {
+  auto* command = app.add_subcommand("capacity", "sweep GPU types and counts: fits, speed, days and cost to train");
+  auto flags = std::make_shared<CapacityFlags>();
+  command->add_option("--model,-m", flags->model, "preset name, model JSON, or Hugging Face config.json")->required();
+  command->add_option("--gpus", flags->gpus, "comma-separated GPU types")->capture_default_str();
+  add_catalog_flag(*command, flags->catalog_file);
+  add_training_flags(*command, flags->training);
+  command->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node (default: each GPU's usual)");
+  command->add_option("--min-gpus", flags->min_gpus, "smallest count swept")->capture_default_str();
+  command->add_option("--max-gpus", flags->max_gpus, "largest count swept")->capture_default_str();
+  command->add_option("--tokens", flags->tokens, "training budget in tokens")->capture_default_str();
+  command->add_option("--global-batch-tokens", flags->global_batch_tokens,
+                      "fixed global batch in tokens (default: one micro-batch per GPU)");
+  command->add_flag("--json", flags->json, "print JSON");
+  return [flags]() {
+    const ModelSpec model = load_model(flags->model);
+    const HardwareCatalog catalog = load_catalog(flags->catalog_file);
+    const TrainingConfig training = resolve_training(flags->training, model);
+    CapacityOptions options;
+    options.gpus = split_names(flags->gpus);
+    options.gpus_per_node = flags->gpus_per_node;
+    options.min_gpus = flags->min_gpus;
+    options.max_gpus = flags->max_gpus;
+    options.tokens = flags->tokens;
+    options.global_batch_tokens = flags->global_batch_tokens;
+    if (flags->gpus_per_node < 0) throw InputError("--gpus-per-node: expected a positive integer");
+    if (flags->global_batch_tokens < 0) throw InputError("--global-batch-tokens: expected a positive integer");
+    const auto started = std::chrono::steady_clock::now();
+    bool drew_progress = false;
+    options.progress = [&](std::size_t done, std::size_t total) {
+      // A progress line on stderr, only once the sweep has taken over a second.
+      if (std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) return;
+      std::fprintf(stderr, "\rcapacity: %zu/%zu configurations", done, total);
+      drew_progress = true;
+    };
+    const CapacityResult result = capacity_sweep(model, catalog, training, options);
+    if (drew_progress) std::fprintf(stderr, "\n");
+    if (flags->json) {
+      print_json(to_json(result));
+      return 0;
+    }
+    std::printf("%s, %.3g tokens\n%-11s %6s %5s %10s %11s %6s %9s %12s  %s\n", model.name.c_str(), options.tokens,
+                "gpu", "GPUs", "fits", "step s", "tokens/s", "MFU", "days", "cost USD", "plan");
+    for (const auto& point : result.points) {
+      if (point.fits) {
+        std::printf("%-11s %6d %5s %10.3f %11.0f %5.1f%% %9.1f %12.0f  %s%s\n", point.gpu.c_str(), point.gpus, "yes",
+                    point.step_time_s, point.tokens_per_s, 100 * point.mfu, point.days, point.cost_usd,
+                    point.knobs.c_str(), point.pareto ? "  [pareto]" : "");
+      } else {
+        std::printf("%-11s %6d %5s %10s %11s %6s %9s %12s  %s\n", point.gpu.c_str(), point.gpus, "no", "-", "-", "-",
+                    "-", "-", point.why_not.c_str());
+      }
+    }
+    std::printf("\nsmallest count that fits:");
+    for (const auto& [gpu, count] : result.smallest_fitting) {
+      std::printf("  %s %s", gpu.c_str(), count > 0 ? std::to_string(count).c_str() : "none");
+    }
+    std::printf("\nswept %zu configurations in %.2f s\n", result.points.size(), result.seconds);
+    return 0;
+  };
+}
+
+}  // namespace shardplan::cli

@@ -1,0 +1,75 @@
+// FlatParam: one FSDP unit's flat parameter on one rank — its layout, its sharded state and its gathered buffers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "param_init.h"
+#include "param_layout.h"
+#include "tracking_allocator.h"
+#include "unit_layout.h"
+
+namespace shardplan::runner {
+
+// Note [FlatParam layout]: as FSDP1's FlatParameter (torch/distributed/fsdp/_flat_param.py), a unit's layers'
+// parameters are concatenated in the unit's layer order (runtime::unit_param_layout) and right-padded with zeros to
+// a multiple of the shard group (UnitLayout::padded_elements, the same numbers lowering and the memory model use);
+// the rank with index i in the shard group owns elements [i·shard, (i+1)·shard). Gradients, AdamW's m and v use the
+// same sharding, so the optimizer steps on aligned shards (the runner only runs strategies whose parameter, gradient
+// and optimizer groups coincide).
+class FlatParam {
+ public:
+  // Allocates the sharded state (parameters, gradient, m, v) through `tracker` and initialises this rank's shard of
+  // the parameters exactly as the unsharded reference does (Note [Sharded init] in param_init.h).
+  FlatParam(const runtime::ModelLayout& model, runtime::UnitParamLayout unit, UnitLayout sizes, int shard_index,
+            const runtime::InitOptions& init, TrackingAllocator& tracker);
+
+  const UnitLayout& sizes() const { return sizes_; }
+  const runtime::UnitParamLayout& unit_layout() const { return unit_; }
+  int shard_index() const { return shard_index_; }
+  bool gathers() const { return sizes_.gathers; }
+  bool grad_copies() const { return sizes_.grad_copies; }
+
+  // Sharded state (the whole flat parameter when the group is 1).
+  std::span<float> shard() { return shard_.values(); }
+  std::span<float> shard_grad() { return shard_grad_.values(); }
+  std::span<float> exp_avg() { return exp_avg_.values(); }
+  std::span<float> exp_avg_sq() { return exp_avg_sq_.values(); }
+
+  // The gathered flat parameter (padded_elements), allocated by allocate_unsharded and freed by free_unsharded.
+  bool unsharded_allocated() const { return unsharded_.allocated(); }
+  std::span<float> allocate_unsharded();
+  std::span<float> unsharded() { return unsharded_.values(); }
+  void free_unsharded() { unsharded_.release(); }
+
+  // The full-size gradient backward writes into (grad_padded_elements, zeroed), when the unit reduces one.
+  bool unsharded_grad_allocated() const { return unsharded_grad_.allocated(); }
+  std::span<float> allocate_unsharded_grad();
+  std::span<float> unsharded_grad() { return unsharded_grad_.values(); }
+  void free_unsharded_grad() { unsharded_grad_.release(); }
+
+  // Any other buffer tracked by the same allocator (the comm buffer a reduction writes into).
+  TrackedBuffer make_buffer(MemoryCategory category, std::int64_t elements) {
+    return TrackedBuffer(*tracker_, category, elements);
+  }
+
+  // What the layers compute with: the gathered buffer, or the replicated parameters themselves.
+  std::span<float> compute_params();
+  // Where backward adds parameter gradients: the full-size gradient copy, or the replicated gradient itself.
+  std::span<float> compute_grads();
+
+  // This rank's shard of the parameters copied into `model_flat` (model_layout order) at its model offsets; the
+  // padding is dropped. Used to assemble the full model after gathering every unit.
+  void scatter_into_model(const runtime::ModelLayout& model, std::span<const float> unit_flat,
+                          std::span<float> model_flat) const;
+
+ private:
+  runtime::UnitParamLayout unit_;
+  UnitLayout sizes_;
+  int shard_index_ = 0;
+  TrackingAllocator* tracker_;
+  TrackedBuffer shard_, shard_grad_, exp_avg_, exp_avg_sq_;
+  TrackedBuffer unsharded_, unsharded_grad_;
+};
+
+}  // namespace shardplan::runner

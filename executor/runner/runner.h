@@ -1,0 +1,94 @@
+// Runner: executes a StepSchedule for training steps on a Communicator — the executor's interpreter of the IR.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "adamw.h"
+#include "comm_counters.h"
+#include "communicator.h"
+#include "flat_param.h"
+#include "layer_kernel.h"
+#include "param_group.h"
+#include "plan.h"
+#include "runner_groups.h"
+#include "schedule.h"
+#include "step_clock.h"
+#include "timeline.h"
+#include "tracking_allocator.h"
+
+namespace shardplan::runner {
+
+// Immutable policy of a run.
+struct RunnerOptions {
+  std::uint64_t seed = 0;           // parameter init (the same stream as ModelRuntime::init_parameters(seed))
+  runtime::AdamWOptions adamw{};
+  int gpus_per_node = 0;            // for lowering's group placement; 0 = the whole world on one node
+};
+
+// What one step measured on this rank (loss and step time are agreed over all ranks).
+struct StepReport {
+  double loss = 0;          // mean over every rank's micro-batches: the loss of the global batch
+  double local_loss = 0;    // this rank's micro-batches only
+  double step_time_s = 0;   // the slowest rank's time from the starting barrier to the end of its last op
+  std::int64_t tokens = 0;  // tokens in the global batch (schedule.tokens_per_step)
+  long long peak_bytes = 0;            // tracked peak of the step, all categories together
+  MemoryByCategory memory_at_peak{};   // the breakdown at that peak
+  MemoryByCategory peak_by_category{}; // each category's own maximum in the step
+  comm::CommCounters collectives;      // collectives the step's schedule issued on this rank
+  Timeline timeline;                   // source "measured": one event per op, the memory series
+};
+
+// Note [Runner streams]: the runner walks `schedule.ops` once, in order (Note [Schedule order]). Compute, wait, free
+// and optimizer ops run on the calling thread, each after its dependencies have completed. Collective ops are issued
+// asynchronously on the communicator their GroupKind names as soon as their dependencies have completed and every
+// earlier op of their stream has been issued (a collective whose dependency is still in flight — HSDP's all-reduce
+// after its reduce-scatter — is parked and issued at the next op boundary where it is ready, so compute is never
+// blocked by it); a collective's end is when its completion is first observed (handles are polled at every op
+// boundary, which also drives MPI's progress, Note [Progress]). Nothing else is reordered: prefetching happens
+// exactly where the plan's lowering put the all-gathers.
+class Runner {
+ public:
+  // Lowers `plan` for world.size() ranks, checks the runner can execute it (check_executable), creates the groups
+  // (collective over `world`) and initialises this rank's shards. InputError/InternalError carry this rank.
+  Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options = {});
+  ~Runner();
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  // One training step: `micro_batches` holds this rank's schedule.micro_batches batches, each of the plan's
+  // micro-batch × seq_len. Collective over the world.
+  StepReport step(std::span<const runtime::Batch> micro_batches);
+
+  // The full model's parameters in model_layout order, gathered from the shards (collective over the world).
+  std::vector<float> gather_parameters();
+
+  const StepSchedule& schedule() const { return schedule_; }
+  const runtime::ModelLayout& model_layout() const { return layout_; }
+  int rank() const { return rank_; }
+  // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
+  static comm::CommCounters expected_collectives(const StepSchedule& schedule);
+
+ private:
+  class StepWalker;
+  friend class StepWalker;
+
+  ModelSpec model_;
+  Plan plan_;
+  RunnerOptions options_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  StepSchedule schedule_;
+  runtime::ModelLayout layout_;
+  std::vector<std::unique_ptr<runtime::LayerKernel>> kernels_;
+  StepClock clock_;
+  TrackingAllocator tracker_;
+  std::unique_ptr<RunnerGroups> groups_;
+  std::vector<std::unique_ptr<FlatParam>> params_;
+  std::vector<ParamGroup> param_groups_;
+  std::int64_t optimizer_steps_ = 0;
+};
+
+}  // namespace shardplan::runner

@@ -1,0 +1,129 @@
+// The capacity sweep: one plan search per (GPU type, count), then days, cost and the Pareto front of time vs cost.
+#include "capacity.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "cluster.h"
+#include "errors.h"
+#include "search.h"
+
+namespace shardplan {
+
+std::vector<int> capacity_counts(int min_gpus, int max_gpus, int gpus_per_node) {
+  std::vector<int> counts;
+  for (int count = 1; count <= max_gpus; count *= 2) {
+    if (count < min_gpus) continue;
+    if (count > gpus_per_node && count % gpus_per_node != 0) continue;  // whole nodes only beyond one node
+    counts.push_back(count);
+  }
+  return counts;
+}
+
+CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& catalog, const TrainingConfig& training,
+                              const CapacityOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  if (options.gpus.empty()) throw InputError("--gpus: expected at least one GPU type");
+  if (options.max_gpus < 1 || options.max_gpus > 1'000'000) throw InputError("--max-gpus: expected 1..1000000");
+  if (!(options.tokens > 0)) throw InputError("--tokens: expected a positive token budget");
+  struct Job {
+    GpuSpec gpu;
+    int count;
+    int per_node;
+  };
+  std::vector<Job> jobs;
+  for (const auto& name : options.gpus) {
+    const GpuSpec& gpu = catalog.gpu(name);
+    const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node;
+    for (int count : capacity_counts(options.min_gpus, options.max_gpus, per_node)) jobs.push_back({gpu, count, per_node});
+  }
+  CapacityResult result;
+  for (std::size_t index = 0; index < jobs.size(); ++index) {
+    const Job& job = jobs[index];
+    Cluster cluster;
+    cluster.gpu = job.gpu;
+    cluster.gpus_per_node = std::min(job.count, job.per_node);
+    cluster.nodes = job.count / cluster.gpus_per_node;
+    cluster.fabric = catalog.fabric(options.fabric.empty() ? job.gpu.default_fabric : options.fabric);
+    cluster.price_per_gpu_hour = job.gpu.price_per_gpu_hour;
+    CapacityPoint point;
+    point.gpu = job.gpu.name;
+    point.gpus = job.count;
+    point.nodes = cluster.nodes;
+    TrainingConfig sized = training;
+    if (options.global_batch_tokens > 0) {
+      sized.global_batch = options.global_batch_tokens / training.seq_len;
+      if (sized.global_batch < job.count || sized.global_batch % job.count != 0) {
+        point.why_not = "global batch of " + std::to_string(sized.global_batch) + " sequences does not divide over " +
+                        std::to_string(job.count) + " GPUs";
+      }
+    }
+    if (point.why_not.empty()) {
+      SearchOptions search_options;
+      search_options.with_baselines = false;
+      const SearchResult search = search_plans(model, cluster, profile_from_cluster(cluster), sized, search_options);
+      point.fits = search.feasible;
+      if (search.feasible) {
+        const auto& summary = search.best.summary;
+        point.knobs = search.best.knobs;
+        point.step_time_s = summary.step_time_s;
+        point.tokens_per_s = summary.tokens_per_s;
+        point.mfu = summary.mfu;
+        point.peak_memory_bytes = summary.peak_memory_bytes;
+        point.days = options.tokens / summary.tokens_per_s / 86400.0;
+        point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
+      } else {
+        point.why_not = "memory: " + search.diagnosis.dominant_term + " dominates";
+        point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
+      }
+    }
+    result.points.push_back(std::move(point));
+    if (options.progress) options.progress(index + 1, jobs.size());
+  }
+  // Pareto front over (days, cost): a fitting point no other fitting point beats on both.
+  for (auto& point : result.points) {
+    if (!point.fits) continue;
+    point.pareto = std::none_of(result.points.begin(), result.points.end(), [&](const CapacityPoint& other) {
+      return other.fits && other.days <= point.days && other.cost_usd <= point.cost_usd &&
+             (other.days < point.days || other.cost_usd < point.cost_usd);
+    });
+  }
+  for (const auto& name : options.gpus) {
+    int smallest = 0;
+    for (const auto& point : result.points) {
+      if (point.gpu == catalog.gpu(name).name && point.fits && (smallest == 0 || point.gpus < smallest)) {
+        smallest = point.gpus;
+      }
+    }
+    result.smallest_fitting.emplace_back(catalog.gpu(name).name, smallest);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+nlohmann::json to_json(const CapacityResult& result) {
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& point : result.points) {
+    points.push_back({{"gpu", point.gpu},
+                      {"gpus", point.gpus},
+                      {"nodes", point.nodes},
+                      {"fits", point.fits},
+                      {"why_not", point.why_not},
+                      {"plan", point.knobs},
+                      {"step_time_s", point.step_time_s},
+                      {"tokens_per_s", point.tokens_per_s},
+                      {"mfu", point.mfu},
+                      {"peak_memory_bytes", point.peak_memory_bytes},
+                      {"days", point.days},
+                      {"cost_usd", point.cost_usd},
+                      {"pareto", point.pareto}});
+  }
+  nlohmann::json smallest = nlohmann::json::object();
+  for (const auto& [gpu, count] : result.smallest_fitting) smallest[gpu] = count;
+  return {{"schema", "shardplan.capacity/v1"},
+          {"points", std::move(points)},
+          {"smallest_fitting_gpus", std::move(smallest)},
+          {"seconds", result.seconds}};
+}
+
+}  // namespace shardplan

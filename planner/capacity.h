@@ -1,0 +1,59 @@
+// Capacity sweeps: for each GPU type and count, the best plan that fits, its speed, time and cost to train a budget.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hardware_catalog.h"
+#include "model_spec.h"
+#include "training.h"
+
+namespace shardplan {
+
+struct CapacityOptions {
+  std::vector<std::string> gpus;       // catalog names
+  int gpus_per_node = 0;               // 0: each GPU's default
+  int min_gpus = 1;
+  int max_gpus = 4096;
+  double tokens = 1e12;                // the training budget
+  std::int64_t global_batch_tokens = 0;  // 0: one micro-batch per rank (weak scaling); else fixed (strong scaling)
+  std::string fabric;                  // "" : each GPU's default fabric
+  // Called after each point with (done, total); the CLI draws a progress line when a sweep takes over a second.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+struct CapacityPoint {
+  std::string gpu;
+  int gpus = 0;
+  int nodes = 0;
+  bool fits = false;
+  std::string why_not;  // when it does not fit: the dominant memory term, or the batch being too small
+  std::string knobs;    // the best plan's settings
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  std::int64_t peak_memory_bytes = 0;
+  double days = 0;      // to train `tokens`
+  double cost_usd = 0;  // days × 24 × GPUs × price per GPU-hour
+  bool pareto = false;  // not dominated in (days, cost) by another fitting point
+};
+
+struct CapacityResult {
+  std::vector<CapacityPoint> points;
+  std::vector<std::pair<std::string, int>> smallest_fitting;  // per GPU type: the fewest GPUs that fit (0: none)
+  double seconds = 0;
+};
+
+// GPU counts swept: powers of two from min to max; counts above one node must be whole nodes.
+std::vector<int> capacity_counts(int min_gpus, int max_gpus, int gpus_per_node);
+
+CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& catalog, const TrainingConfig& training,
+                              const CapacityOptions& options);
+
+nlohmann::json to_json(const CapacityResult& result);
+
+}  // namespace shardplan

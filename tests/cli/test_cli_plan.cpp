@@ -1,0 +1,110 @@
+// Tests of `shardplan plan` and `shardplan capacity` through the binary: JSON contract, exports, exit 3, bad input.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "run_binary.h"
+
+namespace {
+
+using nlohmann::json;
+using shardplan_test::RunResult;
+using shardplan_test::run_shardplan;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("`plan --json`: plan, predicted, baselines and search; the plan re-simulates to the same numbers") {
+  const auto dir = scratch("plan");
+  const std::string out = (dir / "p.json").string();
+  const RunResult result = run_shardplan({"plan", "-m", "llama2-7b", "-c", "8xA100-80GB", "--seq-len", "4096",
+                                          "--json", "--out", out});
+  INFO(result.err);
+  REQUIRE(result.exit_status == 0);
+  const json document = json::parse(result.out);
+  for (const char* key : {"plan", "predicted", "baselines", "search"}) CHECK(document.contains(key));
+  CHECK(document.at("baselines").size() == 3);
+  CHECK(document.at("search").at("candidates_evaluated").get<int>() > 0);
+  const RunResult again = run_shardplan({"simulate", "-m", "llama2-7b", "-c", "8xA100-80GB", "--plan", out, "--json"});
+  REQUIRE(again.exit_status == 0);
+  CHECK(json::parse(again.out).at("step_time_s").get<double>() ==
+        doctest::Approx(document.at("predicted").at("step_time_s").get<double>()).epsilon(1e-12));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("`plan --export` writes files that compile as Python / parse as JSON") {
+  const auto dir = scratch("export");
+  for (const char* format : {"fsdp2", "fsdp1", "deepspeed"}) {
+    CAPTURE(format);
+    const RunResult result = run_shardplan({"plan", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64", "--export",
+                                            format, "--out-dir", dir.string()});
+    INFO(result.err);
+    REQUIRE(result.exit_status == 0);
+  }
+  CHECK(std::filesystem::exists(dir / "ds_config.json"));
+  std::ifstream config_stream(dir / "ds_config.json");
+  CHECK(json::parse(config_stream).at("zero_optimization").contains("stage"));
+  if (std::system("python3 --version > /dev/null 2>&1") == 0) {
+    for (const char* file : {"fsdp2_plan.py", "fsdp1_plan.py"}) {
+      CAPTURE(file);
+      const std::string command = "python3 -m py_compile " + (dir / file).string();
+      CHECK(std::system(command.c_str()) == 0);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("`plan` exits 3 with a diagnosis when nothing fits, and 2 on bad input") {
+  const RunResult infeasible = run_shardplan({"plan", "-m", "llama3-70b", "-c", "8xH100-80GB", "--memory-cap", "2"});
+  CHECK(infeasible.exit_status == 3);
+  CHECK(contains(infeasible.out, "NO PLAN FITS"));
+  CHECK(contains(infeasible.out, "Dominant memory term"));
+  const RunResult json_infeasible =
+      run_shardplan({"plan", "-m", "llama3-70b", "-c", "8xH100-80GB", "--memory-cap", "2", "--json"});
+  CHECK(json_infeasible.exit_status == 3);
+  CHECK_FALSE(json::parse(json_infeasible.out).at("feasible").get<bool>());
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"plan", "-m", "gpt2", "-c", "8xA100-80GB", "--objective", "fast"},
+           {"plan", "-m", "gpt2", "-c", "8xA100-80GB", "--export", "fsdp3"},
+           {"plan", "-m", "gpt2", "-c", "8xA100-80GB", "--memory-cap", "-4"},
+           {"capacity", "-m", "gpt2", "--gpus", "H100-8GB"},
+           {"capacity", "-m", "gpt2", "--tokens", "0"}}) {
+    const RunResult bad = run_shardplan(args);
+    INFO(bad.err);
+    CHECK(bad.exit_status == 2);
+    CHECK(bad.err_lines().size() == 1);
+  }
+  CHECK(contains(run_shardplan({"plan", "-m", "gpt2", "-c", "8xA100-80GB", "--export", "fsdp3"}).err, "fsdp2"));
+}
+
+TEST_CASE("`capacity --json`: a point per GPU type and count, smallest fitting count, a Pareto front") {
+  const RunResult result = run_shardplan({"capacity", "-m", "llama2-7b", "--gpus", "A100-40GB,H100-80GB", "--min-gpus",
+                                          "8", "--max-gpus", "64", "--seq-len", "4096", "--ac", "full", "--json"});
+  INFO(result.err);
+  REQUIRE(result.exit_status == 0);
+  const json document = json::parse(result.out);
+  CHECK(document.at("schema") == "shardplan.capacity/v1");
+  CHECK(document.at("points").size() == 2 * 4);  // 8, 16, 32, 64 each
+  int pareto = 0;
+  for (const auto& point : document.at("points")) {
+    if (point.at("fits").get<bool>()) {
+      CHECK(point.at("days").get<double>() > 0);
+      CHECK(point.at("cost_usd").get<double>() > 0);
+    }
+    pareto += point.at("pareto").get<bool>() ? 1 : 0;
+  }
+  CHECK(pareto >= 1);
+  CHECK(document.at("smallest_fitting_gpus").at("H100-80GB").get<int>() == 8);
+}
