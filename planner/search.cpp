@@ -194,6 +194,37 @@ InfeasibleDiagnosis diagnose(const ModelSpec& model, const Cluster& cluster, con
   return diagnosis;
 }
 
+// Variants of a plan that the wrap DP does not model: deeper or no prefetch, and the last `keep` units not
+// resharded after forward (FSDP2's usual tweak for the units backward needs first).
+std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
+  std::vector<std::pair<Plan, std::string>> variants;
+  const int count = static_cast<int>(plan.units.size());
+  Plan deeper = plan;
+  for (int id = 0; id < count; ++id) {
+    auto& unit = deeper.units[static_cast<std::size_t>(id)];
+    if (id + 2 < count) unit.forward_prefetch = {id + 1, id + 2};
+    if (id >= 3) unit.backward_prefetch = {id - 1, id - 2};
+    if (id == 0 && count > 2) unit.backward_prefetch = {count - 1, count - 2};
+  }
+  deeper.max_inflight_all_gathers = 3;
+  variants.emplace_back(deeper, "prefetch 2 ahead");
+  Plan none = plan;
+  for (auto& unit : none.units) unit.forward_prefetch = unit.backward_prefetch = {};
+  variants.emplace_back(none, "no prefetch");
+  for (int keep : {1, 2, 4}) {
+    if (keep >= count) break;
+    Plan kept = plan;
+    bool any = false;
+    for (int id = count - keep; id < count; ++id) {
+      auto& unit = kept.units[static_cast<std::size_t>(id)];
+      if (unit.reshard_after_forward.enabled) any = true;
+      unit.reshard_after_forward.enabled = false;
+    }
+    if (any) variants.emplace_back(kept, "last " + std::to_string(keep) + " unit(s) kept gathered");
+  }
+  return variants;
+}
+
 }  // namespace
 
 std::string KnobSetting::label() const {
@@ -282,23 +313,28 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   Searcher searcher(model, cluster, profile, training, options, result.memory_cap_bytes);
   searcher.run(false);
   if (!searcher.found_fit() && options.allow_offload) searcher.run(true);  // the last resort
+  if (options.with_baselines) {
+    result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
+    // A baseline that fits is a candidate too, so the planned plan is never slower than the best fitting baseline.
+    for (const auto& baseline : result.baselines) searcher.evaluate(baseline.candidate.plan, "baseline " + baseline.name);
+  }
+  if (searcher.found_fit() && options.refine) {
+    const PlanCandidate base = searcher.best();
+    for (const auto& [variant, how] : refinements(base.plan)) searcher.evaluate(variant, base.knobs + ", " + how);
+  }
   result.feasible = searcher.found_fit();
   result.candidates_evaluated = searcher.evaluated();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";
   } else {
-    PlanCandidate smallest = searcher.smallest();
-    if (smallest.summary.op_count == 0) {
-      // Every strategy was pruned by its model states alone: diagnose the leanest plan (full_shard, full AC).
-      KnobSetting lean{ShardingStrategy{}, "full", 1, false};
-      smallest = searcher.evaluate(plan_for_knobs(model, cluster, training, lean), lean.label() + ", per block");
-    }
+    // Strategies whose model states alone exceed the cap were never simulated: make sure the leanest plan
+    // (full_shard, full AC, micro-batch 1) is among those the diagnosis compares.
+    KnobSetting lean{ShardingStrategy{}, "full", 1, false};
+    searcher.evaluate(plan_for_knobs(model, cluster, training, lean), lean.label() + ", per block");
+    const PlanCandidate smallest = searcher.smallest();
     result.candidates_evaluated = searcher.evaluated();
     result.diagnosis = diagnose(model, cluster, profile, training, smallest, result.memory_cap_bytes);
-  }
-  if (options.with_baselines) {
-    result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

@@ -26,6 +26,9 @@ struct SearchOptions {
   std::vector<int> max_unit_blocks = {1, 2, 3, 4, 5, 6, 7, 8};
   bool allow_offload = true;                        // CPU offload as a last resort
   bool with_baselines = true;                       // capacity sweeps skip them
+  // After the joint search, try per-unit refinements of the best plan — prefetch depth 0 or 2, and keeping the last
+  // units gathered from forward to backward (reshard_after_forward = false) — keeping any that is faster and fits.
+  bool refine = true;
 };
 
 struct PlanCandidate {

@@ -74,7 +74,12 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
     training.seq_len = c.seq_len;
     SearchOptions options;
     options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
+    options.refine = false;  // the exhaustive search covers partitions × knobs, not the per-unit refinements
     const SearchResult planned = search_plans(model, cluster, profile, training, options);
+    options.refine = true;
+    const SearchResult refined = search_plans(model, cluster, profile, training, options);
+    CHECK(refined.best.summary.step_time_s <= planned.best.summary.step_time_s);
+    CHECK(refined.best.summary.peak_memory_bytes <= options.memory_cap_bytes);
     const PlanCandidate truth = exhaustive(model, cluster, profile, training, options.memory_cap_bytes);
     INFO(c.cluster << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs
                    << ", exhaustive " << truth.knobs);

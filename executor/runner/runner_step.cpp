@@ -1,0 +1,292 @@
+// Runner::step: walks one StepSchedule (Note [Runner streams]) — compute inline, collectives asynchronous — and
+// records the measured Timeline.
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <source_location>
+#include <string>
+
+#include "errors.h"
+#include "runner.h"
+#include "simulator.h"
+
+namespace shardplan::runner {
+
+class Runner::StepWalker {
+ public:
+  StepWalker(Runner& runner, std::span<const runtime::Batch> batches)
+      : r_(runner), ops_(runner.schedule_.ops), batches_(batches), done_(ops_.size(), false),
+        events_(ops_.size()), saved_(runner.model_.layers.size()), saved_bytes_(runner.model_.layers.size(), 0) {}
+
+  double run() {
+    for (const Op& op : ops_) {
+      progress();
+      if (is_collective(op)) {
+        request(op);
+      } else {
+        for (int dep : op.deps) complete(dep);
+        begin(op);
+        run_inline(op);
+        end(op);
+      }
+    }
+    for (const Op& op : ops_) complete(op.id);
+    return loss_sum_ / static_cast<double>(batches_.size());
+  }
+
+  std::vector<TimelineEvent> take_events() { return std::move(events_); }
+
+ private:
+  struct InFlight {
+    int op;
+    comm::CommHandle handle;
+  };
+
+  static bool is_collective(const Op& op) {
+    return op.kind == OpKind::all_gather || op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce;
+  }
+
+  [[noreturn]] void fail(const std::string& message, std::source_location where = std::source_location::current()) {
+    throw InternalError(message, where, r_.rank_);
+  }
+
+  void begin(const Op& op) {
+    TimelineEvent& event = events_[static_cast<std::size_t>(op.id)];
+    event.op_id = op.id;
+    event.name = describe_op(op, r_.schedule_, nullptr);
+    event.kind = to_string(op.kind);
+    event.stream = to_string(op.stream);
+    event.rank = r_.rank_;
+    event.bytes = op.bytes;
+    event.flops = op.flops;
+    event.unit = op.unit;
+    event.layer = op.layer;
+    event.micro_batch = op.micro_batch;
+    event.start_s = r_.clock_.now_s();
+  }
+
+  void end(const Op& op) {
+    events_[static_cast<std::size_t>(op.id)].end_s = r_.clock_.now_s();
+    done_[static_cast<std::size_t>(op.id)] = true;
+  }
+
+  // --- collectives ------------------------------------------------------------------------------------------------
+
+  bool ready(const Op& op) const {
+    return std::all_of(op.deps.begin(), op.deps.end(), [this](int dep) { return done_[static_cast<std::size_t>(dep)]; });
+  }
+
+  bool stream_blocked(const Op& op) const {
+    return std::any_of(parked_.begin(), parked_.end(),
+                       [&](int parked) { return ops_[static_cast<std::size_t>(parked)].stream == op.stream; });
+  }
+
+  void request(const Op& op) {
+    if (ready(op) && !stream_blocked(op)) {
+      issue(op);
+    } else {
+      parked_.push_back(op.id);
+    }
+  }
+
+  void issue(const Op& op) {
+    ParamGroup& group = r_.param_groups_.at(static_cast<std::size_t>(op.unit));
+    begin(op);
+    comm::CommHandle handle;
+    if (op.kind == OpKind::all_gather) {
+      handle = group.unshard();
+    } else if (op.kind == OpKind::reduce_scatter) {
+      handle = group.reduce_scatter_grads();
+    } else if (op.group == GroupKind::replica) {
+      handle = group.all_reduce_replicas();
+    } else if (op.group == GroupKind::world) {
+      handle = group.all_reduce_world();
+    } else {
+      fail("all_reduce over group '" + std::string(to_string(op.group)) + "' is not supported");
+    }
+    in_flight_.push_back({op.id, std::move(handle)});
+  }
+
+  // The unit's last reduction of this micro-batch: no later reduction op of the same unit follows it directly.
+  bool last_reduction(const Op& op) const {
+    const std::size_t next = static_cast<std::size_t>(op.id) + 1;
+    for (std::size_t index = next; index < ops_.size(); ++index) {
+      const Op& later = ops_[index];
+      if (later.unit == op.unit && later.kind == OpKind::all_reduce && later.micro_batch == op.micro_batch &&
+          std::find(later.deps.begin(), later.deps.end(), op.id) != later.deps.end()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void finish(InFlight& flight) {
+    const Op& op = ops_[static_cast<std::size_t>(flight.op)];
+    end(op);
+    if ((op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce) && last_reduction(op)) {
+      r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
+    }
+  }
+
+  // Polls every in-flight collective (driving MPI progress) and issues parked ones that became ready, in order.
+  void progress() {
+    for (auto flight = in_flight_.begin(); flight != in_flight_.end();) {
+      if (flight->handle.test()) {
+        finish(*flight);
+        flight = in_flight_.erase(flight);
+      } else {
+        ++flight;
+      }
+    }
+    while (!parked_.empty() && ready(ops_[static_cast<std::size_t>(parked_.front())])) {
+      const int next = parked_.front();
+      parked_.pop_front();
+      issue(ops_[static_cast<std::size_t>(next)]);
+    }
+  }
+
+  // Blocks until op `id` has completed (issuing it first if it is parked).
+  void complete(int id) {
+    while (!done_[static_cast<std::size_t>(id)]) {
+      const auto flight = std::find_if(in_flight_.begin(), in_flight_.end(), [id](const InFlight& f) { return f.op == id; });
+      if (flight != in_flight_.end()) {
+        flight->handle.wait();
+        finish(*flight);
+        in_flight_.erase(flight);
+        continue;
+      }
+      if (parked_.empty()) fail("op " + std::to_string(id) + " never ran (a dependency order bug)");
+      for (int dep : ops_[static_cast<std::size_t>(parked_.front())].deps) complete(dep);
+      progress();
+    }
+  }
+
+  // --- compute ----------------------------------------------------------------------------------------------------
+
+  void run_inline(const Op& op) {
+    switch (op.kind) {
+      case OpKind::wait: break;  // its dependency (the all-gather) completed above
+      case OpKind::forward: forward(op); break;
+      case OpKind::recompute: recompute(op); break;
+      case OpKind::backward: backward(op); break;
+      case OpKind::free_unsharded: r_.param_groups_.at(static_cast<std::size_t>(op.unit)).reshard(); break;
+      case OpKind::optimizer_step: optimizer_step(); break;
+      default: fail(std::string("op kind '") + to_string(op.kind) + "' is not supported by the CPU runner");
+    }
+  }
+
+  const runtime::Batch& batch(const Op& op) const { return batches_[static_cast<std::size_t>(op.micro_batch)]; }
+
+  runtime::LayerParams params_of(const Op& op, bool gradient) {
+    FlatParam& param = *r_.params_.at(static_cast<std::size_t>(op.unit));
+    const std::span<float> flat = gradient ? param.compute_grads() : param.compute_params();
+    return runtime::bind_unit_layer(r_.layout_, param.unit_layout(), static_cast<std::size_t>(op.layer),
+                                    flat.subspan(0, static_cast<std::size_t>(param.unit_layout().element_count)));
+  }
+
+  ActivationCheckpointing checkpointing(std::size_t layer) const {
+    return r_.model_.layers[layer].kind == LayerKind::transformer_block ? r_.plan_.layer_checkpointing[layer]
+                                                                        : ActivationCheckpointing::none;
+  }
+
+  void keep(std::size_t layer, runtime::SavedActivations saved) {
+    const std::int64_t bytes = saved.bytes();
+    if (bytes > saved_bytes_[layer]) r_.tracker_.allocate(MemoryCategory::activations, bytes - saved_bytes_[layer]);
+    if (bytes < saved_bytes_[layer]) r_.tracker_.release(MemoryCategory::activations, saved_bytes_[layer] - bytes);
+    saved_bytes_[layer] = bytes;
+    saved_[layer] = std::move(saved);
+  }
+
+  void forward(const Op& op) {
+    const auto layer = static_cast<std::size_t>(op.layer);
+    if (layer == 0) hidden_ = runtime::Activations{};
+    runtime::LayerForward result =
+        r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, checkpointing(layer));
+    hidden_ = std::move(result.output);
+    keep(layer, std::move(result.saved));
+    if (layer + 1 == r_.kernels_.size()) loss_sum_ += hidden_.values.at(0);
+  }
+
+  void recompute(const Op& op) {
+    const auto layer = static_cast<std::size_t>(op.layer);
+    keep(layer, r_.kernels_[layer]->recompute(params_of(op, false), saved_[layer]));
+  }
+
+  void backward(const Op& op) {
+    const auto layer = static_cast<std::size_t>(op.layer);
+    if (layer + 1 == r_.kernels_.size()) {
+      // dL/dloss of one micro-batch's mean loss when k are accumulated into one step (Note [Gradient mean]).
+      grad_ = runtime::Activations::scalar(1.0f / static_cast<float>(batches_.size()));
+    }
+    const runtime::LayerParams params = params_of(op, false);
+    const runtime::LayerParams grads = params_of(op, true);
+    grad_ = r_.kernels_[layer]->backward(params, saved_[layer], grad_, grads);
+    keep(layer, runtime::SavedActivations{});
+  }
+
+  void optimizer_step() {
+    ++r_.optimizer_steps_;
+    for (auto& param : r_.params_) {
+      runtime::adamw_step(param->shard(), param->shard_grad(), param->exp_avg(), param->exp_avg_sq(),
+                          r_.optimizer_steps_, r_.options_.adamw);
+      std::fill(param->shard_grad().begin(), param->shard_grad().end(), 0.0f);
+    }
+  }
+
+  Runner& r_;
+  const std::vector<Op>& ops_;
+  std::span<const runtime::Batch> batches_;
+  std::vector<bool> done_;
+  std::vector<TimelineEvent> events_;
+  std::vector<InFlight> in_flight_;
+  std::deque<int> parked_;
+  std::vector<runtime::SavedActivations> saved_;
+  std::vector<std::int64_t> saved_bytes_;
+  runtime::Activations hidden_;
+  runtime::Activations grad_;
+  double loss_sum_ = 0;
+};
+
+StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
+  const auto& training = plan_.training;
+  if (static_cast<int>(micro_batches.size()) != schedule_.micro_batches) {
+    throw InputError("step: " + std::to_string(micro_batches.size()) + " micro-batches given, the schedule has " +
+                         std::to_string(schedule_.micro_batches),
+                     std::source_location::current(), rank_);
+  }
+  for (const auto& batch : micro_batches) {
+    if (batch.micro_batch != training.micro_batch || batch.seq_len != training.seq_len) {
+      throw InputError("step: a batch of " + std::to_string(batch.micro_batch) + "×" + std::to_string(batch.seq_len) +
+                           ", the plan trains on " + std::to_string(training.micro_batch) + "×" +
+                           std::to_string(training.seq_len),
+                       std::source_location::current(), rank_);
+    }
+  }
+  StepReport report;
+  comm::Communicator& control = groups_->control();
+  const comm::CommCounters before = groups_->data_counters();
+  control.barrier();  // Note [One clock]
+  clock_.restart();
+  tracker_.start_window();
+  StepWalker walker(*this, micro_batches);
+  report.local_loss = walker.run();
+  const double local_time = clock_.now_s();
+  report.collectives = groups_->data_counters().since(before);
+  report.peak_bytes = tracker_.peak_total();
+  report.memory_at_peak = tracker_.at_peak();
+  report.peak_by_category = tracker_.peak_by_category();
+  report.tokens = schedule_.tokens_per_step;
+  report.timeline.source = "measured";
+  report.timeline.events = walker.take_events();
+  report.timeline.memory = tracker_.series();
+
+  // Agreed numbers: the global loss (every rank's micro-batches have equally many tokens) and the slowest rank.
+  float agreed[2] = {static_cast<float>(report.local_loss), static_cast<float>(local_time)};
+  control.all_reduce(&agreed[0], 1, comm::ReduceOp::sum).wait();
+  control.all_reduce(&agreed[1], 1, comm::ReduceOp::max).wait();
+  report.loss = agreed[0] / static_cast<double>(world_size_);
+  report.step_time_s = agreed[1];
+  return report;
+}
+
+}  // namespace shardplan::runner
