@@ -95,7 +95,7 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
   };
   const HardwareCatalog catalog = HardwareCatalog::builtin();
   for (const Case& c : cases) {
-    INFO(std::string(c.model) << " on " << c.cluster << " " << c.strategy);
+    INFO(std::string(c.model) << " on " << std::string(c.cluster) << " " << std::string(c.strategy));
     // "llama2-7b-10": Llama 2 7B's shapes with 10 blocks, so every partition can be enumerated.
     ModelSpec model;
     if (std::string(c.model) == "llama2-7b-10") {
@@ -137,7 +137,7 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
     const WrapDpResult dp = best_wrapping(model, base, profile, cluster.world_size(), cluster.gpus_per_node, options);
     REQUIRE(dp.found);
     const double dp_simulated = simulated(model, plan_with_units(model, base, dp.units), cluster, profile).step_s;
-    MESSAGE(std::string(c.model) << " on " << c.cluster << " " << c.strategy << ": " << backlogged
+    MESSAGE(std::string(c.model) << " on " << std::string(c.cluster) << " " << std::string(c.strategy) << ": " << backlogged
                                  << " partitions outside the model's exactness conditions; DP plan "
                                  << dp_simulated << " s vs exhaustive best " << best_simulated << " s");
     if (std::string(c.model) == "llama2-7b-10" || std::string(c.model) == "tiny-llama") {
