@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   keep(cli::add_simulate_command(app));
   keep(cli::add_plan_command(app));
   keep(cli::add_capacity_command(app));
+#ifdef SHARDPLAN_HAVE_MPI
+  keep(cli::add_run_command(app));
+#endif
   bool verbose = false;
   app.add_flag("--verbose", verbose, "on errors, also print where in shardplan's source they were raised");
   if (argc > 1 && argv[1][0] != '-') {

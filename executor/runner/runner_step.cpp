@@ -16,7 +16,8 @@ class Runner::StepWalker {
  public:
   StepWalker(Runner& runner, std::span<const runtime::Batch> batches)
       : r_(runner), ops_(runner.schedule_.ops), batches_(batches), done_(ops_.size(), false),
-        events_(ops_.size()), saved_(runner.model_.layers.size()), saved_bytes_(runner.model_.layers.size(), 0) {}
+        events_(ops_.size()), saved_(runner.model_.layers.size()), saved_bytes_(runner.model_.layers.size(), 0),
+        reduction_of_(runner.params_.size(), -1) {}
 
   double run() {
     for (const Op& op : ops_) {
@@ -82,6 +83,7 @@ class Runner::StepWalker {
   }
 
   void request(const Op& op) {
+    if (op.kind != OpKind::all_gather) reduction_of_[static_cast<std::size_t>(op.unit)] = op.id;
     if (ready(op) && !stream_blocked(op)) {
       issue(op);
     } else {
@@ -218,6 +220,16 @@ class Runner::StepWalker {
       // dL/dloss of one micro-batch's mean loss when k are accumulated into one step (Note [Gradient mean]).
       grad_ = runtime::Activations::scalar(1.0f / static_cast<float>(batches_.size()));
     }
+    // Note [Gradient hazard]: the schedule lets a unit's reduction of micro-batch m overlap the compute of m + 1 and
+    // does not order it before the unit's next backward, which writes the same gradient buffer (the replicated
+    // gradient reduced in place, or the full-size copy a reduce-scatter reads). FSDP orders these by making the
+    // next backward's stream wait for the reduction's event; the runner does the same by completing the reduction
+    // before the first write. Without gradient accumulation there is no next backward within the step.
+    int& pending = reduction_of_[static_cast<std::size_t>(op.unit)];
+    if (pending >= 0) {
+      complete(pending);
+      pending = -1;
+    }
     const runtime::LayerParams params = params_of(op, false);
     const runtime::LayerParams grads = params_of(op, true);
     grad_ = r_.kernels_[layer]->backward(params, saved_[layer], grad_, grads);
@@ -245,6 +257,7 @@ class Runner::StepWalker {
   runtime::Activations hidden_;
   runtime::Activations grad_;
   double loss_sum_ = 0;
+  std::vector<int> reduction_of_;  // per unit: its last requested reduction op (Note [Gradient hazard]), -1 if none
 };
 
 StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
