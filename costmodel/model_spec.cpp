@@ -66,7 +66,9 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
     // Full recompute keeps only the block input: 2sbh bytes in 16-bit (Korthikanti et al. 2022, §4.1).
     return a.checkpoint_elements_per_token * activation_element_bytes;
   }
-  double bytes = a.elements_per_token * activation_element_bytes + a.mask_bytes_per_token + a.fp32_bytes_per_token;
+  // The fp32 copy (logits upcast for the loss) exists only when activations are narrower than fp32.
+  const double upcast = activation_element_bytes < 4 ? a.fp32_bytes_per_token : 0.0;
+  double bytes = a.elements_per_token * activation_element_bytes + a.mask_bytes_per_token + upcast;
   // The s² terms (softmax output, its dropout) are what selective recompute drops (Korthikanti §5) and what a flash
   // kernel never materialises; flash keeps its per-head log-sum-exp instead.
   const bool keeps_scores = !(kind == LayerKind::transformer_block &&

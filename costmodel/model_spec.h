@@ -40,7 +40,8 @@ struct ActivationFootprint {
   double score_elements_per_token_per_position = 0;  // softmax output (and dropout output): × s, absent with flash
   double score_mask_bytes_per_token_per_position = 0;  // attention-dropout mask: × s, absent with flash
   double flash_stat_bytes_per_token = 0;  // flash attention keeps an fp32 log-sum-exp per head instead of the scores
-  double fp32_bytes_per_token = 0;        // tensors kept in fp32 whatever the recipe (logits upcast for the loss)
+  double fp32_bytes_per_token = 0;        // an extra fp32 copy kept when activations are narrower (logits upcast for
+                                          // the loss); absent in fp32 training, where the tensor already is fp32
   double checkpoint_elements_per_token = 0;  // what full recompute keeps: the block input (2sbh bytes in bf16)
 };
 

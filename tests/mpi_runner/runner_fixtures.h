@@ -37,6 +37,8 @@ inline TrainingConfig fp32_training(std::int64_t seq_len, std::int64_t micro_bat
   training.global_batch = global_batch;
   training.precision = precision_recipe("fp32");
   training.checkpointing = ac;
+  // The CPU kernels materialise the attention probabilities (no flash kernel), so plans for them say so.
+  training.flash_attention = false;
   return training;
 }
 

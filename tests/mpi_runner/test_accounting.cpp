@@ -58,6 +58,8 @@ void check_memory(const std::string& strategy) {
   MESSAGE(strategy, ": tracked activation peak ", m.report.peak_by_category[activations], " B, predicted ",
           predicted[activations], " B (ratio ", ratio, ")");
   CHECK(m.report.peak_by_category[activations] > 0);
+  // Issue: tracked activations within 2% of the schedule's prediction.
+  CHECK(ratio == doctest::Approx(1.0).epsilon(0.02));
 }
 
 }  // namespace
