@@ -26,6 +26,16 @@ namespace shardplan {
 
 namespace {
 
+// An op of `kind` on `stream` for `unit` in micro-batch `micro`; the caller fills the rest.
+Op make_op(OpKind kind, StreamKind stream, int unit, int micro) {
+  Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.unit = unit;
+  op.micro_batch = micro;
+  return op;
+}
+
 struct Segment {
   int unit;
   std::size_t first_layer;
@@ -137,11 +147,7 @@ class Lowerer {
   void emit_gather(int unit, int micro, bool backward, int limiter_dep) {
     const auto& layout = layouts_[static_cast<std::size_t>(unit)];
     const auto& precision = plan_.training.precision;
-    Op gather;
-    gather.kind = OpKind::all_gather;
-    gather.stream = StreamKind::all_gather;
-    gather.unit = unit;
-    gather.micro_batch = micro;
+    Op gather = make_op(OpKind::all_gather, StreamKind::all_gather, unit, micro);
     gather.bytes = layout.padded_elements * precision.param_compute_bytes;
     const bool from_partial = partial_copy_[unit];
     gather.group = from_partial ? GroupKind::partial_reshard : GroupKind::shard;
@@ -154,11 +160,7 @@ class Lowerer {
     gather.allocates.push_back({layout.gathered_category, gather.bytes});
     if (plan_.offload.params) {
       // The shard comes in from host memory first (FSDP CPUOffload copies it before the all-gather).
-      Op copy;
-      copy.kind = OpKind::host_to_device;
-      copy.stream = StreamKind::host_to_device;
-      copy.unit = unit;
-      copy.micro_batch = micro;
+      Op copy = make_op(OpKind::host_to_device, StreamKind::host_to_device, unit, micro);
       copy.bytes = layout.shard_elements * precision.param_storage_bytes;
       copy.allocates.push_back({MemoryCategory::comm_buffers, copy.bytes});
       gather.deps.push_back(emit(std::move(copy)));
@@ -197,10 +199,7 @@ class Lowerer {
 
   void emit_wait(int unit, int micro) {
     if (gather_op_[unit] < 0 || waited_[unit]) return;
-    Op wait;
-    wait.kind = OpKind::wait;
-    wait.unit = unit;
-    wait.micro_batch = micro;
+    Op wait = make_op(OpKind::wait, StreamKind::compute, unit, micro);
     wait.deps.push_back(gather_op_[unit]);
     emit(std::move(wait));
     waited_[unit] = true;
@@ -208,10 +207,7 @@ class Lowerer {
 
   void emit_free(int unit, int micro, bool backward) {
     const auto& layout = layouts_[static_cast<std::size_t>(unit)];
-    Op free_op;
-    free_op.kind = OpKind::free_unsharded;
-    free_op.unit = unit;
-    free_op.micro_batch = micro;
+    Op free_op = make_op(OpKind::free_unsharded, StreamKind::compute, unit, micro);
     free_op.frees.push_back({layout.gathered_category, layout.gathered_bytes});
     const bool partial = !backward && plan_.units[static_cast<std::size_t>(unit)].reshard_after_forward.keeps_partial_copy();
     if (partial) free_op.allocates.push_back({MemoryCategory::unsharded_params, layout.partial_copy_bytes});
@@ -400,11 +396,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   const std::int64_t grad_copy = grads_allocated_[unit] ? layout.grad_copy_bytes : 0;
   grads_allocated_[unit] = false;
   if (layout.grad_group > 1) {
-    Op scatter;
-    scatter.kind = OpKind::reduce_scatter;
-    scatter.stream = StreamKind::reduce_scatter;
-    scatter.unit = unit;
-    scatter.micro_batch = micro;
+    Op scatter = make_op(OpKind::reduce_scatter, StreamKind::reduce_scatter, unit, micro);
     scatter.bytes = layout.grad_padded_elements * precision.reduce_bytes;
     scatter.group = GroupKind::shard;
     scatter.group_size = layout.grad_group;
@@ -418,11 +410,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     int last = emit(std::move(scatter));
     if (layout.replicas > 1) {
       // HSDP: the reduced shard is all-reduced across the replicas of the shard group, in place.
-      Op across;
-      across.kind = OpKind::all_reduce;
-      across.stream = StreamKind::all_reduce;
-      across.unit = unit;
-      across.micro_batch = micro;
+      Op across = make_op(OpKind::all_reduce, StreamKind::all_reduce, unit, micro);
       across.bytes = output_bytes;
       across.group = GroupKind::replica;
       across.group_size = layout.replicas;
@@ -431,11 +419,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
       last = emit(std::move(across));
     }
     if (offload) {
-      Op copy;
-      copy.kind = OpKind::device_to_host;
-      copy.stream = StreamKind::device_to_host;
-      copy.unit = unit;
-      copy.micro_batch = micro;
+      Op copy = make_op(OpKind::device_to_host, StreamKind::device_to_host, unit, micro);
       copy.bytes = output_bytes;
       copy.deps.push_back(last);
       copy.frees.push_back({MemoryCategory::comm_buffers, output_bytes});
@@ -445,11 +429,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     return;
   }
   // Replicated gradients (NO_SHARD, ZeRO-1): all-reduce over the world, in place (DDP-style).
-  Op everywhere;
-  everywhere.kind = OpKind::all_reduce;
-  everywhere.stream = StreamKind::all_reduce;
-  everywhere.unit = unit;
-  everywhere.micro_batch = micro;
+  Op everywhere = make_op(OpKind::all_reduce, StreamKind::all_reduce, unit, micro);
   everywhere.bytes = layout.param_count * precision.reduce_bytes;
   everywhere.group = GroupKind::world;
   everywhere.group_size = options_.world_size;

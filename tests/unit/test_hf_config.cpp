@@ -1,6 +1,8 @@
 // Tests of the Hugging Face config.json import: exact parameter counts of the shipped configs, field mapping, errors.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,17 +30,7 @@ std::int64_t param_count_of(const std::string& name) {
   return shardplan::build_decoder(name, load_architecture(name), "examples/hf/" + name + ".json").param_count();
 }
 
-// The message of the InputError `action` throws, or "" (which fails the caller's substring checks) when none.
-template <typename Action>
-std::string input_error_message(Action&& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL_CHECK("expected an InputError");
-  return "";
-}
+using shardplan::testing::input_error_message;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

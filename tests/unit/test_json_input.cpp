@@ -1,6 +1,8 @@
 // Tests of user-JSON reading: parse errors with line:column, and JsonObjectReader's field paths, checks and messages.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -21,17 +23,7 @@ using shardplan::parse_json_text;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// The message of the InputError `action` throws; fails the test (and returns "") when it throws none.
-template <typename Action>
-std::string input_error_message(Action&& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL_CHECK("expected an InputError");
-  return "";
-}
+using shardplan::testing::input_error_message;
 
 std::string parse_error(const std::string& text, const std::string& origin = "f.json") {
   return input_error_message([&] { parse_json_text(text, origin); });

@@ -1,6 +1,8 @@
 // Tests of the shardplan model JSON reader: architecture and explicit-layer forms, exact counts, defaults and errors.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <cstdint>
 #include <string>
 
@@ -18,16 +20,7 @@ using shardplan::ModelSpec;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-template <typename Action>
-std::string input_error_message(Action&& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL_CHECK("expected an InputError");
-  return "";
-}
+using shardplan::testing::input_error_message;
 
 ModelSpec load(const json& document) { return shardplan::model_from_json(document, "m.json"); }
 std::string load_error(const json& document) {

@@ -1,6 +1,8 @@
 // Tests of traces/: Timeline queries, Chrome trace write/read round trip and errors, atomic writes, the HTML report.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -27,16 +29,7 @@ std::size_t count(const std::string& text, const std::string& part) {
   return n;
 }
 
-template <typename Action>
-std::string input_error_message(Action&& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL_CHECK("expected an InputError");
-  return "";
-}
+using shardplan::testing::input_error_message;
 
 // The trace format stores microseconds; seconds must come back to within 1e-9 relative.
 bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)) + 1e-15; }
