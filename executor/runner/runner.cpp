@@ -72,6 +72,12 @@ std::vector<float> Runner::gather_parameters() {
   return model_flat;
 }
 
+std::vector<FlatParam*> Runner::flat_params() {
+  std::vector<FlatParam*> params;
+  for (auto& param : params_) params.push_back(param.get());
+  return params;
+}
+
 comm::CommCounters Runner::expected_collectives(const StepSchedule& schedule) {
   comm::CommCounters expected;
   for (const Op& op : schedule.ops) {

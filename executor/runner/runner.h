@@ -71,6 +71,15 @@ class Runner {
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
 
+  // What a checkpoint (checkpoint.h) saves and restores: this rank's flat parameters (shard, m, v) in unit order, the
+  // AdamW step count (the bias correction depends on it, so a resumed run must continue from the same count), and
+  // the model and plan the shards belong to (a checkpoint of another plan has other shard sizes).
+  std::vector<FlatParam*> flat_params();
+  std::int64_t optimizer_steps() const { return optimizer_steps_; }
+  void set_optimizer_steps(std::int64_t steps) { optimizer_steps_ = steps; }
+  const ModelSpec& model() const { return model_; }
+  const Plan& plan() const { return plan_; }
+
  private:
   class StepWalker;
   friend class StepWalker;

@@ -67,10 +67,9 @@ inline std::string shardplan_binary() {
   return path;
 }
 
-// Runs the binary with `args` (no shell: arguments pass through byte for byte), stdout and stderr redirected to
-// separate temp files, stdin from /dev/null.
-inline RunResult run_shardplan(const std::vector<std::string>& args) {
-  const std::string binary = shardplan_binary();
+// Runs `binary` (a path, or a name looked up on PATH) with `args` (no shell: arguments pass through byte for byte),
+// stdout and stderr redirected to separate temp files, stdin from /dev/null.
+inline RunResult run_program(const std::string& binary, const std::vector<std::string>& args) {
   const TempFile out_file("shardplan-cli-out", "", ".txt");
   const TempFile err_file("shardplan-cli-err", "", ".txt");
 
@@ -87,7 +86,7 @@ inline RunResult run_shardplan(const std::vector<std::string>& args) {
   posix_spawn_file_actions_addopen(&actions, 1, out_file.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&actions, 2, err_file.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = 0;
-  const int spawn_error = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  const int spawn_error = posix_spawnp(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   REQUIRE_MESSAGE(spawn_error == 0, "cannot start " << binary << ": errno " << spawn_error);
 
@@ -105,5 +104,8 @@ inline RunResult run_shardplan(const std::vector<std::string>& args) {
   result.err = err_file.contents();
   return result;
 }
+
+// Runs the shardplan binary under test (SHARDPLAN_BIN).
+inline RunResult run_shardplan(const std::vector<std::string>& args) { return run_program(shardplan_binary(), args); }
 
 }  // namespace shardplan_test

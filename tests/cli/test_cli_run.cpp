@@ -1,0 +1,80 @@
+// Tests of `shardplan run` under mpirun through the binary: training, the JSON summary, and the measured trace that
+// the trace reader loads and overlays on the simulator's trace of the same plan.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "chrome_trace.h"
+#include "html_report.h"
+#include "run_binary.h"
+
+namespace {
+
+using nlohmann::json;
+using shardplan_test::RunResult;
+using shardplan_test::run_program;
+using shardplan_test::run_shardplan;
+
+bool mpi_run_available() {
+  // `run` exists only in binaries built with MPI; mpirun must be on PATH.
+  return std::system("command -v mpirun > /dev/null 2>&1") == 0 &&
+         run_shardplan({"run", "--help"}).exit_status == 0;
+}
+
+}  // namespace
+
+TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predicted one op for op") {
+  if (!mpi_run_available()) {
+    MESSAGE("skipped: this shardplan was built without MPI, or mpirun is not on PATH");
+    return;
+  }
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-run-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string plan = "examples/plans/tiny-llama-per-block.json";
+  const std::string measured_path = (dir / "measured.json").string(), predicted_path = (dir / "predicted.json").string();
+  const RunResult run = run_program("mpirun", {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run",
+                                               "--plan", plan, "--steps", "8", "--json", "--trace", measured_path});
+  INFO(run.err);
+  REQUIRE(run.exit_status == 0);
+  const json summary = json::parse(run.out);
+  CHECK(summary.at("schema") == "shardplan.run/v1");
+  CHECK(summary.at("world_size") == 2);
+  const auto& steps = summary.at("steps");
+  REQUIRE(steps.size() == 8);
+  CHECK(steps.back().at("loss").get<double>() < steps.front().at("loss").get<double>());
+  CHECK(summary.at("step_time_s").get<double>() > 0);
+  for (const char* key : {"sharded_params_bytes", "activations_bytes", "unsharded_params_bytes"}) {
+    CHECK(summary.at("memory_at_peak").contains(key));
+  }
+
+  REQUIRE(run_shardplan({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", plan, "--trace", predicted_path})
+              .exit_status == 0);
+  const shardplan::Timeline measured = shardplan::read_chrome_trace(measured_path);
+  const shardplan::Timeline predicted = shardplan::read_chrome_trace(predicted_path);
+  CHECK(measured.source == "measured");
+  CHECK(measured.ranks() == std::vector<int>{0, 1});
+  // The same schedule on both sides: every predicted op appears on each measured rank, with the same kind and stream.
+  std::size_t rank0_events = 0;
+  for (const auto& event : measured.events) {
+    if (event.rank != 0) continue;
+    REQUIRE(static_cast<std::size_t>(event.op_id) < predicted.events.size());
+    const auto& twin = predicted.events[static_cast<std::size_t>(event.op_id)];
+    CHECK(twin.kind == event.kind);
+    CHECK(twin.stream == event.stream);
+    ++rank0_events;
+  }
+  CHECK(rank0_events == predicted.events.size());
+  shardplan::ReportInput report;
+  report.title = "predicted vs measured";
+  report.timeline = &predicted;
+  report.overlay = &measured;
+  const std::string html = shardplan::render_html_report(report);
+  CHECK(html.find("measured") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
