@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "byte_text_dataset.h"
+#include "checkpoint.h"
 #include "chrome_trace.h"
 #include "commands.h"
 #include "data_parallel_batches.h"
@@ -36,6 +37,9 @@ struct RunFlags {
   std::int64_t global_batch = 0;
   std::uint64_t seed = 0;
   bool json = false;
+  std::string checkpoint_dir;       // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;  // 0: one checkpoint after the last step
+  bool resume = false;
 };
 
 // Every rank's timeline in one trace: each rank serialises its own, rank 0 gathers and merges them (MPI_Gatherv on
@@ -113,13 +117,40 @@ int run(const RunFlags& flags) {
   runner::RunnerOptions options;
   options.seed = flags.seed;
   runner::Runner runner(model, plan, world, options);
+  const int k = runner.schedule().micro_batches;
+  // The dataset position a checkpoint after `step` steps records: the first batch index of the next step.
+  const auto position_after = [&](std::int64_t step) {
+    return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(size);
+  };
+  if (flags.checkpoint_every < 0) {
+    throw InputError("--checkpoint-every: expected 0 (only after the last step) or more, got " +
+                     std::to_string(flags.checkpoint_every));
+  }
+  if (flags.resume && flags.checkpoint_dir.empty()) throw InputError("--resume: needs --checkpoint-dir");
+  std::int64_t first_step = 0;
+  if (flags.resume) {
+    // Collective and agreed: a damaged checkpoint is an InputError on every rank, so no abort is needed here.
+    const runner::CheckpointInfo resumed = runner::load_checkpoint(runner, world, flags.checkpoint_dir);
+    first_step = resumed.step;
+    if (resumed.data_position != position_after(first_step)) {
+      throw InputError(resumed.step_dir + ": data position " + std::to_string(resumed.data_position) +
+                       " is not where step " + std::to_string(first_step) + " of this run starts (" +
+                       std::to_string(position_after(first_step)) + ")");
+    }
+    if (first_step >= flags.steps) {
+      throw InputError("--resume: the checkpoint is after step " + std::to_string(first_step) + ", --steps " +
+                       std::to_string(flags.steps) + " (the total) leaves nothing to run");
+    }
+    if (lead && !flags.json) std::printf("resumed from %s\n", resumed.step_dir.c_str());
+  }
 
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> step_times_s;
   runner::StepReport last;
+  std::string checkpoint;  // the newest step directory this run wrote
   try {
-    for (std::int64_t step = 0; step < flags.steps; ++step) {
-      last = runner.step(runner::rank_micro_batches(data, step, runner.schedule().micro_batches, size, world.rank()));
+    for (std::int64_t step = first_step; step < flags.steps; ++step) {
+      last = runner.step(runner::rank_micro_batches(data, step, k, size, world.rank()));
       const double tokens_per_s = static_cast<double>(last.tokens) / last.step_time_s;
       step_times_s.push_back(last.step_time_s);
       steps.push_back({{"step", step}, {"loss", last.loss}, {"step_time_s", last.step_time_s},
@@ -128,6 +159,12 @@ int run(const RunFlags& flags) {
         std::printf("step %lld: loss %.6f, %.4f s, %.0f tokens/s, tracked peak %.2f MiB (rank 0)\n",
                     static_cast<long long>(step), last.loss, last.step_time_s, tokens_per_s,
                     static_cast<double>(last.peak_bytes) / (1 << 20));
+      }
+      const bool last_step = step + 1 == flags.steps;
+      const bool periodic = flags.checkpoint_every > 0 && (step + 1) % flags.checkpoint_every == 0;
+      if (!flags.checkpoint_dir.empty() && (periodic || last_step)) {
+        checkpoint = runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1)).step_dir;
+        if (lead && !flags.json) std::printf("checkpoint written to %s\n", checkpoint.c_str());
       }
     }
     Timeline trace;
@@ -151,6 +188,8 @@ int run(const RunFlags& flags) {
                                {"memory_at_peak", memory_json(last.memory_at_peak)},
                                {"peak_by_category", memory_json(last.peak_by_category)}};
     if (!flags.trace_file.empty()) document["trace"] = flags.trace_file;
+    if (flags.resume) document["resumed_from_step"] = first_step;
+    if (!checkpoint.empty()) document["checkpoint"] = checkpoint;
     print_json(document);
   } else {
     std::printf("model %s, plan '%s' (%zu units), %d ranks; tracked peak on rank 0 by category:\n", model.name.c_str(),
@@ -182,6 +221,12 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--seed", flags->seed, "parameter init seed")->capture_default_str();
   command->add_option("--trace", flags->trace_file, "write the last step's measured timeline (all ranks)");
   command->add_flag("--json", flags->json, "print the summary as JSON (rank 0)");
+  command->add_option("--checkpoint-dir", flags->checkpoint_dir,
+                      "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them");
+  command->add_option("--checkpoint-every", flags->checkpoint_every,
+                      "checkpoint every K steps (0: only after the last step)")->capture_default_str();
+  command->add_flag("--resume", flags->resume,
+                    "continue from the checkpoint D/latest names (--steps stays the total step count)");
   return [flags]() { return run(*flags); };
 }
 

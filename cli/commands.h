@@ -16,6 +16,7 @@ Action add_estimate_command(CLI::App& app);
 Action add_simulate_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
 Action add_capacity_command(CLI::App& app);
+Action add_compare_command(CLI::App& app);
 Action add_run_command(CLI::App& app);  // only built with MPI (SHARDPLAN_HAVE_MPI)
 
 }  // namespace shardplan::cli

@@ -1,0 +1,46 @@
+// `shardplan compare`: predicted (simulate --trace) against measured (run --trace) timelines of the same plan.
+#include <iostream>
+#include <memory>
+
+#include "chrome_trace.h"
+#include "commands.h"
+#include "compare.h"
+#include "html_report.h"
+#include "inputs.h"
+
+namespace shardplan::cli {
+
+Action add_compare_command(CLI::App& app) {
+  auto* command = app.add_subcommand("compare", "predicted vs measured: op kinds, streams, step time, peak memory");
+  struct Flags {
+    std::string predicted, measured, report;
+    int rank = 0;
+    bool json = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  command->add_option("--predicted", flags->predicted, "Chrome trace from `simulate --trace`")->required();
+  command->add_option("--measured", flags->measured, "Chrome trace from `run --trace`")->required();
+  command->add_option("--rank", flags->rank, "measured rank to compare")->capture_default_str();
+  command->add_option("--report", flags->report, "HTML report overlaying both timelines");
+  command->add_flag("--json", flags->json, "print JSON");
+  return [flags]() {
+    const Timeline predicted = read_chrome_trace(flags->predicted);
+    const Timeline measured = read_chrome_trace(flags->measured);
+    const Comparison comparison = compare_timelines(predicted, measured, flags->rank);
+    if (!flags->report.empty()) {
+      ReportInput report;
+      report.title = "shardplan compare: " + flags->predicted + " vs " + flags->measured;
+      report.timeline = &predicted;
+      report.overlay = &measured;
+      write_file_atomically(flags->report, render_html_report(report));
+    }
+    if (flags->json) {
+      print_json(to_json(comparison));
+    } else {
+      std::cout << render_text(comparison);
+    }
+    return 0;
+  };
+}
+
+}  // namespace shardplan::cli
