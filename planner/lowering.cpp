@@ -65,7 +65,7 @@ class Lowerer {
     schedule_.tokens_per_step = static_cast<std::int64_t>(plan_.grad_accumulation_steps) *
                                 plan_.training.tokens_per_micro_batch() * options_.world_size;
     for (const auto& layout : layouts_) schedule_.unit_names.push_back(layout.name);
-    persistent_memory();
+    schedule_.persistent = persistent_memory(layouts_, plan_, options_.context_overhead_bytes);
     grads_allocated_.assign(layouts_.size(), false);
     std::vector<int> reductions;
     for (int micro = 0; micro < plan_.grad_accumulation_steps; ++micro) {
@@ -91,23 +91,6 @@ class Lowerer {
     if (op.stream == StreamKind::compute) last_compute_ = op.id;
     schedule_.ops.push_back(std::move(op));
     return schedule_.ops.back().id;
-  }
-
-  void persistent_memory() {
-    auto& persistent = schedule_.persistent;
-    const auto& precision = plan_.training.precision;
-    for (const auto& layout : layouts_) {
-      if (!plan_.offload.params) {
-        persistent[static_cast<int>(MemoryCategory::sharded_params)] += layout.shard_elements * precision.param_storage_bytes;
-        persistent[static_cast<int>(MemoryCategory::sharded_grads)] +=
-            layout.grad_shard_elements * precision.grad_storage_bytes;
-      }
-      if (!plan_.offload.params && !plan_.offload.optimizer) {
-        persistent[static_cast<int>(MemoryCategory::optimizer_states)] +=
-            layout.optimizer_shard_elements * optimizer_bytes_per_param(precision, plan_.training.optimizer);
-      }
-    }
-    persistent[static_cast<int>(MemoryCategory::overhead)] += options_.context_overhead_bytes;
   }
 
   // --- all-gathers and the rate limiter -------------------------------------------------------------------------
@@ -444,12 +427,8 @@ void Lowerer::optimizer_step(const std::vector<int>& reductions) {
   step.kind = OpKind::optimizer_step;
   step.deps = reductions;
   for (const auto& layout : layouts_) step.optimizer_elements += layout.optimizer_shard_elements;
-  // A fused optimizer touches each byte once: parameters read and written, gradients read, master weights and states
-  // read and written (apex FusedAdam; torch.optim.AdamW(fused=True)).
-  const auto& precision = plan_.training.precision;
-  const std::int64_t bytes_per_element = 2 * precision.param_storage_bytes + precision.grad_storage_bytes +
-                                         2 * optimizer_bytes_per_param(precision, plan_.training.optimizer);
-  step.memory_bytes = static_cast<double>(step.optimizer_elements * bytes_per_element);
+  step.memory_bytes = static_cast<double>(step.optimizer_elements *
+                                          optimizer_bytes_per_element(plan_.training.precision, plan_.training.optimizer));
   step.on_host = plan_.offload.params || plan_.offload.optimizer;
   emit(std::move(step));
 }

@@ -54,4 +54,30 @@ std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, i
   return layouts;
 }
 
+MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const Plan& plan,
+                                   std::int64_t context_overhead_bytes) {
+  MemoryByCategory persistent{};
+  const auto& precision = plan.training.precision;
+  const auto add = [&](MemoryCategory category, std::int64_t bytes) {
+    persistent[static_cast<std::size_t>(category)] += bytes;
+  };
+  for (const auto& layout : layouts) {
+    if (!plan.offload.params) {
+      add(MemoryCategory::sharded_params, layout.shard_elements * precision.param_storage_bytes);
+      add(MemoryCategory::sharded_grads, layout.grad_shard_elements * precision.grad_storage_bytes);
+    }
+    if (!plan.offload.params && !plan.offload.optimizer) {
+      add(MemoryCategory::optimizer_states,
+          layout.optimizer_shard_elements * optimizer_bytes_per_param(precision, plan.training.optimizer));
+    }
+  }
+  add(MemoryCategory::overhead, context_overhead_bytes);
+  return persistent;
+}
+
+std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {
+  return 2 * precision.param_storage_bytes + precision.grad_storage_bytes +
+         2 * optimizer_bytes_per_param(precision, optimizer);
+}
+
 }  // namespace shardplan

@@ -38,4 +38,13 @@ struct UnitLayout {
 // Resolves every unit's strategy for the world (InputError names the unit) and computes its sizes.
 std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
 
+// The memory a step starts with and keeps: each unit's shards (params, grads, optimizer states — on the host instead
+// when offloaded) and the runtime overhead.
+MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const Plan& plan,
+                                   std::int64_t context_overhead_bytes);
+
+// HBM bytes a fused optimizer step moves per shard element: parameters read and written, gradients read, master
+// weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)).
+std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer);
+
 }  // namespace shardplan

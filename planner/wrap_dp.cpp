@@ -8,6 +8,7 @@
 #include "collective_cost.h"
 #include "compute_cost.h"
 #include "errors.h"
+#include "unit_layout.h"
 
 namespace shardplan {
 namespace {
@@ -130,9 +131,8 @@ class StepTerms {
   }
   double optimizer_time_s(std::int64_t elements) const {
     const auto& precision = plan_.training.precision;
-    const std::int64_t bytes_per_element = 2 * precision.param_storage_bytes + precision.grad_storage_bytes +
-                                           2 * optimizer_bytes_per_param(precision, plan_.training.optimizer);
-    const double bytes = static_cast<double>(elements * bytes_per_element);
+    const double bytes =
+        static_cast<double>(elements * optimizer_bytes_per_element(precision, plan_.training.optimizer));
     return plan_.offload.params || plan_.offload.optimizer
                ? host_copy_time_s(static_cast<std::int64_t>(bytes), profile_)
                : compute_time_s(LayerWork{0.0, bytes}, precision.param_compute_bytes, profile_);

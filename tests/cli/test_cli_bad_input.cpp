@@ -221,3 +221,13 @@ TEST_CASE("a failing estimate writes nothing into the working directory") {
   expect_input_error(estimate("llama3-8", "8xH100-80GB", {"--json"}), {"'llama3-8b'"});
   CHECK(count_entries() == before);
 }
+
+TEST_CASE("compare: a missing or malformed trace names the file and exits 2") {
+  const RunResult missing = run_shardplan({"compare", "--predicted", "no-such-trace.json", "--measured", "x.json"});
+  CHECK(missing.exit_status == 2);
+  CHECK(missing.err.find("no-such-trace.json") != std::string::npos);
+  TempFile broken("trace", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\"}]}");
+  const RunResult malformed = run_shardplan({"compare", "--predicted", broken.path(), "--measured", broken.path()});
+  CHECK(malformed.exit_status == 2);
+  CHECK(malformed.err_lines().size() == 1);
+}
