@@ -67,6 +67,7 @@ class Lowerer {
     for (const auto& layout : layouts_) schedule_.unit_names.push_back(layout.name);
     schedule_.persistent = persistent_memory(layouts_, plan_, options_.context_overhead_bytes);
     grads_allocated_.assign(layouts_.size(), false);
+    last_reduction_.assign(layouts_.size(), -1);
     std::vector<int> reductions;
     for (int micro = 0; micro < plan_.grad_accumulation_steps; ++micro) {
       const bool synchronise = micro + 1 == plan_.grad_accumulation_steps || !plan_.training.no_sync_accumulation;
@@ -287,6 +288,7 @@ class Lowerer {
       waited_[unit] = gathered_[unit];  // nothing to wait for on a unit still gathered since forward
     }
     std::vector<bool> started(layouts_.size(), false);
+    grads_produced_.assign(layouts_.size(), false);
     for (std::size_t back = segments_.size(); back-- > 0;) {
       const Segment& segment = segments_[back];
       const int unit = segment.unit;
@@ -316,6 +318,12 @@ class Lowerer {
         auto& op = schedule_.ops[static_cast<std::size_t>(id)];
         take_pending_alloc(op);
         op.frees.push_back({MemoryCategory::activations, kept + (mode != ActivationCheckpointing::none ? rebuilt : 0)});
+        if (!grads_produced_[unit]) {
+          // The unit's first gradient write of this micro-batch reuses the buffer its previous reduction reads
+          // (FSDP makes the compute stream wait for that reduction before backward touches it again).
+          grads_produced_[unit] = true;
+          if (last_reduction_[unit] >= 0) op.deps.push_back(last_reduction_[unit]);
+        }
         if (layout.grad_copies && !grads_allocated_[unit]) {
           op.allocates.push_back({MemoryCategory::unsharded_grads, layout.grad_copy_bytes});
           grads_allocated_[unit] = true;
@@ -358,7 +366,8 @@ class Lowerer {
   std::vector<UnitLayout> layouts_;
   std::vector<Segment> segments_;
   StepSchedule schedule_;
-  std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_;
+  std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_, grads_produced_;
+  std::vector<int> last_reduction_;  // each unit's latest gradient reduction op (-1: none yet)
   std::vector<int> gather_op_;
   struct LimiterEntry {
     int unit;
@@ -409,6 +418,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
       last = emit(std::move(copy));
     }
     reductions.push_back(last);
+    last_reduction_[unit] = last;
     return;
   }
   // Replicated gradients (NO_SHARD, ZeRO-1): all-reduce over the world, in place (DDP-style).
@@ -419,7 +429,10 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   everywhere.group_spans_nodes = options_.world_size > options_.gpus_per_node;
   everywhere.deps.push_back(last_backward_);
   if (grad_copy > 0) everywhere.frees.push_back({MemoryCategory::unsharded_grads, grad_copy});
-  if (options_.world_size > 1 || grad_copy > 0) reductions.push_back(emit(std::move(everywhere)));
+  if (options_.world_size > 1 || grad_copy > 0) {
+    last_reduction_[unit] = emit(std::move(everywhere));
+    reductions.push_back(last_reduction_[unit]);
+  }
 }
 
 void Lowerer::optimizer_step(const std::vector<int>& reductions) {

@@ -176,3 +176,22 @@ TEST_CASE("schedule: CPU offload copies shards in before all-gathers and gradien
     if (op.kind == OpKind::optimizer_step) CHECK(op.on_host);
   }
 }
+
+TEST_CASE("schedule: a unit's backward in the next micro-batch waits for its previous gradient reduction") {
+  const ModelSpec model = toy_blocks(3);
+  Plan plan = toy_plan(model, 2);
+  plan.grad_accumulation_steps = 2;
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  for (int unit = 1; unit <= 3; ++unit) {
+    int reduction = -1;
+    for (const Op& op : schedule.ops) {
+      if (op.kind == OpKind::reduce_scatter && op.unit == unit && op.micro_batch == 0) reduction = op.id;
+    }
+    REQUIRE(reduction >= 0);
+    const auto first_backward = std::find_if(schedule.ops.begin(), schedule.ops.end(), [&](const Op& op) {
+      return op.kind == OpKind::backward && op.unit == unit && op.micro_batch == 1;
+    });
+    REQUIRE(first_backward != schedule.ops.end());
+    CHECK(std::find(first_backward->deps.begin(), first_backward->deps.end(), reduction) != first_backward->deps.end());
+  }
+}
