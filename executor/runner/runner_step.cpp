@@ -77,10 +77,15 @@ class Runner::StepWalker {
     return std::all_of(op.deps.begin(), op.deps.end(), [this](int dep) { return done_[static_cast<std::size_t>(dep)]; });
   }
 
-  bool stream_blocked(const Op& op) const {
-    return std::any_of(parked_.begin(), parked_.end(),
-                       [&](int parked) { return ops_[static_cast<std::size_t>(parked)].stream == op.stream; });
+  // A stream runs one op at a time, as the schedule says (Note [Schedule order]): an op waits while an earlier op of
+  // its stream is parked or still in flight. Parked ops leave in request order, so every rank issues the collectives
+  // of a communicator in the same order (MPI requires it).
+  bool stream_busy(StreamKind stream) const {
+    return std::any_of(in_flight_.begin(), in_flight_.end(),
+                       [&](const InFlight& f) { return ops_[static_cast<std::size_t>(f.op)].stream == stream; });
   }
+
+  bool stream_blocked(const Op& op) const { return !parked_.empty() || stream_busy(op.stream); }
 
   void request(const Op& op) {
     if (op.kind != OpKind::all_gather) reduction_of_[static_cast<std::size_t>(op.unit)] = op.id;
@@ -140,7 +145,8 @@ class Runner::StepWalker {
         ++flight;
       }
     }
-    while (!parked_.empty() && ready(ops_[static_cast<std::size_t>(parked_.front())])) {
+    while (!parked_.empty() && ready(ops_[static_cast<std::size_t>(parked_.front())]) &&
+           !stream_busy(ops_[static_cast<std::size_t>(parked_.front())].stream)) {
       const int next = parked_.front();
       parked_.pop_front();
       issue(ops_[static_cast<std::size_t>(next)]);

@@ -47,7 +47,7 @@ void check_memory(const std::string& strategy) {
   const MemoryByCategory predicted = predicted_peaks(m.schedule);
   for (MemoryCategory category : {MemoryCategory::sharded_params, MemoryCategory::sharded_grads,
                                   MemoryCategory::optimizer_states, MemoryCategory::unsharded_params,
-                                  MemoryCategory::root_unit}) {
+                                  MemoryCategory::root_unit, MemoryCategory::comm_buffers}) {
     const auto index = static_cast<std::size_t>(category);
     INFO(strategy, ": ", to_string(category));
     CHECK(m.report.peak_by_category[index] == predicted[index]);
