@@ -169,7 +169,9 @@ int run(const RunFlags& flags) {
     }
     Timeline trace;
     if (!flags.trace_file.empty()) {
-      last.timeline.metadata = {{"model", model.name}, {"plan", plan.name}, {"world_size", size}};
+      // The whole plan travels with the trace, so `calibrate` can re-lower it and know every collective's group.
+      last.timeline.metadata = {{"model", flags.model}, {"plan", plan.name}, {"plan_json", to_json(plan, model)},
+                                {"world_size", size}};
       trace = merge_rank_timelines(last.timeline, world.native());
     }
     if (lead && !flags.trace_file.empty()) write_chrome_trace(trace, flags.trace_file);

@@ -17,6 +17,7 @@ Action add_simulate_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
 Action add_capacity_command(CLI::App& app);
 Action add_compare_command(CLI::App& app);
+Action add_calibrate_command(CLI::App& app);
 Action add_run_command(CLI::App& app);  // only built with MPI (SHARDPLAN_HAVE_MPI)
 
 }  // namespace shardplan::cli

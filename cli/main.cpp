@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   keep(cli::add_plan_command(app));
   keep(cli::add_capacity_command(app));
   keep(cli::add_compare_command(app));
+  keep(cli::add_calibrate_command(app));
 #ifdef SHARDPLAN_HAVE_MPI
   keep(cli::add_run_command(app));
 #endif

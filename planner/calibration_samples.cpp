@@ -1,0 +1,57 @@
+// Turning a measured timeline into calibration samples, op by op, through the schedule that produced it.
+#include "calibration_samples.h"
+
+#include <algorithm>
+
+#include "errors.h"
+#include "lowering.h"
+#include "simulator.h"
+
+namespace shardplan {
+
+void add_calibration_samples(const Timeline& measured, const ModelSpec& model, const Plan& plan, const Cluster& cluster,
+                             const HardwareProfile& base, CalibrationSamples& samples) {
+  LoweringOptions options;
+  options.world_size = cluster.world_size();
+  options.gpus_per_node = cluster.gpus_per_node;
+  const StepSchedule schedule = lower_plan(plan, model, options);
+  for (const TimelineEvent& event : measured.events) {
+    if (event.op_id < 0 || static_cast<std::size_t>(event.op_id) >= schedule.ops.size()) {
+      throw InputError("calibrate: the trace's op " + std::to_string(event.op_id) + " is not in the plan's schedule");
+    }
+    const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
+    const double seconds = event.duration_s();
+    switch (op.kind) {
+      case OpKind::forward:
+      case OpKind::backward:
+      case OpKind::recompute:
+        samples.compute.push_back({op.flops, seconds});
+        break;
+      case OpKind::optimizer_step:
+        samples.memory.push_back({op.memory_bytes, seconds});
+        break;
+      case OpKind::all_gather:
+      case OpKind::reduce_scatter:
+      case OpKind::all_reduce: {
+        const CollectiveKind kind = op.kind == OpKind::all_gather       ? CollectiveKind::all_gather
+                                    : op.kind == OpKind::reduce_scatter ? CollectiveKind::reduce_scatter
+                                                                        : CollectiveKind::all_reduce;
+        auto& tier = op.group_spans_nodes ? samples.inter_node : samples.intra_node;
+        tier.push_back({kind, op.group_size, op.group_spans_nodes, op.bytes, seconds});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  // Memory: the measured peak against the schedule's peak without the overhead term (what the overhead must cover).
+  long long measured_peak = 0;
+  for (int rank : measured.ranks()) measured_peak = std::max(measured_peak, measured.peak_memory_bytes(rank));
+  HardwareProfile without_overhead = base;
+  without_overhead.context_overhead_bytes = 0;
+  const auto summary = simulate(schedule, without_overhead, false).summary;
+  samples.measured_peak_bytes = std::max<std::int64_t>(samples.measured_peak_bytes, measured_peak);
+  samples.predicted_peak_bytes = std::max<std::int64_t>(samples.predicted_peak_bytes, summary.peak_memory_bytes);
+}
+
+}  // namespace shardplan
