@@ -90,9 +90,32 @@ LinkFit fit_link(const std::vector<CollectiveSample>& samples) {
 }
 
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
-  std::vector<std::pair<double, double>> pairs;
-  for (const auto& sample : samples) pairs.emplace_back(sample.flops, sample.time_s);
-  return fit_rate(pairs);
+  std::vector<const ComputeSample*> usable;
+  for (const auto& sample : samples) {
+    if (sample.flops > 0 && sample.time_s > 0) usable.push_back(&sample);
+  }
+  RateFit fit;
+  fit.samples = usable.size();
+  if (usable.empty()) return fit;
+  // Columns: flops (× 1/R) and 1 (× f½/R).
+  Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), 2);
+  Eigen::VectorXd times(static_cast<Eigen::Index>(usable.size()));
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    design(static_cast<Eigen::Index>(i), 0) = usable[i]->flops;
+    design(static_cast<Eigen::Index>(i), 1) = 1.0;
+    times(static_cast<Eigen::Index>(i)) = usable[i]->time_s;
+  }
+  Eigen::VectorXd x = weighted_solve(design, times);
+  if (x(1) < 0 || x(0) <= 0 || usable.size() < 2) {
+    // No fixed cost visible (or too few samples): the rate alone, through the origin.
+    x(1) = 0;
+    x(0) = weighted_solve(design.col(0), times)(0);
+  }
+  SHARDPLAN_CHECK(x(0) > 0, "a fitted compute rate must be positive");
+  fit.per_s = 1.0 / x(0);
+  fit.half_efficiency_flops = x(1) * fit.per_s;
+  fit.rms_relative_residual = rms_relative(design, x, times);
+  return fit;
 }
 
 RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples) {
@@ -126,7 +149,8 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
   if (calibration.compute.samples > 0) {
     profile.peak_bf16_flops = profile.peak_fp16_flops = profile.peak_fp32_flops = calibration.compute.per_s;
     profile.max_compute_efficiency = 1.0;
-    profile.half_efficiency_flops = 1.0;  // one FLOP: the curve is flat at the sizes that occur
+    // At least one FLOP: the profile reader wants a positive size (a flat curve at every size that occurs).
+    profile.half_efficiency_flops = std::max(1.0, calibration.compute.half_efficiency_flops);
   }
   if (calibration.memory.samples > 0) {
     profile.hbm_bytes_per_s = calibration.memory.per_s;

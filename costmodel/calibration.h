@@ -40,9 +40,12 @@ struct LinkFit {
 };
 LinkFit fit_link(const std::vector<CollectiveSample>& samples);
 
-// t = flops / R (through the origin, weights 1/t).
+// Memory-bound work: t = bytes / R (through the origin, weights 1/t). Compute: t = (flops + f½) / R, which is the cost
+// model's efficiency curve flops / (R · flops / (flops + f½)) with full efficiency at large sizes — linear in flops,
+// so R and the half-efficiency size f½ come out of one least-squares fit.
 struct RateFit {
-  double per_s = 0;  // FLOP/s, or bytes/s for memory-bound work
+  double per_s = 0;                  // FLOP/s, or bytes/s for memory-bound work
+  double half_efficiency_flops = 0;  // compute only: f½
   double rms_relative_residual = 0;
   std::size_t samples = 0;
 };

@@ -44,7 +44,10 @@ TEST_CASE("calibration: α and β recovered from noisy ring-collective samples")
 TEST_CASE("calibration: compute and memory rates recovered; the profile takes the fitted values") {
   Noise noise;
   CalibrationSamples samples;
-  for (double flops = 1e9; flops <= 1e12; flops *= 3) samples.compute.push_back({flops, flops / 3e12 * noise(0.02)});
+  // Compute with a fixed cost per op: t = (flops + 2e9) / 3e12.
+  for (double flops = 1e9; flops <= 1e12; flops *= 3) {
+    samples.compute.push_back({flops, (flops + 2e9) / 3e12 * noise(0.02)});
+  }
   for (double bytes = 1e6; bytes <= 1e9; bytes *= 5) samples.memory.push_back({bytes, bytes / 1.5e12 * noise(0.02)});
   for (std::int64_t bytes = 4096; bytes <= (std::int64_t{16} << 20); bytes *= 8) {
     samples.intra_node.push_back({CollectiveKind::all_gather, 2, false, bytes, 1e-5 + 0.5 * bytes / 4e9});
@@ -53,7 +56,9 @@ TEST_CASE("calibration: compute and memory rates recovered; the profile takes th
   samples.predicted_peak_bytes = 900'000;
   const Cluster cluster = parse_cluster("2xcpu", HardwareCatalog::builtin());
   const Calibration calibration = calibrate(profile_from_cluster(cluster), samples, "test");
-  CHECK(calibration.compute.per_s == doctest::Approx(3e12).epsilon(0.02));
+  CHECK(calibration.compute.per_s == doctest::Approx(3e12).epsilon(0.03));
+  CHECK(calibration.compute.half_efficiency_flops == doctest::Approx(2e9).epsilon(0.1));
+  CHECK(calibration.profile.half_efficiency_flops == doctest::Approx(calibration.compute.half_efficiency_flops));
   CHECK(calibration.memory.per_s == doctest::Approx(1.5e12).epsilon(0.02));
   CHECK(calibration.profile.peak_fp32_flops == doctest::Approx(calibration.compute.per_s));
   CHECK(calibration.profile.intra_node.bus_bytes_per_s == doctest::Approx(4e9).epsilon(1e-6));
