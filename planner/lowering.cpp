@@ -10,19 +10,7 @@
 
 namespace shardplan {
 
-// Note [Lowering]:
-// - A segment is a maximal run of consecutive layers of one unit; the root unit usually has two (embedding first,
-//   final norm and head last). Forward walks segments in order, backward in reverse.
-// - A unit's all-gather is requested by its own first segment of a pass or, earlier, by a unit that lists it in its
-//   forward/backward prefetch list (requested when that unit's first segment starts, before its wait).
-// - Rate limiter (FSDP1 limit_all_gathers, its free-event queue): the n-th gathered unit that will be freed may not
-//   start before the free of the (n − limit)-th; a request whose condition is not met yet waits (in order) until
-//   that free is issued and then depends on it. Units that stay gathered for the pass do not count.
-// - An all-gather also waits for the compute op issued before it (its issue point), as FSDP's streams do.
-// - Memory: ops allocate at their start and free at their end. Gathered parameters belong to the all-gather and are
-//   freed by free_unsharded; activations are kept from forward to the layer's backward; a recompute allocates the
-//   difference to a layer's full activations, freed by its backward; a unit's full-size gradient is allocated by its
-//   first backward op and freed by the reduction (kept across no_sync micro-batches).
+// See Note [Lowering] in lowering.h.
 
 namespace {
 
