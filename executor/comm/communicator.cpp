@@ -47,9 +47,13 @@ void Communicator::fail(const std::string& message, std::source_location where) 
 }
 
 void Communicator::count(Collective kind, std::size_t elements) {
+  count_issued(kind, static_cast<std::uint64_t>(elements) * sizeof(float));
+}
+
+void Communicator::count_issued(Collective kind, std::uint64_t bytes) {
   CollectiveTally& tally = counters_[kind];
   tally.calls += 1;
-  tally.bytes += static_cast<std::uint64_t>(elements) * sizeof(float);
+  tally.bytes += bytes;
 }
 
 CommHandle Communicator::all_gather(const float* send, std::size_t count_per_rank, float* recv) {

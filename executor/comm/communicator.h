@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -71,6 +72,9 @@ class Communicator {
   virtual void run_barrier() = 0;
   virtual std::unique_ptr<Communicator> make_split(int color, int key) = 0;
 
+  // Counts a collective a backend issued through its own typed entry point (NCCL's bf16 collectives), with its
+  // message size in bytes, so the counters hold every collective whatever its element type.
+  void count_issued(Collective kind, std::uint64_t bytes);
   // This rank's world rank, for the rank every error carries.
   int world_rank() const;
   // Throws InternalError carrying this rank and the caller's file:line.

@@ -28,6 +28,26 @@ void for_each_piece(const runtime::ModelLayout& model, const runtime::UnitParamL
 
 }  // namespace
 
+void init_unit_shard(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
+                     const runtime::InitOptions& init, std::int64_t first, std::span<float> shard) {
+  std::fill(shard.begin(), shard.end(), 0.0f);  // the padding
+  const auto count = static_cast<std::int64_t>(shard.size());
+  for_each_piece(model, unit, first, first + count,
+                 [&](std::int64_t model_first, std::int64_t unit_begin, std::int64_t piece) {
+                   runtime::init_parameters(model, init, model_first,
+                                            shard.subspan(static_cast<std::size_t>(unit_begin - first),
+                                                          static_cast<std::size_t>(piece)));
+                 });
+}
+
+void scatter_unit_into_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
+                             std::span<const float> unit_flat, std::span<float> model_flat) {
+  for_each_piece(model, unit, 0, unit.element_count,
+                 [&](std::int64_t model_first, std::int64_t unit_begin, std::int64_t count) {
+                   std::copy_n(unit_flat.begin() + unit_begin, count, model_flat.begin() + model_first);
+                 });
+}
+
 FlatParam::FlatParam(const runtime::ModelLayout& model, runtime::UnitParamLayout unit, UnitLayout sizes,
                      int shard_index, const runtime::InitOptions& init, TrackingAllocator& tracker)
     : unit_(std::move(unit)), sizes_(std::move(sizes)), shard_index_(shard_index), tracker_(&tracker) {
@@ -42,13 +62,7 @@ FlatParam::FlatParam(const runtime::ModelLayout& model, runtime::UnitParamLayout
   shard_grad_ = TrackedBuffer(tracker, MemoryCategory::sharded_grads, sizes_.grad_shard_elements);
   exp_avg_ = TrackedBuffer(tracker, MemoryCategory::optimizer_states, sizes_.optimizer_shard_elements);
   exp_avg_sq_ = TrackedBuffer(tracker, MemoryCategory::optimizer_states, sizes_.optimizer_shard_elements);
-  const std::int64_t first = static_cast<std::int64_t>(shard_index_) * sizes_.shard_elements;
-  float* out = shard_.data();
-  for_each_piece(model, unit_, first, first + sizes_.shard_elements,
-                 [&](std::int64_t model_first, std::int64_t unit_begin, std::int64_t count) {
-                   runtime::init_parameters(model, init, model_first,
-                                            std::span<float>(out + (unit_begin - first), static_cast<std::size_t>(count)));
-                 });
+  init_unit_shard(model, unit_, init, static_cast<std::int64_t>(shard_index_) * sizes_.shard_elements, shard());
 }
 
 std::span<float> FlatParam::allocate_unsharded() {
@@ -77,10 +91,7 @@ std::span<float> FlatParam::compute_grads() {
 
 void FlatParam::scatter_into_model(const runtime::ModelLayout& model, std::span<const float> unit_flat,
                                    std::span<float> model_flat) const {
-  for_each_piece(model, unit_, 0, unit_.element_count,
-                 [&](std::int64_t model_first, std::int64_t unit_begin, std::int64_t count) {
-                   std::copy_n(unit_flat.begin() + unit_begin, count, model_flat.begin() + model_first);
-                 });
+  scatter_unit_into_model(model, unit_, unit_flat, model_flat);
 }
 
 }  // namespace shardplan::runner

@@ -11,6 +11,15 @@
 
 namespace shardplan::runner {
 
+// The free functions behind FlatParam, shared with the GPU executor's DeviceFlatParam (executor/gpu/runner):
+// this rank's shard [first, first + shard.size()) of a unit's flat parameter, initialised exactly as the unsharded
+// reference (Note [Sharded init]); zeros in the padding.
+void init_unit_shard(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
+                     const runtime::InitOptions& init, std::int64_t first, std::span<float> shard);
+// A whole unit's flat parameter (`unit_flat`, padding allowed after it) copied into `model_flat` at its model offsets.
+void scatter_unit_into_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
+                             std::span<const float> unit_flat, std::span<float> model_flat);
+
 // Note [FlatParam layout]: as FSDP1's FlatParameter (torch/distributed/fsdp/_flat_param.py), a unit's layers'
 // parameters are concatenated in the unit's layer order (runtime::unit_param_layout) and right-padded with zeros to
 // a multiple of the shard group (UnitLayout::padded_elements, the same numbers lowering and the memory model use);

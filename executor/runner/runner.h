@@ -38,6 +38,7 @@ struct StepReport {
   MemoryByCategory memory_at_peak{};   // the breakdown at that peak
   MemoryByCategory peak_by_category{}; // each category's own maximum in the step
   comm::CommCounters collectives;      // collectives the step's schedule issued on this rank
+  long long allocator_peak_bytes = 0;  // GPU executor: the device pool's own high-water mark (0 on the CPU)
   Timeline timeline;                   // source "measured": one event per op, the memory series
 };
 

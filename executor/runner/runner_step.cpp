@@ -8,6 +8,7 @@
 
 #include "errors.h"
 #include "runner.h"
+#include "runner_support.h"
 #include "simulator.h"
 
 namespace shardplan::runner {
@@ -267,20 +268,7 @@ class Runner::StepWalker {
 };
 
 StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
-  const auto& training = plan_.training;
-  if (static_cast<int>(micro_batches.size()) != schedule_.micro_batches) {
-    throw InputError("step: " + std::to_string(micro_batches.size()) + " micro-batches given, the schedule has " +
-                         std::to_string(schedule_.micro_batches),
-                     std::source_location::current(), rank_);
-  }
-  for (const auto& batch : micro_batches) {
-    if (batch.micro_batch != training.micro_batch || batch.seq_len != training.seq_len) {
-      throw InputError("step: a batch of " + std::to_string(batch.micro_batch) + "×" + std::to_string(batch.seq_len) +
-                           ", the plan trains on " + std::to_string(training.micro_batch) + "×" +
-                           std::to_string(training.seq_len),
-                       std::source_location::current(), rank_);
-    }
-  }
+  check_step_batches(schedule_, plan_.training, micro_batches, rank_);
   StepReport report;
   comm::Communicator& control = groups_->control();
   const comm::CommCounters before = groups_->data_counters();

@@ -10,30 +10,59 @@ namespace shardplan::runner {
 
 namespace {
 
-[[noreturn]] void reject(const std::string& message, int rank) {
-  throw InputError("plan: " + message + " (the CPU executor cannot run it)", std::source_location::current(), rank);
+[[noreturn]] void reject(const std::string& message, const ExecutorSupport& support, int rank) {
+  throw InputError("plan: " + message + " (the " + support.name + " executor cannot run it)",
+                   std::source_location::current(), rank);
+}
+
+bool same_bytes(const PrecisionRecipe& a, const PrecisionRecipe& b) {
+  return a.param_storage_bytes == b.param_storage_bytes && a.param_compute_bytes == b.param_compute_bytes &&
+         a.grad_compute_bytes == b.grad_compute_bytes && a.reduce_bytes == b.reduce_bytes &&
+         a.grad_storage_bytes == b.grad_storage_bytes && a.master_weight_bytes == b.master_weight_bytes &&
+         a.optimizer_state_bytes == b.optimizer_state_bytes;
 }
 
 }  // namespace
 
-void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank) {
+void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
+                      const ExecutorSupport& support) {
   const PrecisionRecipe& precision = plan.training.precision;
-  if (precision.param_storage_bytes != 4 || precision.param_compute_bytes != 4 || precision.grad_compute_bytes != 4 ||
-      precision.reduce_bytes != 4 || precision.grad_storage_bytes != 4 || precision.master_weight_bytes != 0) {
-    reject("precision '" + precision.name + "' is not fp32; use --precision fp32", rank);
+  bool supported = false;
+  std::string names;
+  for (const std::string& name : support.precisions) {
+    supported = supported || same_bytes(precision, precision_recipe(name));
+    names += (names.empty() ? "" : " or ") + name;
   }
+  if (!supported) reject("precision '" + precision.name + "' is not supported; use --precision " + names, support, rank);
   if (plan.training.optimizer != OptimizerKind::adamw) {
-    reject(std::string("optimizer '") + to_string(plan.training.optimizer) + "' is not adamw", rank);
+    reject(std::string("optimizer '") + to_string(plan.training.optimizer) + "' is not adamw", support, rank);
   }
-  if (plan.offload.params || plan.offload.optimizer) reject("CPU offload is set", rank);
+  if (plan.offload.params || plan.offload.optimizer) reject("CPU offload is set", support, rank);
   for (std::size_t id = 0; id < plan.units.size(); ++id) {
     const std::string unit = "unit " + std::to_string(id) + " ('" + plan.units[id].name + "')";
     if (plan.units[id].reshard_after_forward.keeps_partial_copy()) {
-      reject(unit + " reshards after forward to a smaller group", rank);
+      reject(unit + " reshards after forward to a smaller group", support, rank);
     }
     const UnitLayout& layout = layouts[id];
     if (layout.param_group != layout.grad_group || layout.grad_group != layout.optimizer_group) {
-      reject(unit + " shards parameters, gradients and optimizer states over different groups (ZeRO-1/2)", rank);
+      reject(unit + " shards parameters, gradients and optimizer states over different groups (ZeRO-1/2)", support, rank);
+    }
+  }
+}
+
+void check_step_batches(const StepSchedule& schedule, const TrainingConfig& training,
+                        std::span<const runtime::Batch> micro_batches, int rank) {
+  if (static_cast<int>(micro_batches.size()) != schedule.micro_batches) {
+    throw InputError("step: " + std::to_string(micro_batches.size()) + " micro-batches given, the schedule has " +
+                         std::to_string(schedule.micro_batches),
+                     std::source_location::current(), rank);
+  }
+  for (const auto& batch : micro_batches) {
+    if (batch.micro_batch != training.micro_batch || batch.seq_len != training.seq_len) {
+      throw InputError("step: a batch of " + std::to_string(batch.micro_batch) + "×" + std::to_string(batch.seq_len) +
+                           ", the plan trains on " + std::to_string(training.micro_batch) + "×" +
+                           std::to_string(training.seq_len),
+                       std::source_location::current(), rank);
     }
   }
 }

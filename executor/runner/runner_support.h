@@ -1,20 +1,37 @@
 // What the CPU runner can execute: the checks that turn an unsupported plan into one clear InputError up front.
 #pragma once
 
+#include <span>
+#include <string>
 #include <vector>
 
 #include "model_spec.h"
 #include "plan.h"
+#include "runtime_types.h"
+#include "schedule.h"
 #include "unit_layout.h"
 
 namespace shardplan::runner {
 
-// InputError (carrying `rank`) unless the plan is one this CPU executor runs exactly as scheduled:
-// - fp32 precision for every copy (the kernels compute in fp32; Note [Tracked bytes] in tracking_allocator.h),
+// What an executor runs: its name for messages and the precision recipes it computes in.
+struct ExecutorSupport {
+  const char* name = "CPU";
+  std::vector<std::string> precisions = {"fp32"};  // recipe names (precision.h); compared by their byte sizes
+};
+
+// InputError (carrying `rank`) unless the plan is one this executor runs exactly as scheduled:
+// - one of support.precisions (the CPU kernels compute in fp32 only, Note [Tracked bytes] in tracking_allocator.h;
+//   the GPU executor also runs bf16-mixed-fp32-reduce),
 // - AdamW (the only optimizer the runtime implements),
 // - no CPU offload (no h2d/d2h ops) and no partial reshard-after-forward (reshard to a smaller group),
 // - every unit's parameters, gradients and optimizer states sharded over the same group (FSDP/HSDP strategies and
 //   NO_SHARD; ZeRO-1/2 would need a parameter all-gather after the step that the schedule does not contain).
-void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank);
+void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
+                      const ExecutorSupport& support = {});
+
+// InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
+// each of the training's micro-batch × seq_len. Shared by the CPU and GPU runners' step().
+void check_step_batches(const StepSchedule& schedule, const TrainingConfig& training,
+                        std::span<const runtime::Batch> micro_batches, int rank);
 
 }  // namespace shardplan::runner
