@@ -1,8 +1,9 @@
-// `shardplan calibrate --trace measured.json ... --out profile.json`: fit the cost model to executor runs.
-#include <chrono>
+// `shardplan calibrate`: fit the cost model to executor runs (--trace) or to microbenchmarks run here (--bench).
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <unistd.h>
 
 #include "calibration_samples.h"
@@ -14,66 +15,240 @@
 #include "model_source.h"
 #include "plan_json.h"
 
+#ifdef SHARDPLAN_HAVE_MPI
+#include "bench_report.h"
+#include "bench_samples.h"
+#include "comm_sweep.h"
+#include "kernel_sweep.h"
+#include "machine_probe.h"
+#include "mpi_communicator.h"
+#include "mpi_session.h"
+#include "optimizer_sweep.h"
+#endif
+
 namespace shardplan::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::vector<std::string> traces;
+  bool bench = false;
+  std::string cluster;
+  std::string catalog_file;
+  std::string out;
+  bool json = false;
+  // --bench only
+  std::string model = "tiny-llama";
+  std::int64_t min_bytes = 1 << 10;
+  std::int64_t max_bytes = 16 << 20;
+  int step_factor = 2;
+  int iters = 20;
+  int warmup_iters = 5;
+  std::int64_t seq_len = 0;
+};
+
+constexpr const char* kBenchOnlyFlags[] = {"--model", "--min-bytes", "--max-bytes", "--step-factor",
+                                           "--iters", "--warmup-iters", "--seq-len"};
+
+std::string utc_date() {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return date;
+}
+
+std::string host_name() {
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// A missing output directory is an input error found before any measuring, not after minutes of it.
+void check_out_path(const std::string& out) {
+  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+    throw InputError("--out: directory '" + parent.string() + "' does not exist");
+  }
+}
+
+void print_link_summary(const char* name, const LinkFit& fit) {
+  if (fit.samples == 0) return;
+  std::printf("  %-9s alpha %.3g s, busbw %.3g B/s (rms %.1f%%, max %.1f%%, %zu samples)\n", name, fit.latency_s,
+              fit.bus_bytes_per_s, 100 * fit.rms_relative_residual, 100 * fit.max_relative_residual, fit.samples);
+}
+
+int calibrate_from_traces(const CalibrateFlags& flags) {
+  const HardwareCatalog catalog = load_catalog(flags.catalog_file);
+  CalibrationSamples samples;
+  HardwareProfile base;
+  MachineInfo machine{host_name(), "", 1, 0};
+  bool have_base = false;
+  for (const auto& path : flags.traces) {
+    const Timeline measured = read_chrome_trace(path);
+    const JsonObjectReader metadata(measured.metadata, path, "shardplan.metadata");
+    if (!metadata.has("plan_json")) metadata.fail("plan_json", "the plan (traces written by `shardplan run --trace`)");
+    const ModelSpec model = load_model(metadata.string("model"));
+    const Plan plan = plan_from_json(metadata.raw().at("plan_json"), path, model);
+    const std::string cluster_text =
+        flags.cluster.empty() ? std::to_string(measured.ranks().size()) + "xcpu" : flags.cluster;
+    const Cluster cluster = parse_cluster(cluster_text, catalog);
+    if (!have_base) {
+      base = profile_from_cluster(cluster);
+      machine.nodes = cluster.nodes;
+      machine.ranks = cluster.world_size();
+      have_base = true;
+    }
+    add_calibration_samples(measured, model, plan, cluster, base, samples);
+  }
+  const Calibration calibration = calibrate(base, samples, flags.out);
+  const nlohmann::json document = to_json(calibration, machine, utc_date());
+  write_file_atomically(flags.out, document.dump(2) + "\n");
+  if (flags.json) {
+    print_json(document);
+    return 0;
+  }
+  std::printf("fitted from %zu compute, %zu memory-bound and %zu collective samples:\n", calibration.compute.samples,
+              calibration.memory.samples, calibration.intra_node.samples + calibration.inter_node.samples);
+  std::printf("  compute   %.3g FLOP/s, f_half %.3g FLOP (rms relative residual %.1f%%)\n",
+              calibration.compute.per_s, calibration.compute.half_efficiency_flops,
+              100 * calibration.compute.rms_relative_residual);
+  std::printf("  memory    %.3g B/s (%.1f%%)\n", calibration.memory.per_s,
+              100 * calibration.memory.rms_relative_residual);
+  print_link_summary("intra", calibration.intra_node);
+  print_link_summary("inter", calibration.inter_node);
+  std::printf("  overhead  %lld B\nwrote %s\n", static_cast<long long>(calibration.profile.context_overhead_bytes),
+              flags.out.c_str());
+  return 0;
+}
+
+#ifdef SHARDPLAN_HAVE_MPI
+// Prints on rank 0 only, flushed so the table grows as rows are measured (and interleaves correctly under mpirun).
+struct LeadPrinter {
+  bool enabled = false;
+  void operator()(const std::string& text) const {
+    if (!enabled) return;
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  }
+};
+
+int calibrate_from_bench(const CalibrateFlags& flags) {
+  bench::CommSweepOptions comm_options;
+  comm_options.min_bytes = flags.min_bytes;
+  comm_options.max_bytes = flags.max_bytes;
+  comm_options.step_factor = flags.step_factor;
+  comm_options.timing = {flags.warmup_iters, flags.iters};
+  bench::check_comm_sweep_options(comm_options);
+  if (flags.seq_len < 0) throw InputError("--seq-len: expected 0 (the model's default) or more, got " +
+                                          std::to_string(flags.seq_len));
+  bench::KernelSweepOptions kernel_options;
+  kernel_options.seq_len = flags.seq_len;
+  kernel_options.timing = comm_options.timing;
+  bench::OptimizerSweepOptions optimizer_options;
+  optimizer_options.timing = comm_options.timing;
+  // Everything that can be wrong with the input is checked before MPI starts and before anything is measured.
+  const HardwareCatalog catalog = load_catalog(flags.catalog_file);
+  const ModelSpec model = load_model(flags.model);
+  bench::check_kernel_sweep_model(model);
+  if (flags.seq_len > 0) {
+    TrainingConfig training;  // the limits a training run at this length would meet (model positions included)
+    training.seq_len = flags.seq_len;
+    validate_training(training, model);
+  }
+  check_out_path(flags.out);
+  std::optional<Cluster> given_cluster;
+  if (!flags.cluster.empty()) given_cluster = parse_cluster(flags.cluster, catalog);
+
+  comm::MpiSession session;
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const bool lead = world.rank() == 0;
+  const LeadPrinter print{lead && !flags.json};
+  try {
+    const bench::BenchMachine machine = bench::probe_machine(world.native());
+    comm_options.node_of_rank = machine.node_of_rank;
+    const MachineInfo& info = machine.info;
+    print("# shardplan calibrate --bench: " + std::to_string(info.ranks) + " rank(s) on " +
+          std::to_string(info.nodes) + " node(s), host " + info.host + (info.cpu.empty() ? "" : " (" + info.cpu + ")") +
+          ", model " + model.name + "\n");
+    std::vector<bench::CommRow> comm_rows;
+    if (world.size() < 2) {
+      print("#\n# collectives skipped: a group of 1 rank moves nothing (run under mpirun -np N with N >= 2)\n");
+    } else {
+      print(bench::comm_table_header());
+      comm_rows = bench::run_comm_sweep(world, comm_options,
+                                        [&](const bench::CommRow& row) { print(bench::format_comm_row(row)); });
+    }
+    print(bench::kernel_table_header());
+    const auto print_kernel = [&](const bench::KernelRow& row) { print(bench::format_kernel_row(row)); };
+    std::vector<bench::KernelRow> kernel_rows = bench::run_kernel_sweep(model, kernel_options, world, print_kernel);
+    for (auto& row : bench::run_optimizer_sweep(optimizer_options, world, print_kernel)) kernel_rows.push_back(row);
+
+    // The catalog's CPU entry as the base: what the fit does not cover (PCIe, overlap slowdown) keeps its values.
+    const int per_node = info.ranks % info.nodes == 0 ? info.ranks / info.nodes : info.ranks;
+    const Cluster cluster = given_cluster ? *given_cluster
+                                          : parse_cluster(info.ranks % info.nodes == 0 && info.nodes > 1
+                                                              ? std::to_string(info.nodes) + "x" +
+                                                                    std::to_string(per_node) + "xcpu"
+                                                              : std::to_string(info.ranks) + "xcpu",
+                                                          catalog);
+    const Calibration calibration =
+        calibrate(profile_from_cluster(cluster), bench::bench_samples(comm_rows, kernel_rows), flags.out);
+    print(bench::format_fits(calibration));
+    if (!lead) return 0;
+    const nlohmann::json document = to_json(calibration, info, utc_date());
+    write_file_atomically(flags.out, document.dump(2) + "\n");
+    if (flags.json) {
+      print_json(document);
+    } else {
+      print("wrote " + flags.out + "\n");
+    }
+  } catch (const std::exception& error) {
+    // A rank failing mid-sweep would leave the others waiting in a collective: take the job down (cmd_run.cpp).
+    if (world.size() == 1) throw;
+    world.abort(std::string("shardplan calibrate --bench: ") + error.what());
+  }
+  return 0;
+}
+#endif
+
+}  // namespace
 
 Action add_calibrate_command(CLI::App& app) {
-  auto* command = app.add_subcommand("calibrate", "fit the cost model (links, compute, memory) to measured runs");
-  struct Flags {
-    std::vector<std::string> traces;
-    std::string cluster;
-    std::string catalog_file;
-    std::string out;
-    bool json = false;
-  };
-  auto flags = std::make_shared<Flags>();
-  command->add_option("--trace", flags->traces, "measured trace from `run --trace` (repeatable)")->required();
+  auto* command = app.add_subcommand(
+      "calibrate", "fit the cost model (links, compute, memory) to measured runs (--trace) or microbenchmarks (--bench)");
+  auto flags = std::make_shared<CalibrateFlags>();
+  command->add_option("--trace", flags->traces, "measured trace from `run --trace` (repeatable)");
+  command->add_flag("--bench", flags->bench,
+                    "run collective and kernel microbenchmarks here (under mpirun -np N for collectives)");
   command->add_option("--cluster", flags->cluster, "the cluster the runs used (default: <ranks>xcpu)");
   add_catalog_flag(*command, flags->catalog_file);
   command->add_option("--out", flags->out, "write the fitted profile (shardplan.profile/v1)")->required();
   command->add_flag("--json", flags->json, "print the profile");
-  return [flags]() {
-    const HardwareCatalog catalog = load_catalog(flags->catalog_file);
-    CalibrationSamples samples;
-    HardwareProfile base;
-    bool have_base = false;
-    for (const auto& path : flags->traces) {
-      const Timeline measured = read_chrome_trace(path);
-      const JsonObjectReader metadata(measured.metadata, path, "shardplan.metadata");
-      if (!metadata.has("plan_json")) metadata.fail("plan_json", "the plan (traces written by `shardplan run --trace`)");
-      const ModelSpec model = load_model(metadata.string("model"));
-      const Plan plan = plan_from_json(metadata.raw().at("plan_json"), path, model);
-      const std::string cluster_text =
-          flags->cluster.empty() ? std::to_string(measured.ranks().size()) + "xcpu" : flags->cluster;
-      const Cluster cluster = parse_cluster(cluster_text, catalog);
-      if (!have_base) {
-        base = profile_from_cluster(cluster);
-        have_base = true;
+  command->add_option("--model", flags->model, "--bench: model whose layers and GEMMs to time (default tiny-llama)");
+  command->add_option("--min-bytes", flags->min_bytes, "--bench: smallest collective message S (default 1024)");
+  command->add_option("--max-bytes", flags->max_bytes, "--bench: largest collective message S (default 16 MiB)");
+  command->add_option("--step-factor", flags->step_factor, "--bench: message size multiplier (default 2)");
+  command->add_option("--iters", flags->iters, "--bench: timed iterations per measurement (default 20)");
+  command->add_option("--warmup-iters", flags->warmup_iters, "--bench: untimed iterations first (default 5)");
+  command->add_option("--seq-len", flags->seq_len, "--bench: sequence length of the kernel sweep (default: model's)");
+  return [flags, command]() {
+    const bool traces = !flags->traces.empty();
+    if (traces && flags->bench) {
+      throw InputError("--bench: cannot be combined with --trace (fit to measured runs, or run microbenchmarks)");
+    }
+    if (!traces && !flags->bench) {
+      throw InputError("calibrate: expected --trace FILE (fit to measured runs) or --bench (run microbenchmarks)");
+    }
+    if (traces) {
+      for (const char* flag : kBenchOnlyFlags) {
+        if (command->count(flag) > 0) throw InputError(std::string(flag) + ": only with --bench");
       }
-      add_calibration_samples(measured, model, plan, cluster, base, samples);
+      return calibrate_from_traces(*flags);
     }
-    const Calibration calibration = calibrate(base, samples, flags->out);
-    char host[256] = "unknown";
-    ::gethostname(host, sizeof host - 1);
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    const nlohmann::json document = to_json(calibration, host, date);
-    write_file_atomically(flags->out, document.dump(2) + "\n");
-    if (flags->json) {
-      print_json(document);
-    } else {
-      std::printf("fitted from %zu compute, %zu memory-bound and %zu collective samples:\n",
-                  calibration.compute.samples, calibration.memory.samples, calibration.intra_node.samples +
-                  calibration.inter_node.samples);
-      std::printf("  compute   %.3g FLOP/s (rms relative residual %.1f%%)\n", calibration.compute.per_s,
-                  100 * calibration.compute.rms_relative_residual);
-      std::printf("  memory    %.3g B/s (%.1f%%)\n", calibration.memory.per_s, 100 * calibration.memory.rms_relative_residual);
-      std::printf("  intra     alpha %.3g s, busbw %.3g B/s (%.1f%%)\n", calibration.intra_node.latency_s,
-                  calibration.intra_node.bus_bytes_per_s, 100 * calibration.intra_node.rms_relative_residual);
-      std::printf("  overhead  %lld B\nwrote %s\n", static_cast<long long>(calibration.profile.context_overhead_bytes),
-                  flags->out.c_str());
-    }
-    return 0;
+#ifdef SHARDPLAN_HAVE_MPI
+    return calibrate_from_bench(*flags);
+#else
+    throw InputError("--bench: this shardplan was built without MPI (the benchmarks run through the MPI executor)");
+#endif
   };
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include <Eigen/Dense>
 
@@ -24,16 +26,30 @@ Eigen::VectorXd weighted_solve(const Eigen::MatrixXd& design, const Eigen::Vecto
   return a.colPivHouseholderQr().solve(b);
 }
 
-double rms_relative(const Eigen::MatrixXd& design, const Eigen::VectorXd& x, const Eigen::VectorXd& times) {
-  double sum = 0;
-  for (Eigen::Index row = 0; row < design.rows(); ++row) {
-    const double predicted = design.row(row).dot(x);
-    const double relative = (predicted - times(row)) / std::max(times(row), 1e-12);
-    sum += relative * relative;
-  }
-  return design.rows() > 0 ? std::sqrt(sum / static_cast<double>(design.rows())) : 0.0;
+double relative_residual(double predicted_s, double measured_s) {
+  return (predicted_s - measured_s) / std::max(measured_s, 1e-12);
 }
 
+struct Residuals {
+  double rms = 0;
+  double max = 0;
+};
+
+// The relative residuals of the fitted model design·x against the measured times: their RMS and largest magnitude.
+Residuals relative_residuals(const Eigen::MatrixXd& design, const Eigen::VectorXd& x, const Eigen::VectorXd& times) {
+  Residuals residuals;
+  if (design.rows() == 0) return residuals;
+  double sum = 0;
+  for (Eigen::Index row = 0; row < design.rows(); ++row) {
+    const double relative = relative_residual(design.row(row).dot(x), times(row));
+    sum += relative * relative;
+    residuals.max = std::max(residuals.max, std::abs(relative));
+  }
+  residuals.rms = std::sqrt(sum / static_cast<double>(design.rows()));
+  return residuals;
+}
+
+// Memory-bound work through the origin: t = work / R.
 RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
   RateFit fit;
   std::vector<std::pair<double, double>> usable;
@@ -51,7 +67,9 @@ RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
   const Eigen::VectorXd seconds_per_unit = weighted_solve(design, times);
   SHARDPLAN_CHECK(seconds_per_unit(0) > 0, "a fitted rate must be positive");
   fit.per_s = 1.0 / seconds_per_unit(0);
-  fit.rms_relative_residual = rms_relative(design, seconds_per_unit, times);
+  const Residuals residuals = relative_residuals(design, seconds_per_unit, times);
+  fit.rms_relative_residual = residuals.rms;
+  fit.max_relative_residual = residuals.max;
   return fit;
 }
 
@@ -76,7 +94,7 @@ LinkFit fit_link(const std::vector<CollectiveSample>& samples) {
     times(row) = usable[i]->time_s;
   }
   Eigen::VectorXd x = weighted_solve(design, times);
-  if (x(0) < 0 || usable.size() < 2) {
+  if (x(0) < 0 || x(1) <= 0 || usable.size() < 2) {
     // No latency to be seen (or too few samples for two unknowns): fit bandwidth alone through the origin.
     x(0) = 0;
     const Eigen::VectorXd slope = weighted_solve(design.col(1), times);
@@ -85,8 +103,42 @@ LinkFit fit_link(const std::vector<CollectiveSample>& samples) {
   SHARDPLAN_CHECK(x(1) > 0, "a fitted bandwidth must be positive");
   fit.latency_s = x(0);
   fit.bus_bytes_per_s = 1.0 / x(1);
-  fit.rms_relative_residual = rms_relative(design, x, times);
+  const Residuals residuals = relative_residuals(design, x, times);
+  fit.rms_relative_residual = residuals.rms;
+  fit.max_relative_residual = residuals.max;
   return fit;
+}
+
+double predicted_time_s(const LinkFit& fit, const CollectiveSample& sample) {
+  const CollectiveAlgorithm& algorithm = collective_algorithm(sample.kind);
+  // The α-β ring model of collective_cost() (Thakur, Rabenseifner & Gropp 2005): steps(n)·α + bus_factor(n)·S / B.
+  const double transfer_s = fit.bus_bytes_per_s > 0 ? algorithm.bus_factor(sample.ranks) *
+                                                           static_cast<double>(sample.message_bytes) /
+                                                           fit.bus_bytes_per_s
+                                                     : 0.0;
+  return algorithm.latency_steps(sample.ranks) * fit.latency_s + transfer_s;
+}
+
+std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& samples) {
+  // std::map orders the cells by (kind, tier, ranks): a stable, readable order for tables and JSON.
+  std::map<std::tuple<int, bool, int>, std::vector<CollectiveSample>> cells;
+  for (const auto& sample : samples) {
+    if (sample.ranks > 1 && sample.time_s > 0) {
+      cells[{static_cast<int>(sample.kind), sample.spans_nodes, sample.ranks}].push_back(sample);
+    }
+  }
+  std::vector<CollectiveFit> fits;
+  for (const auto& [key, cell] : cells) {
+    fits.push_back({cell.front().kind, cell.front().ranks, cell.front().spans_nodes, fit_link(cell)});
+  }
+  return fits;
+}
+
+const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits, const CollectiveSample& sample) {
+  for (const auto& fit : fits) {
+    if (fit.kind == sample.kind && fit.ranks == sample.ranks && fit.spans_nodes == sample.spans_nodes) return &fit;
+  }
+  return nullptr;
 }
 
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
@@ -97,7 +149,8 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   RateFit fit;
   fit.samples = usable.size();
   if (usable.empty()) return fit;
-  // Columns: flops (× 1/R) and 1 (× f½/R).
+  // Columns: flops (× 1/R) and 1 (× f½/R): t = f / (R · f/(f + f½)) = (f + f½) / R (compute_cost.cpp's efficiency
+  // curve with max_compute_efficiency folded into R).
   Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), 2);
   Eigen::VectorXd times(static_cast<Eigen::Index>(usable.size()));
   for (std::size_t i = 0; i < usable.size(); ++i) {
@@ -114,7 +167,9 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   SHARDPLAN_CHECK(x(0) > 0, "a fitted compute rate must be positive");
   fit.per_s = 1.0 / x(0);
   fit.half_efficiency_flops = x(1) * fit.per_s;
-  fit.rms_relative_residual = rms_relative(design, x, times);
+  const Residuals residuals = relative_residuals(design, x, times);
+  fit.rms_relative_residual = residuals.rms;
+  fit.max_relative_residual = residuals.max;
   return fit;
 }
 
@@ -124,14 +179,29 @@ RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples) {
   return fit_rate(pairs);
 }
 
+double predicted_time_s(const RateFit& fit, double work) {
+  // t = (work + f½) / R (fit_compute_rate's model; f½ = 0 for memory-bound work).
+  return fit.per_s > 0 ? (work + fit.half_efficiency_flops) / fit.per_s : 0.0;
+}
+
+double fitted_efficiency(const RateFit& fit, double work) {
+  // eff(f) = f / (f + f½) (HardwareProfile's curve, its maximum folded into the fitted rate).
+  return work > 0 ? work / (work + fit.half_efficiency_flops) : 0.0;
+}
+
 Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& samples, const std::string& source) {
   Calibration calibration;
+  calibration.samples = samples;
   HardwareProfile& profile = calibration.profile;
   profile = base;
   profile.source = source;
   calibration.intra_node = fit_link(samples.intra_node);
   calibration.inter_node = fit_link(samples.inter_node);
+  std::vector<CollectiveSample> all_collectives = samples.intra_node;
+  all_collectives.insert(all_collectives.end(), samples.inter_node.begin(), samples.inter_node.end());
+  calibration.collectives = fit_collectives(all_collectives);
   calibration.compute = fit_compute_rate(samples.compute);
+  calibration.gemm = fit_compute_rate(samples.gemm);
   calibration.memory = fit_memory_rate(samples.memory);
   // Fitted rates are what the kernels and collectives achieved: efficiencies 1, no small-size curve on top.
   if (calibration.intra_node.samples > 0 || calibration.inter_node.samples > 0) {
@@ -162,21 +232,104 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
   return calibration;
 }
 
-nlohmann::json to_json(const Calibration& calibration, const std::string& machine, const std::string& date) {
+namespace {
+
+nlohmann::json link_json(const LinkFit& fit) {
+  return {{"latency_s", fit.latency_s},
+          {"bus_bytes_per_s", fit.bus_bytes_per_s},
+          {"rms_relative_residual", fit.rms_relative_residual},
+          {"max_relative_residual", fit.max_relative_residual},
+          {"samples", fit.samples}};
+}
+
+nlohmann::json rate_json(const RateFit& fit, bool compute) {
+  nlohmann::json document = {{"per_s", fit.per_s},
+                             {"rms_relative_residual", fit.rms_relative_residual},
+                             {"max_relative_residual", fit.max_relative_residual},
+                             {"samples", fit.samples}};
+  if (compute) document["half_efficiency_flops"] = fit.half_efficiency_flops;
+  return document;
+}
+
+nlohmann::json collective_samples_json(const Calibration& calibration) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto* tier : {&calibration.samples.intra_node, &calibration.samples.inter_node}) {
+    for (const CollectiveSample& sample : *tier) {
+      nlohmann::json row = {{"collective", to_string(sample.kind)},
+                            {"ranks", sample.ranks},
+                            {"spans_nodes", sample.spans_nodes},
+                            {"bytes", sample.message_bytes},
+                            {"time_s", sample.time_s},
+                            // nccl-tests doc/PERFORMANCE.md: algbw = S / t, busbw = algbw × bus_factor(n).
+                            {"algbw_bytes_per_s", algorithm_bandwidth(sample.message_bytes, sample.time_s)},
+                            {"busbw_bytes_per_s",
+                             sample.ranks > 1 ? bus_bandwidth(sample.kind, sample.message_bytes, sample.time_s,
+                                                              sample.ranks)
+                                              : 0.0}};
+      if (const CollectiveFit* fit = find_collective_fit(calibration.collectives, sample)) {
+        const double predicted_s = predicted_time_s(fit->fit, sample);
+        row["predicted_s"] = predicted_s;
+        row["relative_residual"] = relative_residual(predicted_s, sample.time_s);
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+nlohmann::json compute_samples_json(const std::vector<ComputeSample>& samples, const RateFit& fit) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ComputeSample& sample : samples) {
+    nlohmann::json row = {{"name", sample.name}, {"flops", sample.flops}, {"time_s", sample.time_s}};
+    if (sample.flops > 0 && sample.time_s > 0 && fit.samples > 0) {
+      const double predicted_s = predicted_time_s(fit, sample.flops);
+      row["flops_per_s"] = sample.flops / sample.time_s;
+      row["predicted_s"] = predicted_s;
+      row["relative_residual"] = relative_residual(predicted_s, sample.time_s);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+nlohmann::json memory_samples_json(const std::vector<MemorySample1D>& samples, const RateFit& fit) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const MemorySample1D& sample : samples) {
+    nlohmann::json row = {{"name", sample.name}, {"bytes", sample.bytes}, {"time_s", sample.time_s}};
+    if (sample.bytes > 0 && sample.time_s > 0 && fit.samples > 0) {
+      const double predicted_s = predicted_time_s(fit, sample.bytes);
+      row["bytes_per_s"] = sample.bytes / sample.time_s;
+      row["predicted_s"] = predicted_s;
+      row["relative_residual"] = relative_residual(predicted_s, sample.time_s);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Calibration& calibration, const MachineInfo& machine, const std::string& date) {
   nlohmann::json document = to_json(calibration.profile);
-  const auto link = [](const LinkFit& fit) {
-    return nlohmann::json{{"latency_s", fit.latency_s}, {"bus_bytes_per_s", fit.bus_bytes_per_s},
-                          {"rms_relative_residual", fit.rms_relative_residual}, {"samples", fit.samples}};
-  };
-  const auto rate = [](const RateFit& fit) {
-    return nlohmann::json{{"per_s", fit.per_s}, {"rms_relative_residual", fit.rms_relative_residual},
-                          {"samples", fit.samples}};
-  };
-  document["fits"] = {{"intra_node", link(calibration.intra_node)},
-                      {"inter_node", link(calibration.inter_node)},
-                      {"compute", rate(calibration.compute)},
-                      {"memory", rate(calibration.memory)}};
-  document["machine"] = machine;
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const CollectiveFit& cell : calibration.collectives) {
+    nlohmann::json row = {{"collective", to_string(cell.kind)}, {"ranks", cell.ranks},
+                          {"spans_nodes", cell.spans_nodes}};
+    row.update(link_json(cell.fit));
+    collectives.push_back(std::move(row));
+  }
+  document["fits"] = {{"intra_node", link_json(calibration.intra_node)},
+                      {"inter_node", link_json(calibration.inter_node)},
+                      {"collectives", std::move(collectives)},
+                      {"compute", rate_json(calibration.compute, true)},
+                      {"gemm", rate_json(calibration.gemm, true)},
+                      {"memory", rate_json(calibration.memory, false)}};
+  document["samples"] = {{"collectives", collective_samples_json(calibration)},
+                         {"compute", compute_samples_json(calibration.samples.compute, calibration.compute)},
+                         {"gemm", compute_samples_json(calibration.samples.gemm, calibration.gemm)},
+                         {"memory", memory_samples_json(calibration.samples.memory, calibration.memory)}};
+  document["machine"] = {{"host", machine.host}, {"cpu", machine.cpu}, {"nodes", machine.nodes},
+                         {"ranks", machine.ranks}};
   document["date"] = date;
   return document;
 }

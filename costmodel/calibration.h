@@ -1,4 +1,5 @@
-// Calibration: fitting the cost model's parameters (α, β per link tier; compute and memory rates) to measured samples.
+// Calibration: fitting the cost model's parameters (α, β per link tier and per collective × group size; compute and
+// memory rates with efficiency by op size) to measured samples, and the calibrated profile's JSON.
 #pragma once
 
 #include <cstdint>
@@ -23,38 +24,65 @@ struct CollectiveSample {
 struct ComputeSample {
   double flops = 0;
   double time_s = 0;
+  std::string name = {};  // what ran ("decoder_block backward, 512 tokens"); empty for trace ops
 };
 
 struct MemorySample1D {  // memory-bound work (the optimizer step)
   double bytes = 0;
   double time_s = 0;
+  std::string name = {};
 };
 
 // t = α · steps(n) + bus_factor(n) · S / B, fitted by weighted least squares (weights 1/t: relative errors count
-// equally; Eigen's column-pivoting QR). α and B come back with the relative RMS residual.
+// equally; Eigen's column-pivoting QR). α and B come back with the relative RMS and largest residual.
 struct LinkFit {
   double latency_s = 0;
   double bus_bytes_per_s = 0;
   double rms_relative_residual = 0;
+  double max_relative_residual = 0;  // the worst |predicted − measured| / measured over the samples
   std::size_t samples = 0;
 };
 LinkFit fit_link(const std::vector<CollectiveSample>& samples);
+// The fitted model's time for `sample` (its kind, ranks and S).
+double predicted_time_s(const LinkFit& fit, const CollectiveSample& sample);
+
+// One (collective, group size, tier) cell of the measurements and its own α-β fit: a ring of 2 ranks and one of 8, or
+// an all-gather and an all-reduce, need not reach the same α and busbw (MPI picks different algorithms by size and
+// rank count), so each cell is fitted on its own and reported beside the pooled per-tier fit the profile carries.
+struct CollectiveFit {
+  CollectiveKind kind = CollectiveKind::all_gather;
+  int ranks = 2;
+  bool spans_nodes = false;
+  LinkFit fit;
+};
+// One fit per distinct (kind, ranks, spans_nodes) among the usable samples (ranks > 1, time > 0), ordered by kind,
+// then tier, then ranks.
+std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& samples);
+// The cell of `sample`, or nullptr when `fits` has none.
+const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits, const CollectiveSample& sample);
 
 // Memory-bound work: t = bytes / R (through the origin, weights 1/t). Compute: t = (flops + f½) / R, which is the cost
 // model's efficiency curve flops / (R · flops / (flops + f½)) with full efficiency at large sizes — linear in flops,
-// so R and the half-efficiency size f½ come out of one least-squares fit.
+// so R and the half-efficiency size f½ come out of one least-squares fit (compute_cost.h, HardwareProfile).
 struct RateFit {
   double per_s = 0;                  // FLOP/s, or bytes/s for memory-bound work
   double half_efficiency_flops = 0;  // compute only: f½
   double rms_relative_residual = 0;
+  double max_relative_residual = 0;
   std::size_t samples = 0;
 };
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples);
 RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples);
+// (work + f½) / R: the fitted time of `work` FLOPs (or bytes, with f½ = 0).
+double predicted_time_s(const RateFit& fit, double work);
+// The fraction of the fitted rate that work of this size reaches: f / (f + f½) (HardwareProfile's efficiency curve
+// with the maximum folded into the rate).
+double fitted_efficiency(const RateFit& fit, double work);
 
 struct CalibrationSamples {
   std::vector<CollectiveSample> intra_node, inter_node;
-  std::vector<ComputeSample> compute;
+  std::vector<ComputeSample> compute;  // whole layer passes: what the simulator times (the profile's compute rate)
+  std::vector<ComputeSample> gemm;     // single GEMMs (microbenchmarks): fitted and reported, not applied
   std::vector<MemorySample1D> memory;
   std::int64_t measured_peak_bytes = 0;    // the tracked peak of the runs
   std::int64_t predicted_peak_bytes = 0;   // the schedule's peak without the overhead term
@@ -62,16 +90,29 @@ struct CalibrationSamples {
 
 struct Calibration {
   HardwareProfile profile;
-  LinkFit intra_node, inter_node;
-  RateFit compute, memory;
+  LinkFit intra_node, inter_node;          // pooled over collectives and group sizes: what the profile takes
+  std::vector<CollectiveFit> collectives;  // per collective × group size × tier
+  RateFit compute, gemm, memory;
+  CalibrationSamples samples;              // the raw samples, written out with the fit
 };
 
 // Replaces the fitted parameters of `base` (those with enough samples; others keep their values). Fitted rates are
-// effective rates, so efficiencies become 1 and the small-size curves flat; the overhead becomes the measured peak
-// minus the schedule's peak without it (never negative).
+// effective rates, so efficiencies become 1 and the small-size communication curve flat; the compute curve keeps the
+// fitted half-efficiency size. The overhead becomes the measured peak minus the schedule's peak without it (never
+// negative).
 Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& samples, const std::string& source);
 
-// `shardplan.profile/v1` with the fits' residuals and sample counts (the keys apply_profile_json reserves).
-nlohmann::json to_json(const Calibration& calibration, const std::string& machine, const std::string& date);
+// Where the samples were measured.
+struct MachineInfo {
+  std::string host;     // host name of rank 0
+  std::string cpu;      // processor model, when known
+  int nodes = 1;
+  int ranks = 1;
+};
+
+// `shardplan.profile/v1` plus the keys apply_profile_json reserves: "fits" (pooled tiers, per collective × group size,
+// compute, gemm, memory, each with residuals and sample counts), "samples" (every raw sample with its fitted time and
+// relative residual), "machine" and "date".
+nlohmann::json to_json(const Calibration& calibration, const MachineInfo& machine, const std::string& date);
 
 }  // namespace shardplan

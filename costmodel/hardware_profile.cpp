@@ -13,8 +13,8 @@ namespace {
 
 constexpr std::string_view kProfileSchema = "shardplan.profile/v1";
 
-// Keys the calibration issue reserves inside a profile's objects (fit inputs and diagnostics); accepted and ignored
-// here so a calibrated file can be applied by a build that does not read them yet.
+// Keys calibration writes beside the parameters (fits per collective × group size with residuals, the raw samples,
+// the machine and the date: calibration.h's to_json); diagnostics for people, accepted and ignored when applying.
 const std::vector<std::string>& reserved_keys() {
   static const std::vector<std::string> keys = {"samples", "residuals", "machine", "date", "fits"};
   return keys;

@@ -54,7 +54,8 @@ struct HardwareProfile {
 // The catalog's defaults for a cluster.
 HardwareProfile profile_from_cluster(const Cluster& cluster);
 
-// `shardplan.profile/v1` (the calibration issue extends it with samples and residuals).
+// `shardplan.profile/v1`. A calibrated file adds "fits", "samples", "machine" and "date" (calibration.h writes
+// them); the reader accepts and skips them, so old and new files apply the same way.
 nlohmann::json to_json(const HardwareProfile& profile);
 // Overrides the fields present in `document` (schema checked); InputError names the file and field.
 HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& document, const std::string& origin);

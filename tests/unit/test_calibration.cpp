@@ -1,10 +1,13 @@
-// Tests of calibration: least-squares fits recover known α, β and rates from noisy synthetic samples.
+// Tests of calibration: least-squares fits recover known α, β (pooled and per collective × group size × tier),
+// compute rates with efficiency by op size and memory rates from noisy synthetic samples; the profile JSON round-trips.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <random>
 
 #include "calibration.h"
 #include "cluster.h"
+#include "compute_cost.h"
 
 using namespace shardplan;
 
@@ -18,6 +21,22 @@ struct Noise {
   }
 };
 
+// The α-β ring model the fits assume (collective_cost.h): steps(n)·α + bus_factor(n)·S / B.
+double ring_time_s(CollectiveKind kind, int ranks, std::int64_t bytes, double alpha_s, double bus_bytes_per_s) {
+  const CollectiveAlgorithm& algorithm = collective_algorithm(kind);
+  return algorithm.latency_steps(ranks) * alpha_s +
+         algorithm.bus_factor(ranks) * static_cast<double>(bytes) / bus_bytes_per_s;
+}
+
+// The known parameters of one (collective, group size, tier) cell.
+struct Cell {
+  CollectiveKind kind;
+  int ranks;
+  bool spans_nodes;
+  double alpha_s;
+  double bus_bytes_per_s;
+};
+
 }  // namespace
 
 TEST_CASE("calibration: α and β recovered from noisy ring-collective samples") {
@@ -27,9 +46,7 @@ TEST_CASE("calibration: α and β recovered from noisy ring-collective samples")
   for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter, CollectiveKind::all_reduce}) {
     for (int ranks : {2, 4, 8}) {
       for (std::int64_t bytes = 1024; bytes <= (std::int64_t{64} << 20); bytes *= 4) {
-        const CollectiveAlgorithm& algorithm = collective_algorithm(kind);
-        const double time = algorithm.latency_steps(ranks) * alpha_s +
-                            algorithm.bus_factor(ranks) * static_cast<double>(bytes) / bus_bytes_per_s;
+        const double time = ring_time_s(kind, ranks, bytes, alpha_s, bus_bytes_per_s);
         samples.push_back({kind, ranks, false, bytes, time * noise(0.01)});
       }
     }
@@ -39,6 +56,100 @@ TEST_CASE("calibration: α and β recovered from noisy ring-collective samples")
   CHECK(fit.latency_s == doctest::Approx(alpha_s).epsilon(0.05));
   CHECK(fit.bus_bytes_per_s == doctest::Approx(bus_bytes_per_s).epsilon(0.02));
   CHECK(fit.rms_relative_residual < 0.01);
+  CHECK(fit.max_relative_residual < 0.025);
+  CHECK(fit.max_relative_residual >= fit.rms_relative_residual);
+}
+
+TEST_CASE("calibration: each collective × group size × tier gets its own α and β back, with residuals") {
+  // Different known values in every cell, as MPI's algorithm choice by size and rank count makes them; the
+  // node-spanning cells are slower (a NIC instead of shared memory).
+  const std::vector<Cell> cells = {
+      {CollectiveKind::all_gather, 2, false, 3e-6, 8e9},     {CollectiveKind::all_gather, 4, false, 6e-6, 5e9},
+      {CollectiveKind::reduce_scatter, 2, false, 4e-6, 6e9}, {CollectiveKind::reduce_scatter, 4, false, 2e-6, 4e9},
+      {CollectiveKind::all_reduce, 2, false, 8e-6, 3e9},     {CollectiveKind::all_reduce, 4, false, 1e-5, 2.5e9},
+      {CollectiveKind::all_gather, 4, true, 2e-5, 1.2e9},    {CollectiveKind::all_reduce, 4, true, 3e-5, 1e9},
+  };
+  Noise noise;
+  std::vector<CollectiveSample> samples;
+  for (const Cell& cell : cells) {
+    for (std::int64_t bytes = 1024; bytes <= (std::int64_t{16} << 20); bytes *= 2) {
+      const double time = ring_time_s(cell.kind, cell.ranks, bytes, cell.alpha_s, cell.bus_bytes_per_s);
+      samples.push_back({cell.kind, cell.ranks, cell.spans_nodes, bytes, time * noise(0.02)});
+    }
+  }
+  // A one-rank sample (no collective happens) is not a cell.
+  samples.push_back({CollectiveKind::all_reduce, 1, false, 4096, 1e-7});
+  const std::vector<CollectiveFit> fits = fit_collectives(samples);
+  REQUIRE(fits.size() == cells.size());
+  for (const Cell& cell : cells) {
+    const CollectiveFit* fit = find_collective_fit(fits, {cell.kind, cell.ranks, cell.spans_nodes, 0, 0});
+    REQUIRE(fit != nullptr);
+    INFO(to_string(cell.kind) << " ranks " << cell.ranks << (cell.spans_nodes ? " inter" : " intra"));
+    CHECK(fit->fit.samples == 15);
+    CHECK(fit->fit.latency_s == doctest::Approx(cell.alpha_s).epsilon(0.06));
+    CHECK(fit->fit.bus_bytes_per_s == doctest::Approx(cell.bus_bytes_per_s).epsilon(0.03));
+    // ±2% noise: residuals of the right fit stay within it.
+    CHECK(fit->fit.rms_relative_residual < 0.02);
+    CHECK(fit->fit.max_relative_residual < 0.04);
+  }
+  // Ordered by kind, then tier, then ranks.
+  CHECK(fits.front().kind == CollectiveKind::all_gather);
+  CHECK(fits.front().ranks == 2);
+  CHECK(fits[2].spans_nodes);
+  CHECK(fits.back().kind == CollectiveKind::all_reduce);
+  // The fitted model reproduces a noiseless sample.
+  const CollectiveFit* ag2 = find_collective_fit(fits, {CollectiveKind::all_gather, 2, false, 0, 0});
+  const CollectiveSample exact{CollectiveKind::all_gather, 2, false, 1 << 20,
+                               ring_time_s(CollectiveKind::all_gather, 2, 1 << 20, 3e-6, 8e9)};
+  CHECK(predicted_time_s(ag2->fit, exact) == doctest::Approx(exact.time_s).epsilon(0.03));
+}
+
+TEST_CASE("calibration: a pure-bandwidth cell fits through the origin, and a bad fit shows in its residuals") {
+  std::vector<CollectiveSample> samples;
+  for (std::int64_t bytes = 4096; bytes <= (std::int64_t{1} << 24); bytes *= 4) {
+    samples.push_back({CollectiveKind::reduce_scatter, 2, false, bytes, 0.5 * static_cast<double>(bytes) / 5e9});
+  }
+  const LinkFit clean = fit_link(samples);
+  CHECK(clean.latency_s == doctest::Approx(0).epsilon(1e-9));
+  CHECK(clean.bus_bytes_per_s == doctest::Approx(5e9).epsilon(1e-6));
+  CHECK(clean.max_relative_residual < 1e-9);
+  samples[3].time_s *= 1.5;  // one sample 50% slow (a noisy neighbour)
+  const LinkFit disturbed = fit_link(samples);
+  CHECK(disturbed.max_relative_residual > 0.15);
+  CHECK(disturbed.max_relative_residual > disturbed.rms_relative_residual);
+}
+
+TEST_CASE("calibration: efficiency by op size — peak and half-efficiency size recovered from the compute model") {
+  // Samples generated by the cost model's own compute_time_s (roofline × efficiency curve) for a known profile,
+  // plus noise: the fit must give back R = peak × max_efficiency and f½.
+  const Cluster cluster = parse_cluster("1xcpu", HardwareCatalog::builtin());
+  HardwareProfile truth = profile_from_cluster(cluster);
+  truth.peak_fp32_flops = 2e11;
+  truth.max_compute_efficiency = 0.6;
+  truth.half_efficiency_flops = 5e7;
+  Noise noise;
+  std::vector<ComputeSample> samples;
+  for (double flops = 1e6; flops <= 1e11; flops *= 2.5) {
+    const double time_s = compute_time_s(LayerWork{flops, 0}, 4, truth);
+    samples.push_back({flops, time_s * noise(0.03), "synthetic"});
+  }
+  const RateFit fit = fit_compute_rate(samples);
+  CHECK(fit.samples == samples.size());
+  CHECK(fit.per_s == doctest::Approx(truth.peak_fp32_flops * truth.max_compute_efficiency).epsilon(0.03));
+  CHECK(fit.half_efficiency_flops == doctest::Approx(truth.half_efficiency_flops).epsilon(0.08));
+  CHECK(fit.rms_relative_residual < 0.03);
+  // The fitted curve is the model's curve without its maximum: eff(f½) = 1/2, and it saturates.
+  CHECK(fitted_efficiency(fit, fit.half_efficiency_flops) == doctest::Approx(0.5));
+  CHECK(fitted_efficiency(fit, 1e12) > 0.99);
+  CHECK(predicted_time_s(fit, 1e9) == doctest::Approx(compute_time_s(LayerWork{1e9, 0}, 4, truth)).epsilon(0.03));
+  // A calibrated profile predicts the same times through compute_time_s.
+  CalibrationSamples calibration_samples;
+  calibration_samples.compute = samples;
+  const Calibration calibration = calibrate(profile_from_cluster(cluster), calibration_samples, "test");
+  for (double flops : {3e6, 4e8, 5e10}) {
+    CHECK(compute_time_s(LayerWork{flops, 0}, 4, calibration.profile) ==
+          doctest::Approx(compute_time_s(LayerWork{flops, 0}, 4, truth)).epsilon(0.04));
+  }
 }
 
 TEST_CASE("calibration: compute and memory rates recovered; the profile takes the fitted values") {
@@ -48,6 +159,8 @@ TEST_CASE("calibration: compute and memory rates recovered; the profile takes th
   for (double flops = 1e9; flops <= 1e12; flops *= 3) {
     samples.compute.push_back({flops, (flops + 2e9) / 3e12 * noise(0.02)});
   }
+  // GEMMs: fitted and reported, not applied.
+  for (double flops = 1e6; flops <= 1e10; flops *= 4) samples.gemm.push_back({flops, (flops + 1e6) / 9e12});
   for (double bytes = 1e6; bytes <= 1e9; bytes *= 5) samples.memory.push_back({bytes, bytes / 1.5e12 * noise(0.02)});
   for (std::int64_t bytes = 4096; bytes <= (std::int64_t{16} << 20); bytes *= 8) {
     samples.intra_node.push_back({CollectiveKind::all_gather, 2, false, bytes, 1e-5 + 0.5 * bytes / 4e9});
@@ -59,14 +172,67 @@ TEST_CASE("calibration: compute and memory rates recovered; the profile takes th
   CHECK(calibration.compute.per_s == doctest::Approx(3e12).epsilon(0.03));
   CHECK(calibration.compute.half_efficiency_flops == doctest::Approx(2e9).epsilon(0.1));
   CHECK(calibration.profile.half_efficiency_flops == doctest::Approx(calibration.compute.half_efficiency_flops));
+  CHECK(calibration.gemm.per_s == doctest::Approx(9e12).epsilon(1e-6));
+  CHECK(calibration.gemm.half_efficiency_flops == doctest::Approx(1e6).epsilon(1e-6));
   CHECK(calibration.memory.per_s == doctest::Approx(1.5e12).epsilon(0.02));
   CHECK(calibration.profile.peak_fp32_flops == doctest::Approx(calibration.compute.per_s));
   CHECK(calibration.profile.intra_node.bus_bytes_per_s == doctest::Approx(4e9).epsilon(1e-6));
   CHECK(calibration.profile.intra_node.latency_s == doctest::Approx(1e-5).epsilon(1e-6));
   CHECK(calibration.profile.context_overhead_bytes == 100'000);
+  REQUIRE(calibration.collectives.size() == 1);
+  CHECK(calibration.collectives.front().fit.bus_bytes_per_s == doctest::Approx(4e9).epsilon(1e-6));
   // The profile file round-trips through the reader that --profile uses.
-  const HardwareProfile back =
-      apply_profile_json(profile_from_cluster(cluster), to_json(calibration, "host", "2026-11-29"), "p.json");
+  const HardwareProfile back = apply_profile_json(
+      profile_from_cluster(cluster), to_json(calibration, MachineInfo{"host", "cpu", 1, 2}, "2026-11-29"), "p.json");
   CHECK(back.peak_fp32_flops == doctest::Approx(calibration.profile.peak_fp32_flops));
   CHECK(back.intra_node.bus_bytes_per_s == doctest::Approx(4e9).epsilon(1e-6));
+}
+
+TEST_CASE("calibration: the profile JSON carries fits per collective × group size, raw samples, machine and date") {
+  CalibrationSamples samples;
+  for (int ranks : {2, 4}) {
+    for (std::int64_t bytes = 1024; bytes <= (std::int64_t{1} << 20); bytes *= 4) {
+      const double time_s = ring_time_s(CollectiveKind::all_reduce, ranks, bytes, 1e-5, 2e9);
+      samples.intra_node.push_back({CollectiveKind::all_reduce, ranks, false, bytes, time_s});
+    }
+  }
+  samples.compute.push_back({1e8, 1e-2, "transformer_block fwd, 128 tokens"});
+  samples.compute.push_back({4e8, 3.5e-2, "transformer_block fwd, 512 tokens"});
+  samples.compute.push_back({0, 1e-4, "embedding fwd, 128 tokens"});  // no FLOPs: listed, not fitted
+  const Cluster cluster = parse_cluster("4xcpu", HardwareCatalog::builtin());
+  const Calibration calibration = calibrate(profile_from_cluster(cluster), samples, "p.json");
+  const nlohmann::json document = to_json(calibration, MachineInfo{"node-a", "Some CPU", 1, 4}, "2026-11-29T10:00:00Z");
+  CHECK(document.at("schema") == "shardplan.profile/v1");
+  CHECK(document.at("machine").at("host") == "node-a");
+  CHECK(document.at("machine").at("ranks") == 4);
+  CHECK(document.at("date") == "2026-11-29T10:00:00Z");
+  const auto& cells = document.at("fits").at("collectives");
+  REQUIRE(cells.size() == 2);
+  CHECK(cells[0].at("collective") == "all_reduce");
+  CHECK(cells[0].at("ranks") == 2);
+  CHECK(cells[1].at("ranks") == 4);
+  CHECK(cells[1].at("latency_s").get<double>() == doctest::Approx(1e-5).epsilon(1e-6));
+  CHECK(cells[1].at("bus_bytes_per_s").get<double>() == doctest::Approx(2e9).epsilon(1e-6));
+  CHECK(cells[1].contains("rms_relative_residual"));
+  CHECK(cells[1].contains("max_relative_residual"));
+  CHECK(document.at("fits").at("compute").at("samples") == 2);
+  const auto& collective_rows = document.at("samples").at("collectives");
+  CHECK(collective_rows.size() == samples.intra_node.size());
+  CHECK(collective_rows[0].at("relative_residual").get<double>() == doctest::Approx(0).epsilon(1e-6));
+  CHECK(collective_rows[0].at("busbw_bytes_per_s").get<double>() > 0);
+  const auto& compute_rows = document.at("samples").at("compute");
+  REQUIRE(compute_rows.size() == 3);
+  CHECK(compute_rows[0].at("name") == "transformer_block fwd, 128 tokens");
+  CHECK(compute_rows[0].contains("relative_residual"));
+  CHECK_FALSE(compute_rows[2].contains("relative_residual"));
+  // Applied by --profile: the new keys are accepted and the fitted values taken.
+  const HardwareProfile back = apply_profile_json(profile_from_cluster(cluster), document, "p.json");
+  CHECK(back.intra_node.latency_s == doctest::Approx(calibration.profile.intra_node.latency_s));
+  // Files written before the per-collective fits (machine as a plain string, fits per tier only) still apply.
+  nlohmann::json old = to_json(calibration.profile);
+  old["fits"] = {{"intra_node", {{"latency_s", 1e-5}, {"bus_bytes_per_s", 2e9}}}};
+  old["machine"] = "node-a";
+  old["date"] = "2026-01-01";
+  CHECK(apply_profile_json(profile_from_cluster(cluster), old, "old.json").intra_node.bus_bytes_per_s ==
+        doctest::Approx(calibration.profile.intra_node.bus_bytes_per_s));
 }
