@@ -1,4 +1,5 @@
 // `shardplan capacity`: sweep GPU types and counts; print the best plan's speed, days and cost, and the Pareto front.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -7,6 +8,7 @@
 #include "commands.h"
 #include "errors.h"
 #include "inputs.h"
+#include "json_input.h"
 #include "model_source.h"
 
 namespace shardplan::cli {
@@ -16,6 +18,7 @@ struct CapacityFlags {
   std::string model;
   std::string gpus = "A100-80GB,H100-80GB,H200-141GB";
   std::string catalog_file;
+  std::vector<std::string> profile_files;
   TrainingFlags training;
   int gpus_per_node = 0;
   int min_gpus = 1;
@@ -45,6 +48,8 @@ Action add_capacity_command(CLI::App& app) {
   command->add_option("--model,-m", flags->model, "preset name, model JSON, or Hugging Face config.json")->required();
   command->add_option("--gpus", flags->gpus, "comma-separated GPU types")->capture_default_str();
   add_catalog_flag(*command, flags->catalog_file);
+  command->add_option("--profile", flags->profile_files,
+                      "calibrated profile (shardplan.profile/v1), applied to the GPU type it was measured on; repeatable");
   add_training_flags(*command, flags->training);
   command->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node (default: each GPU's usual)");
   command->add_option("--min-gpus", flags->min_gpus, "smallest count swept")->capture_default_str();
@@ -64,6 +69,14 @@ Action add_capacity_command(CLI::App& app) {
     options.max_gpus = flags->max_gpus;
     options.tokens = flags->tokens;
     options.global_batch_tokens = flags->global_batch_tokens;
+    for (const std::string& path : flags->profile_files) {
+      nlohmann::json document = read_json_file(path);
+      const std::string device = document.is_object() ? document.value("device", std::string()) : std::string();
+      if (std::find(options.gpus.begin(), options.gpus.end(), device) == options.gpus.end()) {
+        throw InputError(path + ": device: expected one of the swept GPU types (--gpus), got '" + device + "'");
+      }
+      options.profiles.emplace_back(std::move(document), path);
+    }
     if (flags->gpus_per_node < 0) throw InputError("--gpus-per-node: expected a positive integer");
     if (flags->global_batch_tokens < 0) throw InputError("--global-batch-tokens: expected a positive integer");
     const auto started = std::chrono::steady_clock::now();

@@ -61,7 +61,11 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
     if (point.why_not.empty()) {
       SearchOptions search_options;
       search_options.with_baselines = false;
-      const SearchResult search = search_plans(model, cluster, profile_from_cluster(cluster), sized, search_options);
+      HardwareProfile profile = profile_from_cluster(cluster);
+      for (const auto& [document, origin] : options.profiles) {
+        if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);
+      }
+      const SearchResult search = search_plans(model, cluster, profile, sized, search_options);
       point.fits = search.feasible;
       if (search.feasible) {
         const auto& summary = search.best.summary;

@@ -3,7 +3,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -107,4 +109,38 @@ TEST_CASE("`capacity --json`: a point per GPU type and count, smallest fitting c
   }
   CHECK(pareto >= 1);
   CHECK(document.at("smallest_fitting_gpus").at("H100-80GB").get<int>() == 8);
+}
+
+TEST_CASE("`capacity --profile`: a calibrated profile changes the points of its own GPU type only") {
+  const auto dir = scratch("capacity-profile");
+  const std::string profile = (dir / "h100.json").string();
+  {
+    // A profile measured on H100-80GB at a quarter of the catalog's bf16 peak.
+    std::ofstream out(profile);
+    out << R"({"schema": "shardplan.profile/v1", "device": "H100-80GB", "compute": {"peak_bf16_flops": 2.5e14}})";
+  }
+  const std::vector<std::string> sweep = {"capacity", "-m", "llama2-7b", "--gpus", "A100-80GB,H100-80GB",
+                                          "--min-gpus", "8", "--max-gpus", "8", "--json"};
+  const RunResult plain = run_shardplan(sweep);
+  std::vector<std::string> calibrated_args = sweep;
+  calibrated_args.insert(calibrated_args.end(), {"--profile", profile});
+  const RunResult calibrated = run_shardplan(calibrated_args);
+  INFO(plain.err, calibrated.err);
+  REQUIRE(plain.exit_status == 0);
+  REQUIRE(calibrated.exit_status == 0);
+  const auto step_time = [](const RunResult& result, const std::string& gpu) {
+    const json document = json::parse(result.out);  // kept alive: the loop iterates over a reference into it
+    for (const auto& point : document.at("points")) {
+      if (point.at("gpu") == gpu) return point.at("step_time_s").get<double>();
+    }
+    return -1.0;
+  };
+  CHECK(step_time(calibrated, "A100-80GB") == doctest::Approx(step_time(plain, "A100-80GB")));
+  CHECK(step_time(calibrated, "H100-80GB") > 1.5 * step_time(plain, "H100-80GB"));
+
+  const RunResult wrong_gpu = run_shardplan({"capacity", "-m", "llama2-7b", "--gpus", "A100-80GB", "--max-gpus", "8",
+                                             "--profile", profile});
+  CHECK(wrong_gpu.exit_status == 2);
+  CHECK(contains(wrong_gpu.err, "device"));
+  std::filesystem::remove_all(dir);
 }
