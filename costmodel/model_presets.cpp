@@ -31,6 +31,11 @@ DecoderArchitecture gpt(std::int64_t vocab, std::int64_t hidden, std::int64_t la
   return arch;
 }
 
+DecoderArchitecture tied(DecoderArchitecture arch) {
+  arch.tie_word_embeddings = true;
+  return arch;
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -48,6 +53,9 @@ const std::vector<ModelPreset>& model_presets() {
        llama(128256, 8192, 28672, 80, 64, 8, 8192), 8192},
       {"llama3.1-405b", "Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json)",
        llama(128256, 16384, 53248, 126, 128, 8, 131072), 8192},
+      // Tied input and output embeddings (config.json: tie_word_embeddings = true); 1,235,814,400 parameters. The
+      // ~1B model the GPU check trains at world size 1.
+      {"llama3.2-1b", "Llama 3.2 1B, tied embeddings (meta-llama/Llama-3.2-1B config.json)", tied(llama(128256, 2048, 8192, 16, 32, 8, 131072)), 8192},
       {"gpt3-175b", "GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, context 2048)",
        gpt(50257, 12288, 96, 96, 2048), 2048},
       {"gpt2", "GPT-2 124M (openai-community/gpt2 config.json)", gpt(50257, 768, 12, 12, 1024), 1024},

@@ -14,6 +14,10 @@ std::vector<PrecisionRecipe> recipes() {
       // FSDP1 MixedPrecision keeps the sharded flat parameter in fp32, casts it to bf16 before the all-gather and
       // casts the reduced bf16 gradient shard back to fp32 (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py).
       {"bf16-mixed", 4, 2, 2, 2, 4, 0, 4},
+      // FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan's default
+      // (torchtitan/config/job_config.py, mixed_precision_reduce = "float32"): bf16 all-gathers and layers, gradients
+      // produced and reduced in fp32. What the GPU executor runs (executor/gpu/runner).
+      {"bf16-mixed-fp32-reduce", 4, 2, 4, 4, 4, 0, 4},
       {"pure-bf16", 2, 2, 2, 2, 2, 0, 2},
       // ZeRO §3.1 mixed-precision Adam: fp16 params and grads; fp32 master copy + momentum + variance: K = 4+4+4 = 12.
       {"zero-fp16", 2, 2, 2, 2, 2, 4, 4},
@@ -33,7 +37,7 @@ PrecisionRecipe precision_recipe(const std::string& name) {
     if (recipe.name == name) return recipe;
   }
   throw InputError("unknown precision '" + name + "'" + did_you_mean(name, precision_recipe_names()) +
-                   " (known: fp32, bf16-mixed, pure-bf16, zero-fp16)");
+                   " (known: fp32, bf16-mixed, bf16-mixed-fp32-reduce, pure-bf16, zero-fp16)");
 }
 
 OptimizerKind optimizer_from_string(const std::string& name) {

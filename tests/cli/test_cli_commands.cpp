@@ -16,8 +16,9 @@ using nlohmann::json;
 using shardplan_test::RunResult;
 using shardplan_test::run_shardplan;
 
-const std::vector<std::string> kPresets = {"llama2-7b",  "llama2-13b",    "llama2-70b", "llama3-8b", "llama3-70b",
-                                           "llama3.1-405b", "gpt3-175b", "gpt2",       "tiny-llama"};
+const std::vector<std::string> kPresets = {"llama2-7b",     "llama2-13b",  "llama2-70b", "llama3-8b",
+                                           "llama3-70b",    "llama3.1-405b", "llama3.2-1b", "gpt3-175b",
+                                           "gpt2",          "tiny-llama"};
 const std::vector<std::string> kGpus = {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB",
                                         "B200",      "L40S",      "RTX4090",   "MI300X"};
 

@@ -13,6 +13,7 @@ TEST_CASE("presets: parameter counts are exact") {
   const std::pair<const char*, std::int64_t> expected[] = {
       {"llama2-7b", 6'738'415'616},      {"llama2-13b", 13'015'864'320}, {"llama2-70b", 68'976'648'192},
       {"llama3-8b", 8'030'261'248},      {"llama3-70b", 70'553'706'496}, {"llama3.1-405b", 405'853'388'800},
+      {"llama3.2-1b", 1'235'814'400},
       {"gpt2", 124'439'808},
   };
   for (const auto& [name, params] : expected) {

@@ -1,0 +1,137 @@
+// run_support: the flags, plan, trace merging and summary `shardplan run` shares between its CPU and GPU executors.
+#include "run_support.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "chrome_trace.h"
+#include "errors.h"
+#include "inputs.h"
+#include "plan_json.h"
+
+namespace shardplan::cli {
+
+Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
+  if (!flags.plan_file.empty()) return read_plan_file(flags.plan_file, model);
+  TrainingConfig training;
+  training.seq_len = flags.seq_len;
+  training.micro_batch = flags.micro_batch;
+  training.global_batch = flags.global_batch;
+  training.precision = precision_recipe(flags.precision);
+  training.checkpointing = checkpointing_from_string(flags.ac);
+  // Both executors materialise attention probabilities; the plan says so, so predicted memory matches tracked.
+  training.flash_attention = false;
+  validate_training(training, model);
+  return default_plan(model, training, parse_strategy(flags.strategy), parse_units_policy(flags.units, model),
+                      world_size);
+}
+
+Timeline merge_rank_timelines(const Timeline& mine, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const std::string text = to_chrome_trace(mine).dump();
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm);
+  std::string all;
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+    all.resize(static_cast<std::size_t>(offsets.back() + lengths.back()));
+  }
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, comm);
+  Timeline merged = mine;
+  if (rank != 0) return merged;
+  merged.events.clear();
+  merged.memory.clear();
+  for (int r = 0; r < size; ++r) {
+    const auto part = nlohmann::json::parse(all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r])));
+    Timeline timeline = from_chrome_trace(part, "rank " + std::to_string(r));
+    merged.events.insert(merged.events.end(), timeline.events.begin(), timeline.events.end());
+    merged.memory.insert(merged.memory.end(), timeline.memory.begin(), timeline.memory.end());
+  }
+  return merged;
+}
+
+nlohmann::json memory_json(const MemoryByCategory& bytes) {
+  nlohmann::json document = nlohmann::json::object();
+  // The same keys as `simulate`'s memory_at_peak, so predicted and measured read side by side.
+  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
+    document[std::string(kMemoryCategoryNames[i]) + "_bytes"] = bytes[i];
+  }
+  return document;
+}
+
+double median_s(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0.0 : values[values.size() / 2];
+}
+
+void RunOutcome::add_step(std::int64_t step, runner::StepReport report) {
+  step_times_s.push_back(report.step_time_s);
+  nlohmann::json line = {{"step", step}, {"loss", report.loss}, {"step_time_s", report.step_time_s},
+                         {"tokens_per_s", static_cast<double>(report.tokens) / report.step_time_s},
+                         {"peak_memory_bytes", report.peak_bytes}};
+  if (report.allocator_peak_bytes > 0) line["allocator_peak_bytes"] = report.allocator_peak_bytes;
+  steps.push_back(std::move(line));
+  if (report.peak_bytes > peak_bytes) {
+    peak_bytes = report.peak_bytes;
+    memory_at_peak = report.memory_at_peak;
+  }
+  last = std::move(report);
+}
+
+void print_step_line(std::int64_t step, const runner::StepReport& report) {
+  const double tokens_per_s = static_cast<double>(report.tokens) / report.step_time_s;
+  std::printf("step %lld: loss %.6f, %.4f s, %.0f tokens/s, tracked peak %.2f MiB (rank 0)\n",
+              static_cast<long long>(step), report.loss, report.step_time_s, tokens_per_s,
+              static_cast<double>(report.peak_bytes) / (1 << 20));
+}
+
+void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, runner::StepReport& last,
+                     MPI_Comm comm, int world_size) {
+  if (flags.trace_file.empty()) return;
+  last.timeline.metadata = {{"model", flags.model}, {"plan", plan.name}, {"plan_json", to_json(plan, model)},
+                            {"world_size", world_size}};
+  const Timeline trace = merge_rank_timelines(last.timeline, comm);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) write_chrome_trace(trace, flags.trace_file);
+}
+
+void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan& plan, const RunOutcome& outcome) {
+  const runner::StepReport& last = outcome.last;
+  if (flags.json) {
+    nlohmann::json document = {{"schema", "shardplan.run/v1"}, {"model", model.name},
+                               {"executor", outcome.executor}, {"world_size", outcome.world_size},
+                               {"plan", to_json(plan, model)}, {"steps", outcome.steps},
+                               // The median step (the first one warms caches and allocators up).
+                               {"step_time_s", median_s(outcome.step_times_s)},
+                               {"tokens_per_s", static_cast<double>(last.tokens) / median_s(outcome.step_times_s)},
+                               {"peak_memory_bytes", outcome.peak_bytes},
+                               {"memory_at_peak", memory_json(outcome.memory_at_peak)},
+                               {"last_step_peak_memory_bytes", last.peak_bytes},
+                               {"peak_by_category", memory_json(last.peak_by_category)}};
+    if (last.allocator_peak_bytes > 0) document["allocator_peak_bytes"] = last.allocator_peak_bytes;
+    if (!flags.trace_file.empty()) document["trace"] = flags.trace_file;
+    if (outcome.resumed_from_step >= 0) document["resumed_from_step"] = outcome.resumed_from_step;
+    if (!outcome.checkpoint.empty()) document["checkpoint"] = outcome.checkpoint;
+    print_json(document);
+    return;
+  }
+  std::printf("model %s, plan '%s' (%zu units), %d ranks on the %s executor; tracked peak on rank 0 (%lld B, the "
+              "largest step's) by category:\n",
+              model.name.c_str(), plan.name.c_str(), plan.units.size(), outcome.world_size, outcome.executor.c_str(),
+              outcome.peak_bytes);
+  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
+    if (outcome.memory_at_peak[i] == 0) continue;
+    std::printf("  %-18s %12lld B\n", std::string(kMemoryCategoryNames[i]).c_str(), outcome.memory_at_peak[i]);
+  }
+  if (last.allocator_peak_bytes > 0) {
+    std::printf("  device pool high-water mark %lld B\n", last.allocator_peak_bytes);
+  }
+  if (!flags.trace_file.empty()) std::cout << "trace written to " << flags.trace_file << "\n";
+}
+
+}  // namespace shardplan::cli

@@ -1,0 +1,80 @@
+// What `shardplan run` shares between its CPU (MPI + Eigen) and GPU (NCCL + CUDA) executors: the flags, the plan
+// a run trains, merging every rank's measured timeline, and the summary it prints.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model_spec.h"
+#include "plan.h"
+#include "runner.h"
+#include "timeline.h"
+
+namespace shardplan::cli {
+
+struct RunFlags {
+  std::string model = "tiny-llama";
+  std::string plan_file;
+  std::string strategy = "full_shard";
+  std::string units = "per-block";
+  std::string ac = "none";
+  std::string precision = "fp32";
+  std::string device = "auto";  // auto: the GPU executor when it is built and a CUDA device is usable, else the CPU
+  std::string data_file = "/usr/share/common-licenses/GPL-3";
+  std::string trace_file;
+  std::int64_t steps = 3;
+  std::int64_t seq_len = 64;
+  std::int64_t micro_batch = 1;
+  std::int64_t global_batch = 0;
+  std::uint64_t seed = 0;
+  bool json = false;
+  std::string checkpoint_dir;         // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;  // 0: one checkpoint after the last step
+  bool resume = false;
+};
+
+// The plan file, or FSDP's usual plan for the world from the flags (attention probabilities materialised, as both
+// executors' kernels do, so predicted memory matches tracked).
+Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size);
+
+// Every rank's timeline in one trace: each rank serialises its own, rank 0 gathers and merges them (MPI_Gatherv on
+// the JSON text keeps the Communicator interface float-only). Collective over `comm`.
+Timeline merge_rank_timelines(const Timeline& mine, MPI_Comm comm);
+
+nlohmann::json memory_json(const MemoryByCategory& bytes);
+double median_s(std::vector<double> values);
+
+// What a finished run reports (rank 0 prints it).
+struct RunOutcome {
+  std::string executor;  // "cpu" or "gpu"
+  int world_size = 1;
+  nlohmann::json steps = nlohmann::json::array();
+  std::vector<double> step_times_s;
+  runner::StepReport last;
+  // The run's tracked peak: the largest step's (the first step's warm-up included), which is what a run must
+  // provision — the order in which asynchronous collectives complete moves a step's peak by a buffer or two.
+  long long peak_bytes = 0;
+  MemoryByCategory memory_at_peak{};
+  std::int64_t resumed_from_step = -1;
+  std::string checkpoint;
+
+  // Records one finished step (its JSON line, time and peak) and keeps it as `last`.
+  void add_step(std::int64_t step, runner::StepReport report);
+};
+// The per-step line rank 0 prints unless --json.
+void print_step_line(std::int64_t step, const runner::StepReport& report);
+// The closing summary (text or, with --json, shardplan.run/v1).
+void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan& plan, const RunOutcome& outcome);
+// Writes the merged trace of the last step (rank 0) with the plan in its metadata, so `calibrate` can re-lower it.
+void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, runner::StepReport& last,
+                     MPI_Comm comm, int world_size);
+
+// The GPU executor's `run` (cmd_run_gpu.cpp), built when the GPU executor is (SHARDPLAN_HAVE_GPU_EXECUTOR).
+int run_on_gpu(const RunFlags& flags);
+
+}  // namespace shardplan::cli
