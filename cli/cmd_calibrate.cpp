@@ -13,7 +13,9 @@
 #include "inputs.h"
 #include "json_input.h"
 #include "model_source.h"
+#include "lowering.h"
 #include "plan_json.h"
+#include "simulator.h"
 
 #ifdef SHARDPLAN_HAVE_MPI
 #include "bench_report.h"
@@ -76,8 +78,32 @@ void print_link_summary(const char* name, const LinkFit& fit) {
               fit.bus_bytes_per_s, 100 * fit.rms_relative_residual, 100 * fit.max_relative_residual, fit.samples);
 }
 
+// One measured trace with what it ran, kept for fitting the overhead against the calibrated timeline.
+struct MeasuredRun {
+  ModelSpec model;
+  Plan plan;
+  Cluster cluster;
+  Timeline measured;
+};
+
+// The memory overhead that makes the calibrated simulation's peak reach every run's measured peak (never negative).
+std::int64_t fit_overhead_bytes(const std::vector<MeasuredRun>& runs, HardwareProfile profile) {
+  profile.context_overhead_bytes = 0;
+  std::int64_t overhead = 0;
+  for (const MeasuredRun& run : runs) {
+    const StepSchedule schedule =
+        lower_plan(run.plan, run.model, {run.cluster.world_size(), run.cluster.gpus_per_node, 0});
+    const long long predicted = simulate(schedule, profile, false).summary.peak_memory_bytes;
+    for (int rank : run.measured.ranks()) {
+      overhead = std::max<std::int64_t>(overhead, run.measured.peak_memory_bytes(rank) - predicted);
+    }
+  }
+  return overhead;
+}
+
 int calibrate_from_traces(const CalibrateFlags& flags) {
   const HardwareCatalog catalog = load_catalog(flags.catalog_file);
+  std::vector<MeasuredRun> runs;
   CalibrationSamples samples;
   HardwareProfile base;
   MachineInfo machine{host_name(), "", 1, 0};
@@ -98,8 +124,14 @@ int calibrate_from_traces(const CalibrateFlags& flags) {
       have_base = true;
     }
     add_calibration_samples(measured, model, plan, cluster, base, samples);
+    runs.push_back({model, plan, cluster, measured});
   }
-  const Calibration calibration = calibrate(base, samples, flags.out);
+  Calibration calibration = calibrate(base, samples, flags.out);
+  // The peak depends on the timeline (how long a gathered unit or a gradient waits for its collective), so the
+  // overhead is fitted again against the calibrated timeline rather than the catalog's.
+  if (samples.measured_peak_bytes > 0) {
+    calibration.profile.context_overhead_bytes = fit_overhead_bytes(runs, calibration.profile);
+  }
   const nlohmann::json document = to_json(calibration, machine, utc_date());
   write_file_atomically(flags.out, document.dump(2) + "\n");
   if (flags.json) {

@@ -226,6 +226,14 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
     profile.hbm_bytes_per_s = calibration.memory.per_s;
     profile.memory_efficiency = 1.0;
   }
+  // Each collective × group size × tier with enough samples is timed by its own fit (HardwareProfile::CollectiveFit):
+  // a reduce-scatter that also reduces, or an MPI stack that switches algorithms, is not the pooled tier.
+  profile.collective_fits.clear();
+  for (const CollectiveFit& cell : calibration.collectives) {
+    if (cell.fit.samples < 2 || !(cell.fit.bus_bytes_per_s > 0)) continue;
+    profile.collective_fits.push_back(
+        {to_string(cell.kind), cell.ranks, cell.spans_nodes, cell.fit.latency_s, cell.fit.bus_bytes_per_s});
+  }
   if (samples.measured_peak_bytes > 0) {
     profile.context_overhead_bytes = std::max<std::int64_t>(0, samples.measured_peak_bytes - samples.predicted_peak_bytes);
   }

@@ -28,6 +28,15 @@ CollectiveCost collective_cost(CollectiveKind kind, std::int64_t message_bytes, 
     return cost;
   }
   const CollectiveAlgorithm& algorithm = collective_algorithm(kind);
+  if (const auto* fit = profile.find_collective_fit(algorithm.name, group.ranks, group.spans_nodes)) {
+    // The calibrated cell: the same α-β form it was fitted with (calibration.h, LinkFit), no efficiency curve.
+    cost.tier = "calibrated";
+    cost.time_s = algorithm.latency_steps(group.ranks) * fit->latency_s +
+                  algorithm.bus_factor(group.ranks) * static_cast<double>(message_bytes) / fit->bus_bytes_per_s;
+    cost.algbw_bytes_per_s = algorithm_bandwidth(message_bytes, cost.time_s);
+    cost.busbw_bytes_per_s = cost.algbw_bytes_per_s * algorithm.bus_factor(group.ranks);
+    return cost;
+  }
 
   // Hierarchy (DESIGN, "Collectives"): a ring that crosses nodes is paced by its slowest link — normally the NIC per
   // GPU, but a fabric faster than the intra-node link (PCIe-only boxes) leaves the intra-node link the bottleneck.

@@ -26,6 +26,32 @@ void reject_unknown(const JsonObjectReader& reader, std::vector<std::string> kno
   reader.reject_unknown_keys(known);
 }
 
+// fits.collectives (calibration.cpp's to_json): each fit with a positive bandwidth from at least two samples becomes a
+// CollectiveFit; fewer samples cannot separate α from β. A later fit of the same cell replaces an earlier one.
+void read_collective_fits(const JsonObjectReader& fits, HardwareProfile& profile) {
+  if (!fits.has("collectives")) return;
+  const auto& entries = fits.raw().at("collectives");
+  if (!entries.is_array()) fits.fail("collectives", "an array of fits");
+  for (const auto& entry : entries) {
+    if (!entry.is_object()) fits.fail("collectives", "an array of objects");
+    const std::string collective = entry.value("collective", std::string());
+    if (collective != "all_gather" && collective != "reduce_scatter" && collective != "all_reduce") {
+      fits.fail("collectives", "entries whose collective is all_gather, reduce_scatter or all_reduce");
+    }
+    HardwareProfile::CollectiveFit fit{collective, entry.value("ranks", 0), entry.value("spans_nodes", false),
+                                       entry.value("latency_s", 0.0), entry.value("bus_bytes_per_s", 0.0)};
+    if (fit.ranks < 2 || entry.value("samples", 0) < 2 || !(fit.bus_bytes_per_s > 0) || !(fit.latency_s >= 0) ||
+        !std::isfinite(fit.bus_bytes_per_s) || !std::isfinite(fit.latency_s)) {
+      continue;
+    }
+    auto& fits_list = profile.collective_fits;
+    std::erase_if(fits_list, [&](const HardwareProfile::CollectiveFit& other) {
+      return other.collective == fit.collective && other.ranks == fit.ranks && other.spans_nodes == fit.spans_nodes;
+    });
+    fits_list.push_back(fit);
+  }
+}
+
 void read_positive(const JsonObjectReader& reader, std::string_view key, double& field) {
   if (const auto value = reader.optional_positive_number(key)) field = *value;
 }
@@ -108,6 +134,14 @@ nlohmann::json to_json(const HardwareProfile& profile) {
   };
 }
 
+const HardwareProfile::CollectiveFit* HardwareProfile::find_collective_fit(std::string_view collective, int ranks,
+                                                                          bool spans_nodes) const {
+  for (const CollectiveFit& fit : collective_fits) {
+    if (fit.collective == collective && fit.ranks == ranks && fit.spans_nodes == spans_nodes) return &fit;
+  }
+  return nullptr;
+}
+
 HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& document, const std::string& origin) {
   const JsonObjectReader root(document, origin);
   // A profile is only meaningful with its schema: a cluster or plan file given as --profile must not half-apply.
@@ -157,6 +191,7 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     profile.overlap_compute_slowdown = value.get<double>();
   }
   profile.context_overhead_bytes = root.non_negative_int("context_overhead_bytes", profile.context_overhead_bytes);
+  if (root.has("fits")) read_collective_fits(root.object("fits"), profile);
   return profile;
 }
 

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,19 @@ struct HardwareProfile {
   double overlap_compute_slowdown = 1.10;
 
   std::int64_t context_overhead_bytes = 0;  // runtime context, library workspaces (memory model's overhead term)
+
+  // Measured α-β of one collective on one group size and tier (calibration's fits.collectives): where one matches,
+  // collective_cost uses it instead of the tier's α, bus bandwidth and efficiency curve, because collectives differ
+  // on real stacks (a reduce-scatter also reduces; MPI and NCCL pick other algorithms per size and group).
+  struct CollectiveFit {
+    std::string collective;  // "all_gather", "reduce_scatter", "all_reduce"
+    int ranks = 2;
+    bool spans_nodes = false;
+    double latency_s = 0;
+    double bus_bytes_per_s = 0;
+  };
+  std::vector<CollectiveFit> collective_fits;
+  const CollectiveFit* find_collective_fit(std::string_view collective, int ranks, bool spans_nodes) const;
 
   double peak_flops_for_bytes(int element_bytes) const;  // 4 → fp32 peak, 2 → bf16 peak
 };

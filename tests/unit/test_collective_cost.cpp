@@ -262,3 +262,36 @@ TEST_CASE("collective: apply_profile_json errors name the file and the field") {
   CHECK(contains(message, "unknown field 'compute.hbm_bytes_per_sec'"));
   CHECK(contains(message, "'hbm_bytes_per_s'"));
 }
+
+TEST_CASE("profile: calibrated per-collective fits replace the tier's α-β for their cell only") {
+  const shardplan::HardwareCatalog catalog = shardplan::HardwareCatalog::builtin();
+  const HardwareProfile base = shardplan::profile_from_cluster(shardplan::parse_cluster("8xH100-80GB", catalog));
+  const nlohmann::json document = {
+      {"schema", "shardplan.profile/v1"},
+      {"fits",
+       {{"collectives",
+         {{{"collective", "reduce_scatter"}, {"ranks", 8}, {"spans_nodes", false}, {"latency_s", 1e-4},
+           {"bus_bytes_per_s", 1e10}, {"samples", 12}},
+          // Too few samples to separate α from β: ignored.
+          {{"collective", "all_gather"}, {"ranks", 8}, {"spans_nodes", false}, {"latency_s", 1.0},
+           {"bus_bytes_per_s", 1.0}, {"samples", 1}}}}}}};
+  const HardwareProfile calibrated = shardplan::apply_profile_json(base, document, "fit.json");
+  REQUIRE(calibrated.collective_fits.size() == 1);
+  const std::int64_t bytes = 1 << 26;
+  const GroupPlacement eight{8, false};
+  // 7 ring steps × 100 µs + 7/8 · 64 MiB / 10 GB/s.
+  const double expected_s = 7 * 1e-4 + 7.0 / 8.0 * static_cast<double>(bytes) / 1e10;
+  const auto fitted = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, eight, calibrated);
+  CHECK(fitted.time_s == doctest::Approx(expected_s));
+  CHECK(fitted.tier == "calibrated");
+  // Other cells keep the catalog's model: the all-gather (its fit was dropped) and the 4-rank reduce-scatter.
+  CHECK(shardplan::collective_cost(CollectiveKind::all_gather, bytes, eight, calibrated).time_s ==
+        doctest::Approx(shardplan::collective_cost(CollectiveKind::all_gather, bytes, eight, base).time_s));
+  const GroupPlacement four{4, false};
+  CHECK(shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, four, calibrated).time_s ==
+        doctest::Approx(shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, four, base).time_s));
+  // A fit naming an unknown collective is bad input.
+  nlohmann::json bad = document;
+  bad["fits"]["collectives"][0]["collective"] = "all_to_all";
+  CHECK(contains(input_error([&] { (void)shardplan::apply_profile_json(base, bad, "fit.json"); }), "collectives"));
+}
