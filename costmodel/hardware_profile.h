@@ -50,6 +50,12 @@ struct HardwareProfile {
 
   std::int64_t context_overhead_bytes = 0;  // runtime context, library workspaces (memory model's overhead term)
 
+  // Host time every compute-stream op costs on top of its work: dispatch and bookkeeping between ops (a kernel
+  // launch when the host is the bottleneck; in the CPU executor, the runner's per-op bookkeeping and MPI polling on
+  // the same thread). 0 in the catalog: GPU launches run ahead of the device. Fitted by `calibrate --trace` from
+  // the step time the per-op fits leave unexplained.
+  double op_dispatch_overhead_s = 0;
+
   // Measured α-β of one collective on one group size and tier (calibration's fits.collectives): where one matches,
   // collective_cost uses it instead of the tier's α, bus bandwidth and efficiency curve, because collectives differ
   // on real stacks (a reduce-scatter also reduces; MPI and NCCL pick other algorithms per size and group).

@@ -120,6 +120,8 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
       ready = std::max(ready, end[static_cast<std::size_t>(dep)]);
     }
     double duration = base_duration_s(op, schedule, profile);
+    // HardwareProfile::op_dispatch_overhead_s: the host's per-op cost, serialised on the compute stream.
+    const double dispatch_s = op.stream == StreamKind::compute ? profile.op_dispatch_overhead_s : 0.0;
     if (op.stream == StreamKind::compute && duration > 0 && is_compute(op.kind)) {
       // Note: overlap is measured against the base interval; the slowdown stretches only the overlapped part.
       const double overlapped = occupancy.overlap_s(ready, ready + duration);
@@ -127,6 +129,7 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     } else if (op.stream != StreamKind::compute) {
       occupancy.add(stream, ready, ready + duration);
     }
+    duration += dispatch_s;
     start[index] = ready;
     end[index] = ready + duration;
     stream_free[static_cast<std::size_t>(stream)] = end[index];
