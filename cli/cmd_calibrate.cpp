@@ -182,7 +182,7 @@ int calibrate_from_traces(const CalibrateFlags& flags) {
               100 * calibration.memory.rms_relative_residual);
   print_link_summary("intra", calibration.intra_node);
   print_link_summary("inter", calibration.inter_node);
-  std::printf("  dispatch  %.3g s per compute-stream op (step time the per-op fits leave unexplained)\n",
+  std::printf("  dispatch  %.3g s per compute op (the step time the per-op fits leave unexplained)\n",
               calibration.profile.op_dispatch_overhead_s);
   std::printf("  overhead  %lld B\nwrote %s\n", static_cast<long long>(calibration.profile.context_overhead_bytes),
               flags.out.c_str());

@@ -50,7 +50,7 @@ struct HardwareProfile {
 
   std::int64_t context_overhead_bytes = 0;  // runtime context, library workspaces (memory model's overhead term)
 
-  // Host time every compute-stream op costs on top of its work: dispatch and bookkeeping between ops (a kernel
+  // Host time every compute-stream op that does work (forward, backward, recompute, optimizer step) costs on top of it: dispatch and bookkeeping between ops (a kernel
   // launch when the host is the bottleneck; in the CPU executor, the runner's per-op bookkeeping and MPI polling on
   // the same thread). 0 in the catalog: GPU launches run ahead of the device. Fitted by `calibrate --trace` from
   // the step time the per-op fits leave unexplained.

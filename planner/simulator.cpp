@@ -120,8 +120,10 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
       ready = std::max(ready, end[static_cast<std::size_t>(dep)]);
     }
     double duration = base_duration_s(op, schedule, profile);
-    // HardwareProfile::op_dispatch_overhead_s: the host's per-op cost, serialised on the compute stream.
-    const double dispatch_s = op.stream == StreamKind::compute ? profile.op_dispatch_overhead_s : 0.0;
+    // HardwareProfile::op_dispatch_overhead_s: the host's cost per op that does work, serialised on the compute stream.
+    // Bookkeeping ops (wait, free) stay instants, so a free still precedes what the schedule issues after it.
+    const bool does_work = is_compute(op.kind);
+    const double dispatch_s = op.stream == StreamKind::compute && does_work ? profile.op_dispatch_overhead_s : 0.0;
     if (op.stream == StreamKind::compute && duration > 0 && is_compute(op.kind)) {
       // Note: overlap is measured against the base interval; the slowdown stretches only the overlapped part.
       const double overlapped = occupancy.overlap_s(ready, ready + duration);
