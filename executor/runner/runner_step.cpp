@@ -9,7 +9,6 @@
 #include "errors.h"
 #include "runner.h"
 #include "runner_support.h"
-#include "simulator.h"
 
 namespace shardplan::runner {
 
@@ -54,16 +53,7 @@ class Runner::StepWalker {
 
   void begin(const Op& op) {
     TimelineEvent& event = events_[static_cast<std::size_t>(op.id)];
-    event.op_id = op.id;
-    event.name = describe_op(op, r_.schedule_, nullptr);
-    event.kind = to_string(op.kind);
-    event.stream = to_string(op.stream);
-    event.rank = r_.rank_;
-    event.bytes = op.bytes;
-    event.flops = op.flops;
-    event.unit = op.unit;
-    event.layer = op.layer;
-    event.micro_batch = op.micro_batch;
+    event = measured_event(op, r_.schedule_, r_.rank_);
     event.start_s = r_.clock_.now_s();
   }
 

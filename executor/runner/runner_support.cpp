@@ -5,6 +5,7 @@
 #include <string>
 
 #include "errors.h"
+#include "simulator.h"
 
 namespace shardplan::runner {
 
@@ -65,6 +66,21 @@ void check_step_batches(const StepSchedule& schedule, const TrainingConfig& trai
                        std::source_location::current(), rank);
     }
   }
+}
+
+TimelineEvent measured_event(const Op& op, const StepSchedule& schedule, int rank) {
+  TimelineEvent event;
+  event.op_id = op.id;
+  event.name = describe_op(op, schedule, nullptr);
+  event.kind = to_string(op.kind);
+  event.stream = to_string(op.stream);
+  event.rank = rank;
+  event.bytes = op.bytes;
+  event.flops = op.flops;
+  event.unit = op.unit;
+  event.layer = op.layer;
+  event.micro_batch = op.micro_batch;
+  return event;
 }
 
 }  // namespace shardplan::runner

@@ -9,6 +9,7 @@
 #include "plan.h"
 #include "runtime_types.h"
 #include "schedule.h"
+#include "timeline.h"
 #include "unit_layout.h"
 
 namespace shardplan::runner {
@@ -33,5 +34,9 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
 // each of the training's micro-batch × seq_len. Shared by the CPU and GPU runners' step().
 void check_step_batches(const StepSchedule& schedule, const TrainingConfig& training,
                         std::span<const runtime::Batch> micro_batches, int rank);
+
+// The measured Timeline's event for `op` on `rank`: name, kind, stream and sizes as the simulator writes them; the
+// caller sets the start and end it measured. Shared by the CPU and GPU runners, so both traces read alike.
+TimelineEvent measured_event(const Op& op, const StepSchedule& schedule, int rank);
 
 }  // namespace shardplan::runner

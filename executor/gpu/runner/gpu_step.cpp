@@ -11,7 +11,6 @@
 #include "gpu_runner.h"
 #include "grad_reduction.h"
 #include "runner_support.h"
-#include "simulator.h"
 
 namespace shardplan::gpu {
 
@@ -62,16 +61,7 @@ class GpuRunner::StepWalker {
     for (std::size_t index = 0; index < ops_.size(); ++index) {
       const Op& op = ops_[index];
       TimelineEvent& event = timeline.events[index];
-      event.op_id = op.id;
-      event.name = describe_op(op, r_.schedule_, nullptr);
-      event.kind = to_string(op.kind);
-      event.stream = to_string(op.stream);
-      event.rank = r_.rank_;
-      event.bytes = op.bytes;
-      event.flops = op.flops;
-      event.unit = op.unit;
-      event.layer = op.layer;
-      event.micro_batch = op.micro_batch;
+      event = runner::measured_event(op, r_.schedule_, r_.rank_);
       event.start_s = intervals[index].start_s;
       event.end_s = intervals[index].end_s;
       step_end_s = std::max(step_end_s, event.end_s);
