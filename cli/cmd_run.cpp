@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -103,7 +104,17 @@ int run(const RunFlags& flags) {
     throw InputError("--device: expected auto, cpu or gpu, got '" + flags.device + "'");
   }
 #ifdef SHARDPLAN_HAVE_GPU_EXECUTOR
-  if (flags.device == "gpu" || (flags.device == "auto" && gpu::probe_devices().usable())) return run_on_gpu(flags);
+  if (flags.device == "gpu") return run_on_gpu(flags);
+  if (flags.device == "auto") {
+    // The GPU when every rank on this host can have its own device (Note [Device per rank] in nccl_bootstrap.h);
+    // the launcher says how many ranks share the host (Open MPI, MPICH/Hydra), a plain process is one.
+    const gpu::DeviceProbe probe = gpu::probe_devices();
+    int local_ranks = 1;
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+      if (const char* value = std::getenv(name)) local_ranks = std::max(1, std::atoi(value));
+    }
+    if (probe.usable() && local_ranks <= probe.device_count) return run_on_gpu(flags);
+  }
 #else
   if (flags.device == "gpu") {
     throw InputError("--device gpu: this shardplan was built without the GPU executor (needs CUDA, cuBLAS, NCCL and "
@@ -122,7 +133,8 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--model,-m", flags->model, "preset, model JSON or HF config.json")->capture_default_str();
   command->add_option("--plan,-p", flags->plan_file, "plan JSON; default: FSDP's usual plan for the world");
   command->add_option("--device", flags->device,
-                      "auto (GPU when built with it and a device is usable), cpu or gpu")->capture_default_str();
+                      "auto (the GPU when built with it and each rank on the host has a device), cpu or gpu")
+      ->capture_default_str();
   command->add_option("--precision", flags->precision,
                       "precision of the default plan: fp32 (CPU and GPU) or bf16-mixed-fp32-reduce (GPU)")
       ->capture_default_str();

@@ -40,7 +40,7 @@ TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predic
   const std::string plan = "examples/plans/tiny-llama-per-block.json";
   const std::string measured_path = (dir / "measured.json").string(), predicted_path = (dir / "predicted.json").string();
   const RunResult run = run_program("mpirun", {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run",
-                                               "--plan", plan, "--steps", "8", "--json", "--trace", measured_path});
+                                               "--device", "cpu", "--plan", plan, "--steps", "8", "--json", "--trace", measured_path});
   INFO(run.err);
   REQUIRE(run.exit_status == 0);
   const json summary = json::parse(run.out);
@@ -92,7 +92,7 @@ TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated
   const std::string checkpoints = (dir / "ck").string();
   const auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run",
-                                     "--plan", "examples/plans/tiny-llama-per-block.json", "--json"};
+                                     "--device", "cpu", "--plan", "examples/plans/tiny-llama-per-block.json", "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_program("mpirun", args);
   };
