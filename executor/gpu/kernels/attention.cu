@@ -64,19 +64,20 @@ __global__ void attention_probs_kernel(AttentionDims dims, const float* q, const
   for (std::int64_t j = threadIdx.x; j < s; j += blockDim.x) p[j] = j <= at.i ? p[j] / total : 0.0f;
 }
 
-// One thread per context element (token, head, c): Σ_{j ≤ i} P[i, j]·v[j, kv_head, c].
-__global__ void attention_context_kernel(AttentionDims dims, const float* probs, const float* v, float* context) {
+// One thread per output element (token, head, c): out = Σ_{j ≤ i} rows[b, head, i, j]·kv[j, kv_head, c]. The same
+// product serves forward and backward: context = P·V (rows = probs, kv = v) and dq = dS·K (rows = d_scores, kv = k).
+__global__ void causal_rows_times_kv_kernel(AttentionDims dims, const float* rows, const float* kv, float* out) {
   const std::int64_t s = dims.seq_len, d = dims.head_dim, group = dims.num_heads / dims.num_kv_heads;
   const std::int64_t q_width = dims.num_heads * d, kv_width = dims.num_kv_heads * d;
   const std::int64_t count = dims.micro_batch * s * q_width;
   for (std::int64_t at = detail::grid_start(); at < count; at += detail::grid_stride()) {
     const std::int64_t c = at % d, head = (at / d) % dims.num_heads, token = at / q_width;
     const std::int64_t b = token / s, i = token % s;
-    const float* p = probs + ((b * dims.num_heads + head) * s + i) * s;
-    const float* vc = v + b * s * kv_width + (head / group) * d + c;
+    const float* row = rows + ((b * dims.num_heads + head) * s + i) * s;
+    const float* column = kv + b * s * kv_width + (head / group) * d + c;
     float sum = 0.0f;
-    for (std::int64_t j = 0; j <= i; ++j) sum += p[j] * vc[j * kv_width];
-    context[at] = sum;
+    for (std::int64_t j = 0; j <= i; ++j) sum += row[j] * column[j * kv_width];
+    out[at] = sum;
   }
 }
 
@@ -105,22 +106,6 @@ __global__ void attention_dscores_kernel(AttentionDims dims, const float* v, con
   const auto row_dot = static_cast<float>(detail::block_reduce(p_dot_dp, detail::SumOp{}, 0.0));
   for (std::int64_t j = threadIdx.x; j < s; j += blockDim.x) {
     ds[j] = j <= at.i ? p[j] * (ds[j] - row_dot) * scale : 0.0f;
-  }
-}
-
-// One thread per dq element (token, head, c): Σ_{j ≤ i} dS[i, j]·k[j, kv_head, c].
-__global__ void attention_dq_kernel(AttentionDims dims, const float* k, const float* d_scores, float* dq) {
-  const std::int64_t s = dims.seq_len, d = dims.head_dim, group = dims.num_heads / dims.num_kv_heads;
-  const std::int64_t q_width = dims.num_heads * d, kv_width = dims.num_kv_heads * d;
-  const std::int64_t count = dims.micro_batch * s * q_width;
-  for (std::int64_t at = detail::grid_start(); at < count; at += detail::grid_stride()) {
-    const std::int64_t c = at % d, head = (at / d) % dims.num_heads, token = at / q_width;
-    const std::int64_t b = token / s, i = token % s;
-    const float* ds = d_scores + ((b * dims.num_heads + head) * s + i) * s;
-    const float* kc = k + b * s * kv_width + (head / group) * d + c;
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j <= i; ++j) sum += ds[j] * kc[j * kv_width];
-    dq[at] = sum;
   }
 }
 
@@ -170,7 +155,7 @@ void attention_forward(cudaStream_t stream, const AttentionDims& dims, const flo
   attention_probs_kernel<<<row_blocks(dims), kRowBlock, row_bytes, stream>>>(dims, q, k, softmax_scale(dims), probs);
   CUDA_CHECK_LAUNCH();
   const std::int64_t count = dims.tokens() * dims.q_width();
-  attention_context_kernel<<<detail::grid_for(count), detail::kBlock, 0, stream>>>(dims, probs, v, context);
+  causal_rows_times_kv_kernel<<<detail::grid_for(count), detail::kBlock, 0, stream>>>(dims, probs, v, context);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -184,7 +169,7 @@ void attention_backward(cudaStream_t stream, const AttentionDims& dims, const fl
                                                                                softmax_scale(dims), d_scores);
   CUDA_CHECK_LAUNCH();
   const std::int64_t q_count = dims.tokens() * dims.q_width(), kv_count = dims.tokens() * dims.kv_width();
-  attention_dq_kernel<<<detail::grid_for(q_count), detail::kBlock, 0, stream>>>(dims, k, d_scores, dq);
+  causal_rows_times_kv_kernel<<<detail::grid_for(q_count), detail::kBlock, 0, stream>>>(dims, d_scores, k, dq);
   CUDA_CHECK_LAUNCH();
   attention_dkv_kernel<<<detail::grid_for(kv_count), detail::kBlock, 0, stream>>>(dims, q, probs, d_context,
                                                                                   d_scores, dk, dv);
