@@ -17,7 +17,15 @@ class Runner::StepWalker {
   StepWalker(Runner& runner, std::span<const runtime::Batch> batches)
       : r_(runner), ops_(runner.schedule_.ops), batches_(batches), done_(ops_.size(), false),
         events_(ops_.size()), saved_(runner.model_.layers.size()), saved_bytes_(runner.model_.layers.size(), 0),
-        reduction_of_(runner.params_.size(), -1) {}
+        reduction_of_(runner.params_.size(), -1) {
+    // Note [Progress hook]: the kernels poll the in-flight collectives between the parts of a layer.
+    for (auto& kernel : r_.kernels_) kernel->set_progress_hook([this] { progress(); });
+  }
+  ~StepWalker() {
+    for (auto& kernel : r_.kernels_) kernel->set_progress_hook({});
+  }
+  StepWalker(const StepWalker&) = delete;
+  StepWalker& operator=(const StepWalker&) = delete;
 
   double run() {
     for (const Op& op : ops_) {

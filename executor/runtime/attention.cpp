@@ -58,7 +58,8 @@ std::vector<float> attention_probs(const DecoderDims& dims, const AttentionShape
 }  // namespace
 
 void attention_forward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
-                       const float* normed, bool keep_probs, SavedActivations& saved, float* out) {
+                       const float* normed, bool keep_probs, SavedActivations& saved, float* out,
+                       const ProgressPoll& progress) {
   const std::int64_t t = shape.tokens(), h = dims.hidden_size, kv = dims.kv_dim(), d = dims.head_dim;
   const std::int64_t s = shape.seq_len;
   std::vector<float>& q = saved.put("attn.q", std::vector<float>(static_cast<std::size_t>(t * h)));
@@ -73,6 +74,7 @@ void attention_forward(const DecoderDims& dims, const LayerParams& params, const
   const RopeTable rope = rope_table(s, d, dims.rope_theta);
   rope_rotate(rope, q.data(), t, dims.num_heads, d, false);
   rope_rotate(rope, k.data(), t, dims.num_kv_heads, d, false);
+  poll(progress);
 
   std::vector<float> probs = attention_probs(dims, shape, q.data(), k.data());
   std::vector<float>& context = saved.put("attn.context", std::vector<float>(static_cast<std::size_t>(t * h)));
@@ -84,13 +86,14 @@ void attention_forward(const DecoderDims& dims, const LayerParams& params, const
       assign_product(O, ConstMatrixView(probs.data() + at.probs_offset, s, s) * V);
     }
   }
+  poll(progress);
   linear_forward({t, h, h}, context.data(), params.tensor("self_attn.o_proj.weight"), nullptr, out);
   if (keep_probs) saved.put("attn.probs", std::move(probs));
 }
 
 void attention_backward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
                         const float* normed, const SavedActivations& saved, const float* d_out,
-                        const LayerParams& grads, float* d_normed) {
+                        const LayerParams& grads, float* d_normed, const ProgressPoll& progress) {
   const std::int64_t t = shape.tokens(), h = dims.hidden_size, kv = dims.kv_dim(), d = dims.head_dim;
   const std::int64_t s = shape.seq_len;
   const std::vector<float>& q = saved.get("attn.q");
@@ -104,6 +107,7 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   std::vector<float> d_context(static_cast<std::size_t>(t * h));
   linear_backward({t, h, h}, saved.get("attn.context").data(), params.tensor("self_attn.o_proj.weight"), d_out,
                   d_context.data(), false, grads.tensor("self_attn.o_proj.weight"), nullptr);
+  poll(progress);
 
   std::vector<float> dq(static_cast<std::size_t>(t * h)), dk(static_cast<std::size_t>(t * kv)),
       dv(static_cast<std::size_t>(t * kv));
@@ -134,6 +138,7 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   const RopeTable rope = rope_table(s, d, dims.rope_theta);
   rope_rotate(rope, dq.data(), t, dims.num_heads, d, true);
   rope_rotate(rope, dk.data(), t, dims.num_kv_heads, d, true);
+  poll(progress);
   linear_backward({t, h, h}, normed, params.tensor("self_attn.q_proj.weight"), dq.data(), d_normed, false,
                   grads.tensor("self_attn.q_proj.weight"), grad_bias_or_null(grads, "self_attn.q_proj.bias"));
   linear_backward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"), dk.data(), d_normed, true,

@@ -20,11 +20,12 @@ struct AttentionShape {
 // input) and, when keep_probs, "attn.probs" [micro_batch × heads × seq × seq] — selective checkpointing drops the
 // s² term and attention_backward rebuilds it from q and k (Korthikanti et al. 2022, §5).
 void attention_forward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
-                       const float* normed, bool keep_probs, SavedActivations& saved, float* out);
+                       const float* normed, bool keep_probs, SavedActivations& saved, float* out,
+                       const ProgressPoll& progress = {});
 
 // Given d_out = dL/d(out): adds the projection gradients into `grads` and writes d_normed = dL/d(normed).
 void attention_backward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
                         const float* normed, const SavedActivations& saved, const float* d_out,
-                        const LayerParams& grads, float* d_normed);
+                        const LayerParams& grads, float* d_normed, const ProgressPoll& progress = {});
 
 }  // namespace shardplan::runtime

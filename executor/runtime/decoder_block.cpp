@@ -33,15 +33,16 @@ class DecoderBlock final : public LayerKernel {
     std::vector<float>& residual = saved.put("residual", std::vector<float>(size));
     const bool keep_probs = checkpointing != ActivationCheckpointing::selective;
     attention_forward(dims_, params, {input.micro_batch, input.seq_len}, normed1.data(), keep_probs, saved,
-                      residual.data());
+                      residual.data(), progress_hook());
     MatrixView(residual.data(), t, h) += ConstMatrixView(x, t, h);
+    poll(progress_hook());  // Note [Progress hook]
 
     std::vector<float>& inv_rms2 = saved.put("mlp_norm.inv_rms", std::vector<float>(rows));
     std::vector<float>& normed2 = saved.put("mlp_norm.out", std::vector<float>(size));
     rmsnorm_forward(residual.data(), params.tensor("post_attention_layernorm.weight"), t, h, dims_.rms_norm_eps,
                     normed2.data(), inv_rms2.data());
     Activations out = Activations::zeros(input.micro_batch, input.seq_len, h);
-    mlp_forward(dims_, params, t, normed2.data(), saved, out.values.data());
+    mlp_forward(dims_, params, t, normed2.data(), saved, out.values.data(), progress_hook());
     MatrixView(out.values.data(), t, h) += ConstMatrixView(residual.data(), t, h);
     return out;
   }
@@ -53,14 +54,15 @@ class DecoderBlock final : public LayerKernel {
     // y = h + mlp(norm₂(h)): dL/dh = dy + norm₂ᵀ(mlpᵀ(dy)).
     std::vector<float> d_normed(size);
     mlp_backward(dims_, params, t, saved.get("mlp_norm.out").data(), saved, grad_output.values.data(), grads,
-                 d_normed.data());
+                 d_normed.data(), progress_hook());
+    poll(progress_hook());  // Note [Progress hook]
     std::vector<float> d_residual = grad_output.values;
     rmsnorm_backward(saved.get("residual").data(), saved.get("mlp_norm.inv_rms").data(),
                      params.tensor("post_attention_layernorm.weight"), d_normed.data(), t, h, d_residual.data(),
                      grads.tensor("post_attention_layernorm.weight"));
     // h = x + attn(norm₁(x)): dL/dx = dh + norm₁ᵀ(attnᵀ(dh)).
     attention_backward(dims_, params, {saved.micro_batch, saved.seq_len}, saved.get("attn_norm.out").data(), saved,
-                       d_residual.data(), grads, d_normed.data());
+                       d_residual.data(), grads, d_normed.data(), progress_hook());
     Activations grad_input{saved.micro_batch, saved.seq_len, h, std::move(d_residual)};
     rmsnorm_backward(saved.input.data(), saved.get("attn_norm.inv_rms").data(),
                      params.tensor("input_layernorm.weight"), d_normed.data(), t, h, grad_input.values.data(),

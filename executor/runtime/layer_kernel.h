@@ -73,13 +73,25 @@ class LayerKernel {
   // recompute as its own op calls this and then backward() with the result, which then does not recompute again.
   SavedActivations recompute(const LayerParams& params, const SavedActivations& checkpointed) const;
 
+  // Note [Progress hook]: an executor whose collectives advance only while the host calls into the communication
+  // library (MPI without an asynchronous progress thread: Note [Progress] in mpi_communicator.h) installs a hook here;
+  // kernels call it between the large parts of a pass (attention, MLP), so an in-flight collective moves on during
+  // a layer instead of only between layers. Without it a collective that needs a few rounds spans whole layers, and
+  // the memory it holds stays allocated that long. Empty by default; the hook must not touch this layer's buffers.
+  void set_progress_hook(ProgressPoll hook) { progress_hook_ = std::move(hook); }
+
  protected:
+  const ProgressPoll& progress_hook() const { return progress_hook_; }
+
   virtual Activations run_forward(const LayerParams& params, const LayerInput& input,
                                   ActivationCheckpointing checkpointing, SavedActivations& saved) const = 0;
   virtual Activations run_backward(const LayerParams& params, const SavedActivations& saved,
                                    const Activations& grad_output, const LayerParams& grads) const = 0;
   // The width every non-embedding kernel expects of its input.
   virtual std::int64_t input_width() const = 0;
+
+ private:
+  ProgressPoll progress_hook_;
 };
 
 // One factory per layer kind (each in its own file) and the dispatcher that picks by LayerSpec kind.

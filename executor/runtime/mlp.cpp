@@ -7,13 +7,15 @@
 namespace shardplan::runtime {
 
 void mlp_forward(const DecoderDims& dims, const LayerParams& params, std::int64_t tokens, const float* normed,
-                 SavedActivations& saved, float* out) {
+                 SavedActivations& saved, float* out, const ProgressPoll& progress) {
   const std::int64_t h = dims.hidden_size, f = dims.intermediate_size;
   const auto size = static_cast<std::size_t>(tokens * f);
   std::vector<float>& gate = saved.put("mlp.gate", std::vector<float>(size));
   std::vector<float>& up = saved.put("mlp.up", std::vector<float>(size));
   linear_forward({tokens, h, f}, normed, params.tensor("mlp.gate_proj.weight"), nullptr, gate.data());
+  poll(progress);
   linear_forward({tokens, h, f}, normed, params.tensor("mlp.up_proj.weight"), nullptr, up.data());
+  poll(progress);
   std::vector<float>& silu = saved.put("mlp.silu", std::vector<float>(size));
   std::vector<float>& act = saved.put("mlp.act", std::vector<float>(size));
   // Elementwise with std::exp, not Eigen's vectorised exp (Note [Deterministic reductions]).
@@ -25,11 +27,13 @@ void mlp_forward(const DecoderDims& dims, const LayerParams& params, std::int64_
 }
 
 void mlp_backward(const DecoderDims& dims, const LayerParams& params, std::int64_t tokens, const float* normed,
-                  const SavedActivations& saved, const float* d_out, const LayerParams& grads, float* d_normed) {
+                  const SavedActivations& saved, const float* d_out, const LayerParams& grads, float* d_normed,
+                  const ProgressPoll& progress) {
   const std::int64_t h = dims.hidden_size, f = dims.intermediate_size, n = tokens * f;
   std::vector<float> d_act(static_cast<std::size_t>(n));
   linear_backward({tokens, f, h}, saved.get("mlp.act").data(), params.tensor("mlp.down_proj.weight"), d_out,
                   d_act.data(), false, grads.tensor("mlp.down_proj.weight"), nullptr);
+  poll(progress);
   const std::vector<float>& gate = saved.get("mlp.gate");
   const std::vector<float>& up = saved.get("mlp.up");
   const std::vector<float>& silu = saved.get("mlp.silu");
@@ -42,6 +46,7 @@ void mlp_backward(const DecoderDims& dims, const LayerParams& params, std::int64
   }
   linear_backward({tokens, h, f}, normed, params.tensor("mlp.gate_proj.weight"), d_gate.data(), d_normed, false,
                   grads.tensor("mlp.gate_proj.weight"), nullptr);
+  poll(progress);
   linear_backward({tokens, h, f}, normed, params.tensor("mlp.up_proj.weight"), d_up.data(), d_normed, true,
                   grads.tensor("mlp.up_proj.weight"), nullptr);
 }

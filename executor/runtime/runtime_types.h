@@ -3,9 +3,17 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace shardplan::runtime {
+
+// Called between the large parts of a layer pass so an executor can drive in-flight collectives (Note [Progress hook]
+// in layer_kernel.h). May be empty.
+using ProgressPoll = std::function<void()>;
+inline void poll(const ProgressPoll& progress) {
+  if (progress) progress();
+}
 
 // One micro-batch of next-token prediction: targets[i] is the token that follows tokens[i] in the text.
 struct Batch {
