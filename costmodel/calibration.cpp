@@ -13,13 +13,20 @@
 namespace shardplan {
 namespace {
 
-// Weighted least squares: minimise Σ (w_i (a_i · x − t_i))² with w_i = 1 / t_i, so every sample's relative error
-// counts the same whatever its size (Björck, Numerical Methods for Least Squares Problems, §4.1).
+// Weighted least squares: minimise Σ (w_i (a_i · x − t_i))² with w_i = 1 / (a_i · x₀), the reciprocal of the
+// sample's time as predicted by an unweighted first fit x₀, so every sample's relative error counts the same whatever
+// its size (Björck, Numerical Methods for Least Squares Problems, §4.1) — one step of iteratively reweighted least
+// squares. Why not w_i = 1 / t_i: with the sample's own time as its weight, a sample that ran 4× slow (a collective
+// waiting for a late peer, an op preempted) counts 16× less than a fast one, so under heavy noise the fit lands
+// well below the mean time, and the summed step time is underestimated. Weights from the model do not depend on
+// the noise of the sample they weigh. Where the first fit predicts nothing positive, the sample's time stands in.
 Eigen::VectorXd weighted_solve(const Eigen::MatrixXd& design, const Eigen::VectorXd& times) {
+  const Eigen::VectorXd first = design.colPivHouseholderQr().solve(times);
   Eigen::MatrixXd a = design;
   Eigen::VectorXd b = times;
   for (Eigen::Index row = 0; row < a.rows(); ++row) {
-    const double weight = 1.0 / std::max(times(row), 1e-12);
+    const double modelled = design.row(row).dot(first);
+    const double weight = 1.0 / std::max(modelled > 0 ? modelled : times(row), 1e-12);
     a.row(row) *= weight;
     b(row) *= weight;
   }
