@@ -28,21 +28,15 @@ std::int64_t round_up(std::int64_t count, int group) {
   return (count + g - 1) / g * g;
 }
 
-double overlap_s(double start, double end, double window_start, double window_end) {
-  return std::max(0.0, std::min(end, window_end) - std::max(start, window_start));
-}
-
-// The simulator's stretch rule applied to ops that run back to back from time 0 while collectives occupy [0, a)
-// and [b0, b0 + b) on two other streams: each op is slowed by the factor for its overlap with the busier of the two.
-double run_ops(const std::vector<double>& ops, double first_window_s, double second_window_s, double slowdown,
-               double second_window_start_s = 0.0) {
+// The simulator's timing of compute ops that run back to back from time 0 while communication streams are busy
+// from time 0 for `window_s` (the longest of them: every window in the step model starts where its ops start, see
+// Note [Wrap DP]): each op's base interval overlaps the window, the overlapped part is stretched by the slowdown, and
+// every op that does work pays the host's dispatch overhead after it (as simulate() does).
+double run_ops(const std::vector<double>& ops, double window_s, double slowdown, double dispatch_s) {
   double t = 0;
   for (double base : ops) {
-    if (base <= 0) continue;
-    const double overlapped =
-        std::max(overlap_s(t, t + base, 0.0, first_window_s),
-                 overlap_s(t, t + base, second_window_start_s, second_window_start_s + second_window_s));
-    t += base + (slowdown - 1.0) * overlapped;
+    const double overlapped = std::max(0.0, std::min(t + base, window_s) - t);
+    t += base + (base > 0 ? (slowdown - 1.0) * overlapped : 0.0) + dispatch_s;
   }
   return t;
 }
@@ -98,36 +92,50 @@ class StepTerms {
     return found->second;
   }
 
-  // max(E_f(k | G(next)), G(next)).
+  // s_f(k+1) − s_f(k) = max(E_f(k | G(k+1)), G(k+1)) (Note [Wrap DP]).
   double forward_step(const UnitCost& unit, double next_gather_s) const {
-    return std::max(run_ops(unit.forward_ops, next_gather_s, 0.0, profile_.overlap_compute_slowdown), next_gather_s);
-  }
-  // max(E_b(k | G(next), R(previous)), G(next)).
-  double backward_step(const UnitCost& unit, double next_gather_s, double previous_reduce_s) const {
-    return std::max(run_ops(unit.backward_ops, next_gather_s, previous_reduce_s, profile_.overlap_compute_slowdown),
-                    next_gather_s);
+    return std::max(run(unit.forward_ops, next_gather_s), next_gather_s);
   }
 
-    // Terms of the step that involve no unit or only the first/last one (see Note [Wrap DP]).
+  // One unit's backward (Note [Wrap DP]): its ops start together with the all-gather of the unit below it
+  // (`next_gather_s`, 0 when there is none) while `backlog_s` seconds of gradient reductions are still queued.
+  struct BackwardStep {
+    double step_s = 0;     // s_b(k) − s_b(k−1)
+    double backlog_s = 0;  // reductions still queued when the unit below starts (its own included)
+  };
+  BackwardStep backward_step(const UnitCost& unit, double next_gather_s, double backlog_s) const {
+    const double compute = run(unit.backward_ops, std::max(next_gather_s, backlog_s));
+    const double step = std::max(compute, next_gather_s);
+    // Its reduction is issued when its compute ends and starts when the queue ahead of it has drained.
+    return {step, std::max(0.0, std::max(compute, backlog_s) + unit.reduce_s - step)};
+  }
+
+  // From the step's start to the first unit's forward: the root's all-gather, then the embedding overlapping the
+  // first unit's all-gather.
   double head_terms(const UnitCost& first) const {
-    // Root all-gather, then the embedding overlapping the first unit's all-gather.
     return root_.gather_forward_s + forward_step(root_embed_, first.gather_forward_s);
   }
+  // From the last unit's forward end to its backward start: final norm and head forward, then their backward
+  // overlapping the last unit's backward all-gather.
   double turn_terms(const UnitCost& last) const {
-    // Final norm and head forward, then their backward overlapping the last unit's backward all-gather.
-    return run_ops(root_head_.forward_ops, 0, 0, 1.0) + backward_step(root_head_, last.gather_backward_s, 0.0);
+    return run(root_head_.forward_ops, 0.0) +
+           std::max(run(root_head_.backward_ops, last.gather_backward_s), last.gather_backward_s);
   }
-  // From the end of the first unit's backward to the step's end. Its reduction queues behind the second unit's when
-  // that one is still running (`second` = nullptr when there is a single unit); the embedding's backward overlaps it;
-  // then the root's reduction and the root's share of the optimizer step (each unit adds its own share: the step
-  // streams bytes, so its time is additive).
-  double tail_terms(const UnitCost& first, const UnitCost* second) const {
-    const double first_backward = backward_step(first, 0.0, second != nullptr ? second->reduce_s : 0.0);
-    const double delay = second != nullptr ? std::max(0.0, second->reduce_s - first_backward) : 0.0;
-    const double embed =
-        run_ops(root_embed_.backward_ops, 0.0, first.reduce_s, profile_.overlap_compute_slowdown, delay);
-    return std::max(embed, delay + first.reduce_s) + root_.reduce_s + root_.replica_reduce_s +
-           optimizer_time_s(root_.optimizer_elements);
+  // From the first unit's backward start to the step's end: its backward with `backlog_s` of reductions queued,
+  // the embedding's backward overlapping what is still queued, the root's reduction once both are done, then the
+  // optimizer step (one op; the units' shares are added by the callers: its time streams bytes, so it is additive).
+  double close_terms(const UnitCost& first, double backlog_s) const {
+    const BackwardStep last = backward_step(first, 0.0, backlog_s);
+    const double embed = run(root_embed_.backward_ops, last.backlog_s);
+    return last.step_s + std::max(embed, last.backlog_s) + root_.reduce_s + root_.replica_reduce_s +
+           optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s;
+  }
+  double slowdown() const { return profile_.overlap_compute_slowdown; }
+  // What follows the first unit's reduction in close_terms whatever happens before it: the root's reductions, the
+  // root's optimizer share and the optimizer's dispatch.
+  double after_reductions_s() const {
+    return root_.reduce_s + root_.replica_reduce_s + optimizer_time_s(root_.optimizer_elements) +
+           profile_.op_dispatch_overhead_s;
   }
   double optimizer_time_s(std::int64_t elements) const {
     const auto& precision = plan_.training.precision;
@@ -139,6 +147,10 @@ class StepTerms {
   }
 
  private:
+  double run(const std::vector<double>& ops, double window_s) const {
+    return run_ops(ops, window_s, profile_.overlap_compute_slowdown, profile_.op_dispatch_overhead_s);
+  }
+
   UnitCost cost_of(const std::vector<std::size_t>& layers, bool is_root) const {
     UnitCost cost;
     const auto& training = plan_.training;
@@ -253,112 +265,191 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
   }
   SHARDPLAN_CHECK(!costs.empty() && block == terms.block_count(), "units must cover every block");
   const std::size_t count = costs.size();
-  double total = terms.head_terms(*costs.front()) + terms.turn_terms(*costs.back()) +
-                 terms.tail_terms(*costs.front(), costs.size() > 1 ? costs[1] : nullptr);
+  double total = terms.head_terms(*costs.front()) + terms.turn_terms(*costs.back());
   for (std::size_t k = 0; k < count; ++k) {
-    const double next_forward = k + 1 < count ? costs[k + 1]->gather_forward_s : 0.0;
-    const double next_backward = k > 0 ? costs[k - 1]->gather_backward_s : 0.0;
-    const double previous_reduce = k + 1 < count ? costs[k + 1]->reduce_s : 0.0;
-    total += terms.forward_step(*costs[k], next_forward) +
-             terms.backward_step(*costs[k], next_backward, previous_reduce) +
+    total += terms.forward_step(*costs[k], k + 1 < count ? costs[k + 1]->gather_forward_s : 0.0) +
              terms.optimizer_time_s(costs[k]->optimizer_elements);
   }
-  return total;
+  double backlog = 0;
+  for (std::size_t k = count; k-- > 1;) {
+    const auto step = terms.backward_step(*costs[k], costs[k - 1]->gather_backward_s, backlog);
+    total += step.step_s;
+    backlog = step.backlog_s;
+  }
+  return total + terms.close_terms(*costs.front(), backlog);
 }
+
+namespace {
+
+// A partial wrapping from the right end (Note [Wrap DP]): everything right of the leftmost placed unit is final.
+struct Label {
+  double cost_s;     // every term that no longer depends on units further left
+  double backlog_s;  // reductions queued when the leftmost placed unit's backward starts
+  std::size_t parent_state;
+  std::size_t parent_label;
+};
+
+// Drops labels another label dominates (no more cost, no more backlog). Sound when the rest of the step never gets
+// shorter as the backlog grows, which holds for a slowdown of at most 2 (Note [Wrap DP]); above that only exact
+// backlog ties are merged.
+void keep_pareto(std::vector<Label>& labels, bool backlog_monotone) {
+  std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) {
+    return a.cost_s != b.cost_s ? a.cost_s < b.cost_s : a.backlog_s < b.backlog_s;
+  });
+  std::vector<Label> kept;
+  for (const Label& label : labels) {
+    const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Label& better) {
+      return backlog_monotone ? better.backlog_s <= label.backlog_s : better.backlog_s == label.backlog_s;
+    });
+    if (!dominated) kept.push_back(label);
+  }
+  labels = std::move(kept);
+}
+
+}  // namespace
 
 WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
                            int world_size, int gpus_per_node, const WrapDpOptions& options) {
   StepTerms terms(model, plan_template, profile, world_size, gpus_per_node);
   const std::size_t n = terms.block_count();
   const std::size_t m = static_cast<std::size_t>(std::max(1, options.max_unit_blocks));
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  // best[i][a][b]: minimum of the terms finalised so far when i blocks are placed, the last unit has length b and
-  // the one before length a (a = 0: there is none). Finalised: head terms, and for every unit but the last two,
-  // its forward step (needs the next unit) and backward step (needs the next and the previous unit).
+  const bool backlog_monotone = terms.slowdown() <= 2.0;
+  // State (p, b): the leftmost placed unit spans blocks [p, p + b); labels[p * (m + 1) + b].
   const std::size_t width = m + 1;
-  const auto index = [&](std::size_t i, std::size_t a, std::size_t b) { return (i * width + a) * width + b; };
-  std::vector<double> best((n + 1) * width * width, kInf);
-  std::vector<std::size_t> parent(best.size(), 0);
+  std::vector<std::vector<Label>> labels((n + 1) * width);
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   for (std::size_t b = 1; b <= std::min(m, n); ++b) {
-    const UnitCost& first = terms.unit(0, b);
-    // The tail depends on the first two units: added when the second is placed (or at the close for a single unit).
-    best[index(b, 0, b)] = terms.head_terms(first) + terms.optimizer_time_s(first.optimizer_elements);
+    const UnitCost& last = terms.unit(n - b, b);
+    labels[(n - b) * width + b].push_back({terms.turn_terms(last) + terms.forward_step(last, 0.0) +
+                                               terms.optimizer_time_s(last.optimizer_elements),
+                                           0.0, kNone, kNone});
   }
-  // With identical blocks the window terms depend only on unit lengths: cache them (a: before, b: unit, c: after).
-  std::vector<double> forward_cache(width * width, -1.0), backward_cache(width * width * width, -1.0);
-  const auto forward_term = [&](std::size_t start_b, std::size_t b, std::size_t c) {
-    double* slot = terms.uniform() ? &forward_cache[b * width + c] : nullptr;
-    if (slot != nullptr && *slot >= 0) return *slot;
-    const double value = terms.forward_step(terms.unit(start_b, b), terms.unit(start_b + b, c).gather_forward_s);
-    if (slot != nullptr) *slot = value;
-    return value;
-  };
-  const auto backward_term = [&](std::size_t start_b, std::size_t a, std::size_t b, std::size_t c) {
-    double* slot = terms.uniform() ? &backward_cache[(a * width + b) * width + c] : nullptr;
-    if (slot != nullptr && *slot >= 0) return *slot;
-    const double previous_gather = a > 0 ? terms.unit(start_b - a, a).gather_backward_s : 0.0;
-    const double value = terms.backward_step(terms.unit(start_b, b), previous_gather,
-                                             terms.unit(start_b + b, c).reduce_s);
-    if (slot != nullptr) *slot = value;
-    return value;
-  };
-  for (std::size_t i = 1; i <= n; ++i) {
-    for (std::size_t a = 0; a <= m; ++a) {
-      for (std::size_t b = 1; b <= m && b <= i; ++b) {
-        const double here = best[index(i, a, b)];
-        if (here == kInf) continue;
-        const UnitCost& last = terms.unit(i - b, b);
-        for (std::size_t c = 1; c <= m && i + c <= n; ++c) {
-          const UnitCost& next = terms.unit(i, c);
-          // Unit b is now between a (before it) and c (after it): both its steps are final.
-          const double tail = i == b ? terms.tail_terms(last, &next) : 0.0;  // `last` is the first unit
-          const double value = here + tail + forward_term(i - b, b, c) + backward_term(i - b, a, b, c) +
-                               terms.optimizer_time_s(next.optimizer_elements);
-          const std::size_t target = index(i + c, b, c);
-          if (value < best[target]) {
-            best[target] = value;
-            parent[target] = a;
-          }
+  // Bounds (Note [Wrap DP]): below[p * width + b] is a lower bound of everything still to add to a label at state
+  // (p, b) — the same terms with the backlog reset to 0 at every unit, which never lengthens the rest of the step
+  // (the rest is nondecreasing in the backlog) — and the exact time of the partition that bound picks is an upper
+  // bound of the optimum. A label whose cost plus its lower bound exceeds the upper bound is dropped.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> below((n + 1) * width, kInf);
+  std::vector<std::size_t> below_next((n + 1) * width, 0);
+  for (std::size_t b = 1; b <= m && b <= n; ++b) {
+    const UnitCost& first = terms.unit(0, b);
+    below[b] = terms.head_terms(first) + terms.close_terms(first, 0.0);
+  }
+  for (std::size_t p = 1; p < n; ++p) {
+    for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
+      const UnitCost& unit = terms.unit(p, b);
+      for (std::size_t c = 1; c <= m && c <= p; ++c) {
+        const UnitCost& left = terms.unit(p - c, c);
+        const double value = below[(p - c) * width + c] + terms.backward_step(unit, left.gather_backward_s, 0.0).step_s +
+                             terms.forward_step(left, unit.gather_forward_s) +
+                             terms.optimizer_time_s(left.optimizer_elements);
+        if (value < below[p * width + b]) {
+          below[p * width + b] = value;
+          below_next[p * width + b] = c;
         }
       }
     }
   }
-  // Close: the last unit's steps (no unit after it), the turn at the head, the tail.
-  WrapDpResult result;
-  double best_total = kInf;
-  std::size_t best_a = 0, best_b = 0;
-  for (std::size_t a = 0; a <= m; ++a) {
-    for (std::size_t b = 1; b <= m && b <= n; ++b) {
-      const double here = best[index(n, a, b)];
-      if (here == kInf) continue;
-      const UnitCost& last = terms.unit(n - b, b);
-      const double previous_gather = a > 0 ? terms.unit(n - b - a, a).gather_backward_s : 0.0;
-      const double single_unit_tail = b == n ? terms.tail_terms(last, nullptr) : 0.0;
-      const double value = here + single_unit_tail + terms.forward_step(last, 0.0) +
-                           terms.backward_step(last, previous_gather, 0.0) + terms.turn_terms(last);
-      if (value < best_total) {
-        best_total = value;
-        best_a = a;
-        best_b = b;
+  // A second lower bound, tight where reductions dominate: the reduction stream still has the backlog, this unit's
+  // reduction, every unit's to its left and the root's to run, one after another, before the optimizer; and the
+  // forward steps of the units to the left come before all of it. reductions_left[p * width + b]: the least forward
+  // steps + optimizer shares + reductions of any wrapping of the blocks left of p, given the unit at p has b blocks.
+  std::vector<double> reductions_left((n + 1) * width, kInf);
+  for (std::size_t b = 1; b <= m && b <= n; ++b) reductions_left[b] = terms.head_terms(terms.unit(0, b));
+  for (std::size_t p = 1; p < n; ++p) {
+    for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
+      const UnitCost& unit = terms.unit(p, b);
+      for (std::size_t c = 1; c <= m && c <= p; ++c) {
+        const UnitCost& left = terms.unit(p - c, c);
+        reductions_left[p * width + b] =
+            std::min(reductions_left[p * width + b], reductions_left[(p - c) * width + c] +
+                                                         terms.forward_step(left, unit.gather_forward_s) +
+                                                         terms.optimizer_time_s(left.optimizer_elements) + left.reduce_s);
       }
     }
   }
-  if (best_total == kInf) return result;
-  // Walk back to recover the units.
-  std::vector<std::size_t> lengths;
-  std::size_t i = n, a = best_a, b = best_b;
-  while (i > 0) {
-    lengths.push_back(b);
-    const std::size_t before = a > 0 ? parent[index(i, a, b)] : 0;
-    i -= b;
-    b = a;
-    a = before;
+  const double after_reductions = terms.after_reductions_s();
+  const auto lower_bound = [&](std::size_t p, std::size_t b, double backlog_s) {
+    const std::size_t state = p * width + b;
+    return std::max(below[state],
+                    reductions_left[state] + backlog_s + terms.unit(p, b).reduce_s + after_reductions);
+  };
+  double upper_bound = kInf;
+  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
+    if (below[(n - b) * width + b] == kInf) continue;
+    std::vector<LayerRange> units;
+    std::size_t p = n - b, length = b;
+    while (true) {
+      units.insert(units.begin(), {p, p + length});
+      if (p == 0) break;
+      const std::size_t c = below_next[p * width + length];
+      p -= c;
+      length = c;
+    }
+    for (auto& unit : units) {
+      unit.begin += terms.first_layer_of_block(0);
+      unit.end += terms.first_layer_of_block(0);
+    }
+    upper_bound = std::min(upper_bound, modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, units));
   }
-  std::reverse(lengths.begin(), lengths.end());
+  const double prune_above = upper_bound * (1.0 + 1e-9);  // keep the optimum through rounding
+  const auto promising = [&](double cost_s, std::size_t p, std::size_t b, double backlog_s) {
+    return cost_s + lower_bound(p, b, backlog_s) <= prune_above;
+  };
+  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
+    auto& start = labels[(n - b) * width + b];
+    if (!start.empty() && !promising(start.front().cost_s, n - b, b, 0.0)) start.clear();
+  }
+  // Right to left: a state's labels are final once every state with a larger p has been expanded.
+  for (std::size_t p = n; p-- > 1;) {
+    for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
+      const std::size_t state = p * width + b;
+      auto& here = labels[state];
+      if (here.empty()) continue;
+      keep_pareto(here, backlog_monotone);
+      const UnitCost& unit = terms.unit(p, b);
+      for (std::size_t c = 1; c <= m && c <= p; ++c) {
+        const UnitCost& left = terms.unit(p - c, c);
+        // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
+        // forward step (its right neighbour is known).
+        const double forward = terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements);
+        auto& target = labels[(p - c) * width + c];
+        for (std::size_t index = 0; index < here.size(); ++index) {
+          const auto step = terms.backward_step(unit, left.gather_backward_s, here[index].backlog_s);
+          const double cost = here[index].cost_s + step.step_s + forward;
+          if (promising(cost, p - c, c, step.backlog_s)) target.push_back({cost, step.backlog_s, state, index});
+        }
+      }
+    }
+  }
+  // Close at p = 0: the first unit's backward, the embedding, the root's reduction, the optimizer, the head.
+  WrapDpResult result;
+  double best_total = std::numeric_limits<double>::infinity();
+  std::size_t best_state = kNone, best_label = kNone;
+  for (std::size_t b = 1; b <= m && b <= n; ++b) {
+    auto& here = labels[b];
+    keep_pareto(here, backlog_monotone);
+    const UnitCost& first = terms.unit(0, b);
+    const double head = terms.head_terms(first);
+    for (std::size_t index = 0; index < here.size(); ++index) {
+      const double total = here[index].cost_s + head + terms.close_terms(first, here[index].backlog_s);
+      if (total < best_total) {
+        best_total = total;
+        best_state = b;
+        best_label = index;
+      }
+    }
+  }
+  if (best_state == kNone) return result;
+  // Walk the parents: from the first unit rightwards.
   std::size_t layer = terms.first_layer_of_block(0);
-  for (auto length : lengths) {
+  for (std::size_t state = best_state, index = best_label; state != kNone;) {
+    const std::size_t length = state % width;
     result.units.push_back({layer, layer + length});
     layer += length;
+    const Label& label = labels[state][index];
+    state = label.parent_state;
+    index = label.parent_label;
   }
   result.found = true;
   result.modelled_step_s = modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, result.units);

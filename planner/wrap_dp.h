@@ -12,14 +12,26 @@
 namespace shardplan {
 
 // Note [Wrap DP]:
-// With one-ahead prefetch, the simulator's forward obeys s(k+1) = s(k) + max(E_f(k | G(k+1)), G(k+1)): unit k+1's
-// all-gather starts with unit k's compute (its issue point), and unit k's ops run E_f, stretched by the overlap
-// slowdown for the part of each op that overlaps that all-gather. Backward mirrors it going down, where unit k's ops
-// also overlap unit k+1's reduce-scatter: s(k−1) = s(k) + max(E_b(k | G(k−1), R(k+1)), G(k−1)). So the step time is
-// a sum of terms over windows of three consecutive units (plus root and tail terms that involve only the first and
-// last unit), and a DP whose state is (blocks placed, length of the last unit, length of the one before) finds the
-// exact minimum of that sum. The recurrences assume the reduce-scatter stream keeps up (each R(k+1) ≤ the backward
-// increment after it); the search re-simulates every plan it returns, so the reported numbers are the simulator's.
+// With one-ahead prefetch and one micro-batch, the simulator's step obeys recurrences over consecutive units.
+// Forward: s(k+1) = s(k) + max(E_f(k | G(k+1)), G(k+1)): unit k+1's all-gather starts with unit k's compute (its
+// issue point) and unit k's ops run E_f, each op stretched by the overlap slowdown for the part of its base interval
+// that overlaps a busy communication stream, plus the per-op dispatch overhead. Backward, going down: unit k's ops
+// start with unit k−1's all-gather and with D(k) seconds of gradient reductions still queued (unit k+1's and any
+// behind which it waits). Both windows start where the ops start, and the simulator stretches by the busiest stream,
+// so the ops run E_b = E(k | max(G(k−1), D(k))), s(k−1) = s(k) + max(E_b, G(k−1)), and unit k's reduction, issued
+// when its compute ends, leaves D(k−1) = max(0, max(E_b, D(k)) + R(k) − (s(k−1) − s(k))) queued for the unit below.
+// The tail (first unit, embedding, root reduction, optimizer) closes with D(1); head and turn terms involve only the
+// first and last unit. This is the simulator's timing exactly, whether reductions queue or not (test_wrap_dp.cpp
+// compares every partition of several models), except for HSDP, whose all-reduce across replicas runs on a second
+// reduction stream that a single backlog does not describe: there the DP is a heuristic, and the search
+// re-simulates every plan it returns, so reported numbers are always the simulator's.
+// The DP runs from the last unit down: a state is (first block of the leftmost placed unit, its length) with a set
+// of labels (cost so far, backlog D). A label with no more cost and no more backlog than another is dropped: the rest
+// of the step is nondecreasing in D when the slowdown s ≤ 2 (an op's end moves by at most 1·δ and by at least
+// (2 − s)·δ ≥ 0 when its start or the window end moves by δ, so longer windows never shorten anything; D(k−1)
+// grows with D(k) for the same reason). Above 2 only equal backlogs merge. Labels are also dropped by bound: a lower
+// bound of the rest (the same terms with the backlog reset to 0, and separately the reduction stream's remaining
+// work) added to the cost exceeds the exact time of a known partition. Both prunings keep the minimum exact.
 struct WrapDpOptions {
   int max_unit_blocks = 8;  // units span at most this many blocks (bounds the state; the memory bound uses it too)
 };

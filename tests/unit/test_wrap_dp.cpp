@@ -37,13 +37,17 @@ struct Case {
   const char* strategy;
   ActivationCheckpointing ac;
   std::int64_t seq_len;
+  double slowdown = 0;     // overrides the profile's overlap slowdown when > 0
+  double dispatch_s = 0;   // the profile's per-op dispatch overhead
 };
 
 struct Simulated {
   double step_s = 0;
-  // The model's exactness conditions failed (Note [Wrap DP]): a gradient reduction queued behind another beyond the
-  // first unit's, or a backward all-gather arrived after the compute it feeds was ready (exposed).
+  // Outside the step model (Note [Wrap DP]): HSDP's per-unit all-reduces across replicas run on a second reduction
+  // stream, which the model's single reduction backlog does not describe.
   bool outside_model = false;
+  // A reduction waited for its stream (the backlog the model carries), or a backward all-gather kept compute waiting.
+  bool queued = false;
 };
 
 Simulated simulated(const ModelSpec& model, const Plan& plan, const Cluster& cluster, const HardwareProfile& profile) {
@@ -53,25 +57,26 @@ Simulated simulated(const ModelSpec& model, const Plan& plan, const Cluster& clu
   options.context_overhead_bytes = profile.context_overhead_bytes;
   const StepSchedule schedule = lower_plan(plan, model, options);
   const SimulationResult result = simulate(schedule, profile, true);
-  Simulated out{result.summary.step_time_s, false};
+  Simulated out{result.summary.step_time_s, false, false};
   const auto& events = result.timeline.events;
   const int last_unit = static_cast<int>(plan.units.size()) - 1;
   bool backward = false;
   double compute_free_s = 0;
   for (std::size_t index = 0; index < events.size(); ++index) {
     const Op& op = schedule.ops[index];
+    if (op.kind == OpKind::all_reduce && op.group == GroupKind::replica && op.unit > 0) out.outside_model = true;
     backward = backward || op.kind == OpKind::backward;
     const double previous_compute_end_s = compute_free_s;
     if (op.stream == StreamKind::compute) compute_free_s = events[index].end_s;
-    // HSDP's per-unit all-reduces across replicas are not in the model's recurrences.
-    if (op.kind == OpKind::all_reduce && op.group == GroupKind::replica && op.unit > 0) out.outside_model = true;
-    const bool reduction = op.kind == OpKind::reduce_scatter || (op.kind == OpKind::all_reduce && op.group == GroupKind::world);
-    if (reduction && op.unit > 1) {  // the root's and the first unit's are modelled
-      const double ready = events[static_cast<std::size_t>(op.deps.front())].end_s;
-      out.outside_model = out.outside_model || events[index].start_s > ready + 1e-12;
+    // A unit's reduction (other than the first unit's and the root's) queued behind the one before it.
+    const bool reduction = op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce;
+    if (reduction && op.unit > 1 && events[index].start_s > events[static_cast<std::size_t>(op.deps.front())].end_s + 1e-12) {
+      out.queued = true;
     }
-    if (backward && op.kind == OpKind::wait && op.unit >= 1 && op.unit < last_unit) {
-      out.outside_model = out.outside_model || events[index].start_s > previous_compute_end_s + 1e-12;
+    // A middle unit's backward all-gather arrived after the compute it feeds was ready.
+    if (backward && op.kind == OpKind::wait && op.unit >= 1 && op.unit < last_unit &&
+        events[index].start_s > previous_compute_end_s + 1e-12) {
+      out.queued = true;
     }
   }
   return out;
@@ -79,23 +84,32 @@ Simulated simulated(const ModelSpec& model, const Plan& plan, const Cluster& clu
 
 }  // namespace
 
-// Outside the model's exactness conditions (comm-exposed regimes) the DP is a heuristic: the gap to the exhaustive
-// best is printed, and the plan search (search.cpp) re-simulates several DP candidates to close it.
+// The step model is the simulator's timing of a one-micro-batch step with one-ahead prefetch, exactly, whatever
+// the communication regime: reductions queueing behind each other (the backlog), exposed all-gathers, dispatch
+// overhead. So the DP's minimum is the simulator's minimum over all partitions. HSDP's second reduction stream is
+// outside the model: there the gap to the exhaustive best is printed, and the plan search re-simulates candidates.
 TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equals exhaustive search") {
   const Case cases[] = {
       {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 4096},
       {"llama2-7b-10", "2x8xA100-80GB", "full_shard", ActivationCheckpointing::full, 4096},
       {"llama2-7b-10", "8xA100-80GB", "shard_grad_op", ActivationCheckpointing::none, 2048},
       {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::none, 128},
+      {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::full, 128, 0, 3e-4},  // a calibrated CPU's dispatch
       {"tiny-llama", "4xcpu", "shard_grad_op", ActivationCheckpointing::full, 128},
       {"gpt2", "8xA100-80GB", "full_shard", ActivationCheckpointing::none, 1024},
       {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024},
+      {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5},
       {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::none, 512},
       {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 1024},
+      {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 512, 2.5},  // above 2: no backlog dominance
   };
   const HardwareCatalog catalog = HardwareCatalog::builtin();
   for (const Case& c : cases) {
-    INFO(std::string(c.model) << " on " << std::string(c.cluster) << " " << std::string(c.strategy));
+    const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy + " seq " +
+                             std::to_string(c.seq_len) + (c.ac == ActivationCheckpointing::full ? " AC full" : "") +
+                             (c.slowdown > 0 ? " slowdown " + std::to_string(c.slowdown) : "") +
+                             (c.dispatch_s > 0 ? " dispatch " + std::to_string(c.dispatch_s) : "");
+    INFO(name);
     // "llama2-7b-10": Llama 2 7B's shapes with 10 blocks, so every partition can be enumerated.
     ModelSpec model;
     if (std::string(c.model) == "llama2-7b-10") {
@@ -106,7 +120,9 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       model = preset_model(c.model);
     }
     const Cluster cluster = parse_cluster(c.cluster, catalog);
-    const HardwareProfile profile = profile_from_cluster(cluster);
+    HardwareProfile profile = profile_from_cluster(cluster);
+    if (c.slowdown > 0) profile.overlap_compute_slowdown = c.slowdown;
+    profile.op_dispatch_overhead_s = c.dispatch_s;
     TrainingConfig training;
     training.seq_len = c.seq_len;
     training.checkpointing = c.ac;
@@ -115,7 +131,7 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
     const std::size_t first = base.units[1].layers.begin;
     const std::size_t blocks = model.block_count();
     double best_simulated = 1e300;
-    int backlogged = 0;
+    int outside = 0, queued = 0, partitions = 0;
     for (const auto& units : all_partitions(first, blocks, 6)) {
       std::string lengths;
       for (const auto& unit : units) lengths += std::to_string(unit.end - unit.begin) + " ";
@@ -124,9 +140,10 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       const Simulated sim = simulated(model, plan, cluster, profile);
       const double modelled = modelled_step_time_s(model, base, profile, cluster.world_size(), cluster.gpus_per_node,
                                                    units);
-      // Exact wherever each unit's reduce-scatter finds its stream free (Note [Wrap DP]).
+      ++partitions;
+      queued += sim.queued ? 1 : 0;
       if (sim.outside_model) {
-        ++backlogged;
+        ++outside;
       } else {
         REQUIRE(modelled == doctest::Approx(sim.step_s).epsilon(1e-9));
       }
@@ -137,18 +154,16 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
     const WrapDpResult dp = best_wrapping(model, base, profile, cluster.world_size(), cluster.gpus_per_node, options);
     REQUIRE(dp.found);
     const double dp_simulated = simulated(model, plan_with_units(model, base, dp.units), cluster, profile).step_s;
-    MESSAGE(std::string(c.model) << " on " << std::string(c.cluster) << " " << std::string(c.strategy) << ": " << backlogged
-                                 << " partitions outside the model's exactness conditions; DP plan "
-                                 << dp_simulated << " s vs exhaustive best " << best_simulated << " s");
-    if (std::string(c.model) == "llama2-7b-10" || std::string(c.model) == "tiny-llama") {
-      // Compute-bound cases: the optimum lies inside the model (only extreme partitions, e.g. a one-block unit
-      // beside a six-block one, expose an all-gather), so the DP finds the simulator's optimum exactly.
-      CHECK(dp_simulated == doctest::Approx(best_simulated).epsilon(1e-9));
-    }
-    if (backlogged == 0) {
+    MESSAGE(name << ": " << partitions << " partitions, " << queued << " with a queued reduction or exposed backward "
+                 << "all-gather, " << outside << " outside the model; DP plan " << dp_simulated
+                 << " s vs exhaustive best " << best_simulated << " s");
+    if (outside == 0) {
       // Every partition is modelled exactly, so the DP's minimum is the simulator's minimum.
       CHECK(dp.modelled_step_s == doctest::Approx(best_simulated).epsilon(1e-9));
       CHECK(dp_simulated == doctest::Approx(best_simulated).epsilon(1e-9));
+    } else {
+      CHECK(std::string(c.strategy) == "hybrid_shard");
+      CHECK(dp_simulated <= 1.10 * best_simulated);  // a heuristic there; the search closes most of the gap
     }
   }
 }
