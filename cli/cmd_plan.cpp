@@ -82,6 +82,9 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                 gib(summary.peak_memory_bytes).c_str(), baseline.candidate.fits ? "yes" : "no", speedup);
   }
   std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
+  std::printf("wrapping: proven fastest fitting for %zu knob settings; per-cap DPs for %zu (search gave up) and %zu "
+              "(HSDP, accumulation or offload: outside the exact step model)\n",
+              result.exact_settings, result.fallback_settings, result.heuristic_settings);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ namespace shardplan {
 struct LayerRange {
   std::size_t begin = 0;  // first layer
   std::size_t end = 0;    // one past the last layer
+  bool operator==(const LayerRange&) const = default;
 };
 
 // Note [Root unit]: as in FSDP, every layer not covered by an explicit unit belongs to the root unit (the embedding,

@@ -32,12 +32,20 @@ std::vector<ShardingStrategy> strategies_for(const Cluster& cluster) {
   add(StrategyKind::full_shard, 0);
   add(StrategyKind::shard_grad_op, 0);
   add(StrategyKind::no_shard, 0);
-  // Hybrid shard groups: divisors of the GPUs per node (and the node itself) that divide the world, below it.
-  for (int group = 2; group <= cluster.gpus_per_node; ++group) {
-    if (cluster.gpus_per_node % group != 0 || world % group != 0 || group >= world) continue;
+  // Hybrid shard groups (the shard group size; replicas = world / group): divisors of the GPUs per node (the
+  // shard group stays on one node's fast links), and whole numbers of nodes that divide the world (the shard group
+  // spans nodes: fewer replicas, so less memory per GPU than one node's group, for models that need it — ZeRO++'s
+  // hierarchical partitioning and FSDP2's 2-D device mesh allow any such shape). Always below the world, which is
+  // full_shard.
+  const auto add_hybrid = [&](int group) {
+    if (world % group != 0 || group >= world || group < 2) return;
     add(StrategyKind::hybrid_shard, group);
     add(StrategyKind::hybrid_shard_zero2, group);
+  };
+  for (int group = 2; group <= cluster.gpus_per_node; ++group) {
+    if (cluster.gpus_per_node % group == 0) add_hybrid(group);
   }
+  for (int nodes = 2; nodes < cluster.nodes; ++nodes) add_hybrid(nodes * cluster.gpus_per_node);
   return result;
 }
 
@@ -106,6 +114,25 @@ class Searcher {
         seen.emplace(key, fits);
         return fits;
       };
+      if (options_.objective == SearchObjective::time &&
+          wrap_model_is_exact(base, cluster_.world_size(), cluster_.gpus_per_node)) {
+        // Exact for this knob setting (Note [Wrap search]): the fastest wrapping whose simulated peak fits, or none
+        // that fits and beats the best plan so far.
+        WrapSearchOptions wrap;
+        wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
+        wrap.memory_cap_bytes = cap_;
+        if (best_fit_.fits) wrap.stop_above_s = best_fit_.summary.step_time_s;
+        wrap.fits = [&](const std::vector<LayerRange>& units) { return try_units(units, "fastest fitting wrapping"); };
+        const WrapSearchResult searched =
+            fastest_fitting_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap);
+        if (!searched.gave_up) {
+          ++exact_settings_;
+          continue;
+        }
+        ++fallback_settings_;  // too many fast wrappings over the cap: the per-cap DPs below instead
+      } else {
+        ++heuristic_settings_;
+      }
       for (int cap_blocks : options_.max_unit_blocks) {
         WrapDpOptions dp_options;
         dp_options.max_unit_blocks = cap_blocks;
@@ -124,6 +151,11 @@ class Searcher {
   const PlanCandidate& best() const { return best_fit_; }
   const PlanCandidate& smallest() const { return smallest_; }
   std::size_t evaluated() const { return evaluated_; }
+  // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]); those where that search
+  // gave up, and those outside the exact step model (HSDP, accumulation, offload), searched by the per-cap DPs.
+  std::size_t exact_settings() const { return exact_settings_; }
+  std::size_t fallback_settings() const { return fallback_settings_; }
+  std::size_t heuristic_settings() const { return heuristic_settings_; }
 
  private:
   void consider(const PlanCandidate& candidate) {
@@ -148,6 +180,7 @@ class Searcher {
   std::int64_t cap_;
   PlanCandidate best_fit_, smallest_;
   std::size_t evaluated_ = 0;
+  std::size_t exact_settings_ = 0, fallback_settings_ = 0, heuristic_settings_ = 0;
 };
 
 std::string gib_text(std::int64_t bytes) {
@@ -324,6 +357,9 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   }
   result.feasible = searcher.found_fit();
   result.candidates_evaluated = searcher.evaluated();
+  result.exact_settings = searcher.exact_settings();
+  result.fallback_settings = searcher.fallback_settings();
+  result.heuristic_settings = searcher.heuristic_settings();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";
@@ -359,7 +395,11 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                              {"memory_cap_bytes", result.memory_cap_bytes},
                              {"baselines", std::move(baselines)},
                              {"search",
-                              {{"candidates_evaluated", result.candidates_evaluated}, {"seconds", result.seconds}}}};
+                              {{"candidates_evaluated", result.candidates_evaluated},
+                               {"seconds", result.seconds},
+                               {"knob_settings_exact", result.exact_settings},
+                               {"knob_settings_fallback", result.fallback_settings},
+                               {"knob_settings_heuristic", result.heuristic_settings}}}};
   if (result.feasible) {
     document["plan"] = to_json(result.best.plan, model);
     document["predicted"] = to_json(result.best.summary);

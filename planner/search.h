@@ -55,6 +55,11 @@ struct SearchResult {
   std::vector<BaselineResult> baselines;
   InfeasibleDiagnosis diagnosis;  // filled when !feasible
   std::size_t candidates_evaluated = 0;
+  // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting; that search gave up
+  // (too many faster wrappings over the cap) and the per-cap DPs answered; outside the exact step model (HSDP,
+  // gradient accumulation, offload), the per-cap DPs answered. Settings skipped because their model states alone
+  // exceed the cap are in none.
+  std::size_t exact_settings = 0, fallback_settings = 0, heuristic_settings = 0;
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;
 };

@@ -13,43 +13,46 @@ std::int64_t round_up(std::int64_t count, int group) {
 
 }  // namespace
 
+UnitLayout unit_layout(const PlanUnit& spec, std::int64_t param_count, const PrecisionRecipe& precision, int world_size,
+                       int gpus_per_node) {
+  const ShardingLayout sharding = resolve_sharding(spec.strategy, world_size, gpus_per_node);
+  UnitLayout layout;
+  layout.name = spec.name;
+  layout.param_count = param_count;
+  layout.param_group = sharding.param_group;
+  layout.grad_group = sharding.grad_group;
+  layout.optimizer_group = sharding.optimizer_group;
+  layout.replicas = sharding.grads_sharded() ? world_size / sharding.grad_group : 1;
+  layout.partial_group = spec.reshard_after_forward.keeps_partial_copy() ? spec.reshard_after_forward.group_size : 0;
+  layout.gathers = sharding.params_sharded() && layout.param_count > 0;
+  layout.casts_replicated = !sharding.params_sharded() && layout.param_count > 0 &&
+                            precision.param_compute_bytes != precision.param_storage_bytes;
+  layout.grad_copies = layout.param_count > 0 &&
+                       (sharding.grads_sharded() || precision.grad_compute_bytes != precision.grad_storage_bytes);
+  layout.padded_elements = round_up(layout.param_count, layout.param_group);
+  layout.shard_elements = layout.padded_elements / layout.param_group;
+  layout.grad_padded_elements = round_up(layout.param_count, layout.grad_group);
+  layout.grad_shard_elements = layout.grad_padded_elements / layout.grad_group;
+  layout.optimizer_shard_elements = round_up(layout.param_count, layout.optimizer_group) / layout.optimizer_group;
+  layout.gathered_category = spec.is_root ? MemoryCategory::root_unit : MemoryCategory::unsharded_params;
+  layout.gathered_bytes = layout.padded_elements * precision.param_compute_bytes;
+  if (layout.partial_group > 0) {
+    layout.partial_copy_bytes = layout.padded_elements / layout.partial_group * precision.param_compute_bytes;
+  }
+  layout.grad_copy_bytes = layout.grad_padded_elements * precision.grad_compute_bytes;
+  return layout;
+}
+
 std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   const auto units = plan_units(plan, model);
-  const auto& precision = plan.training.precision;
   std::vector<UnitLayout> layouts;
   for (std::size_t id = 0; id < units.size(); ++id) {
     const PlanUnit& spec = plan.units[id];
-    ShardingLayout sharding;
     try {
-      sharding = resolve_sharding(spec.strategy, world_size, gpus_per_node);
+      layouts.push_back(unit_layout(spec, units[id].param_count, plan.training.precision, world_size, gpus_per_node));
     } catch (const InputError& error) {
       throw InputError("plan: unit " + std::to_string(id) + " ('" + spec.name + "'): " + error.what());
     }
-    UnitLayout layout;
-    layout.name = spec.name;
-    layout.param_count = units[id].param_count;
-    layout.param_group = sharding.param_group;
-    layout.grad_group = sharding.grad_group;
-    layout.optimizer_group = sharding.optimizer_group;
-    layout.replicas = sharding.grads_sharded() ? world_size / sharding.grad_group : 1;
-    layout.partial_group = spec.reshard_after_forward.keeps_partial_copy() ? spec.reshard_after_forward.group_size : 0;
-    layout.gathers = sharding.params_sharded() && layout.param_count > 0;
-    layout.casts_replicated = !sharding.params_sharded() && layout.param_count > 0 &&
-                              precision.param_compute_bytes != precision.param_storage_bytes;
-    layout.grad_copies = layout.param_count > 0 &&
-                         (sharding.grads_sharded() || precision.grad_compute_bytes != precision.grad_storage_bytes);
-    layout.padded_elements = round_up(layout.param_count, layout.param_group);
-    layout.shard_elements = layout.padded_elements / layout.param_group;
-    layout.grad_padded_elements = round_up(layout.param_count, layout.grad_group);
-    layout.grad_shard_elements = layout.grad_padded_elements / layout.grad_group;
-    layout.optimizer_shard_elements = round_up(layout.param_count, layout.optimizer_group) / layout.optimizer_group;
-    layout.gathered_category = spec.is_root ? MemoryCategory::root_unit : MemoryCategory::unsharded_params;
-    layout.gathered_bytes = layout.padded_elements * precision.param_compute_bytes;
-    if (layout.partial_group > 0) {
-      layout.partial_copy_bytes = layout.padded_elements / layout.partial_group * precision.param_compute_bytes;
-    }
-    layout.grad_copy_bytes = layout.grad_padded_elements * precision.grad_compute_bytes;
-    layouts.push_back(std::move(layout));
   }
   return layouts;
 }

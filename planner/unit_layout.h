@@ -35,6 +35,10 @@ struct UnitLayout {
   std::int64_t grad_copy_bytes = 0;     // the full-size gradient in the compute dtype
 };
 
+// One unit's sizes: its strategy resolved for the world (InputError when it cannot be), `param_count` parameters.
+UnitLayout unit_layout(const PlanUnit& spec, std::int64_t param_count, const PrecisionRecipe& precision, int world_size,
+                       int gpus_per_node);
+
 // Resolves every unit's strategy for the world (InputError names the unit) and computes its sizes.
 std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
 

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <map>
+#include <chrono>
+#include <cstdio>
+#include <queue>
 
 #include "collective_cost.h"
 #include "compute_cost.h"
@@ -281,6 +285,248 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
 
 namespace {
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+// Units as layer ranges from (first block, length) pairs, left to right.
+std::vector<LayerRange> to_units(const StepTerms& terms, const std::vector<std::pair<std::size_t, std::size_t>>& blocks) {
+  std::vector<LayerRange> units;
+  for (const auto& [first, length] : blocks) {
+    units.push_back({terms.first_layer_of_block(first), terms.first_layer_of_block(first) + length});
+  }
+  return units;
+}
+
+// The bounds of Note [Wrap DP] for states (p, b): the leftmost placed unit spans blocks [p, p + b).
+class WrapBounds {
+ public:
+  WrapBounds(StepTerms& terms, std::size_t n, std::size_t m, const std::function<double(const std::vector<LayerRange>&)>& exact)
+      : terms_(terms), width_(m + 1), reset_((n + 1) * width_, kInf), reductions_left_((n + 1) * width_, kInf) {
+    // reset_: everything still to add to a label, with the backlog reset to 0 at every unit (never longer than the
+    // real rest, which is nondecreasing in the backlog).
+    std::vector<std::size_t> next((n + 1) * width_, 0);
+    for (std::size_t b = 1; b <= m && b <= n; ++b) {
+      const UnitCost& first = terms.unit(0, b);
+      reset_[b] = terms.head_terms(first) + terms.close_terms(first, 0.0);
+      reductions_left_[b] = terms.head_terms(first);
+    }
+    for (std::size_t p = 1; p < n; ++p) {
+      for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
+        const UnitCost& unit = terms.unit(p, b);
+        for (std::size_t c = 1; c <= m && c <= p; ++c) {
+          const UnitCost& left = terms.unit(p - c, c);
+          const double forward = terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements);
+          const double value = reset_[(p - c) * width_ + c] + forward +
+                               terms.backward_step(unit, left.gather_backward_s, 0.0).step_s;
+          if (value < reset_[p * width_ + b]) {
+            reset_[p * width_ + b] = value;
+            next[p * width_ + b] = c;
+          }
+          // reductions_left_: the least forward steps + optimizer shares + reductions of the units left of p.
+          reductions_left_[p * width_ + b] =
+              std::min(reductions_left_[p * width_ + b], reductions_left_[(p - c) * width_ + c] + forward + left.reduce_s);
+        }
+      }
+    }
+    after_reductions_ = terms.after_reductions_s();
+    // The exact time of the partition the reset bound picks: an upper bound of the optimum.
+    for (std::size_t b = 1; b <= std::min(m, n); ++b) {
+      if (reset_[(n - b) * width_ + b] == kInf) continue;
+      std::vector<std::pair<std::size_t, std::size_t>> blocks;
+      for (std::size_t p = n - b, length = b;;) {
+        blocks.insert(blocks.begin(), {p, length});
+        if (p == 0) break;
+        const std::size_t c = next[p * width_ + length];
+        p -= c;
+        length = c;
+      }
+      upper_bound_ = std::min(upper_bound_, exact(to_units(terms, blocks)));
+    }
+  }
+
+  // A lower bound of everything a label at (p, b) with this backlog still adds: the larger of the reset bound and
+  // the reduction stream's remaining work (the backlog, this unit's reduction, those to its left and the root's,
+  // one after another, after the forward steps of the units to the left).
+  double lower_bound(std::size_t p, std::size_t b, double backlog_s) const {
+    const std::size_t state = p * width_ + b;
+    return std::max(reset_[state], reductions_left_[state] + backlog_s + terms_.unit(p, b).reduce_s + after_reductions_);
+  }
+  double upper_bound() const { return upper_bound_; }
+
+ private:
+  StepTerms& terms_;
+  std::size_t width_;
+  std::vector<double> reset_, reductions_left_;
+  double after_reductions_ = 0;
+  double upper_bound_ = kInf;
+};
+
+// Sound lower bounds of the simulated peak (Note [Wrap search]), per unit and per pair of neighbouring units.
+class MemoryFloor {
+ public:
+  MemoryFloor(const ModelSpec& model, const Plan& plan, const StepTerms& terms, int world, int gpus_per_node,
+              std::int64_t context_overhead_bytes)
+      : model_(model), plan_(plan), terms_(terms), world_(world), gpus_per_node_(gpus_per_node) {
+    const auto& training = plan.training;
+    std::int64_t running = 0;
+    for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+      const ActivationCheckpointing mode = model.layers[layer].kind == LayerKind::transformer_block
+                                               ? plan.layer_checkpointing[layer]
+                                               : ActivationCheckpointing::none;
+      // The lowering's kept bytes per forward op (lowering.cpp, kept_bytes).
+      running += static_cast<std::int64_t>(std::llround(
+          model.layers[layer].activation_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
+                                                         training.flash_attention, mode) *
+          static_cast<double>(training.tokens_per_micro_batch())));
+      activations_through_.push_back(running);
+      // What a checkpointed layer's recompute allocates again before its backward (lowering.cpp, backward_pass).
+      const auto full = static_cast<std::int64_t>(std::llround(
+          model.layers[layer].activation_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
+                                                         training.flash_attention, ActivationCheckpointing::none) *
+          static_cast<double>(training.tokens_per_micro_batch())));
+      const std::int64_t kept = running - (activations_through_.size() > 1 ? activations_through_[activations_through_.size() - 2] : 0);
+      rebuilt_.push_back(mode != ActivationCheckpointing::none ? std::max<std::int64_t>(0, full - kept) : 0);
+    }
+    std::int64_t root_params = 0;
+    for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+      if (model.layers[layer].kind != LayerKind::transformer_block) root_params += model.layers[layer].param_count();
+    }
+    const UnitLayout root = unit_layout(plan.units.front(), root_params, training.precision, world, gpus_per_node);
+    constant_bytes_ = persistent_bytes(root) + context_overhead_bytes + (root.gathers ? root.gathered_bytes : 0);
+  }
+
+  struct Sizes {
+    std::int64_t persistent = 0;  // its shards: params, grads, optimizer states
+    std::int64_t gathered = 0;    // its gathered parameters while in use
+    std::int64_t grad_copy = 0;   // its full-size gradient during backward
+    std::int64_t activations_through = 0;  // every layer's kept activations up to its last layer
+    std::int64_t top_rebuilt = 0;          // its last layer's recomputed activations (checkpointing)
+  };
+  const Sizes& sizes(std::size_t first_block, std::size_t length) {
+    const auto key = std::make_pair(first_block, length);
+    auto found = cache_.find(key);
+    if (found != cache_.end()) return found->second;
+    std::int64_t params = 0;
+    for (std::size_t b = first_block; b < first_block + length; ++b) {
+      params += model_.layers[terms_.first_layer_of_block(b)].param_count();
+    }
+    const PlanUnit& spec = plan_.units.at(plan_.units.size() > 1 ? 1 : 0);
+    const UnitLayout layout = unit_layout(spec, params, plan_.training.precision, world_, gpus_per_node_);
+    Sizes sizes;
+    sizes.persistent = persistent_bytes(layout);
+    sizes.gathered = layout.gathers ? layout.gathered_bytes : 0;
+    sizes.grad_copy = layout.grad_copies ? layout.grad_copy_bytes : 0;
+    sizes.activations_through = activations_through_[terms_.first_layer_of_block(first_block + length - 1)];
+    sizes.top_rebuilt = rebuilt_[terms_.first_layer_of_block(first_block + length - 1)];
+    return cache_.emplace(key, sizes).first->second;
+  }
+  // In unit `unit`'s last forward op, with `right` (nullptr: none) prefetched; and in its first backward op, with
+  // `left` (nullptr: none) prefetched: activations so far, the gathered units, its gradient.
+  static std::int64_t transient(const Sizes& unit, const Sizes* left, const Sizes* right) {
+    const std::int64_t forward = unit.activations_through + unit.gathered + (right != nullptr ? right->gathered : 0);
+    const std::int64_t backward = unit.activations_through + unit.top_rebuilt + unit.gathered + unit.grad_copy +
+                                  (left != nullptr ? left->gathered : 0);
+    return std::max(forward, backward);
+  }
+  std::int64_t constant_bytes() const { return constant_bytes_; }
+
+ private:
+  std::int64_t persistent_bytes(const UnitLayout& layout) const {
+    const auto& precision = plan_.training.precision;
+    std::int64_t bytes = 0;
+    if (!plan_.offload.params) {
+      bytes += layout.shard_elements * precision.param_storage_bytes + layout.grad_shard_elements * precision.grad_storage_bytes;
+    }
+    if (!plan_.offload.params && !plan_.offload.optimizer) {
+      bytes += layout.optimizer_shard_elements * optimizer_bytes_per_param(precision, plan_.training.optimizer);
+    }
+    return bytes;
+  }
+
+  const ModelSpec& model_;
+  const Plan& plan_;
+  const StepTerms& terms_;
+  int world_, gpus_per_node_;
+  std::vector<std::int64_t> activations_through_, rebuilt_;
+  std::int64_t constant_bytes_ = 0;
+  std::map<std::pair<std::size_t, std::size_t>, Sizes> cache_;
+};
+
+}  // namespace
+
+namespace {
+
+// What both searches share: the step terms, the time bounds, and (with a cap) the memory floor's filter.
+struct WrapContext {
+  WrapContext(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile, int world_size,
+              int gpus_per_node, int max_unit_blocks, std::int64_t memory_cap_bytes)
+      : terms(model, plan_template, profile, world_size, gpus_per_node),
+        n(terms.block_count()),
+        m(static_cast<std::size_t>(std::max(1, max_unit_blocks))),
+        width(m + 1),
+        exact([&model, &plan_template, &profile, world_size, gpus_per_node](const std::vector<LayerRange>& units) {
+          return modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, units);
+        }),
+        bounds(terms, n, m, exact),
+        floor(model, plan_template, terms, world_size, gpus_per_node, profile.context_overhead_bytes) {
+    if (memory_cap_bytes <= 0) return;
+    // The least shards any wrapping holds (padding differs between wrappings): the budget every transient term of a
+    // fitting wrapping stays within is the cap less this and the constant part (Note [Wrap search]).
+    std::vector<std::int64_t> least(n + 1, std::numeric_limits<std::int64_t>::max());
+    least[0] = 0;
+    for (std::size_t p = 1; p <= n; ++p) {
+      for (std::size_t c = 1; c <= m && c <= p; ++c) least[p] = std::min(least[p], least[p - c] + floor.sizes(p - c, c).persistent);
+    }
+    transient_budget_bytes = memory_cap_bytes - floor.constant_bytes() - least[n];
+  }
+
+  // Whether a wrapping can hold unit (p, b) with unit (p − c, c) to its left (c = 0: none) and still fit: their
+  // transient terms against the budget. `last`: (p, b) is the last unit (nothing to its right).
+  bool allowed(std::size_t p, std::size_t b, std::size_t c, bool last) {
+    if (transient_budget_bytes == std::numeric_limits<std::int64_t>::max()) return true;  // no cap
+    const auto& sizes = floor.sizes(p, b);
+    if (c == 0 || last) {
+      if (MemoryFloor::transient(sizes, nullptr, nullptr) > transient_budget_bytes) return false;
+      if (c == 0) return true;
+    }
+    const auto& left = floor.sizes(p - c, c);
+    return MemoryFloor::transient(sizes, &left, nullptr) <= transient_budget_bytes &&
+           MemoryFloor::transient(left, nullptr, &sizes) <= transient_budget_bytes;
+  }
+  bool allowed_units(const std::vector<std::pair<std::size_t, std::size_t>>& blocks) {
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      const bool last = k + 1 == blocks.size();
+      if (!allowed(blocks[k].first, blocks[k].second, k > 0 ? blocks[k - 1].second : 0, last)) return false;
+    }
+    return true;
+  }
+
+  double last_unit_cost(std::size_t b) {
+    const UnitCost& last = terms.unit(n - b, b);
+    return terms.turn_terms(last) + terms.forward_step(last, 0.0) + terms.optimizer_time_s(last.optimizer_elements);
+  }
+  // Placing (p − c, c) left of (p, b): the cost added and the backlog left for it.
+  std::pair<double, double> extend(std::size_t p, std::size_t b, std::size_t c, double backlog_s) {
+    const UnitCost& unit = terms.unit(p, b);
+    const UnitCost& left = terms.unit(p - c, c);
+    const auto step = terms.backward_step(unit, left.gather_backward_s, backlog_s);
+    return {step.step_s + terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements),
+            step.backlog_s};
+  }
+  // Closing with (0, b) as the first unit: what the head and the tail add.
+  double close_cost(std::size_t b, double backlog_s) {
+    const UnitCost& first = terms.unit(0, b);
+    return terms.head_terms(first) + terms.close_terms(first, backlog_s);
+  }
+
+  StepTerms terms;
+  std::size_t n, m, width;
+  std::function<double(const std::vector<LayerRange>&)> exact;
+  WrapBounds bounds;
+  MemoryFloor floor;
+  std::int64_t transient_budget_bytes = std::numeric_limits<std::int64_t>::max();
+};
+
 // A partial wrapping from the right end (Note [Wrap DP]): everything right of the leftmost placed unit is final.
 struct Label {
   double cost_s;     // every term that no longer depends on units further left
@@ -297,108 +543,52 @@ void keep_pareto(std::vector<Label>& labels, bool backlog_monotone) {
     return a.cost_s != b.cost_s ? a.cost_s < b.cost_s : a.backlog_s < b.backlog_s;
   });
   std::vector<Label> kept;
-  for (const Label& label : labels) {
-    const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Label& better) {
-      return backlog_monotone ? better.backlog_s <= label.backlog_s : better.backlog_s == label.backlog_s;
-    });
-    if (!dominated) kept.push_back(label);
+  if (backlog_monotone) {
+    // In cost order, a label survives when its backlog is below every cheaper survivor's.
+    for (const Label& label : labels) {
+      if (kept.empty() || label.backlog_s < kept.back().backlog_s) kept.push_back(label);
+    }
+  } else {
+    std::vector<double> seen;
+    for (const Label& label : labels) {
+      if (std::find(seen.begin(), seen.end(), label.backlog_s) != seen.end()) continue;
+      seen.push_back(label.backlog_s);
+      kept.push_back(label);
+    }
   }
   labels = std::move(kept);
 }
 
-}  // namespace
+std::vector<std::pair<std::size_t, std::size_t>> uniform_blocks(std::size_t n, std::size_t k) {
+  std::vector<std::pair<std::size_t, std::size_t>> blocks;
+  for (std::size_t first = 0; first < n; first += k) blocks.emplace_back(first, std::min(k, n - first));
+  return blocks;
+}
 
-WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
-                           int world_size, int gpus_per_node, const WrapDpOptions& options) {
-  StepTerms terms(model, plan_template, profile, world_size, gpus_per_node);
-  const std::size_t n = terms.block_count();
-  const std::size_t m = static_cast<std::size_t>(std::max(1, options.max_unit_blocks));
+// The fastest wrapping (with a cap: among those the memory floor allows), by the label DP.
+WrapDpResult label_dp(WrapContext& context) {
+  auto& terms = context.terms;
+  const std::size_t n = context.n, m = context.m, width = context.width;
   const bool backlog_monotone = terms.slowdown() <= 2.0;
-  // State (p, b): the leftmost placed unit spans blocks [p, p + b); labels[p * (m + 1) + b].
-  const std::size_t width = m + 1;
-  std::vector<std::vector<Label>> labels((n + 1) * width);
-  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
-    const UnitCost& last = terms.unit(n - b, b);
-    labels[(n - b) * width + b].push_back({terms.turn_terms(last) + terms.forward_step(last, 0.0) +
-                                               terms.optimizer_time_s(last.optimizer_elements),
-                                           0.0, kNone, kNone});
-  }
-  // Bounds (Note [Wrap DP]): below[p * width + b] is a lower bound of everything still to add to a label at state
-  // (p, b) — the same terms with the backlog reset to 0 at every unit, which never lengthens the rest of the step
-  // (the rest is nondecreasing in the backlog) — and the exact time of the partition that bound picks is an upper
-  // bound of the optimum. A label whose cost plus its lower bound exceeds the upper bound is dropped.
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<double> below((n + 1) * width, kInf);
-  std::vector<std::size_t> below_next((n + 1) * width, 0);
-  for (std::size_t b = 1; b <= m && b <= n; ++b) {
-    const UnitCost& first = terms.unit(0, b);
-    below[b] = terms.head_terms(first) + terms.close_terms(first, 0.0);
-  }
-  for (std::size_t p = 1; p < n; ++p) {
-    for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
-      const UnitCost& unit = terms.unit(p, b);
-      for (std::size_t c = 1; c <= m && c <= p; ++c) {
-        const UnitCost& left = terms.unit(p - c, c);
-        const double value = below[(p - c) * width + c] + terms.backward_step(unit, left.gather_backward_s, 0.0).step_s +
-                             terms.forward_step(left, unit.gather_forward_s) +
-                             terms.optimizer_time_s(left.optimizer_elements);
-        if (value < below[p * width + b]) {
-          below[p * width + b] = value;
-          below_next[p * width + b] = c;
-        }
-      }
-    }
-  }
-  // A second lower bound, tight where reductions dominate: the reduction stream still has the backlog, this unit's
-  // reduction, every unit's to its left and the root's to run, one after another, before the optimizer; and the
-  // forward steps of the units to the left come before all of it. reductions_left[p * width + b]: the least forward
-  // steps + optimizer shares + reductions of any wrapping of the blocks left of p, given the unit at p has b blocks.
-  std::vector<double> reductions_left((n + 1) * width, kInf);
-  for (std::size_t b = 1; b <= m && b <= n; ++b) reductions_left[b] = terms.head_terms(terms.unit(0, b));
-  for (std::size_t p = 1; p < n; ++p) {
-    for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
-      const UnitCost& unit = terms.unit(p, b);
-      for (std::size_t c = 1; c <= m && c <= p; ++c) {
-        const UnitCost& left = terms.unit(p - c, c);
-        reductions_left[p * width + b] =
-            std::min(reductions_left[p * width + b], reductions_left[(p - c) * width + c] +
-                                                         terms.forward_step(left, unit.gather_forward_s) +
-                                                         terms.optimizer_time_s(left.optimizer_elements) + left.reduce_s);
-      }
-    }
-  }
-  const double after_reductions = terms.after_reductions_s();
-  const auto lower_bound = [&](std::size_t p, std::size_t b, double backlog_s) {
-    const std::size_t state = p * width + b;
-    return std::max(below[state],
-                    reductions_left[state] + backlog_s + terms.unit(p, b).reduce_s + after_reductions);
-  };
+  // An upper bound of the optimum: the bounds' own wrapping, and every uniform wrapping, when the floor allows them.
   double upper_bound = kInf;
-  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
-    if (below[(n - b) * width + b] == kInf) continue;
-    std::vector<LayerRange> units;
-    std::size_t p = n - b, length = b;
-    while (true) {
-      units.insert(units.begin(), {p, p + length});
-      if (p == 0) break;
-      const std::size_t c = below_next[p * width + length];
-      p -= c;
-      length = c;
-    }
-    for (auto& unit : units) {
-      unit.begin += terms.first_layer_of_block(0);
-      unit.end += terms.first_layer_of_block(0);
-    }
-    upper_bound = std::min(upper_bound, modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, units));
+  for (std::size_t k = 1; k <= m; ++k) {
+    const auto blocks = uniform_blocks(n, k);
+    if (context.allowed_units(blocks)) upper_bound = std::min(upper_bound, context.exact(to_units(terms, blocks)));
+  }
+  if (context.transient_budget_bytes == std::numeric_limits<std::int64_t>::max()) {
+    upper_bound = std::min(upper_bound, context.bounds.upper_bound());
   }
   const double prune_above = upper_bound * (1.0 + 1e-9);  // keep the optimum through rounding
   const auto promising = [&](double cost_s, std::size_t p, std::size_t b, double backlog_s) {
-    return cost_s + lower_bound(p, b, backlog_s) <= prune_above;
+    return cost_s + context.bounds.lower_bound(p, b, backlog_s) <= prune_above;
   };
+  std::vector<std::vector<Label>> labels((n + 1) * width);
   for (std::size_t b = 1; b <= std::min(m, n); ++b) {
-    auto& start = labels[(n - b) * width + b];
-    if (!start.empty() && !promising(start.front().cost_s, n - b, b, 0.0)) start.clear();
+    const double cost = context.last_unit_cost(b);
+    if (context.allowed(n - b, b, 0, true) && promising(cost, n - b, b, 0.0)) {
+      labels[(n - b) * width + b].push_back({cost, 0.0, kNone, kNone});
+    }
   }
   // Right to left: a state's labels are final once every state with a larger p has been expanded.
   for (std::size_t p = n; p-- > 1;) {
@@ -407,32 +597,29 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
       auto& here = labels[state];
       if (here.empty()) continue;
       keep_pareto(here, backlog_monotone);
-      const UnitCost& unit = terms.unit(p, b);
       for (std::size_t c = 1; c <= m && c <= p; ++c) {
-        const UnitCost& left = terms.unit(p - c, c);
-        // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
-        // forward step (its right neighbour is known).
-        const double forward = terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements);
+        if (!context.allowed(p, b, c, p + b == n)) continue;
         auto& target = labels[(p - c) * width + c];
         for (std::size_t index = 0; index < here.size(); ++index) {
-          const auto step = terms.backward_step(unit, left.gather_backward_s, here[index].backlog_s);
-          const double cost = here[index].cost_s + step.step_s + forward;
-          if (promising(cost, p - c, c, step.backlog_s)) target.push_back({cost, step.backlog_s, state, index});
+          // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
+          // forward step (its right neighbour is known).
+          const auto [added, backlog] = context.extend(p, b, c, here[index].backlog_s);
+          const double cost = here[index].cost_s + added;
+          if (promising(cost, p - c, c, backlog)) target.push_back({cost, backlog, state, index});
         }
       }
     }
   }
   // Close at p = 0: the first unit's backward, the embedding, the root's reduction, the optimizer, the head.
   WrapDpResult result;
-  double best_total = std::numeric_limits<double>::infinity();
+  double best_total = kInf;
   std::size_t best_state = kNone, best_label = kNone;
   for (std::size_t b = 1; b <= m && b <= n; ++b) {
     auto& here = labels[b];
+    if (here.empty() || !context.allowed(0, b, 0, b == n)) continue;
     keep_pareto(here, backlog_monotone);
-    const UnitCost& first = terms.unit(0, b);
-    const double head = terms.head_terms(first);
     for (std::size_t index = 0; index < here.size(); ++index) {
-      const double total = here[index].cost_s + head + terms.close_terms(first, here[index].backlog_s);
+      const double total = here[index].cost_s + context.close_cost(b, here[index].backlog_s);
       if (total < best_total) {
         best_total = total;
         best_state = b;
@@ -442,17 +629,149 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
   }
   if (best_state == kNone) return result;
   // Walk the parents: from the first unit rightwards.
-  std::size_t layer = terms.first_layer_of_block(0);
+  std::vector<std::pair<std::size_t, std::size_t>> blocks;
+  std::size_t first_block = 0;
   for (std::size_t state = best_state, index = best_label; state != kNone;) {
     const std::size_t length = state % width;
-    result.units.push_back({layer, layer + length});
-    layer += length;
+    blocks.emplace_back(first_block, length);
+    first_block += length;
     const Label& label = labels[state][index];
     state = label.parent_state;
     index = label.parent_label;
   }
+  result.units = to_units(terms, blocks);
   result.found = true;
-  result.modelled_step_s = modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, result.units);
+  result.modelled_step_s = context.exact(result.units);
+  return result;
+}
+
+}  // namespace
+
+WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
+                           int world_size, int gpus_per_node, const WrapDpOptions& options) {
+  WrapContext context(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks, 0);
+  return label_dp(context);
+}
+
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
+  if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies, host optimizer
+  if (plan_template.training.grad_accumulation_steps(world_size) != 1) return false;  // one micro-batch
+  const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);
+  const ShardingLayout layout = resolve_sharding(unit.strategy, world_size, gpus_per_node);
+  if (layout.grads_sharded() && world_size / layout.grad_group > 1) return false;  // HSDP's second reduction stream
+  return !unit.reshard_after_forward.keeps_partial_copy();
+}
+
+std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
+                                int world_size, int gpus_per_node, const std::vector<LayerRange>& units) {
+  StepTerms terms(model, plan_template, profile, world_size, gpus_per_node);
+  MemoryFloor floor(model, plan_template, terms, world_size, gpus_per_node, profile.context_overhead_bytes);
+  std::vector<const MemoryFloor::Sizes*> sizes;
+  std::size_t block = 0;
+  for (const auto& unit : units) {
+    sizes.push_back(&floor.sizes(block, unit.end - unit.begin));
+    block += unit.end - unit.begin;
+  }
+  SHARDPLAN_CHECK(!sizes.empty() && block == terms.block_count(), "units must cover every block");
+  std::int64_t persistent = 0, transient = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    persistent += sizes[k]->persistent;
+    transient = std::max(transient, MemoryFloor::transient(*sizes[k], k > 0 ? sizes[k - 1] : nullptr,
+                                                           k + 1 < sizes.size() ? sizes[k + 1] : nullptr));
+  }
+  return floor.constant_bytes() + persistent + transient;
+}
+
+WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& plan_template,
+                                          const HardwareProfile& profile, int world_size, int gpus_per_node,
+                                          const WrapSearchOptions& options) {
+  WrapContext context(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
+                      options.memory_cap_bytes);
+  WrapSearchResult result;
+  // First the fastest wrapping the floor allows: when the simulator agrees it fits, nothing faster can (every
+  // faster wrapping's floor is over the cap), so it is the answer.
+  const WrapDpResult floor_best = label_dp(context);
+  if (!floor_best.found || floor_best.modelled_step_s > options.stop_above_s) {
+    result.exhausted = true;
+    return result;
+  }
+  ++result.checked;
+  if (options.fits(floor_best.units)) {
+    result.found = true;
+    result.units = floor_best.units;
+    result.modelled_step_s = floor_best.modelled_step_s;
+    return result;
+  }
+  // Otherwise wrappings in nondecreasing time, best first over partial wrappings from the right (keyed by cost + the
+  // DP's lower bound of the rest; complete ones by their exact time), each checked until one fits. Bounded: without
+  // dominance this search can grow exponentially, so past kMaxNodes it gives up and the caller falls back.
+  constexpr std::size_t kMaxNodes = 20'000;
+  struct Node {
+    double cost_s;
+    double backlog_s;
+    std::size_t first_block, length;  // the leftmost placed unit
+    std::size_t parent;
+    bool complete;
+  };
+  std::vector<Node> nodes;
+  using Entry = std::pair<double, std::size_t>;  // (key, node)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  const auto push = [&](const Node& node, double key) {
+    if (key > options.stop_above_s) return;  // cannot beat the incumbent
+    nodes.push_back(node);
+    queue.push({key, nodes.size() - 1});
+  };
+  const std::size_t n = context.n, m = context.m;
+  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
+    if (!context.allowed(n - b, b, 0, true)) continue;
+    const double cost = context.last_unit_cost(b);
+    push({cost, 0.0, n - b, b, kNone, false}, cost + context.bounds.lower_bound(n - b, b, 0.0));
+  }
+  while (!queue.empty()) {
+    if (nodes.size() > kMaxNodes) {
+      result.gave_up = true;
+      return result;
+    }
+    const std::size_t index = queue.top().second;
+    queue.pop();
+    const Node node = nodes[index];
+    if (node.complete) {
+      std::vector<std::pair<std::size_t, std::size_t>> blocks;
+      for (std::size_t at = index; at != kNone; at = nodes[at].parent) blocks.emplace_back(nodes[at].first_block, nodes[at].length);
+      const std::vector<LayerRange> units = to_units(context.terms, blocks);
+      if (units == floor_best.units) continue;  // checked above
+      ++result.checked;
+      if (options.fits(units)) {
+        result.found = true;
+        result.units = units;
+        result.modelled_step_s = node.cost_s;
+        return result;
+      }
+      if (result.checked >= options.max_checks) {
+        result.gave_up = true;
+        return result;
+      }
+      continue;
+    }
+    if (node.first_block == 0) {
+      // Close: the node becomes a complete wrapping with its exact time; it stands for the first unit itself, so
+      // its parent is the node's parent.
+      if (!context.allowed(0, node.length, 0, node.parent == kNone)) continue;
+      Node done = node;
+      done.cost_s = node.cost_s + context.close_cost(node.length, node.backlog_s);
+      done.complete = true;
+      push(done, done.cost_s);
+      continue;
+    }
+    for (std::size_t c = 1; c <= m && c <= node.first_block; ++c) {
+      if (!context.allowed(node.first_block, node.length, c, node.parent == kNone)) continue;
+      const std::size_t p = node.first_block - c;
+      const auto [added, backlog] = context.extend(node.first_block, node.length, c, node.backlog_s);
+      const Node next{node.cost_s + added, backlog, p, c, index, false};
+      push(next, next.cost_s + context.bounds.lower_bound(p, c, backlog));
+    }
+  }
+  result.exhausted = true;  // no other wrapping fits, or none can beat stop_above_s
   return result;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <vector>
 
 #include "hardware_profile.h"
@@ -49,6 +51,47 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
 // The DP's objective for a given partition (tests compare it with the simulator and with the DP's minimum).
 double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
                             int world_size, int gpus_per_node, const std::vector<LayerRange>& units);
+
+// Note [Wrap search]: the fastest wrapping that fits a memory cap. The simulated peak is not a sum of local terms
+// (it depends on how long buffers wait for collectives), so the cap is checked by the simulator itself: wrappings
+// come out of a best-first search in nondecreasing modelled step time (partial wrappings from the right end keyed by
+// cost + the DP's lower bound of the rest; complete ones by their exact time), and each is checked until one fits.
+// Where the step model is exact (wrap_model_is_exact), the first that fits is the fastest fitting wrapping among
+// all with units of at most `max_unit_blocks` blocks. What keeps the search short under a tight cap is a sound floor
+// of the simulated peak, checked on every partial wrapping: the constant part (root, overhead), the least shards the
+// unplaced blocks can hold, the placed units' shards, and the largest transient seen — in a unit's last forward op
+// (activations so far + it + the next unit gathered) and first backward op (activations so far + it + the unit below
+// gathered + its gradient). Every term is allocated at that moment in the lowering, so a wrapping whose floor exceeds
+// the cap cannot fit.
+struct WrapSearchOptions {
+  int max_unit_blocks = 8;
+  std::int64_t memory_cap_bytes = 0;
+  std::function<bool(const std::vector<LayerRange>&)> fits;  // the simulator's verdict on a wrapping
+  std::size_t max_checks = 48;                               // give up after this many wrappings fail `fits`
+  double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted
+};
+
+struct WrapSearchResult {
+  std::vector<LayerRange> units;  // non-root units, in layer order
+  double modelled_step_s = 0;
+  bool found = false;
+  bool exhausted = false;   // no wrapping fits (or none is faster than stop_above_s)
+  bool gave_up = false;     // max_checks wrappings failed `fits`: the caller must fall back
+  std::size_t checked = 0;  // wrappings given to `fits`
+  std::size_t pruned_by_memory = 0;
+};
+
+WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& plan_template,
+                                          const HardwareProfile& profile, int world_size, int gpus_per_node,
+                                          const WrapSearchOptions& options);
+
+// The memory floor of Note [Wrap search] for a complete wrapping: never above its simulated peak (tests check it).
+std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
+                                int world_size, int gpus_per_node, const std::vector<LayerRange>& units);
+
+// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: one
+// micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists.
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
 
 // A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.
 Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units);

@@ -66,7 +66,9 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
     double cap_gib;
   };
   for (const Case& c : {Case{"8xH100-80GB", 4096, 30.0}, Case{"8xA100-40GB", 4096, 20.0},
-                        Case{"8xH100-80GB", 2048, 14.0}}) {
+                        Case{"8xH100-80GB", 2048, 14.0}, Case{"2x8xH100-80GB", 1024, 6.0},
+                        Case{"4x8xA100-40GB", 2048, 5.0},
+                        Case{"2x8xL40S", 4096, 9.0}, Case{"2x8xL40S", 4096, 7.0}}) {
     const ModelSpec model = llama_blocks(10);
     const Cluster cluster = parse_cluster(c.cluster, catalog);
     const HardwareProfile profile = profile_from_cluster(cluster);
@@ -83,6 +85,10 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
     const PlanCandidate truth = exhaustive(model, cluster, profile, training, options.memory_cap_bytes);
     INFO(c.cluster << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs
                    << ", exhaustive " << truth.knobs);
+    MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs << " "
+                      << planned.best.summary.step_time_s << " s, exhaustive " << truth.knobs << " "
+                      << truth.summary.step_time_s << " s; knob settings exact " << planned.exact_settings
+                      << ", fallback " << planned.fallback_settings << ", heuristic " << planned.heuristic_settings);
     REQUIRE(truth.fits);
     REQUIRE(planned.feasible);
     CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
@@ -126,4 +132,33 @@ TEST_CASE("search: nothing fits — diagnosis names the dominant term and how ma
   const SearchResult offloaded = search_plans(model, cluster, profile_from_cluster(cluster), training, options);
   CHECK(offloaded.feasible);
   CHECK(offloaded.best.plan.offload.params);
+}
+
+TEST_CASE("search: hybrid shard groups divide the node or span whole nodes") {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  TrainingConfig training;
+  const Cluster cluster = parse_cluster("16x8xH100-80GB", catalog);
+  std::vector<int> hybrid_groups;
+  for (const KnobSetting& knobs : knob_settings(cluster, training, false)) {
+    if (knobs.strategy.kind == StrategyKind::hybrid_shard && knobs.ac == "none") {
+      hybrid_groups.push_back(knobs.strategy.shard_group_size);
+    }
+  }
+  // Divisors of the 8 GPUs per node, then 2, 4 and 8 nodes (16 nodes is the world: full_shard).
+  CHECK(hybrid_groups == std::vector<int>{2, 4, 8, 16, 32, 64});
+  // Llama 3 70B on 128 H100s: a shard group of one node holds an eighth of the model states (~140 GB) and cannot
+  // fit, so the choice is between full_shard over 128 GPUs and a shard group spanning nodes; the planner takes the
+  // spanning group, which is faster than the best full_shard plan it found.
+  const ModelSpec model = preset_model("llama3-70b");
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  training.seq_len = 4096;
+  const SearchResult planned = search_plans(model, cluster, profile, training, SearchOptions{});
+  REQUIRE(planned.feasible);
+  const auto& strategy = planned.best.plan.units.at(1).strategy;
+  INFO(planned.best.knobs);
+  CHECK(strategy.kind == StrategyKind::hybrid_shard);
+  CHECK(strategy.shard_group_size > cluster.gpus_per_node);
+  const Plan full_shard = plan_for_knobs(model, cluster, training, KnobSetting{ShardingStrategy{}, "full", 1, false});
+  const auto full_summary = analyze_step(model, cluster, profile, full_shard, false).simulation.summary;
+  CHECK(planned.best.summary.step_time_s < full_summary.step_time_s);
 }

@@ -43,6 +43,7 @@ struct Case {
 
 struct Simulated {
   double step_s = 0;
+  std::int64_t peak_bytes = 0;
   // Outside the step model (Note [Wrap DP]): HSDP's per-unit all-reduces across replicas run on a second reduction
   // stream, which the model's single reduction backlog does not describe.
   bool outside_model = false;
@@ -57,7 +58,7 @@ Simulated simulated(const ModelSpec& model, const Plan& plan, const Cluster& clu
   options.context_overhead_bytes = profile.context_overhead_bytes;
   const StepSchedule schedule = lower_plan(plan, model, options);
   const SimulationResult result = simulate(schedule, profile, true);
-  Simulated out{result.summary.step_time_s, false, false};
+  Simulated out{result.summary.step_time_s, result.summary.peak_memory_bytes, false, false};
   const auto& events = result.timeline.events;
   const int last_unit = static_cast<int>(plan.units.size()) - 1;
   bool backward = false;
@@ -80,6 +81,16 @@ Simulated simulated(const ModelSpec& model, const Plan& plan, const Cluster& clu
     }
   }
   return out;
+}
+
+ModelSpec case_model(const Case& c) {
+  // "llama2-7b-10": Llama 2 7B's shapes with 10 blocks, so every partition can be enumerated.
+  if (std::string(c.model) == "llama2-7b-10") {
+    DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
+    arch.num_layers = 10;
+    return build_decoder("llama2-7b-10", arch, "test");
+  }
+  return preset_model(c.model);
 }
 
 }  // namespace
@@ -110,15 +121,7 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
                              (c.slowdown > 0 ? " slowdown " + std::to_string(c.slowdown) : "") +
                              (c.dispatch_s > 0 ? " dispatch " + std::to_string(c.dispatch_s) : "");
     INFO(name);
-    // "llama2-7b-10": Llama 2 7B's shapes with 10 blocks, so every partition can be enumerated.
-    ModelSpec model;
-    if (std::string(c.model) == "llama2-7b-10") {
-      DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
-      arch.num_layers = 10;
-      model = build_decoder("llama2-7b-10", arch, "test");
-    } else {
-      model = preset_model(c.model);
-    }
+    const ModelSpec model = case_model(c);
     const Cluster cluster = parse_cluster(c.cluster, catalog);
     HardwareProfile profile = profile_from_cluster(cluster);
     if (c.slowdown > 0) profile.overlap_compute_slowdown = c.slowdown;
@@ -166,4 +169,72 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       CHECK(dp_simulated <= 1.10 * best_simulated);  // a heuristic there; the search closes most of the gap
     }
   }
+}
+
+// Note [Wrap search]: under a memory cap, the first wrapping the simulator says fits, taken in nondecreasing modelled
+// time, is the fastest fitting one; the floor that prunes the search never exceeds a wrapping's simulated peak.
+TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search under a cap; the memory floor is sound") {
+  const Case cases[] = {
+      {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 4096},
+      {"llama2-7b-10", "2x8xA100-80GB", "full_shard", ActivationCheckpointing::full, 4096},
+      {"llama2-7b-10", "8xA100-80GB", "shard_grad_op", ActivationCheckpointing::none, 2048},
+      {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024},
+      {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 1024},
+      {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::none, 512},  // floor only
+  };
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  int searched_past_the_first = 0;
+  for (const Case& c : cases) {
+    const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy;
+    INFO(name);
+    const ModelSpec model = case_model(c);
+    const Cluster cluster = parse_cluster(c.cluster, catalog);
+    const HardwareProfile profile = profile_from_cluster(cluster);
+    TrainingConfig training;
+    training.seq_len = c.seq_len;
+    training.checkpointing = c.ac;
+    const Plan base = default_plan(model, training, parse_strategy(c.strategy), wrap_per_block(model),
+                                   cluster.world_size());
+    struct Point {
+      std::vector<LayerRange> units;
+      double step_s;
+      std::int64_t peak_bytes;
+    };
+    std::vector<Point> points;
+    for (const auto& units : all_partitions(base.units[1].layers.begin, model.block_count(), 6)) {
+      const Simulated sim = simulated(model, plan_with_units(model, base, units), cluster, profile);
+      const std::int64_t floor = memory_floor_bytes(model, base, profile, cluster.world_size(), cluster.gpus_per_node, units);
+      REQUIRE(floor <= sim.peak_bytes);
+      CHECK(floor >= sim.peak_bytes * 0.5);  // and not vacuous
+      points.push_back({units, sim.step_s, sim.peak_bytes});
+    }
+    if (!wrap_model_is_exact(base, cluster.world_size(), cluster.gpus_per_node)) continue;
+    std::vector<std::int64_t> peaks;
+    for (const auto& point : points) peaks.push_back(point.peak_bytes);
+    std::sort(peaks.begin(), peaks.end());
+    for (double quantile : {0.02, 0.1, 0.3, 0.6, 1.0}) {
+      const std::int64_t cap = peaks[static_cast<std::size_t>(quantile * static_cast<double>(peaks.size() - 1))];
+      double best = 1e300;
+      for (const auto& point : points) {
+        if (point.peak_bytes <= cap) best = std::min(best, point.step_s);
+      }
+      WrapSearchOptions options;
+      options.max_unit_blocks = 6;
+      options.memory_cap_bytes = cap;
+      options.max_checks = 1000;
+      options.fits = [&](const std::vector<LayerRange>& units) {
+        return simulated(model, plan_with_units(model, base, units), cluster, profile).peak_bytes <= cap;
+      };
+      const WrapSearchResult result =
+          fastest_fitting_wrapping(model, base, profile, cluster.world_size(), cluster.gpus_per_node, options);
+      INFO("cap " << cap << " B (quantile " << quantile << ")");
+      REQUIRE(result.found);
+      CHECK_FALSE(result.gave_up);
+      CHECK(result.modelled_step_s == doctest::Approx(best).epsilon(1e-9));
+      searched_past_the_first += result.checked > 1 ? 1 : 0;
+      MESSAGE(name << ", cap at the " << quantile << " quantile of peaks: " << result.checked
+                   << " wrapping(s) simulated, fastest fitting " << result.modelled_step_s << " s = exhaustive " << best);
+    }
+  }
+  CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
 }
