@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <exception>
 #include <string>
-#include <vector>
 
 #include "device_probe.h"
+#include "mpi_doctest_support.h"
 #include "mpi_session.h"
 #include "nccl_bootstrap.h"
 
@@ -21,40 +21,11 @@ namespace {
 
 constexpr int kSkip = 77;
 
-// As tests/mpi/main.cpp: a test that throws on one rank would leave the others waiting in its next collective (on the
-// GPU, forever); aborting the job turns that into an immediate failure naming the rank and the exception. Also counts
-// the test cases the filters selected, so a Meson test whose --test-case matches nothing fails instead of passing.
-struct AbortOnException : doctest::IReporter {
-  explicit AbortOnException(const doctest::ContextOptions&) {}
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats& stats) override { selected = stats.numTestCasesPassingFilters; }
-  void test_case_start(const doctest::TestCaseData& data) override { current_ = data.m_name; }
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException& e) override {
-    int rank = -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "rank %d: test case \"%s\" threw: %s — aborting all ranks\n", rank, current_.c_str(),
-                 e.error_string.c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
-
-  static inline unsigned selected = 0;
-
- private:
-  std::string current_;
-};
-
 }  // namespace
 
-REGISTER_LISTENER("nccl_abort_on_exception", 1, AbortOnException);
+// tests/mpi/mpi_doctest_support.h: a test that throws on one rank aborts the job (on the GPU the others would wait
+// forever), and a Meson test whose --test-case matches nothing fails instead of passing.
+REGISTER_LISTENER("nccl_abort_on_exception", 1, shardplan_test::AbortOnException);
 
 int main(int argc, char** argv) {
   const shardplan::gpu::DeviceProbe probe = shardplan::gpu::probe_devices();
@@ -88,26 +59,6 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&shared, &any_shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (any_shared) return kSkip;
 
-  doctest::Context context(argc, argv);
-  if (rank != 0) context.setOption("minimal", true);
-  context.setOption("no-colors", true);
-  const int status = context.run();
-  if (context.shouldExit()) return status;
-
-  // One verdict for the job, so every rank exits with the same status whatever rank a check failed on.
-  const int failed = status != 0 || AbortOnException::selected == 0 ? 1 : 0;
-  if (AbortOnException::selected == 0 && rank == 0) std::printf("no test case matched the filters\n");
-  std::vector<int> failed_by_rank(static_cast<std::size_t>(size), 0);
-  MPI_Allgather(&failed, 1, MPI_INT, failed_by_rank.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  int any_failed = 0;
-  for (const int f : failed_by_rank) any_failed |= f;
-  if (rank == 0) {
-    std::string failing;
-    for (int r = 0; r < size; ++r) {
-      if (failed_by_rank[static_cast<std::size_t>(r)]) failing += (failing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    std::printf("[gpu nccl suite] %d rank(s): %s\n", size,
-                any_failed ? ("FAILED on rank(s) " + failing).c_str() : "all ranks passed");
-  }
-  return any_failed;
+  return shardplan_test::run_doctest_on_every_rank(argc, argv, "[gpu nccl suite] " + std::to_string(size) + " rank(s)",
+                                                   true);
 }
