@@ -104,6 +104,9 @@ std::int64_t fit_overhead_bytes(const std::vector<MeasuredRun>& runs, HardwarePr
 // The per-op host overhead (HardwareProfile::op_dispatch_overhead_s) that makes the calibrated simulation's step time
 // meet the measured ones: the root of Σ (simulated − measured) / measured over the runs, by bisection (the simulated
 // step time never decreases as the overhead grows). 0 when the per-op fits already reach or exceed the measurements.
+// The measured step time is the run's median step (trace metadata `median_step_time_s`, written by `run --trace`)
+// when the trace has it: the traced step is one sample, and the median is what predictions are compared with;
+// otherwise the traced step's own length.
 double fit_dispatch_overhead_s(const std::vector<MeasuredRun>& runs, HardwareProfile profile) {
   std::vector<StepSchedule> schedules;
   std::vector<double> measured_s;
@@ -112,6 +115,10 @@ double fit_dispatch_overhead_s(const std::vector<MeasuredRun>& runs, HardwarePro
     schedules.push_back(lower_plan(run.plan, run.model, {run.cluster.world_size(), run.cluster.gpus_per_node, 0}));
     double step_s = 0;
     for (const TimelineEvent& event : run.measured.events) step_s = std::max(step_s, event.end_s);
+    const auto median = run.measured.metadata.find("median_step_time_s");
+    if (median != run.measured.metadata.end() && median->is_number() && median->get<double>() > 0) {
+      step_s = median->get<double>();
+    }
     measured_s.push_back(step_s);
     upper_s = std::max(upper_s, step_s / std::max<std::size_t>(1, schedules.back().ops.size()));
   }

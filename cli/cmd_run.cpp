@@ -90,7 +90,7 @@ int run_on_cpu(const RunFlags& flags) {
         if (lead && !flags.json) std::printf("checkpoint written to %s\n", outcome.checkpoint.c_str());
       }
     }
-    write_run_trace(flags, plan, model, last, world.native(), size);
+    write_run_trace(flags, plan, model, outcome, world.native(), size);
   } catch (const std::exception& error) {
     if (size == 1) throw;
     world.abort(std::string("shardplan run: ") + error.what());

@@ -60,7 +60,7 @@ int run_on_gpu(const RunFlags& flags) {
       outcome.add_step(step, runner.step(runner::rank_micro_batches(data, step, k, size, control.rank())));
       if (lead && !flags.json) print_step_line(step, last);
     }
-    write_run_trace(flags, plan, model, last, control.native(), size);
+    write_run_trace(flags, plan, model, outcome, control.native(), size);
   } catch (const std::exception& error) {
     if (size == 1) throw;
     world.abort(std::string("shardplan run: ") + error.what());

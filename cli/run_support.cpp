@@ -89,11 +89,12 @@ void print_step_line(std::int64_t step, const runner::StepReport& report) {
               static_cast<double>(report.peak_bytes) / (1 << 20));
 }
 
-void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, runner::StepReport& last,
+void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, RunOutcome& outcome,
                      MPI_Comm comm, int world_size) {
   if (flags.trace_file.empty()) return;
+  runner::StepReport& last = outcome.last;
   last.timeline.metadata = {{"model", flags.model}, {"plan", plan.name}, {"plan_json", to_json(plan, model)},
-                            {"world_size", world_size}};
+                            {"world_size", world_size}, {"median_step_time_s", median_s(outcome.step_times_s)}};
   const Timeline trace = merge_rank_timelines(last.timeline, comm);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);

@@ -70,8 +70,9 @@ struct RunOutcome {
 void print_step_line(std::int64_t step, const runner::StepReport& report);
 // The closing summary (text or, with --json, shardplan.run/v1).
 void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan& plan, const RunOutcome& outcome);
-// Writes the merged trace of the last step (rank 0) with the plan in its metadata, so `calibrate` can re-lower it.
-void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, runner::StepReport& last,
+// Writes the merged trace of the last step (rank 0) with the plan in its metadata, so `calibrate` can re-lower it,
+// and the run's median step time (the traced step is one sample of it).
+void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, RunOutcome& outcome,
                      MPI_Comm comm, int world_size);
 
 // The GPU executor's `run` (cmd_run_gpu.cpp), built when the GPU executor is (SHARDPLAN_HAVE_GPU_EXECUTOR).

@@ -60,6 +60,9 @@ TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predic
   const shardplan::Timeline predicted = shardplan::read_chrome_trace(predicted_path);
   CHECK(measured.source == "measured");
   CHECK(measured.ranks() == std::vector<int>{0, 1});
+  // The run's median step goes with the traced step: calibration fits its per-op overhead to the median.
+  REQUIRE(measured.metadata.contains("median_step_time_s"));
+  CHECK(measured.metadata.at("median_step_time_s").get<double>() == doctest::Approx(summary.at("step_time_s").get<double>()));
   // The same schedule on both sides: every predicted op appears on each measured rank, with the same kind and stream.
   std::size_t rank0_events = 0;
   for (const auto& event : measured.events) {
