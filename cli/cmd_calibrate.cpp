@@ -185,6 +185,10 @@ int calibrate_from_traces(const CalibrateFlags& flags) {
   std::printf("  compute   %.3g FLOP/s, f_half %.3g FLOP (rms relative residual %.1f%%)\n",
               calibration.compute.per_s, calibration.compute.half_efficiency_flops,
               100 * calibration.compute.rms_relative_residual);
+  if (calibration.compute.overlap_fitted) {
+    std::printf("  overlap   compute runs %.3gx slower while a collective is in flight\n",
+                calibration.compute.overlap_slowdown);
+  }
   std::printf("  memory    %.3g B/s (%.1f%%)\n", calibration.memory.per_s,
               100 * calibration.memory.rms_relative_residual);
   print_link_summary("intra", calibration.intra_node);

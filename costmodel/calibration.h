@@ -25,6 +25,9 @@ struct ComputeSample {
   double flops = 0;
   double time_s = 0;
   std::string name = {};  // what ran ("decoder_block backward, 512 tokens"); empty for trace ops
+  // Seconds of the op during which a collective of its rank was in flight (the simulator's rule: the busiest
+  // communication stream's covered time); 0 in sweeps, where nothing else runs.
+  double overlap_s = 0;
 };
 
 struct MemorySample1D {  // memory-bound work (the optimizer step)
@@ -67,14 +70,19 @@ const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits,
 struct RateFit {
   double per_s = 0;                  // FLOP/s, or bytes/s for memory-bound work
   double half_efficiency_flops = 0;  // compute only: f½
+  // Compute only: t = (f + f½) / R + (s − 1) · overlap, the simulator's stretch of the part of an op that overlaps a
+  // collective (HardwareProfile::overlap_compute_slowdown). Fitted when the samples' overlaps differ; 1 otherwise or
+  // when the fit finds overlap no slower.
+  double overlap_slowdown = 1.0;
+  bool overlap_fitted = false;
   double rms_relative_residual = 0;
   double max_relative_residual = 0;
   std::size_t samples = 0;
 };
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples);
 RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples);
-// (work + f½) / R: the fitted time of `work` FLOPs (or bytes, with f½ = 0).
-double predicted_time_s(const RateFit& fit, double work);
+// (work + f½) / R + (s − 1) · overlap: the fitted time of `work` FLOPs (or bytes, with f½ = 0, no overlap term).
+double predicted_time_s(const RateFit& fit, double work, double overlap_s = 0.0);
 // The fraction of the fitted rate that work of this size reaches: f / (f + f½) (HardwareProfile's efficiency curve
 // with the maximum folded into the rate).
 double fitted_efficiency(const RateFit& fit, double work);

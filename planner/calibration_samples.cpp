@@ -2,6 +2,8 @@
 #include "calibration_samples.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "errors.h"
 #include "lowering.h"
@@ -15,6 +17,24 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
   options.world_size = cluster.world_size();
   options.gpus_per_node = cluster.gpus_per_node;
   const StepSchedule schedule = lower_plan(plan, model, options);
+  // Collective intervals per rank and stream, for each compute op's overlap (simulator.cpp's rule: the largest
+  // per-stream covered time).
+  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> collective_intervals;
+  for (const TimelineEvent& event : measured.events) {
+    if (event.stream != "compute" && event.end_s > event.start_s) {
+      collective_intervals[{event.rank, event.stream}].emplace_back(event.start_s, event.end_s);
+    }
+  }
+  const auto overlap_s = [&](const TimelineEvent& op) {
+    double busiest = 0;
+    for (const auto& [key, intervals] : collective_intervals) {
+      if (key.first != op.rank) continue;
+      double covered = 0;
+      for (const auto& [start, end] : intervals) covered += std::max(0.0, std::min(end, op.end_s) - std::max(start, op.start_s));
+      busiest = std::max(busiest, covered);
+    }
+    return busiest;
+  };
   for (const TimelineEvent& event : measured.events) {
     if (event.op_id < 0 || static_cast<std::size_t>(event.op_id) >= schedule.ops.size()) {
       throw InputError("calibrate: the trace's op " + std::to_string(event.op_id) + " is not in the plan's schedule");
@@ -25,7 +45,7 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
       case OpKind::forward:
       case OpKind::backward:
       case OpKind::recompute:
-        samples.compute.push_back({op.flops, seconds});
+        samples.compute.push_back({op.flops, seconds, {}, overlap_s(event)});
         break;
       case OpKind::optimizer_step:
         samples.memory.push_back({op.memory_bytes, seconds});

@@ -152,6 +152,41 @@ TEST_CASE("calibration: efficiency by op size — peak and half-efficiency size 
   }
 }
 
+TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap collectives by different amounts") {
+  // Ops of several sizes, each run alone and with a collective in flight for part of it: t = (f + f½)/R + (s − 1)·o.
+  Noise noise;
+  const double rate = 4e10, half = 2e7, slowdown = 1.35;
+  std::vector<ComputeSample> samples;
+  for (double flops = 1e7; flops <= 1e10; flops *= 2.2) {
+    const double base_s = (flops + half) / rate;
+    for (double fraction : {0.0, 0.4, 1.0}) {
+      const double overlap_s = fraction * base_s;
+      samples.push_back({flops, (base_s + (slowdown - 1.0) * overlap_s) * noise(0.01), "synthetic", overlap_s});
+    }
+  }
+  const RateFit fit = fit_compute_rate(samples);
+  REQUIRE(fit.overlap_fitted);
+  CHECK(fit.overlap_slowdown == doctest::Approx(slowdown).epsilon(0.02));
+  CHECK(fit.per_s == doctest::Approx(rate).epsilon(0.02));
+  CHECK(fit.half_efficiency_flops == doctest::Approx(half).epsilon(0.1));
+  CalibrationSamples calibration_samples;
+  calibration_samples.compute = samples;
+  const Calibration calibration = calibrate(profile_from_cluster(parse_cluster("1xcpu", HardwareCatalog::builtin())),
+                                            calibration_samples, "test");
+  CHECK(calibration.profile.overlap_compute_slowdown == doctest::Approx(slowdown).epsilon(0.02));
+  // Without overlaps that differ (a sweep) the slowdown is not fitted and the profile keeps its value.
+  for (auto& sample : samples) sample.overlap_s = 0;
+  CHECK_FALSE(fit_compute_rate(samples).overlap_fitted);
+  // Overlap that makes nothing slower gives no slowdown column (s = 1), not a speed-up.
+  std::vector<ComputeSample> unaffected;
+  for (double flops = 1e7; flops <= 1e10; flops *= 2.2) {
+    for (double fraction : {0.0, 0.5, 1.0}) {
+      unaffected.push_back({flops, (flops + half) / rate * (1.0 - 0.05 * fraction), "synthetic", fraction * flops / rate});
+    }
+  }
+  CHECK(fit_compute_rate(unaffected).overlap_slowdown == 1.0);
+}
+
 TEST_CASE("calibration: compute and memory rates recovered; the profile takes the fitted values") {
   Noise noise;
   CalibrationSamples samples;
