@@ -152,7 +152,8 @@ class Searcher {
   const PlanCandidate& smallest() const { return smallest_; }
   std::size_t evaluated() const { return evaluated_; }
   // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]); those where that search
-  // gave up, and those outside the exact step model (HSDP, accumulation, offload), searched by the per-cap DPs.
+  // gave up, and those outside the exact step model (HSDP, accumulation, offload) or searched for least memory,
+  // searched by the per-cap DPs.
   std::size_t exact_settings() const { return exact_settings_; }
   std::size_t fallback_settings() const { return fallback_settings_; }
   std::size_t heuristic_settings() const { return heuristic_settings_; }

@@ -57,7 +57,7 @@ struct SearchResult {
   std::size_t candidates_evaluated = 0;
   // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting; that search gave up
   // (too many faster wrappings over the cap) and the per-cap DPs answered; outside the exact step model (HSDP,
-  // gradient accumulation, offload), the per-cap DPs answered. Settings skipped because their model states alone
+  // gradient accumulation, offload) or --objective memory, the per-cap DPs answered. Settings skipped because their model states alone
   // exceed the cap are in none.
   std::size_t exact_settings = 0, fallback_settings = 0, heuristic_settings = 0;
   double seconds = 0;

@@ -1,12 +1,10 @@
-// The wrap-boundary DP (Note [Wrap DP] in wrap_dp.h): step-time terms over windows of three units, minimised exactly.
+// The wrap-boundary DP (Note [Wrap DP] in wrap_dp.h) and the fastest fitting wrapping (Note [Wrap search]).
 #include "wrap_dp.h"
 
 #include <algorithm>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <map>
-#include <chrono>
-#include <cstdio>
 #include <queue>
 
 #include "collective_cost.h"
@@ -83,7 +81,6 @@ class StepTerms {
   }
 
   std::size_t block_count() const { return blocks_.size(); }
-  bool uniform() const { return uniform_; }
 
   const UnitCost& unit(std::size_t first_block, std::size_t count) {
     const auto key = std::make_pair(uniform_ ? 0 : first_block, count);

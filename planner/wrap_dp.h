@@ -76,7 +76,7 @@ struct WrapSearchResult {
   double modelled_step_s = 0;
   bool found = false;
   bool exhausted = false;   // no wrapping fits (or none is faster than stop_above_s)
-  bool gave_up = false;     // max_checks wrappings failed `fits`: the caller must fall back
+  bool gave_up = false;     // max_checks wrappings failed `fits`, or the search outgrew its node budget: fall back
   std::size_t checked = 0;  // wrappings given to `fits`
   std::size_t pruned_by_memory = 0;
 };
