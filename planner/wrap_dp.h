@@ -1,5 +1,6 @@
-// Wrap-boundary dynamic programme: the fastest partition of the transformer blocks into contiguous units for one
-// setting of every other knob, under the step-time recurrences of the default (one-ahead prefetch) schedule.
+// Wrap-boundary search: the fastest partition of the transformer blocks into contiguous units for one setting of
+// every other knob (a DP over the simulator's step recurrences, Note [Wrap DP]), and the fastest one that fits a
+// memory cap (Note [Wrap search]).
 #pragma once
 
 #include <cstdint>
