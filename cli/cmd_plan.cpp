@@ -82,9 +82,11 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                 gib(summary.peak_memory_bytes).c_str(), baseline.candidate.fits ? "yes" : "no", speedup);
   }
   std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
-  std::printf("wrapping: proven fastest fitting for %zu knob settings; per-cap DPs for %zu (search gave up) and %zu "
-              "(HSDP, accumulation or offload: outside the exact step model)\n",
-              result.exact_settings, result.fallback_settings, result.heuristic_settings);
+  std::printf("wrapping: proven fastest fitting for %zu knob settings (%zu of them over partitions only, the kept "
+              "units by refinement); per-cap DPs for %zu (search gave up) and %zu (HSDP, accumulation, offload or "
+              "--objective memory: outside the exact step model)\n",
+              result.exact_settings, result.kept_by_refinement_settings, result.fallback_settings,
+              result.heuristic_settings);
 }
 
 }  // namespace

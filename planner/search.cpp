@@ -105,12 +105,20 @@ class Searcher {
       if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
       const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
       const std::string label = knobs.label();
-      std::map<std::vector<std::size_t>, bool> seen;  // partition → fits
-      const auto try_units = [&](const std::vector<LayerRange>& units, const std::string& how) {
+      std::map<std::vector<std::size_t>, bool> seen;  // partition (unit ends, 0 after a unit kept gathered) → fits
+      const auto try_units = [&](const std::vector<LayerRange>& units, const std::string& how,
+                                 const std::vector<bool>& kept = {}) {
         std::vector<std::size_t> key;
-        for (const auto& unit : units) key.push_back(unit.end);
+        for (std::size_t k = 0; k < units.size(); ++k) {
+          key.push_back(units[k].end);
+          if (!kept.empty() && kept[k]) key.push_back(0);
+        }
         if (const auto found = seen.find(key); found != seen.end()) return found->second;
-        const bool fits = evaluate(plan_with_units(model_, base, units), label + ", " + how).fits;
+        std::string text = how;
+        std::size_t kept_count = 0;
+        for (bool flag : kept) kept_count += flag && base.units.at(1).reshard_after_forward.enabled ? 1 : 0;
+        if (kept_count > 0) text += ", " + std::to_string(kept_count) + " unit(s) kept gathered";
+        const bool fits = evaluate(plan_with_units(model_, base, units, kept), label + ", " + text).fits;
         seen.emplace(key, fits);
         return fits;
       };
@@ -122,11 +130,14 @@ class Searcher {
         wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
         wrap.memory_cap_bytes = cap_;
         if (best_fit_.fits) wrap.stop_above_s = best_fit_.summary.step_time_s;
-        wrap.fits = [&](const std::vector<LayerRange>& units) { return try_units(units, "fastest fitting wrapping"); };
+        wrap.fits = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+          return try_units(units, "fastest fitting wrapping", kept);
+        };
         const WrapSearchResult searched =
             fastest_fitting_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap);
         if (!searched.gave_up) {
           ++exact_settings_;
+          if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
           continue;
         }
         ++fallback_settings_;  // too many fast wrappings over the cap: the per-cap DPs below instead
@@ -157,6 +168,9 @@ class Searcher {
   std::size_t exact_settings() const { return exact_settings_; }
   std::size_t fallback_settings() const { return fallback_settings_; }
   std::size_t heuristic_settings() const { return heuristic_settings_; }
+  // Of the exact ones, those whose kept-gathered suffix was left to the refinements (the joint search's labels
+  // outgrew their budget, on long models): exact over partitions only.
+  std::size_t kept_by_refinement_settings() const { return kept_by_refinement_settings_; }
 
  private:
   void consider(const PlanCandidate& candidate) {
@@ -181,7 +195,7 @@ class Searcher {
   std::int64_t cap_;
   PlanCandidate best_fit_, smallest_;
   std::size_t evaluated_ = 0;
-  std::size_t exact_settings_ = 0, fallback_settings_ = 0, heuristic_settings_ = 0;
+  std::size_t exact_settings_ = 0, fallback_settings_ = 0, heuristic_settings_ = 0, kept_by_refinement_settings_ = 0;
 };
 
 std::string gib_text(std::int64_t bytes) {
@@ -245,8 +259,9 @@ std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
   Plan none = plan;
   for (auto& unit : none.units) unit.forward_prefetch = unit.backward_prefetch = {};
   variants.emplace_back(none, "no prefetch");
-  for (int keep : {1, 2, 4}) {
-    if (keep >= count) break;
+  // The last 1..8 units kept gathered, then 12, 16, 24, 32, ... (the wrapping search chooses this jointly where its
+  // model is exact; here it reaches the other settings, HSDP and accumulation, too, at a bounded cost).
+  for (int keep = 1; keep < count; keep += keep < 8 ? 1 : keep / 2) {
     Plan kept = plan;
     bool any = false;
     for (int id = count - keep; id < count; ++id) {
@@ -361,6 +376,7 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   result.exact_settings = searcher.exact_settings();
   result.fallback_settings = searcher.fallback_settings();
   result.heuristic_settings = searcher.heuristic_settings();
+  result.kept_by_refinement_settings = searcher.kept_by_refinement_settings();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";
@@ -400,7 +416,8 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                                {"seconds", result.seconds},
                                {"knob_settings_exact", result.exact_settings},
                                {"knob_settings_fallback", result.fallback_settings},
-                               {"knob_settings_heuristic", result.heuristic_settings}}}};
+                               {"knob_settings_heuristic", result.heuristic_settings},
+                               {"knob_settings_exact_partitions_only", result.kept_by_refinement_settings}}}};
   if (result.feasible) {
     document["plan"] = to_json(result.best.plan, model);
     document["predicted"] = to_json(result.best.summary);

@@ -60,6 +60,9 @@ struct SearchResult {
   // gradient accumulation, offload) or --objective memory, the per-cap DPs answered. Settings skipped because their model states alone
   // exceed the cap are in none.
   std::size_t exact_settings = 0, fallback_settings = 0, heuristic_settings = 0;
+  // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
+  // labels outgrew their budget): exact over partitions only.
+  std::size_t kept_by_refinement_settings = 0;
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;
 };

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 
 #include "collective_cost.h"
@@ -118,9 +119,13 @@ class StepTerms {
   }
   // From the last unit's forward end to its backward start: final norm and head forward, then their backward
   // overlapping the last unit's backward all-gather.
-  double turn_terms(const UnitCost& last) const {
-    return run(root_head_.forward_ops, 0.0) +
-           std::max(run(root_head_.backward_ops, last.gather_backward_s), last.gather_backward_s);
+  double turn_terms(const UnitCost& last, bool last_kept = false) const {
+    const double gather = last_kept ? 0.0 : last.gather_backward_s;
+    return run(root_head_.forward_ops, 0.0) + std::max(run(root_head_.backward_ops, gather), gather);
+  }
+  // Whether keeping a unit gathered from forward to backward changes anything: its backward all-gather exists.
+  bool reshard_choice() const {
+    return layout_.params_sharded() && reshard_.enabled && !reshard_.keeps_partial_copy();
   }
   // From the first unit's backward start to the step's end: its backward with `backlog_s` of reductions queued,
   // the embedding's backward overlapping what is still queued, the root's reduction once both are done, then the
@@ -231,7 +236,9 @@ class StepTerms {
 
 }  // namespace
 
-Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units) {
+Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units,
+                     const std::vector<bool>& kept_gathered) {
+  SHARDPLAN_CHECK(kept_gathered.empty() || kept_gathered.size() == units.size(), "one kept flag per unit");
   Plan plan = plan_template;
   const PlanUnit unit_template = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);
   const PlanUnit root_template = plan_template.units.at(0);
@@ -243,6 +250,9 @@ Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const st
       unit.layers = units[static_cast<std::size_t>(id - 1)];
       unit.name = model.layers[unit.layers.begin].name +
                   (unit.layers.end - unit.layers.begin > 1 ? "-" + model.layers[unit.layers.end - 1].name : "");
+      if (!kept_gathered.empty() && kept_gathered[static_cast<std::size_t>(id - 1)]) {
+        unit.reshard_after_forward.enabled = false;
+      }
     }
     // FSDP's one-ahead prefetch (as default_plan sets it).
     unit.forward_prefetch.clear();
@@ -256,8 +266,11 @@ Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const st
 }
 
 double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
-                            int world_size, int gpus_per_node, const std::vector<LayerRange>& units) {
+                            int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
+                            const std::vector<bool>& kept_gathered) {
   StepTerms terms(model, plan_template, profile, world_size, gpus_per_node);
+  SHARDPLAN_CHECK(kept_gathered.empty() || kept_gathered.size() == units.size(), "one kept flag per unit");
+  const auto kept = [&](std::size_t k) { return !kept_gathered.empty() && kept_gathered[k]; };
   std::vector<const UnitCost*> costs;
   std::size_t block = 0;
   for (const auto& range : units) {
@@ -266,14 +279,14 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
   }
   SHARDPLAN_CHECK(!costs.empty() && block == terms.block_count(), "units must cover every block");
   const std::size_t count = costs.size();
-  double total = terms.head_terms(*costs.front()) + terms.turn_terms(*costs.back());
+  double total = terms.head_terms(*costs.front()) + terms.turn_terms(*costs.back(), kept(count - 1));
   for (std::size_t k = 0; k < count; ++k) {
     total += terms.forward_step(*costs[k], k + 1 < count ? costs[k + 1]->gather_forward_s : 0.0) +
              terms.optimizer_time_s(costs[k]->optimizer_elements);
   }
   double backlog = 0;
   for (std::size_t k = count; k-- > 1;) {
-    const auto step = terms.backward_step(*costs[k], costs[k - 1]->gather_backward_s, backlog);
+    const auto step = terms.backward_step(*costs[k], kept(k - 1) ? 0.0 : costs[k - 1]->gather_backward_s, backlog);
     total += step.step_s;
     backlog = step.backlog_s;
   }
@@ -285,19 +298,13 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-// Units as layer ranges from (first block, length) pairs, left to right.
-std::vector<LayerRange> to_units(const StepTerms& terms, const std::vector<std::pair<std::size_t, std::size_t>>& blocks) {
-  std::vector<LayerRange> units;
-  for (const auto& [first, length] : blocks) {
-    units.push_back({terms.first_layer_of_block(first), terms.first_layer_of_block(first) + length});
-  }
-  return units;
-}
-
 // The bounds of Note [Wrap DP] for states (p, b): the leftmost placed unit spans blocks [p, p + b).
 class WrapBounds {
  public:
-  WrapBounds(StepTerms& terms, std::size_t n, std::size_t m, const std::function<double(const std::vector<LayerRange>&)>& exact)
+  // keep_choice: units may be kept gathered (no backward all-gather), so the bounds take every backward all-gather
+  // as 0 (a step never gets longer with a shorter all-gather).
+  WrapBounds(StepTerms& terms, std::size_t n, std::size_t m, bool keep_choice,
+             const std::function<double(const std::vector<LayerRange>&)>& exact)
       : terms_(terms), width_(m + 1), reset_((n + 1) * width_, kInf), reductions_left_((n + 1) * width_, kInf) {
     // reset_: everything still to add to a label, with the backlog reset to 0 at every unit (never longer than the
     // real rest, which is nondecreasing in the backlog).
@@ -314,7 +321,7 @@ class WrapBounds {
           const UnitCost& left = terms.unit(p - c, c);
           const double forward = terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements);
           const double value = reset_[(p - c) * width_ + c] + forward +
-                               terms.backward_step(unit, left.gather_backward_s, 0.0).step_s;
+                               terms.backward_step(unit, keep_choice ? 0.0 : left.gather_backward_s, 0.0).step_s;
           if (value < reset_[p * width_ + b]) {
             reset_[p * width_ + b] = value;
             next[p * width_ + b] = c;
@@ -329,15 +336,15 @@ class WrapBounds {
     // The exact time of the partition the reset bound picks: an upper bound of the optimum.
     for (std::size_t b = 1; b <= std::min(m, n); ++b) {
       if (reset_[(n - b) * width_ + b] == kInf) continue;
-      std::vector<std::pair<std::size_t, std::size_t>> blocks;
+      std::vector<LayerRange> units;
       for (std::size_t p = n - b, length = b;;) {
-        blocks.insert(blocks.begin(), {p, length});
+        units.insert(units.begin(), {terms.first_layer_of_block(p), terms.first_layer_of_block(p) + length});
         if (p == 0) break;
         const std::size_t c = next[p * width_ + length];
         p -= c;
         length = c;
       }
-      upper_bound_ = std::min(upper_bound_, exact(to_units(terms, blocks)));
+      upper_bound_ = std::min(upper_bound_, exact(units));
     }
   }
 
@@ -417,14 +424,18 @@ class MemoryFloor {
     sizes.top_rebuilt = rebuilt_[terms_.first_layer_of_block(first_block + length - 1)];
     return cache_.emplace(key, sizes).first->second;
   }
-  // In unit `unit`'s last forward op, with `right` (nullptr: none) prefetched; and in its first backward op, with
-  // `left` (nullptr: none) prefetched: activations so far, the gathered units, its gradient.
-  static std::int64_t transient(const Sizes& unit, const Sizes* left, const Sizes* right) {
-    const std::int64_t forward = unit.activations_through + unit.gathered + (right != nullptr ? right->gathered : 0);
-    const std::int64_t backward = unit.activations_through + unit.top_rebuilt + unit.gathered + unit.grad_copy +
-                                  (left != nullptr ? left->gathered : 0);
-    return std::max(forward, backward);
+  // In a unit's last forward op: activations so far, it and the next unit (`right`, nullptr: none) gathered.
+  static std::int64_t forward_term(const Sizes& unit, const Sizes* right) {
+    return unit.activations_through + unit.gathered + (right != nullptr ? right->gathered : 0);
   }
+  // In its first backward op: activations so far with its top layer's recompute, it gathered, its gradient, and the
+  // unit below (`left`, nullptr: none) being gathered when that one reshards after forward.
+  static std::int64_t backward_term(const Sizes& unit, const Sizes* left, bool left_kept) {
+    return unit.activations_through + unit.top_rebuilt + unit.gathered + unit.grad_copy +
+           (left != nullptr && !left_kept ? left->gathered : 0);
+  }
+  // Units kept gathered from forward to backward hold their parameters through both terms of every unit above them
+  // (added by the callers: Note [Wrap search]).
   std::int64_t constant_bytes() const { return constant_bytes_; }
 
  private:
@@ -453,60 +464,93 @@ class MemoryFloor {
 
 namespace {
 
-// What both searches share: the step terms, the time bounds, and (with a cap) the memory floor's filter.
+// A wrapping as (first block, length, kept gathered) per unit, left to right.
+struct UnitChoice {
+  std::size_t first_block;
+  std::size_t length;
+  bool kept;
+};
+
+std::vector<LayerRange> to_units(const StepTerms& terms, const std::vector<UnitChoice>& choices) {
+  std::vector<LayerRange> units;
+  for (const auto& choice : choices) {
+    units.push_back({terms.first_layer_of_block(choice.first_block),
+                     terms.first_layer_of_block(choice.first_block) + choice.length});
+  }
+  return units;
+}
+std::vector<bool> to_kept(const std::vector<UnitChoice>& choices) {
+  std::vector<bool> kept;
+  for (const auto& choice : choices) kept.push_back(choice.kept);
+  return kept;
+}
+
+// What both searches share: the step terms, the time bounds, and the memory floor's budget (Note [Wrap search]).
 struct WrapContext {
   WrapContext(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile, int world_size,
-              int gpus_per_node, int max_unit_blocks, std::int64_t memory_cap_bytes)
+              int gpus_per_node, int max_unit_blocks, std::int64_t memory_cap_bytes, bool per_unit_reshard)
       : terms(model, plan_template, profile, world_size, gpus_per_node),
         n(terms.block_count()),
         m(static_cast<std::size_t>(std::max(1, max_unit_blocks))),
-        width(m + 1),
-        exact([&model, &plan_template, &profile, world_size, gpus_per_node](const std::vector<LayerRange>& units) {
-          return modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, units);
+        keep_choice(per_unit_reshard && terms.reshard_choice()),
+        template_kept(!plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0).reshard_after_forward.enabled),
+        exact([&model, &plan_template, &profile, world_size, gpus_per_node](const std::vector<LayerRange>& units,
+                                                                              const std::vector<bool>& kept) {
+          return modelled_step_time_s(model, plan_template, profile, world_size, gpus_per_node, units, kept);
         }),
-        bounds(terms, n, m, exact),
+        bounds(terms, n, m, keep_choice,
+               [this](const std::vector<LayerRange>& units) { return exact(units, std::vector<bool>{}); }),
         floor(model, plan_template, terms, world_size, gpus_per_node, profile.context_overhead_bytes) {
     if (memory_cap_bytes <= 0) return;
-    // The least shards any wrapping holds (padding differs between wrappings): the budget every transient term of a
-    // fitting wrapping stays within is the cap less this and the constant part (Note [Wrap search]).
+    // The least shards any wrapping holds (padding differs between wrappings): the budget is the cap less this and
+    // the constant part.
     std::vector<std::int64_t> least(n + 1, std::numeric_limits<std::int64_t>::max());
     least[0] = 0;
     for (std::size_t p = 1; p <= n; ++p) {
       for (std::size_t c = 1; c <= m && c <= p; ++c) least[p] = std::min(least[p], least[p - c] + floor.sizes(p - c, c).persistent);
     }
-    transient_budget_bytes = memory_cap_bytes - floor.constant_bytes() - least[n];
+    budget_bytes = memory_cap_bytes - floor.constant_bytes() - least[n];
   }
 
-  // Whether a wrapping can hold unit (p, b) with unit (p − c, c) to its left (c = 0: none) and still fit: their
-  // transient terms against the budget. `last`: (p, b) is the last unit (nothing to its right).
-  bool allowed(std::size_t p, std::size_t b, std::size_t c, bool last) {
-    if (transient_budget_bytes == std::numeric_limits<std::int64_t>::max()) return true;  // no cap
+  // The kept flags a unit may take. Units kept gathered form a suffix of the model (the last units, whose backward
+  // comes first — what FSDP2 users keep, and what bounds the search: any subset explodes the labels), so a unit may
+  // be kept only when the unit after it is.
+  std::vector<bool> kept_options() const {
+    if (keep_choice) return {false, true};
+    return {template_kept};
+  }
+  bool may_follow(bool right_kept, bool left_kept) const { return !keep_choice || right_kept || !left_kept; }
+  std::size_t state(std::size_t p, std::size_t b, bool kept) const { return (p * (m + 1) + b) * 2 + (kept ? 1 : 0); }
+
+  double gather_backward(std::size_t p, std::size_t b, bool kept) {
+    return kept ? 0.0 : terms.unit(p, b).gather_backward_s;
+  }
+  // Note [Wrap search]: `slack` is the least, over the memory terms known so far, of the budget less the term less
+  // the parameters of the units kept gathered below it that are placed; placing a unit kept gathered lowers it for
+  // every unit above. A wrapping fits the floor only if its slack never goes below 0.
+  std::int64_t last_unit_slack(std::size_t b) {
+    return budget_bytes - MemoryFloor::forward_term(floor.sizes(n - b, b), nullptr);
+  }
+  std::int64_t extend_slack(std::int64_t slack, std::size_t p, std::size_t b, std::size_t c, bool left_kept) {
     const auto& sizes = floor.sizes(p, b);
-    if (c == 0 || last) {
-      if (MemoryFloor::transient(sizes, nullptr, nullptr) > transient_budget_bytes) return false;
-      if (c == 0) return true;
-    }
     const auto& left = floor.sizes(p - c, c);
-    return MemoryFloor::transient(sizes, &left, nullptr) <= transient_budget_bytes &&
-           MemoryFloor::transient(left, nullptr, &sizes) <= transient_budget_bytes;
+    std::int64_t above = std::min(slack, budget_bytes - MemoryFloor::backward_term(sizes, &left, left_kept));
+    if (left_kept) above -= left.gathered;
+    return std::min(above, budget_bytes - MemoryFloor::forward_term(left, &sizes));
   }
-  bool allowed_units(const std::vector<std::pair<std::size_t, std::size_t>>& blocks) {
-    for (std::size_t k = 0; k < blocks.size(); ++k) {
-      const bool last = k + 1 == blocks.size();
-      if (!allowed(blocks[k].first, blocks[k].second, k > 0 ? blocks[k - 1].second : 0, last)) return false;
-    }
-    return true;
+  std::int64_t close_slack(std::int64_t slack, std::size_t b) {
+    return std::min(slack, budget_bytes - MemoryFloor::backward_term(floor.sizes(0, b), nullptr, false));
   }
 
-  double last_unit_cost(std::size_t b) {
+  double last_unit_cost(std::size_t b, bool kept) {
     const UnitCost& last = terms.unit(n - b, b);
-    return terms.turn_terms(last) + terms.forward_step(last, 0.0) + terms.optimizer_time_s(last.optimizer_elements);
+    return terms.turn_terms(last, kept) + terms.forward_step(last, 0.0) + terms.optimizer_time_s(last.optimizer_elements);
   }
-  // Placing (p − c, c) left of (p, b): the cost added and the backlog left for it.
-  std::pair<double, double> extend(std::size_t p, std::size_t b, std::size_t c, double backlog_s) {
+  // Placing (p − c, c, left_kept) left of (p, b): the cost added and the backlog left for it.
+  std::pair<double, double> extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s) {
     const UnitCost& unit = terms.unit(p, b);
     const UnitCost& left = terms.unit(p - c, c);
-    const auto step = terms.backward_step(unit, left.gather_backward_s, backlog_s);
+    const auto step = terms.backward_step(unit, left_kept ? 0.0 : left.gather_backward_s, backlog_s);
     return {step.step_s + terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements),
             step.backlog_s};
   }
@@ -515,139 +559,189 @@ struct WrapContext {
     const UnitCost& first = terms.unit(0, b);
     return terms.head_terms(first) + terms.close_terms(first, backlog_s);
   }
+  // The slack of a complete wrapping (Note [Wrap search]).
+  std::int64_t wrapping_slack(const std::vector<UnitChoice>& choices) {
+    const std::size_t last = choices.size() - 1;
+    std::int64_t slack = last_unit_slack(choices[last].length);
+    for (std::size_t k = last; k > 0; --k) {
+      slack = extend_slack(slack, choices[k].first_block, choices[k].length, choices[k - 1].length, choices[k - 1].kept);
+    }
+    return close_slack(slack, choices[0].length);
+  }
 
   StepTerms terms;
-  std::size_t n, m, width;
-  std::function<double(const std::vector<LayerRange>&)> exact;
+  std::size_t n, m;
+  bool keep_choice;    // each unit chooses reshard_after_forward (Note [Wrap search])
+  bool template_kept;  // otherwise every unit is as the template says
+  std::function<double(const std::vector<LayerRange>&, const std::vector<bool>&)> exact;
   WrapBounds bounds;
   MemoryFloor floor;
-  std::int64_t transient_budget_bytes = std::numeric_limits<std::int64_t>::max();
+  std::int64_t budget_bytes = std::numeric_limits<std::int64_t>::max() / 4;  // no cap: never binding
 };
 
 // A partial wrapping from the right end (Note [Wrap DP]): everything right of the leftmost placed unit is final.
 struct Label {
-  double cost_s;     // every term that no longer depends on units further left
-  double backlog_s;  // reductions queued when the leftmost placed unit's backward starts
+  double cost_s;       // every term that no longer depends on units further left
+  double backlog_s;    // reductions queued when the leftmost placed unit's backward starts
+  std::int64_t slack;  // Note [Wrap search]
   std::size_t parent_state;
   std::size_t parent_label;
 };
 
-// Drops labels another label dominates (no more cost, no more backlog). Sound when the rest of the step never gets
-// shorter as the backlog grows, which holds for a slowdown of at most 2 (Note [Wrap DP]); above that only exact
-// backlog ties are merged.
-void keep_pareto(std::vector<Label>& labels, bool backlog_monotone) {
+// Drops labels another label dominates (no more cost, no more backlog, no less slack). Sound when the rest of the
+// step never gets shorter as the backlog grows, which holds for a slowdown of at most 2 (Note [Wrap DP]); above that
+// only exact backlog ties are merged. Slack only ever decreases along a wrapping.
+void keep_pareto(std::vector<Label>& labels, bool backlog_monotone, bool with_slack) {
   std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) {
     return a.cost_s != b.cost_s ? a.cost_s < b.cost_s : a.backlog_s < b.backlog_s;
   });
   std::vector<Label> kept;
-  if (backlog_monotone) {
+  if (backlog_monotone && !with_slack) {
     // In cost order, a label survives when its backlog is below every cheaper survivor's.
     for (const Label& label : labels) {
       if (kept.empty() || label.backlog_s < kept.back().backlog_s) kept.push_back(label);
     }
-  } else {
-    std::vector<double> seen;
+  } else if (backlog_monotone) {
+    // In cost order, a label survives unless a cheaper survivor has no more backlog and no less slack. The
+    // survivors' (backlog, slack) staircase: by backlog ascending, slack strictly ascending, so the best slack at
+    // backlog ≤ x is the last step at or before x.
+    std::map<double, std::int64_t> staircase;
     for (const Label& label : labels) {
-      if (std::find(seen.begin(), seen.end(), label.backlog_s) != seen.end()) continue;
-      seen.push_back(label.backlog_s);
+      auto after = staircase.upper_bound(label.backlog_s);
+      if (after != staircase.begin() && std::prev(after)->second >= label.slack) continue;  // dominated
       kept.push_back(label);
+      // Steps at or after this backlog with no more slack are now dominated by it.
+      auto at = staircase.lower_bound(label.backlog_s);
+      while (at != staircase.end() && at->second <= label.slack) at = staircase.erase(at);
+      staircase[label.backlog_s] = label.slack;
+    }
+  } else {
+    for (const Label& label : labels) {
+      const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Label& better) {
+        return better.backlog_s == label.backlog_s && (!with_slack || better.slack >= label.slack);
+      });
+      if (!dominated) kept.push_back(label);
     }
   }
   labels = std::move(kept);
 }
 
-std::vector<std::pair<std::size_t, std::size_t>> uniform_blocks(std::size_t n, std::size_t k) {
-  std::vector<std::pair<std::size_t, std::size_t>> blocks;
-  for (std::size_t first = 0; first < n; first += k) blocks.emplace_back(first, std::min(k, n - first));
-  return blocks;
-}
+struct DpAnswer {
+  std::vector<UnitChoice> choices;
+  double modelled_step_s = 0;
+  bool found = false;
+  bool overflow = false;  // a state's labels outgrew kMaxLabelsPerState: no answer
+};
+
+// With per-unit reshard and a memory floor, labels differ in three ways (cost, backlog, slack) and a state can hold
+// very many; past this the DP stops and the caller searches without the per-unit choice.
+constexpr std::size_t kMaxLabelsPerState = 128;
 
 // The fastest wrapping (with a cap: among those the memory floor allows), by the label DP.
-WrapDpResult label_dp(WrapContext& context) {
+DpAnswer label_dp(WrapContext& context, bool with_floor) {
   auto& terms = context.terms;
-  const std::size_t n = context.n, m = context.m, width = context.width;
+  const std::size_t n = context.n, m = context.m;
   const bool backlog_monotone = terms.slowdown() <= 2.0;
-  // An upper bound of the optimum: the bounds' own wrapping, and every uniform wrapping, when the floor allows them.
-  double upper_bound = kInf;
+  const std::vector<bool> kept_options = context.kept_options();
+  // An upper bound of the optimum: every uniform wrapping (k blocks per unit, as the template reshards) the floor
+  // allows, and without a floor the bounds' own wrapping.
+  double upper_bound = with_floor ? kInf : context.bounds.upper_bound();
   for (std::size_t k = 1; k <= m; ++k) {
-    const auto blocks = uniform_blocks(n, k);
-    if (context.allowed_units(blocks)) upper_bound = std::min(upper_bound, context.exact(to_units(terms, blocks)));
-  }
-  if (context.transient_budget_bytes == std::numeric_limits<std::int64_t>::max()) {
-    upper_bound = std::min(upper_bound, context.bounds.upper_bound());
+    std::vector<UnitChoice> choices;
+    for (std::size_t first = 0; first < n; first += k) choices.push_back({first, std::min(k, n - first), context.template_kept});
+    if (!with_floor || context.wrapping_slack(choices) >= 0) {
+      upper_bound = std::min(upper_bound, context.exact(to_units(terms, choices), to_kept(choices)));
+    }
   }
   const double prune_above = upper_bound * (1.0 + 1e-9);  // keep the optimum through rounding
-  const auto promising = [&](double cost_s, std::size_t p, std::size_t b, double backlog_s) {
-    return cost_s + context.bounds.lower_bound(p, b, backlog_s) <= prune_above;
+  const auto promising = [&](double cost_s, std::size_t p, std::size_t b, double backlog_s, std::int64_t slack) {
+    return cost_s + context.bounds.lower_bound(p, b, backlog_s) <= prune_above && (!with_floor || slack >= 0);
   };
-  std::vector<std::vector<Label>> labels((n + 1) * width);
+  std::vector<std::vector<Label>> labels((n + 1) * (m + 1) * 2);
   for (std::size_t b = 1; b <= std::min(m, n); ++b) {
-    const double cost = context.last_unit_cost(b);
-    if (context.allowed(n - b, b, 0, true) && promising(cost, n - b, b, 0.0)) {
-      labels[(n - b) * width + b].push_back({cost, 0.0, kNone, kNone});
+    for (bool kept : kept_options) {
+      const double cost = context.last_unit_cost(b, kept);
+      const std::int64_t slack = context.last_unit_slack(b);
+      if (promising(cost, n - b, b, 0.0, slack)) labels[context.state(n - b, b, kept)].push_back({cost, 0.0, slack, kNone, kNone});
     }
   }
   // Right to left: a state's labels are final once every state with a larger p has been expanded.
   for (std::size_t p = n; p-- > 1;) {
     for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
-      const std::size_t state = p * width + b;
-      auto& here = labels[state];
-      if (here.empty()) continue;
-      keep_pareto(here, backlog_monotone);
-      for (std::size_t c = 1; c <= m && c <= p; ++c) {
-        if (!context.allowed(p, b, c, p + b == n)) continue;
-        auto& target = labels[(p - c) * width + c];
-        for (std::size_t index = 0; index < here.size(); ++index) {
-          // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
-          // forward step (its right neighbour is known).
-          const auto [added, backlog] = context.extend(p, b, c, here[index].backlog_s);
-          const double cost = here[index].cost_s + added;
-          if (promising(cost, p - c, c, backlog)) target.push_back({cost, backlog, state, index});
+      for (bool kept : kept_options) {
+        const std::size_t state = context.state(p, b, kept);
+        auto& here = labels[state];
+        if (here.empty()) continue;
+        keep_pareto(here, backlog_monotone, with_floor);
+        if (here.size() > kMaxLabelsPerState) {
+          DpAnswer overflow;
+          overflow.overflow = true;
+          return overflow;
+        }
+        for (std::size_t c = 1; c <= m && c <= p; ++c) {
+          for (bool left_kept : kept_options) {
+            if (!context.may_follow(kept, left_kept)) continue;
+            auto& target = labels[context.state(p - c, c, left_kept)];
+            for (std::size_t index = 0; index < here.size(); ++index) {
+              // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
+              // forward step (its right neighbour is known).
+              const auto [added, backlog] = context.extend(p, b, c, left_kept, here[index].backlog_s);
+              const double cost = here[index].cost_s + added;
+              const std::int64_t slack = context.extend_slack(here[index].slack, p, b, c, left_kept);
+              if (promising(cost, p - c, c, backlog, slack)) target.push_back({cost, backlog, slack, state, index});
+            }
+          }
         }
       }
     }
   }
   // Close at p = 0: the first unit's backward, the embedding, the root's reduction, the optimizer, the head.
-  WrapDpResult result;
+  DpAnswer answer;
   double best_total = kInf;
   std::size_t best_state = kNone, best_label = kNone;
   for (std::size_t b = 1; b <= m && b <= n; ++b) {
-    auto& here = labels[b];
-    if (here.empty() || !context.allowed(0, b, 0, b == n)) continue;
-    keep_pareto(here, backlog_monotone);
-    for (std::size_t index = 0; index < here.size(); ++index) {
-      const double total = here[index].cost_s + context.close_cost(b, here[index].backlog_s);
-      if (total < best_total) {
-        best_total = total;
-        best_state = b;
-        best_label = index;
+    for (bool kept : kept_options) {
+      const std::size_t state = context.state(0, b, kept);
+      auto& here = labels[state];
+      keep_pareto(here, backlog_monotone, with_floor);
+      for (std::size_t index = 0; index < here.size(); ++index) {
+        if (with_floor && context.close_slack(here[index].slack, b) < 0) continue;
+        const double total = here[index].cost_s + context.close_cost(b, here[index].backlog_s);
+        if (total < best_total) {
+          best_total = total;
+          best_state = state;
+          best_label = index;
+        }
       }
     }
   }
-  if (best_state == kNone) return result;
+  if (best_state == kNone) return answer;
   // Walk the parents: from the first unit rightwards.
-  std::vector<std::pair<std::size_t, std::size_t>> blocks;
   std::size_t first_block = 0;
   for (std::size_t state = best_state, index = best_label; state != kNone;) {
-    const std::size_t length = state % width;
-    blocks.emplace_back(first_block, length);
+    const std::size_t length = (state / 2) % (m + 1);
+    answer.choices.push_back({first_block, length, state % 2 == 1});
     first_block += length;
     const Label& label = labels[state][index];
     state = label.parent_state;
     index = label.parent_label;
   }
-  result.units = to_units(terms, blocks);
-  result.found = true;
-  result.modelled_step_s = context.exact(result.units);
-  return result;
+  answer.found = true;
+  answer.modelled_step_s = context.exact(to_units(terms, answer.choices), to_kept(answer.choices));
+  return answer;
 }
 
 }  // namespace
 
 WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
                            int world_size, int gpus_per_node, const WrapDpOptions& options) {
-  WrapContext context(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks, 0);
-  return label_dp(context);
+  WrapContext context(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks, 0, false);
+  const DpAnswer answer = label_dp(context, false);
+  WrapDpResult result;
+  result.found = answer.found;
+  result.units = to_units(context.terms, answer.choices);
+  result.modelled_step_s = answer.modelled_step_s;
+  return result;
 }
 
 bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
@@ -660,44 +754,56 @@ bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per
 }
 
 std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
-                                int world_size, int gpus_per_node, const std::vector<LayerRange>& units) {
-  StepTerms terms(model, plan_template, profile, world_size, gpus_per_node);
-  MemoryFloor floor(model, plan_template, terms, world_size, gpus_per_node, profile.context_overhead_bytes);
-  std::vector<const MemoryFloor::Sizes*> sizes;
+                                int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
+                                const std::vector<bool>& kept_gathered) {
+  WrapContext context(model, plan_template, profile, world_size, gpus_per_node, 1, 0, false);
+  std::vector<UnitChoice> choices;
   std::size_t block = 0;
-  for (const auto& unit : units) {
-    sizes.push_back(&floor.sizes(block, unit.end - unit.begin));
-    block += unit.end - unit.begin;
+  const bool template_kept = context.template_kept;
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    const std::size_t length = units[k].end - units[k].begin;
+    choices.push_back({block, length, kept_gathered.empty() ? template_kept : static_cast<bool>(kept_gathered[k])});
+    block += length;
   }
-  SHARDPLAN_CHECK(!sizes.empty() && block == terms.block_count(), "units must cover every block");
-  std::int64_t persistent = 0, transient = 0;
-  for (std::size_t k = 0; k < sizes.size(); ++k) {
-    persistent += sizes[k]->persistent;
-    transient = std::max(transient, MemoryFloor::transient(*sizes[k], k > 0 ? sizes[k - 1] : nullptr,
-                                                           k + 1 < sizes.size() ? sizes[k + 1] : nullptr));
-  }
-  return floor.constant_bytes() + persistent + transient;
+  SHARDPLAN_CHECK(!choices.empty() && block == context.n, "units must cover every block");
+  std::int64_t persistent = 0;
+  for (const auto& choice : choices) persistent += context.floor.sizes(choice.first_block, choice.length).persistent;
+  // With no cap the budget is a large constant B: the slack is B less the largest term.
+  return context.floor.constant_bytes() + persistent + (context.budget_bytes - context.wrapping_slack(choices));
 }
 
 WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& plan_template,
                                           const HardwareProfile& profile, int world_size, int gpus_per_node,
                                           const WrapSearchOptions& options) {
-  WrapContext context(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
-                      options.memory_cap_bytes);
+  WrapContext with_choice(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
+                          options.memory_cap_bytes, options.per_unit_reshard);
+  DpAnswer floor_best = label_dp(with_choice, true);
+  std::optional<WrapContext> without_choice;
+  if (floor_best.overflow) {
+    without_choice.emplace(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
+                           options.memory_cap_bytes, false);
+    floor_best = label_dp(*without_choice, true);
+  }
+  WrapContext& context = without_choice ? *without_choice : with_choice;
   WrapSearchResult result;
+  result.per_unit_reshard = context.keep_choice;
+  result.reshard_choice_dropped = with_choice.keep_choice && !context.keep_choice;
+  const auto answer = [&](const std::vector<UnitChoice>& choices, double modelled_s) {
+    result.found = true;
+    result.units = to_units(context.terms, choices);
+    result.kept_gathered = to_kept(choices);
+    result.modelled_step_s = modelled_s;
+    return result;
+  };
   // First the fastest wrapping the floor allows: when the simulator agrees it fits, nothing faster can (every
   // faster wrapping's floor is over the cap), so it is the answer.
-  const WrapDpResult floor_best = label_dp(context);
   if (!floor_best.found || floor_best.modelled_step_s > options.stop_above_s) {
     result.exhausted = true;
     return result;
   }
   ++result.checked;
-  if (options.fits(floor_best.units)) {
-    result.found = true;
-    result.units = floor_best.units;
-    result.modelled_step_s = floor_best.modelled_step_s;
-    return result;
+  if (options.fits(to_units(context.terms, floor_best.choices), to_kept(floor_best.choices))) {
+    return answer(floor_best.choices, floor_best.modelled_step_s);
   }
   // Otherwise wrappings in nondecreasing time, best first over partial wrappings from the right (keyed by cost + the
   // DP's lower bound of the rest; complete ones by their exact time), each checked until one fits. Bounded: without
@@ -706,7 +812,8 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
   struct Node {
     double cost_s;
     double backlog_s;
-    std::size_t first_block, length;  // the leftmost placed unit
+    std::int64_t slack;
+    UnitChoice leftmost;
     std::size_t parent;
     bool complete;
   };
@@ -715,14 +822,21 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
   const auto push = [&](const Node& node, double key) {
     if (key > options.stop_above_s) return;  // cannot beat the incumbent
+    if (node.slack < 0) {
+      ++result.pruned_by_memory;
+      return;
+    }
     nodes.push_back(node);
     queue.push({key, nodes.size() - 1});
   };
   const std::size_t n = context.n, m = context.m;
+  const std::vector<bool> kept_options = context.kept_options();
   for (std::size_t b = 1; b <= std::min(m, n); ++b) {
-    if (!context.allowed(n - b, b, 0, true)) continue;
-    const double cost = context.last_unit_cost(b);
-    push({cost, 0.0, n - b, b, kNone, false}, cost + context.bounds.lower_bound(n - b, b, 0.0));
+    for (bool kept : kept_options) {
+      const double cost = context.last_unit_cost(b, kept);
+      push({cost, 0.0, context.last_unit_slack(b), {n - b, b, kept}, kNone, false},
+           cost + context.bounds.lower_bound(n - b, b, 0.0));
+    }
   }
   while (!queue.empty()) {
     if (nodes.size() > kMaxNodes) {
@@ -733,39 +847,43 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
     queue.pop();
     const Node node = nodes[index];
     if (node.complete) {
-      std::vector<std::pair<std::size_t, std::size_t>> blocks;
-      for (std::size_t at = index; at != kNone; at = nodes[at].parent) blocks.emplace_back(nodes[at].first_block, nodes[at].length);
-      const std::vector<LayerRange> units = to_units(context.terms, blocks);
-      if (units == floor_best.units) continue;  // checked above
-      ++result.checked;
-      if (options.fits(units)) {
-        result.found = true;
-        result.units = units;
-        result.modelled_step_s = node.cost_s;
-        return result;
+      std::vector<UnitChoice> choices;
+      for (std::size_t at = index; at != kNone; at = nodes[at].parent) choices.push_back(nodes[at].leftmost);
+      if (std::equal(choices.begin(), choices.end(), floor_best.choices.begin(), floor_best.choices.end(),
+                     [](const UnitChoice& a, const UnitChoice& b) {
+                       return a.first_block == b.first_block && a.length == b.length && a.kept == b.kept;
+                     })) {
+        continue;  // checked above
       }
+      ++result.checked;
+      if (options.fits(to_units(context.terms, choices), to_kept(choices))) return answer(choices, node.cost_s);
       if (result.checked >= options.max_checks) {
         result.gave_up = true;
         return result;
       }
       continue;
     }
-    if (node.first_block == 0) {
+    const UnitChoice unit = node.leftmost;
+    if (unit.first_block == 0) {
       // Close: the node becomes a complete wrapping with its exact time; it stands for the first unit itself, so
       // its parent is the node's parent.
-      if (!context.allowed(0, node.length, 0, node.parent == kNone)) continue;
       Node done = node;
-      done.cost_s = node.cost_s + context.close_cost(node.length, node.backlog_s);
+      done.cost_s = node.cost_s + context.close_cost(unit.length, node.backlog_s);
+      done.slack = context.close_slack(node.slack, unit.length);
       done.complete = true;
       push(done, done.cost_s);
       continue;
     }
-    for (std::size_t c = 1; c <= m && c <= node.first_block; ++c) {
-      if (!context.allowed(node.first_block, node.length, c, node.parent == kNone)) continue;
-      const std::size_t p = node.first_block - c;
-      const auto [added, backlog] = context.extend(node.first_block, node.length, c, node.backlog_s);
-      const Node next{node.cost_s + added, backlog, p, c, index, false};
-      push(next, next.cost_s + context.bounds.lower_bound(p, c, backlog));
+    for (std::size_t c = 1; c <= m && c <= unit.first_block; ++c) {
+      for (bool left_kept : kept_options) {
+        if (!context.may_follow(unit.kept, left_kept)) continue;
+        const std::size_t p = unit.first_block - c;
+        const auto [added, backlog] = context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s);
+        const Node next{node.cost_s + added, backlog,
+                        context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept),
+                        {p, c, left_kept}, index, false};
+        push(next, next.cost_s + context.bounds.lower_bound(p, c, backlog));
+      }
     }
   }
   result.exhausted = true;  // no other wrapping fits, or none can beat stop_above_s

@@ -50,8 +50,10 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
                            int world_size, int gpus_per_node, const WrapDpOptions& options);
 
 // The DP's objective for a given partition (tests compare it with the simulator and with the DP's minimum).
+// `kept_gathered` (empty: as the template says): per unit, reshard_after_forward = false.
 double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
-                            int world_size, int gpus_per_node, const std::vector<LayerRange>& units);
+                            int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
+                            const std::vector<bool>& kept_gathered = {});
 
 // Note [Wrap search]: the fastest wrapping that fits a memory cap. The simulated peak is not a sum of local terms
 // (it depends on how long buffers wait for collectives), so the cap is checked by the simulator itself: wrappings
@@ -67,17 +69,24 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
 struct WrapSearchOptions {
   int max_unit_blocks = 8;
   std::int64_t memory_cap_bytes = 0;
-  std::function<bool(const std::vector<LayerRange>&)> fits;  // the simulator's verdict on a wrapping
+  // The simulator's verdict on a wrapping: its units and, per unit, whether it stays gathered after forward.
+  std::function<bool(const std::vector<LayerRange>&, const std::vector<bool>&)> fits;
+  // Each unit chooses reshard_after_forward (FSDP2's per-module setting): keeping a unit gathered from forward to
+  // backward saves its backward all-gather and costs its parameters' memory over that time.
+  bool per_unit_reshard = true;
   std::size_t max_checks = 48;                               // give up after this many wrappings fail `fits`
   double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted
 };
 
 struct WrapSearchResult {
   std::vector<LayerRange> units;  // non-root units, in layer order
+  std::vector<bool> kept_gathered;  // per unit: reshard_after_forward = false
   double modelled_step_s = 0;
   bool found = false;
   bool exhausted = false;   // no wrapping fits (or none is faster than stop_above_s)
   bool gave_up = false;     // max_checks wrappings failed `fits`, or the search outgrew its node budget: fall back
+  bool per_unit_reshard = false;        // which last units stay gathered was searched too
+  bool reshard_choice_dropped = false;  // it was asked for, but its labels grew too many: partitions only
   std::size_t checked = 0;  // wrappings given to `fits`
   std::size_t pruned_by_memory = 0;
 };
@@ -88,13 +97,16 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
 
 // The memory floor of Note [Wrap search] for a complete wrapping: never above its simulated peak (tests check it).
 std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
-                                int world_size, int gpus_per_node, const std::vector<LayerRange>& units);
+                                int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
+                                const std::vector<bool>& kept_gathered = {});
 
 // Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: one
 // micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists.
 bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
 
 // A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.
-Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units);
+// `kept_gathered` (empty: as the template says): per unit, true sets reshard_after_forward = false.
+Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units,
+                     const std::vector<bool>& kept_gathered = {});
 
 }  // namespace shardplan

@@ -19,7 +19,8 @@ ModelSpec llama_blocks(std::int64_t blocks) {
   return build_decoder("llama2-7b-" + std::to_string(blocks), arch, "test");
 }
 
-// The fastest fitting plan over every partition of the blocks (units of at most 8 blocks) and every knob setting.
+// The fastest fitting plan over every partition of the blocks (units of at most 8 blocks), every number of last
+// units kept gathered after forward, and every knob setting.
 PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                          const TrainingConfig& training, std::int64_t cap) {
   std::vector<std::size_t> blocks;
@@ -42,14 +43,23 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
         }
       }
       if (!short_enough) continue;
-      const Plan plan = plan_with_units(model, base, units);
-      const auto summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
-      if (summary.peak_memory_bytes > cap) continue;
-      if (!best.fits || summary.step_time_s < best.summary.step_time_s) {
-        best.plan = plan;
-        best.summary = summary;
-        best.fits = true;
-        best.knobs = knobs.label();
+      // Where the strategy reshards, the last j units may stay gathered after forward (reshard_after_forward =
+      // false, FSDP2's per-module setting), for every j.
+      const bool reshards = base.units.at(1).reshard_after_forward.enabled &&
+                            knobs.strategy.kind != StrategyKind::no_shard;
+      const std::size_t suffixes = reshards ? units.size() + 1 : 1;
+      for (std::size_t kept_count = 0; kept_count < suffixes; ++kept_count) {
+        std::vector<bool> kept;
+        for (std::size_t k = 0; k < units.size(); ++k) kept.push_back(k + kept_count >= units.size());
+        const Plan plan = plan_with_units(model, base, units, reshards ? kept : std::vector<bool>{});
+        const auto summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
+        if (summary.peak_memory_bytes > cap) continue;
+        if (!best.fits || summary.step_time_s < best.summary.step_time_s) {
+          best.plan = plan;
+          best.summary = summary;
+          best.fits = true;
+          best.knobs = knobs.label();
+        }
       }
     }
   }
@@ -76,7 +86,7 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
     training.seq_len = c.seq_len;
     SearchOptions options;
     options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
-    options.refine = false;  // the exhaustive search covers partitions × knobs, not the per-unit refinements
+    options.refine = false;  // the exhaustive search covers partitions × kept suffixes × knobs, not prefetch variants
     const SearchResult planned = search_plans(model, cluster, profile, training, options);
     options.refine = true;
     const SearchResult refined = search_plans(model, cluster, profile, training, options);
@@ -87,11 +97,18 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
                    << ", exhaustive " << truth.knobs);
     MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs << " "
                       << planned.best.summary.step_time_s << " s, exhaustive " << truth.knobs << " "
-                      << truth.summary.step_time_s << " s; knob settings exact " << planned.exact_settings
-                      << ", fallback " << planned.fallback_settings << ", heuristic " << planned.heuristic_settings);
+                      << truth.summary.step_time_s << " s (refined " << refined.best.summary.step_time_s
+                      << " s); knob settings exact " << planned.exact_settings << ", fallback "
+                      << planned.fallback_settings << ", heuristic " << planned.heuristic_settings);
     REQUIRE(truth.fits);
     REQUIRE(planned.feasible);
-    CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
+    if (wrap_model_is_exact(truth.plan, cluster.world_size(), cluster.gpus_per_node)) {
+      // The optimum's knob setting is inside the exact step model: the search proves it (Note [Wrap search]).
+      CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
+    } else {
+      // HSDP wins here, where the wrapping comes from the per-cap DPs and the refinements (a heuristic): within 2%.
+      CHECK(refined.best.summary.step_time_s <= truth.summary.step_time_s * 1.02);
+    }
     CHECK(planned.best.summary.peak_memory_bytes <= options.memory_cap_bytes);
     // The planned plan is never slower than a baseline that fits.
     for (const auto& baseline : planned.baselines) {
