@@ -1,0 +1,131 @@
+// The fastest fitting wrapping (Note [Wrap search] in wrap_dp.h): the floor-filtered label DP, then wrappings in
+// time order, best first, checked by the simulator until one fits.
+#include <optional>
+#include <queue>
+
+#include "wrap_dp.h"
+#include "wrap_label_dp.h"
+
+namespace shardplan {
+
+using namespace wrap_internal;
+
+WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& plan_template,
+                                          const HardwareProfile& profile, int world_size, int gpus_per_node,
+                                          const WrapSearchOptions& options) {
+  WrapContext with_choice(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
+                          options.memory_cap_bytes, options.per_unit_reshard);
+  DpAnswer floor_best = label_dp(with_choice, true);
+  std::optional<WrapContext> without_choice;
+  if (floor_best.overflow) {
+    without_choice.emplace(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
+                           options.memory_cap_bytes, false);
+    floor_best = label_dp(*without_choice, true);
+  }
+  WrapContext& context = without_choice ? *without_choice : with_choice;
+  WrapSearchResult result;
+  result.per_unit_reshard = context.keep_choice;
+  result.reshard_choice_dropped = with_choice.keep_choice && !context.keep_choice;
+  const auto answer = [&](const std::vector<UnitChoice>& choices, double modelled_s) {
+    result.found = true;
+    result.units = to_units(context.terms, choices);
+    result.kept_gathered = to_kept(choices);
+    result.modelled_step_s = modelled_s;
+    return result;
+  };
+  // First the fastest wrapping the floor allows: when the simulator agrees it fits, nothing faster can (every
+  // faster wrapping's floor is over the cap), so it is the answer.
+  if (!floor_best.found || floor_best.modelled_step_s > options.stop_above_s) {
+    result.exhausted = true;
+    return result;
+  }
+  ++result.checked;
+  if (options.fits(to_units(context.terms, floor_best.choices), to_kept(floor_best.choices))) {
+    return answer(floor_best.choices, floor_best.modelled_step_s);
+  }
+  // Otherwise wrappings in nondecreasing time, best first over partial wrappings from the right (keyed by cost + the
+  // DP's lower bound of the rest; complete ones by their exact time), each checked until one fits. Bounded: without
+  // dominance this search can grow exponentially, so past kMaxNodes it gives up and the caller falls back.
+  constexpr std::size_t kMaxNodes = 20'000;
+  struct Node {
+    double cost_s;
+    double backlog_s;
+    std::int64_t slack;
+    UnitChoice leftmost;
+    std::size_t parent;
+    bool complete;
+  };
+  std::vector<Node> nodes;
+  using Entry = std::pair<double, std::size_t>;  // (key, node)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  const auto push = [&](const Node& node, double key) {
+    if (key > options.stop_above_s) return;  // cannot beat the incumbent
+    if (node.slack < 0) {
+      ++result.pruned_by_memory;
+      return;
+    }
+    nodes.push_back(node);
+    queue.push({key, nodes.size() - 1});
+  };
+  const std::size_t n = context.n, m = context.m;
+  const std::vector<bool> kept_options = context.kept_options();
+  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
+    for (bool kept : kept_options) {
+      const double cost = context.last_unit_cost(b, kept);
+      push({cost, 0.0, context.last_unit_slack(b), {n - b, b, kept}, kNone, false},
+           cost + context.bounds.lower_bound(n - b, b, 0.0));
+    }
+  }
+  while (!queue.empty()) {
+    if (nodes.size() > kMaxNodes) {
+      result.gave_up = true;
+      return result;
+    }
+    const std::size_t index = queue.top().second;
+    queue.pop();
+    const Node node = nodes[index];
+    if (node.complete) {
+      std::vector<UnitChoice> choices;
+      for (std::size_t at = index; at != kNone; at = nodes[at].parent) choices.push_back(nodes[at].leftmost);
+      if (std::equal(choices.begin(), choices.end(), floor_best.choices.begin(), floor_best.choices.end(),
+                     [](const UnitChoice& a, const UnitChoice& b) {
+                       return a.first_block == b.first_block && a.length == b.length && a.kept == b.kept;
+                     })) {
+        continue;  // checked above
+      }
+      ++result.checked;
+      if (options.fits(to_units(context.terms, choices), to_kept(choices))) return answer(choices, node.cost_s);
+      if (result.checked >= options.max_checks) {
+        result.gave_up = true;
+        return result;
+      }
+      continue;
+    }
+    const UnitChoice unit = node.leftmost;
+    if (unit.first_block == 0) {
+      // Close: the node becomes a complete wrapping with its exact time; it stands for the first unit itself, so
+      // its parent is the node's parent.
+      Node done = node;
+      done.cost_s = node.cost_s + context.close_cost(unit.length, node.backlog_s);
+      done.slack = context.close_slack(node.slack, unit.length);
+      done.complete = true;
+      push(done, done.cost_s);
+      continue;
+    }
+    for (std::size_t c = 1; c <= m && c <= unit.first_block; ++c) {
+      for (bool left_kept : kept_options) {
+        if (!context.may_follow(unit.kept, left_kept)) continue;
+        const std::size_t p = unit.first_block - c;
+        const auto [added, backlog] = context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s);
+        const Node next{node.cost_s + added, backlog,
+                        context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept),
+                        {p, c, left_kept}, index, false};
+        push(next, next.cost_s + context.bounds.lower_bound(p, c, backlog));
+      }
+    }
+  }
+  result.exhausted = true;  // no other wrapping fits, or none can beat stop_above_s
+  return result;
+}
+
+}  // namespace shardplan

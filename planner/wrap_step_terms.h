@@ -1,0 +1,240 @@
+// The wrap searches' step model (Note [Wrap DP] in wrap_dp.h): per-unit op durations and collective times, and the
+// recurrence terms (forward step, backward step with the reduction backlog, head, turn, close). Internal to planner/.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "collective_cost.h"
+#include "compute_cost.h"
+#include "errors.h"
+#include "hardware_profile.h"
+#include "model_spec.h"
+#include "plan.h"
+#include "sharding.h"
+
+namespace shardplan::wrap_internal {
+
+struct UnitCost {
+  std::vector<double> forward_ops;   // base durations, in issue order
+  std::vector<double> backward_ops;  // recompute + backward per layer, layers descending
+  double gather_forward_s = 0;       // its all-gather before forward (0 when parameters are not sharded)
+  double gather_backward_s = 0;      // its all-gather before backward (0 when kept gathered from forward)
+  double reduce_s = 0;               // its gradient reduction (reduce-scatter, or all-reduce when replicated)
+  double replica_reduce_s = 0;       // HSDP: the all-reduce across replicas after the reduce-scatter
+  std::int64_t optimizer_elements = 0;
+};
+
+inline std::int64_t round_up(std::int64_t count, int group) {
+  const std::int64_t g = std::max(group, 1);
+  return (count + g - 1) / g * g;
+}
+
+// The simulator's timing of compute ops that run back to back from time 0 while communication streams are busy
+// from time 0 for `window_s` (the longest of them: every window in the step model starts where its ops start, see
+// Note [Wrap DP]): each op's base interval overlaps the window, the overlapped part is stretched by the slowdown, and
+// every op that does work pays the host's dispatch overhead after it (as simulate() does).
+inline double run_ops(const std::vector<double>& ops, double window_s, double slowdown, double dispatch_s) {
+  double t = 0;
+  for (double base : ops) {
+    const double overlapped = std::max(0.0, std::min(t + base, window_s) - t);
+    t += base + (base > 0 ? (slowdown - 1.0) * overlapped : 0.0) + dispatch_s;
+  }
+  return t;
+}
+
+class StepTerms {
+ public:
+  StepTerms(const ModelSpec& model, const Plan& plan, const HardwareProfile& profile, int world, int gpus_per_node)
+      : model_(model), plan_(plan), profile_(profile), gpus_per_node_(gpus_per_node) {
+    for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+      if (model.layers[layer].kind == LayerKind::transformer_block) blocks_.push_back(layer);
+    }
+    if (blocks_.empty()) throw InputError("plan search: the model has no transformer blocks to wrap");
+    for (std::size_t i = 1; i < blocks_.size(); ++i) {
+      if (blocks_[i] != blocks_[i - 1] + 1) throw InputError("plan search: transformer blocks must be consecutive");
+    }
+    const PlanUnit& unit = plan.units.at(plan.units.size() > 1 ? 1 : 0);
+    layout_ = resolve_sharding(unit.strategy, world, gpus_per_node);
+    reshard_ = unit.reshard_after_forward;
+    hybrid_replicas_ = layout_.grads_sharded() ? world / layout_.grad_group : 1;
+    world_ = world;
+    // Whether block costs depend only on the unit's length (every block identical), so windows can be cached.
+    uniform_ = true;
+    for (auto layer : blocks_) {
+      const auto& a = model.layers[layer];
+      const auto& b = model.layers[blocks_.front()];
+      uniform_ = uniform_ && a.param_count() == b.param_count() &&
+                 a.flops.matmul_flops_per_token == b.flops.matmul_flops_per_token &&
+                 plan.layer_checkpointing[layer] == plan.layer_checkpointing[blocks_.front()];
+    }
+    std::vector<std::size_t> before, after;
+    for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+      if (layer < blocks_.front()) before.push_back(layer);
+      if (layer > blocks_.back()) after.push_back(layer);
+    }
+    std::vector<std::size_t> root_layers = before;
+    root_layers.insert(root_layers.end(), after.begin(), after.end());
+    root_ = cost_of(root_layers, true);
+    root_head_ = cost_of(after, true);
+    root_embed_ = cost_of(before, true);
+  }
+
+  std::size_t block_count() const { return blocks_.size(); }
+
+  const UnitCost& unit(std::size_t first_block, std::size_t count) {
+    const auto key = std::make_pair(uniform_ ? 0 : first_block, count);
+    auto found = cache_.find(key);
+    if (found == cache_.end()) {
+      std::vector<std::size_t> layers;
+      for (std::size_t b = first_block; b < first_block + count; ++b) layers.push_back(blocks_[b]);
+      found = cache_.emplace(key, cost_of(layers, false)).first;
+    }
+    return found->second;
+  }
+
+  // s_f(k+1) − s_f(k) = max(E_f(k | G(k+1)), G(k+1)) (Note [Wrap DP]).
+  double forward_step(const UnitCost& unit, double next_gather_s) const {
+    return std::max(run(unit.forward_ops, next_gather_s), next_gather_s);
+  }
+
+  // One unit's backward (Note [Wrap DP]): its ops start together with the all-gather of the unit below it
+  // (`next_gather_s`, 0 when there is none) while `backlog_s` seconds of gradient reductions are still queued.
+  struct BackwardStep {
+    double step_s = 0;     // s_b(k) − s_b(k−1)
+    double backlog_s = 0;  // reductions still queued when the unit below starts (its own included)
+  };
+  BackwardStep backward_step(const UnitCost& unit, double next_gather_s, double backlog_s) const {
+    const double compute = run(unit.backward_ops, std::max(next_gather_s, backlog_s));
+    const double step = std::max(compute, next_gather_s);
+    // Its reduction is issued when its compute ends and starts when the queue ahead of it has drained.
+    return {step, std::max(0.0, std::max(compute, backlog_s) + unit.reduce_s - step)};
+  }
+
+  // From the step's start to the first unit's forward: the root's all-gather, then the embedding overlapping the
+  // first unit's all-gather.
+  double head_terms(const UnitCost& first) const {
+    return root_.gather_forward_s + forward_step(root_embed_, first.gather_forward_s);
+  }
+  // From the last unit's forward end to its backward start: final norm and head forward, then their backward
+  // overlapping the last unit's backward all-gather.
+  double turn_terms(const UnitCost& last, bool last_kept = false) const {
+    const double gather = last_kept ? 0.0 : last.gather_backward_s;
+    return run(root_head_.forward_ops, 0.0) + std::max(run(root_head_.backward_ops, gather), gather);
+  }
+  // Whether keeping a unit gathered from forward to backward changes anything: its backward all-gather exists.
+  bool reshard_choice() const {
+    return layout_.params_sharded() && reshard_.enabled && !reshard_.keeps_partial_copy();
+  }
+  // From the first unit's backward start to the step's end: its backward with `backlog_s` of reductions queued,
+  // the embedding's backward overlapping what is still queued, the root's reduction once both are done, then the
+  // optimizer step (one op; the units' shares are added by the callers: its time streams bytes, so it is additive).
+  double close_terms(const UnitCost& first, double backlog_s) const {
+    const BackwardStep last = backward_step(first, 0.0, backlog_s);
+    const double embed = run(root_embed_.backward_ops, last.backlog_s);
+    return last.step_s + std::max(embed, last.backlog_s) + root_.reduce_s + root_.replica_reduce_s +
+           optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s;
+  }
+  double slowdown() const { return profile_.overlap_compute_slowdown; }
+  // What follows the first unit's reduction in close_terms whatever happens before it: the root's reductions, the
+  // root's optimizer share and the optimizer's dispatch.
+  double after_reductions_s() const {
+    return root_.reduce_s + root_.replica_reduce_s + optimizer_time_s(root_.optimizer_elements) +
+           profile_.op_dispatch_overhead_s;
+  }
+  double optimizer_time_s(std::int64_t elements) const {
+    const auto& precision = plan_.training.precision;
+    const double bytes =
+        static_cast<double>(elements * optimizer_bytes_per_element(precision, plan_.training.optimizer));
+    return plan_.offload.params || plan_.offload.optimizer
+               ? host_copy_time_s(static_cast<std::int64_t>(bytes), profile_)
+               : compute_time_s(LayerWork{0.0, bytes}, precision.param_compute_bytes, profile_);
+  }
+
+ private:
+  double run(const std::vector<double>& ops, double window_s) const {
+    return run_ops(ops, window_s, profile_.overlap_compute_slowdown, profile_.op_dispatch_overhead_s);
+  }
+
+  UnitCost cost_of(const std::vector<std::size_t>& layers, bool is_root) const {
+    UnitCost cost;
+    const auto& training = plan_.training;
+    const auto& precision = training.precision;
+    const int compute_bytes = precision.param_compute_bytes;
+    std::int64_t params = 0;
+    for (auto layer : layers) {
+      params += model_.layers[layer].param_count();
+      cost.forward_ops.push_back(
+          compute_time_s(layer_work(model_.layers[layer], training, ComputePass::forward), compute_bytes, profile_));
+    }
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      const LayerSpec& spec = model_.layers[*it];
+      const ActivationCheckpointing mode =
+          spec.kind == LayerKind::transformer_block ? plan_.layer_checkpointing[*it] : ActivationCheckpointing::none;
+      const double kept = spec.activation_bytes_per_token(training.seq_len, compute_bytes, training.flash_attention, mode);
+      const double full = spec.activation_bytes_per_token(training.seq_len, compute_bytes, training.flash_attention,
+                                                          ActivationCheckpointing::none);
+      if (mode != ActivationCheckpointing::none &&
+          std::llround(full * static_cast<double>(training.tokens_per_micro_batch())) -
+                  std::llround(kept * static_cast<double>(training.tokens_per_micro_batch())) > 0) {
+        cost.backward_ops.push_back(compute_time_s(layer_work(spec, training, ComputePass::recompute), compute_bytes,
+                                                   profile_));
+      }
+      cost.backward_ops.push_back(compute_time_s(layer_work(spec, training, ComputePass::backward), compute_bytes,
+                                                 profile_));
+    }
+    if (params == 0) return cost;
+    const std::int64_t padded = round_up(params, layout_.param_group);
+    if (layout_.params_sharded()) {
+      const GroupPlacement shard{layout_.param_group, layout_.param_group > gpus_per_node_};
+      cost.gather_forward_s = collective_cost(CollectiveKind::all_gather, padded * compute_bytes, shard, profile_).time_s;
+      const bool kept_gathered = is_root || !reshard_.enabled;
+      if (!kept_gathered) {
+        const int group = reshard_.keeps_partial_copy() ? reshard_.group_size : layout_.param_group;
+        cost.gather_backward_s = collective_cost(CollectiveKind::all_gather, padded * compute_bytes,
+                                                 {group, group > gpus_per_node_}, profile_)
+                                     .time_s;
+      }
+    }
+    if (layout_.grads_sharded()) {
+      const std::int64_t grad_padded = round_up(params, layout_.grad_group);
+      cost.reduce_s = collective_cost(CollectiveKind::reduce_scatter, grad_padded * precision.reduce_bytes,
+                                      {layout_.grad_group, layout_.grad_group > gpus_per_node_}, profile_)
+                          .time_s;
+      if (hybrid_replicas_ > 1) {
+        cost.replica_reduce_s =
+            collective_cost(CollectiveKind::all_reduce, grad_padded / layout_.grad_group * precision.reduce_bytes,
+                            {hybrid_replicas_, world_ > gpus_per_node_}, profile_)
+                .time_s;
+      }
+    } else {
+      cost.reduce_s = collective_cost(CollectiveKind::all_reduce, params * precision.reduce_bytes,
+                                      {world_, world_ > gpus_per_node_}, profile_)
+                          .time_s;
+    }
+    cost.optimizer_elements = round_up(params, layout_.optimizer_group) / layout_.optimizer_group;
+    return cost;
+  }
+
+  const ModelSpec& model_;
+  const Plan& plan_;
+  const HardwareProfile& profile_;
+  int gpus_per_node_;
+  int world_ = 1;
+  ShardingLayout layout_;
+  ReshardAfterForward reshard_;
+  int hybrid_replicas_ = 1;
+  bool uniform_ = true;
+  std::vector<std::size_t> blocks_;
+  UnitCost root_, root_head_, root_embed_;
+  std::map<std::pair<std::size_t, std::size_t>, UnitCost> cache_;
+
+ public:
+  std::size_t first_layer_of_block(std::size_t block) const { return blocks_[block]; }
+};
+
+
+}  // namespace shardplan::wrap_internal
