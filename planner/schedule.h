@@ -36,6 +36,7 @@ const char* to_string(GroupKind group);
 struct MemoryChange {
   MemoryCategory category;
   std::int64_t bytes;
+  int owner_unit = -1;  // whose buffer it is, for an executor to find it: -1 = the op's own unit
 };
 
 struct Op {
@@ -58,9 +59,22 @@ struct Op {
   std::int64_t optimizer_elements = 0;  // optimizer_step: shard elements updated
   bool on_host = false;                 // runs in host memory (CPU offload of the optimizer)
 
-  std::vector<MemoryChange> allocates;  // at the op's start
-  std::vector<MemoryChange> frees;      // at the op's end
+  std::vector<MemoryChange> allocates;       // at the op's start
+  std::vector<MemoryChange> frees;           // at the op's end
+  std::vector<MemoryChange> frees_at_start;  // at the op's start, before its allocations: buffers the previous
+                                             // reduction of its stream held until now (Note [Reduction buffers])
 };
+
+// Note [Reduction buffers]: FSDP2 keeps a reduction's buffers alive until the next unit's post-backward, which first
+// waits for the previous reduce-scatter and drops it, then issues its own (FSDPParamGroup.post_backward:
+// `wait_event(reduce_scatter_state.event); reduce_scatter_state = None`, and likewise `all_reduce_state` for HSDP's
+// all-reduce; the root's final backward callback drops the last ones). So a reduce-scatter's input (the unit's
+// full-size gradient) and output, or an HSDP all-reduce's buffer, are freed at the start of the next reduction on the
+// same stream in the same micro-batch — which starts after it, and after the next unit's backward — and the last
+// reduction of a micro-batch frees them at its end. `frees_at_start` names the previous reduction's unit
+// (MemoryChange::owner_unit). Freeing them when their own collective completed instead made the peak depend on how
+// far the other ranks lagged: measured on 2 CPU ranks, a two-blocks-per-unit plan peaked at 12.14 MB or 12.81 MB from
+// step to step, depending on whether a reduce-scatter finished before the next unit's gradients were allocated.
 
 // Note [Schedule order]: `ops` is one valid issue order: every op's dependencies and every earlier op of its stream
 // come before it. Each stream runs its ops in this order, one at a time (a CUDA stream, or the executor's

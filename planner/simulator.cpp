@@ -163,7 +163,7 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
   events.reserve(2 * count);
   for (std::size_t index = 0; index < count; ++index) {
     const Op& op = schedule.ops[index];
-    if (!op.allocates.empty()) events.push_back({start[index], op.id, false});
+    if (!op.allocates.empty() || !op.frees_at_start.empty()) events.push_back({start[index], op.id, false});
     if (!op.frees.empty()) events.push_back({end[index], op.id, true});
   }
   std::stable_sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
@@ -186,10 +186,17 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
   sample(0.0);
   for (const MemoryEvent& event : events) {
     const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
-    for (const MemoryChange& change : event.is_free ? op.frees : op.allocates) {
-      const long long delta = event.is_free ? -change.bytes : change.bytes;
-      current[static_cast<std::size_t>(change.category)] += delta;
-      total += delta;
+    const auto apply = [&](const std::vector<MemoryChange>& changes, int sign) {
+      for (const MemoryChange& change : changes) {
+        current[static_cast<std::size_t>(change.category)] += sign * change.bytes;
+        total += sign * change.bytes;
+      }
+    };
+    if (event.is_free) {
+      apply(op.frees, -1);
+    } else {
+      apply(op.frees_at_start, -1);  // Note [Reduce-scatter input lifetime]: released before the op allocates
+      apply(op.allocates, +1);
     }
     if (total > summary.peak_memory_bytes) {
       summary.peak_memory_bytes = total;

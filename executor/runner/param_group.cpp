@@ -54,7 +54,6 @@ void ParamGroup::finish_reduction() {
   if (reduce_output_.allocated()) {
     const std::span<const float> reduced = reduce_output_.values();
     for (std::size_t i = 0; i < target.size(); ++i) target[i] += reduced[i] * scale;
-    reduce_output_.release();
   } else if (world_reduced_ && param.grad_copies()) {
     const std::span<const float> reduced = param.unsharded_grad();
     for (std::size_t i = 0; i < target.size(); ++i) target[i] += reduced[i] * scale;
@@ -62,7 +61,16 @@ void ParamGroup::finish_reduction() {
     for (float& value : target) value *= scale;
   }
   world_reduced_ = false;
-  if (param.unsharded_grad_allocated()) param.free_unsharded_grad();
+}
+
+void ParamGroup::release_gradient_input() {
+  SHARDPLAN_CHECK(param_->unsharded_grad_allocated(), "unit '" + param_->sizes().name + "' freed its gradient twice");
+  param_->free_unsharded_grad();
+}
+
+void ParamGroup::release_reduce_output() {
+  SHARDPLAN_CHECK(reduce_output_.allocated(), "unit '" + param_->sizes().name + "' freed its reduced shard twice");
+  reduce_output_.release();
 }
 
 }  // namespace shardplan::runner

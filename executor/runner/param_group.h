@@ -33,8 +33,12 @@ class ParamGroup {
   comm::CommHandle all_reduce_world();
 
   // After the unit's last reduction of a micro-batch completed: the sum over all data-parallel ranks becomes their
-  // mean (Note [Gradient mean]) and lands in the sharded gradient; the comm buffer and full-size gradient are freed.
+  // mean (Note [Gradient mean]) and lands in the sharded gradient.
   void finish_reduction();
+  // Free the full-size gradient a completed reduction read, and the comm buffer it reduced into, where the schedule
+  // says (Note [Reduction buffers] in schedule.h).
+  void release_gradient_input();
+  void release_reduce_output();
 
  private:
   FlatParam* param_;

@@ -97,6 +97,7 @@ class Runner::StepWalker {
 
   void issue(const Op& op) {
     ParamGroup& group = r_.param_groups_.at(static_cast<std::size_t>(op.unit));
+    release(op.frees_at_start, op.unit);
     begin(op);
     comm::CommHandle handle;
     if (op.kind == OpKind::all_gather) {
@@ -131,6 +132,18 @@ class Runner::StepWalker {
     end(op);
     if ((op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce) && last_reduction(op)) {
       r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
+    }
+    release(op.frees, op.unit);
+  }
+
+  // Note [Reduction buffers] (schedule.h): a reduction's gradient input and comm buffer are freed where the schedule
+  // frees them — at its end, or at the start of the next reduction on its stream (`owner_unit` names whose).
+  void release(const std::vector<MemoryChange>& changes, int own_unit) {
+    for (const MemoryChange& change : changes) {
+      ParamGroup& group =
+          r_.param_groups_.at(static_cast<std::size_t>(change.owner_unit >= 0 ? change.owner_unit : own_unit));
+      if (change.category == MemoryCategory::unsharded_grads) group.release_gradient_input();
+      if (change.category == MemoryCategory::comm_buffers) group.release_reduce_output();
     }
   }
 

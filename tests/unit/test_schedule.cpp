@@ -102,6 +102,7 @@ TEST_CASE("schedule: well-formed — dependencies point back, every op is in one
       if (op.kind == OpKind::forward || op.kind == OpKind::backward) CHECK(op.stream == StreamKind::compute);
       for (const auto& change : op.allocates) balance[static_cast<std::size_t>(change.category)] += change.bytes;
       for (const auto& change : op.frees) balance[static_cast<std::size_t>(change.category)] -= change.bytes;
+      for (const auto& change : op.frees_at_start) balance[static_cast<std::size_t>(change.category)] -= change.bytes;
     }
     // Every transient allocation is freed by the end of the step.
     for (auto bytes : balance) CHECK(bytes == 0);

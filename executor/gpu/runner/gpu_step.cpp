@@ -208,21 +208,41 @@ class GpuRunner::StepWalker {
     return true;
   }
 
+  // Note [Reduction buffers] (schedule.h): a reduction's gradient input and comm buffer are freed where the schedule
+  // frees them — at its end, or at the start of the next reduction on its stream, enqueued after it there, so the
+  // stream order keeps them alive until it completed (`owner_unit` names whose).
+  void release(const std::vector<MemoryChange>& changes, const Op& op, cudaStream_t on) {
+    for (const MemoryChange& change : changes) {
+      DeviceFlatParam& unit = *r_.params_.at(static_cast<std::size_t>(change.owner_unit >= 0 ? change.owner_unit : op.unit));
+      if (change.category == MemoryCategory::unsharded_grads) {
+        if (!unit.unsharded_grad_allocated()) fail("unit '" + unit.sizes().name + "' freed its gradient twice");
+        unit.free_unsharded_grad(stream_ref(on));
+      }
+      if (change.category == MemoryCategory::comm_buffers) {
+        if (!unit.reduce_output_allocated()) fail("unit '" + unit.sizes().name + "' freed its reduced shard twice");
+        unit.free_reduce_output(stream_ref(on));
+      }
+    }
+  }
+
   void reduce_scatter(const Op& op, cudaStream_t on) {
     DeviceFlatParam& unit = param(op);
     const UnitLayout& sizes = unit.sizes();
     if (!unit.unsharded_grad_allocated()) fail("unit '" + sizes.name + "' reduced without a gradient");
+    release(op.frees_at_start, op, on);
     NcclCommunicator& group = nccl(r_.groups_->shard(sizes.grad_group));
     float* out = unit.allocate_reduce_output(stream_ref(on));
     collective(on, group, comm::Collective::reduce_scatter, [&] {
       return group.reduce_scatter(unit.unsharded_grad(), out, static_cast<std::size_t>(sizes.grad_shard_elements));
     });
     if (last_reduction(op)) finish_reduction(op, on);
+    release(op.frees, op, on);
   }
 
   void all_reduce(const Op& op, cudaStream_t on) {
     DeviceFlatParam& unit = param(op);
     const UnitLayout& sizes = unit.sizes();
+    release(op.frees_at_start, op, on);
     if (op.group == GroupKind::replica) {
       if (!unit.reduce_output_allocated()) fail("unit '" + sizes.name + "' all-reduced before its reduce-scatter");
       NcclCommunicator& group = nccl(r_.groups_->replica(sizes.grad_group));
@@ -240,6 +260,7 @@ class GpuRunner::StepWalker {
       fail("all_reduce over group '" + std::string(to_string(op.group)) + "' is not supported");
     }
     if (last_reduction(op)) finish_reduction(op, on);
+    release(op.frees, op, on);
   }
 
   // As ParamGroup::finish_reduction (Note [Gradient mean]), enqueued on the reduction's stream.
@@ -250,14 +271,12 @@ class GpuRunner::StepWalker {
     const auto flag = static_cast<std::size_t>(op.unit);
     if (unit.reduce_output_allocated()) {
       accumulate_scaled(on, unit.shard_grad(), unit.reduce_output(), sizes.grad_shard_elements, scale);
-      unit.free_reduce_output(stream_ref(on));
     } else if (world_reduced_[flag] && sizes.grad_copies) {
       accumulate_scaled(on, unit.shard_grad(), unit.unsharded_grad(), sizes.grad_shard_elements, scale);
     } else if (world_reduced_[flag]) {
       scale_in_place(on, unit.shard_grad(), sizes.grad_shard_elements, scale);
     }
     world_reduced_[flag] = false;
-    if (unit.unsharded_grad_allocated()) unit.free_unsharded_grad(stream_ref(on));
   }
 
   void optimizer_step(cudaStream_t on) {
