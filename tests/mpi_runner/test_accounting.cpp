@@ -13,7 +13,8 @@ namespace shardplan::runner::testing {
 
 namespace {
 
-// The schedule's own memory per category, replayed in issue order (frees_at_start then allocations at an op's start, frees at its end):
+// The schedule's own memory per category, replayed in issue order (frees_at_start, then allocations at an op's
+// start; frees at its end):
 // each category's maximum, persistent bytes included.
 MemoryByCategory predicted_peaks(const StepSchedule& schedule) {
   MemoryByCategory current = schedule.persistent;

@@ -213,7 +213,8 @@ class GpuRunner::StepWalker {
   // stream order keeps them alive until it completed (`owner_unit` names whose).
   void release(const std::vector<MemoryChange>& changes, const Op& op, cudaStream_t on) {
     for (const MemoryChange& change : changes) {
-      DeviceFlatParam& unit = *r_.params_.at(static_cast<std::size_t>(change.owner_unit >= 0 ? change.owner_unit : op.unit));
+      const int owner = change.owner_unit >= 0 ? change.owner_unit : op.unit;
+      DeviceFlatParam& unit = *r_.params_.at(static_cast<std::size_t>(owner));
       if (change.category == MemoryCategory::unsharded_grads) {
         if (!unit.unsharded_grad_allocated()) fail("unit '" + unit.sizes().name + "' freed its gradient twice");
         unit.free_unsharded_grad(stream_ref(on));
