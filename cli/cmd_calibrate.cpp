@@ -193,6 +193,12 @@ int calibrate_from_traces(const CalibrateFlags& flags) {
               100 * calibration.memory.rms_relative_residual);
   print_link_summary("intra", calibration.intra_node);
   print_link_summary("inter", calibration.inter_node);
+  if (calibration.issue.fitted) {
+    std::printf("  issue     %.3g s per collective issued (from %zu gaps between compute ops; %.3g s per gap "
+                "without, rms %.3g s)\n",
+                calibration.issue.per_collective_s, calibration.issue.samples, calibration.issue.per_gap_s,
+                calibration.issue.rms_residual_s);
+  }
   std::printf("  dispatch  %.3g s per compute op (the step time the per-op fits leave unexplained)\n",
               calibration.profile.op_dispatch_overhead_s);
   std::printf("  overhead  %lld B\nwrote %s\n", static_cast<long long>(calibration.profile.context_overhead_bytes),

@@ -218,6 +218,28 @@ double fitted_efficiency(const RateFit& fit, double work) {
   return work > 0 ? work / (work + fit.half_efficiency_flops) : 0.0;
 }
 
+IssueFit fit_issue_overhead(const std::vector<IssueGapSample>& samples) {
+  IssueFit fit;
+  fit.samples = samples.size();
+  bool some_issue = false, some_without = false;
+  for (const auto& sample : samples) (sample.collectives_issued > 0 ? some_issue : some_without) = true;
+  if (!some_issue || !some_without) return fit;
+  Eigen::MatrixXd design(static_cast<Eigen::Index>(samples.size()), 2);
+  Eigen::VectorXd gaps(static_cast<Eigen::Index>(samples.size()));
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    design(static_cast<Eigen::Index>(i), 0) = 1.0;
+    design(static_cast<Eigen::Index>(i), 1) = samples[i].collectives_issued;
+    gaps(static_cast<Eigen::Index>(i)) = samples[i].gap_s;
+  }
+  const Eigen::VectorXd x = design.colPivHouseholderQr().solve(gaps);
+  fit.fitted = true;
+  fit.per_gap_s = std::max(0.0, x(0));
+  fit.per_collective_s = std::max(0.0, x(1));
+  const Eigen::VectorXd residual = design * Eigen::Vector2d(fit.per_gap_s, fit.per_collective_s) - gaps;
+  fit.rms_residual_s = std::sqrt(residual.squaredNorm() / static_cast<double>(samples.size()));
+  return fit;
+}
+
 Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& samples, const std::string& source) {
   Calibration calibration;
   calibration.samples = samples;
@@ -232,6 +254,8 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
   calibration.compute = fit_compute_rate(samples.compute);
   calibration.gemm = fit_compute_rate(samples.gemm);
   calibration.memory = fit_memory_rate(samples.memory);
+  calibration.issue = fit_issue_overhead(samples.issue_gaps);
+  if (calibration.issue.fitted) profile.collective_issue_overhead_s = calibration.issue.per_collective_s;
   // Fitted rates are what the kernels and collectives achieved: efficiencies 1, no small-size curve on top.
   if (calibration.intra_node.samples > 0 || calibration.inter_node.samples > 0) {
     profile.bus_efficiency = 1.0;
@@ -347,6 +371,14 @@ nlohmann::json memory_samples_json(const std::vector<MemorySample1D>& samples, c
   return rows;
 }
 
+nlohmann::json issue_samples_json(const std::vector<IssueGapSample>& samples) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const IssueGapSample& sample : samples) {
+    rows.push_back({{"collectives_issued", sample.collectives_issued}, {"gap_s", sample.gap_s}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const Calibration& calibration, const MachineInfo& machine, const std::string& date) {
@@ -363,11 +395,18 @@ nlohmann::json to_json(const Calibration& calibration, const MachineInfo& machin
                       {"collectives", std::move(collectives)},
                       {"compute", rate_json(calibration.compute, true)},
                       {"gemm", rate_json(calibration.gemm, true)},
-                      {"memory", rate_json(calibration.memory, false)}};
+                      {"memory", rate_json(calibration.memory, false)},
+                      {"collective_issue",
+                       {{"per_collective_s", calibration.issue.per_collective_s},
+                        {"per_gap_s", calibration.issue.per_gap_s},
+                        {"rms_residual_s", calibration.issue.rms_residual_s},
+                        {"samples", calibration.issue.samples},
+                        {"fitted", calibration.issue.fitted}}}};
   document["samples"] = {{"collectives", collective_samples_json(calibration)},
                          {"compute", compute_samples_json(calibration.samples.compute, calibration.compute)},
                          {"gemm", compute_samples_json(calibration.samples.gemm, calibration.gemm)},
-                         {"memory", memory_samples_json(calibration.samples.memory, calibration.memory)}};
+                         {"memory", memory_samples_json(calibration.samples.memory, calibration.memory)},
+                         {"issue_gaps", issue_samples_json(calibration.samples.issue_gaps)}};
   document["machine"] = {{"host", machine.host}, {"cpu", machine.cpu}, {"nodes", machine.nodes},
                          {"ranks", machine.ranks}};
   document["date"] = date;

@@ -87,11 +87,32 @@ double predicted_time_s(const RateFit& fit, double work, double overlap_s = 0.0)
 // with the maximum folded into the rate).
 double fitted_efficiency(const RateFit& fit, double work);
 
+// A gap on one rank's compute stream between two consecutive compute-stream ops, where none of the second op's
+// dependencies was still running when the first ended: host time only — the collectives issued in it (their MPI calls
+// and buffers) and the runner's bookkeeping between ops.
+struct IssueGapSample {
+  int collectives_issued = 0;
+  double gap_s = 0;
+};
+
+// gap = c + o · collectives_issued by least squares, unweighted (the gaps are small absolute times and many are near
+// 0, so relative weights would be dominated by those). o is HardwareProfile::collective_issue_overhead_s; fitted only
+// when some gaps issued collectives and some did not, and never negative (0 when issuing costs nothing measurable).
+struct IssueFit {
+  double per_collective_s = 0;  // o
+  double per_gap_s = 0;         // c: what a gap costs with nothing issued
+  double rms_residual_s = 0;
+  std::size_t samples = 0;
+  bool fitted = false;
+};
+IssueFit fit_issue_overhead(const std::vector<IssueGapSample>& samples);
+
 struct CalibrationSamples {
   std::vector<CollectiveSample> intra_node, inter_node;
   std::vector<ComputeSample> compute;  // whole layer passes: what the simulator times (the profile's compute rate)
   std::vector<ComputeSample> gemm;     // single GEMMs (microbenchmarks): fitted and reported, not applied
   std::vector<MemorySample1D> memory;
+  std::vector<IssueGapSample> issue_gaps;  // measured timelines only
   std::int64_t measured_peak_bytes = 0;    // the tracked peak of the runs
   std::int64_t predicted_peak_bytes = 0;   // the schedule's peak without the overhead term
 };
@@ -101,6 +122,7 @@ struct Calibration {
   LinkFit intra_node, inter_node;          // pooled over collectives and group sizes: what the profile takes
   std::vector<CollectiveFit> collectives;  // per collective × group size × tier
   RateFit compute, gemm, memory;
+  IssueFit issue;
   CalibrationSamples samples;              // the raw samples, written out with the fit
 };
 

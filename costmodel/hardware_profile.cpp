@@ -132,6 +132,7 @@ nlohmann::json to_json(const HardwareProfile& profile) {
       {"overlap_compute_slowdown", profile.overlap_compute_slowdown},
       {"context_overhead_bytes", profile.context_overhead_bytes},
       {"op_dispatch_overhead_s", profile.op_dispatch_overhead_s},
+      {"collective_issue_overhead_s", profile.collective_issue_overhead_s},
   };
 }
 
@@ -151,7 +152,8 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     root.fail("schema", "\"" + std::string(kProfileSchema) + "\"");
   }
   reject_unknown(root, {"schema", "source", "device", "gpus_per_node", "nodes", "compute", "communication",
-                        "overlap_compute_slowdown", "context_overhead_bytes", "op_dispatch_overhead_s"});
+                        "overlap_compute_slowdown", "context_overhead_bytes", "op_dispatch_overhead_s",
+                        "collective_issue_overhead_s"});
 
   HardwareProfile profile = std::move(base);
   (void)root.optional_string("source");  // validated, but the file it came from is the source now
@@ -193,6 +195,8 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
   }
   profile.context_overhead_bytes = root.non_negative_int("context_overhead_bytes", profile.context_overhead_bytes);
   profile.op_dispatch_overhead_s = root.non_negative_number("op_dispatch_overhead_s", profile.op_dispatch_overhead_s);
+  profile.collective_issue_overhead_s =
+      root.non_negative_number("collective_issue_overhead_s", profile.collective_issue_overhead_s);
   if (root.has("fits")) read_collective_fits(root.object("fits"), profile);
   return profile;
 }

@@ -56,6 +56,13 @@ struct HardwareProfile {
   // the step time the per-op fits leave unexplained.
   double op_dispatch_overhead_s = 0;
 
+  // Host time the issuing thread spends starting one collective, serialised on the compute stream where the schedule
+  // issues it: on CPU ranks the MPI call, the gathered or reduced buffer's allocation and MPI's eager copies of small
+  // messages, all on the thread that computes (measured: 0.15-0.2 ms per 0.4-0.8 MB collective on this project's
+  // 2-core CI machine); on GPUs a kernel launch that runs ahead of the device, so 0 in the catalog. Fitted by
+  // `calibrate --trace` from the gaps between compute ops in which collectives were issued (calibration.h).
+  double collective_issue_overhead_s = 0;
+
   // Measured α-β of one collective on one group size and tier (calibration's fits.collectives): where one matches,
   // collective_cost uses it instead of the tier's α, bus bandwidth and efficiency curve, because collectives differ
   // on real stacks (a reduce-scatter also reduces; MPI and NCCL pick other algorithms per size and group).

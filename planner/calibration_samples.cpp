@@ -11,6 +11,42 @@
 
 namespace shardplan {
 
+namespace {
+
+// IssueGapSample: per rank, each pair of consecutive compute-stream ops whose second op had no dependency still
+// running when the first ended (so the runner did not wait in the gap), with the collectives the schedule issues
+// between them (the simulator charges each its issue time there, HardwareProfile::collective_issue_overhead_s).
+void add_issue_gaps(const Timeline& measured, const StepSchedule& schedule, std::vector<IssueGapSample>& gaps) {
+  std::map<std::pair<int, int>, const TimelineEvent*> by_rank_and_op;
+  for (const TimelineEvent& event : measured.events) by_rank_and_op[{event.rank, event.op_id}] = &event;
+  for (int rank : measured.ranks()) {
+    std::vector<const TimelineEvent*> compute;
+    for (const TimelineEvent& event : measured.events) {
+      if (event.rank == rank && event.stream == "compute") compute.push_back(&event);
+    }
+    std::sort(compute.begin(), compute.end(),
+              [](const TimelineEvent* a, const TimelineEvent* b) { return a->op_id < b->op_id; });
+    for (std::size_t i = 0; i + 1 < compute.size(); ++i) {
+      const TimelineEvent& before = *compute[i];
+      const TimelineEvent& after = *compute[i + 1];
+      const Op& op = schedule.ops[static_cast<std::size_t>(after.op_id)];
+      const bool waited = std::any_of(op.deps.begin(), op.deps.end(), [&](int dep) {
+        const auto found = by_rank_and_op.find({rank, dep});
+        return found != by_rank_and_op.end() && found->second->end_s > before.end_s;
+      });
+      if (waited) continue;
+      int issued = 0;
+      for (int id = before.op_id + 1; id < after.op_id; ++id) {
+        const OpKind kind = schedule.ops[static_cast<std::size_t>(id)].kind;
+        issued += kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+      }
+      gaps.push_back({issued, std::max(0.0, after.start_s - before.end_s)});
+    }
+  }
+}
+
+}  // namespace
+
 void add_calibration_samples(const Timeline& measured, const ModelSpec& model, const Plan& plan, const Cluster& cluster,
                              const HardwareProfile& base, CalibrationSamples& samples) {
   LoweringOptions options;
@@ -64,6 +100,7 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
         break;
     }
   }
+  add_issue_gaps(measured, schedule, samples.issue_gaps);
   // Memory: the measured peak against the schedule's peak without the overhead term (what the overhead must cover).
   long long measured_peak = 0;
   for (int rank : measured.ranks()) measured_peak = std::max(measured_peak, measured.peak_memory_bytes(rank));

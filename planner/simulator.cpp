@@ -16,6 +16,10 @@ bool is_compute(OpKind kind) {
          kind == OpKind::optimizer_step;
 }
 
+bool is_collective(OpKind kind) {
+  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+}
+
 double base_duration_s(const Op& op, const StepSchedule& schedule, const HardwareProfile& profile) {
   switch (op.kind) {
     case OpKind::wait:
@@ -118,6 +122,14 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     for (int dep : op.deps) {
       SHARDPLAN_CHECK(dep >= 0 && dep < op.id, "dependencies must point to earlier ops (Note [Schedule order])");
       ready = std::max(ready, end[static_cast<std::size_t>(dep)]);
+    }
+    if (is_collective(op.kind) && profile.collective_issue_overhead_s > 0) {
+      // HardwareProfile::collective_issue_overhead_s: the issuing thread starts the collective where the schedule
+      // issues it (after the compute issued before it), then goes on; the collective runs from then.
+      double& host_s = stream_free[static_cast<std::size_t>(StreamKind::compute)];
+      host_s += profile.collective_issue_overhead_s;
+      stream_busy[static_cast<std::size_t>(StreamKind::compute)] += profile.collective_issue_overhead_s;
+      ready = std::max(ready, host_s);
     }
     double duration = base_duration_s(op, schedule, profile);
     // HardwareProfile::op_dispatch_overhead_s: the host's cost per op that does work, serialised on the compute stream.

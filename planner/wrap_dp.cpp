@@ -77,7 +77,8 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
   return result;
 }
 
-bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
+bool wrap_model_is_exact(const Plan& plan_template, const HardwareProfile& profile, int world_size, int gpus_per_node) {
+  if (profile.collective_issue_overhead_s > 0) return false;
   if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies, host optimizer
   if (plan_template.training.grad_accumulation_steps(world_size) != 1) return false;  // one micro-batch
   const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);

@@ -100,9 +100,11 @@ std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_templat
                                 int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
                                 const std::vector<bool>& kept_gathered = {});
 
-// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: one
-// micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists.
-bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
+// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template on this
+// profile: one micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists, and no collective
+// issue overhead (HardwareProfile::collective_issue_overhead_s puts host time between a unit's ops that the step model
+// does not place).
+bool wrap_model_is_exact(const Plan& plan_template, const HardwareProfile& profile, int world_size, int gpus_per_node);
 
 // A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.
 // `kept_gathered` (empty: as the template says): per unit, true sets reshard_after_forward = false.

@@ -187,6 +187,38 @@ TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap 
   CHECK(fit_compute_rate(unaffected).overlap_slowdown == 1.0);
 }
 
+TEST_CASE("calibration: the collective issue overhead is recovered from gaps between compute ops") {
+  // gap = c + o · collectives issued, with ±20 µs of absolute noise (gaps are small absolute times).
+  std::mt19937 generator(7);
+  std::uniform_real_distribution<double> jitter(-20e-6, 20e-6);
+  const double per_gap_s = 10e-6, per_collective_s = 180e-6;
+  std::vector<IssueGapSample> gaps;
+  for (int i = 0; i < 200; ++i) {
+    const int issued = i % 3;  // 0, 1 or 2 collectives in the gap
+    gaps.push_back({issued, std::max(0.0, per_gap_s + issued * per_collective_s + jitter(generator))});
+  }
+  const IssueFit fit = fit_issue_overhead(gaps);
+  REQUIRE(fit.fitted);
+  CHECK(fit.per_collective_s == doctest::Approx(per_collective_s).epsilon(0.05));
+  CHECK(fit.per_gap_s == doctest::Approx(per_gap_s).epsilon(0.5));
+  CHECK(fit.rms_residual_s < 20e-6);
+  CalibrationSamples samples;
+  samples.issue_gaps = gaps;
+  const Calibration calibration =
+      calibrate(profile_from_cluster(parse_cluster("2xcpu", HardwareCatalog::builtin())), samples, "test");
+  CHECK(calibration.profile.collective_issue_overhead_s == doctest::Approx(per_collective_s).epsilon(0.05));
+  // Without gaps of both kinds the two terms cannot be told apart: nothing is fitted and the profile keeps its value.
+  std::vector<IssueGapSample> only_issuing;
+  for (const auto& gap : gaps) {
+    if (gap.collectives_issued > 0) only_issuing.push_back(gap);
+  }
+  CHECK_FALSE(fit_issue_overhead(only_issuing).fitted);
+  // Issuing that costs nothing measurable fits 0, never a negative overhead.
+  std::vector<IssueGapSample> free_issue;
+  for (int i = 0; i < 40; ++i) free_issue.push_back({i % 2, i % 2 == 1 ? 5e-6 : 15e-6});
+  CHECK(fit_issue_overhead(free_issue).per_collective_s == 0.0);
+}
+
 TEST_CASE("calibration: compute and memory rates recovered; the profile takes the fitted values") {
   Noise noise;
   CalibrationSamples samples;

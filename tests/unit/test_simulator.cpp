@@ -221,3 +221,36 @@ TEST_CASE("simulator: a per-op dispatch overhead lengthens every compute op, ser
   bad["op_dispatch_overhead_s"] = -1;
   CHECK_THROWS_AS(apply_profile_json(HardwareProfile{}, bad, "p.json"), InputError);
 }
+
+TEST_CASE("simulator: a collective's issue overhead lengthens the compute stream where it is issued") {
+  const ModelSpec model = toy_blocks(2);
+  Plan plan = toy_plan(model, 2);
+  for (auto& unit : plan.units) unit.forward_prefetch = unit.backward_prefetch = {};
+  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  HardwareProfile profile = round_profile();
+  const SimulationResult base = simulate(schedule, profile);
+  profile.collective_issue_overhead_s = 0.3 * ms;
+  const SimulationResult result = simulate(schedule, profile);
+  std::size_t collectives = 0;
+  for (const Op& op : schedule.ops) {
+    collectives += op.kind == OpKind::all_gather || op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce;
+  }
+  REQUIRE(collectives > 0);
+  // Without prefetch every collective is issued on the critical path: each adds its overhead once.
+  CHECK(result.summary.step_time_s ==
+        doctest::Approx(base.summary.step_time_s + static_cast<double>(collectives) * 0.3 * ms));
+  // A collective starts once issued: never before the compute stream has spent its issue time.
+  for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
+    const Op& op = schedule.ops[index];
+    if (op.kind != OpKind::all_gather) continue;
+    CHECK(result.timeline.events[index].start_s >= base.timeline.events[index].start_s + 0.3 * ms - 1e-12);
+  }
+  // The profile JSON carries it, and a negative value is refused.
+  const nlohmann::json document = {{"schema", "shardplan.profile/v1"}, {"collective_issue_overhead_s", 0.3 * ms}};
+  CHECK(to_json(profile).at("collective_issue_overhead_s").get<double>() == doctest::Approx(0.3 * ms));
+  CHECK(apply_profile_json(HardwareProfile{}, document, "p.json").collective_issue_overhead_s ==
+        doctest::Approx(0.3 * ms));
+  nlohmann::json bad = document;
+  bad["collective_issue_overhead_s"] = -1;
+  CHECK_THROWS_AS(apply_profile_json(HardwareProfile{}, bad, "p.json"), InputError);
+}

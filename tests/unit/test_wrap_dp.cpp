@@ -220,7 +220,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
         points.push_back({units, kept_count > 0, sim.step_s, sim.peak_bytes});
       }
     }
-    if (!wrap_model_is_exact(base, cluster.world_size(), cluster.gpus_per_node)) continue;
+    if (!wrap_model_is_exact(base, profile, cluster.world_size(), cluster.gpus_per_node)) continue;
     std::vector<std::int64_t> peaks;
     for (const auto& point : points) peaks.push_back(point.peak_bytes);
     std::sort(peaks.begin(), peaks.end());
