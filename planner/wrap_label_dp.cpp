@@ -65,7 +65,7 @@ DpAnswer label_dp(WrapContext& context, bool with_floor) {
   for (std::size_t b = 1; b <= std::min(m, n); ++b) {
     for (bool kept : kept_options) {
       const double cost = context.last_unit_cost(b, kept);
-      const std::int64_t slack = context.last_unit_slack(b);
+      const std::int64_t slack = context.last_unit_slack(b, kept);
       if (promising(cost, n - b, b, 0.0, slack)) labels[context.state(n - b, b, kept)].push_back({cost, 0.0, slack, kNone, kNone});
     }
   }
@@ -89,10 +89,12 @@ DpAnswer label_dp(WrapContext& context, bool with_floor) {
             for (std::size_t index = 0; index < here.size(); ++index) {
               // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
               // forward step (its right neighbour is known).
-              const auto [added, backlog] = context.extend(p, b, c, left_kept, here[index].backlog_s);
-              const double cost = here[index].cost_s + added;
+              const auto step = context.extend(p, b, c, left_kept, here[index].backlog_s);
+              const double cost = here[index].cost_s + step.added_s;
               const std::int64_t slack = context.extend_slack(here[index].slack, p, b, c, left_kept);
-              if (promising(cost, p - c, c, backlog, slack)) target.push_back({cost, backlog, slack, state, index});
+              if (promising(cost, p - c, c, step.backlog_s, slack)) {
+                target.push_back({cost, step.backlog_s, slack, state, index});
+              }
             }
           }
         }

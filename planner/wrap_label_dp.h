@@ -150,31 +150,47 @@ struct WrapContext {
   // Note [Wrap search]: `slack` is the least, over the memory terms known so far, of the budget less the term less
   // the parameters of the units kept gathered below it that are placed; placing a unit kept gathered lowers it for
   // every unit above. A wrapping fits the floor only if its slack never goes below 0.
-  std::int64_t last_unit_slack(std::size_t b) {
-    return budget_bytes - MemoryFloor::forward_term(floor.sizes(n - b, b), nullptr);
+  std::int64_t last_unit_slack(std::size_t b, bool kept) {
+    const auto& last = floor.sizes(n - b, b);
+    return budget_bytes - std::max(MemoryFloor::forward_term(last, nullptr), floor.turn_term(last, kept));
   }
-  std::int64_t extend_slack(std::int64_t slack, std::size_t p, std::size_t b, std::size_t c, bool left_kept) {
+  // `held_above_bytes`: what reduce-scatters of units above (p, b) still hold in its backward (MemoryFloor::
+  // backward_term). The label DP passes 0 — its states do not know the unit above, and the distinct slacks that
+  // knowing it gives outgrew the kept choice's label budget (measured: GPT-2's 12 blocks on 2x8xH100) — the
+  // best-first search and whole wrappings pass it.
+  std::int64_t extend_slack(std::int64_t slack, std::size_t p, std::size_t b, std::size_t c, bool left_kept,
+                            std::int64_t held_above_bytes = 0) {
     const auto& sizes = floor.sizes(p, b);
     const auto& left = floor.sizes(p - c, c);
-    std::int64_t above = std::min(slack, budget_bytes - MemoryFloor::backward_term(sizes, &left, left_kept));
+    std::int64_t above =
+        std::min(slack, budget_bytes - MemoryFloor::backward_term(sizes, &left, left_kept, held_above_bytes));
     if (left_kept) above -= left.gathered;
     return std::min(above, budget_bytes - MemoryFloor::forward_term(left, &sizes));
   }
-  std::int64_t close_slack(std::int64_t slack, std::size_t b) {
-    return std::min(slack, budget_bytes - MemoryFloor::backward_term(floor.sizes(0, b), nullptr, false));
+  std::int64_t close_slack(std::int64_t slack, std::size_t b, std::int64_t held_above_bytes = 0) {
+    return std::min(slack,
+                    budget_bytes - MemoryFloor::backward_term(floor.sizes(0, b), nullptr, false, held_above_bytes));
   }
+  // The reduce-scatter input of the unit right above a unit, alive through all of its backward.
+  std::int64_t held_by(const UnitChoice& above) { return floor.sizes(above.first_block, above.length).held_grad; }
 
   double last_unit_cost(std::size_t b, bool kept) {
     const UnitCost& last = terms.unit(n - b, b);
     return terms.turn_terms(last, kept) + terms.forward_step(last, 0.0) + terms.optimizer_time_s(last.optimizer_elements);
   }
-  // Placing (p − c, c, left_kept) left of (p, b): the cost added and the backlog left for it.
-  std::pair<double, double> extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s) {
+  // Placing (p − c, c, left_kept) left of (p, b): the cost added, the backlog left for it, and how long (p, b)'s own
+  // backward ops run.
+  struct Extension {
+    double added_s;
+    double backlog_s;
+    double unit_compute_s;
+  };
+  Extension extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s) {
     const UnitCost& unit = terms.unit(p, b);
     const UnitCost& left = terms.unit(p - c, c);
     const auto step = terms.backward_step(unit, left_kept ? 0.0 : left.gather_backward_s, backlog_s);
     return {step.step_s + terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements),
-            step.backlog_s};
+            step.backlog_s, step.compute_s};
   }
   // Closing with (0, b) as the first unit: what the head and the tail add.
   double close_cost(std::size_t b, double backlog_s) {
@@ -184,11 +200,12 @@ struct WrapContext {
   // The slack of a complete wrapping (Note [Wrap search]).
   std::int64_t wrapping_slack(const std::vector<UnitChoice>& choices) {
     const std::size_t last = choices.size() - 1;
-    std::int64_t slack = last_unit_slack(choices[last].length);
+    std::int64_t slack = last_unit_slack(choices[last].length, choices[last].kept);
     for (std::size_t k = last; k > 0; --k) {
-      slack = extend_slack(slack, choices[k].first_block, choices[k].length, choices[k - 1].length, choices[k - 1].kept);
+      slack = extend_slack(slack, choices[k].first_block, choices[k].length, choices[k - 1].length, choices[k - 1].kept,
+                           k < last ? held_by(choices[k + 1]) : 0);
     }
-    return close_slack(slack, choices[0].length);
+    return close_slack(slack, choices[0].length, last > 0 ? held_by(choices[1]) : 0);
   }
 
   StepTerms terms;

@@ -47,12 +47,14 @@ class MemoryFloor {
     }
     const UnitLayout root = unit_layout(plan.units.front(), root_params, training.precision, world, gpus_per_node);
     constant_bytes_ = persistent_bytes(root) + context_overhead_bytes + (root.gathers ? root.gathered_bytes : 0);
+    root_grad_copy_ = root.grad_copies ? root.grad_copy_bytes : 0;
   }
 
   struct Sizes {
     std::int64_t persistent = 0;  // its shards: params, grads, optimizer states
     std::int64_t gathered = 0;    // its gathered parameters while in use
     std::int64_t grad_copy = 0;   // its full-size gradient during backward
+    std::int64_t held_grad = 0;   // what its reduce-scatter keeps until the next one starts (its full-size gradient)
     std::int64_t activations_through = 0;  // every layer's kept activations up to its last layer
     std::int64_t top_rebuilt = 0;          // its last layer's recomputed activations (checkpointing)
   };
@@ -70,6 +72,9 @@ class MemoryFloor {
     sizes.persistent = persistent_bytes(layout);
     sizes.gathered = layout.gathers ? layout.gathered_bytes : 0;
     sizes.grad_copy = layout.grad_copies ? layout.grad_copy_bytes : 0;
+    // Note [Reduction buffers] (schedule.h): a reduce-scatter's input lives until the next reduce-scatter starts, after
+    // the unit below's backward; an all-reduce of replicated gradients frees its input when it ends.
+    sizes.held_grad = layout.grad_group > 1 ? sizes.grad_copy : 0;
     sizes.activations_through = activations_through_[terms_.first_layer_of_block(first_block + length - 1)];
     sizes.top_rebuilt = rebuilt_[terms_.first_layer_of_block(first_block + length - 1)];
     return cache_.emplace(key, sizes).first->second;
@@ -78,11 +83,19 @@ class MemoryFloor {
   static std::int64_t forward_term(const Sizes& unit, const Sizes* right) {
     return unit.activations_through + unit.gathered + (right != nullptr ? right->gathered : 0);
   }
-  // In its first backward op: activations so far with its top layer's recompute, it gathered, its gradient, and the
-  // unit below (`left`, nullptr: none) being gathered when that one reshards after forward.
-  static std::int64_t backward_term(const Sizes& unit, const Sizes* left, bool left_kept) {
+  // In its first backward op: activations so far with its top layer's recompute, it gathered, its gradient, the
+  // unit below (`left`, nullptr: none) being gathered when that one reshards after forward, and `held_above_bytes`:
+  // the reduce-scatter inputs of units above still alive (Note [Reduction buffers] in schedule.h; 0 where unknown).
+  static std::int64_t backward_term(const Sizes& unit, const Sizes* left, bool left_kept,
+                                    std::int64_t held_above_bytes = 0) {
     return unit.activations_through + unit.top_rebuilt + unit.gathered + unit.grad_copy +
-           (left != nullptr && !left_kept ? left->gathered : 0);
+           (left != nullptr && !left_kept ? left->gathered : 0) + held_above_bytes;
+  }
+  // At the turn, in the head's first backward op (the last layer's): every layer's kept activations, the root's
+  // full-size gradient (reduced only after the embedding's backward), and the last unit's parameters when it stays
+  // gathered from forward (when it does not, its backward all-gather may still wait for the rate limiter).
+  std::int64_t turn_term(const Sizes& last, bool last_kept) const {
+    return activations_through_.back() + root_grad_copy_ + (last_kept ? last.gathered : 0);
   }
   // Units kept gathered from forward to backward hold their parameters through both terms of every unit above them
   // (added by the callers: Note [Wrap search]).
@@ -107,6 +120,7 @@ class MemoryFloor {
   int world_, gpus_per_node_;
   std::vector<std::int64_t> activations_through_, rebuilt_;
   std::int64_t constant_bytes_ = 0;
+  std::int64_t root_grad_copy_ = 0;
   std::map<std::pair<std::size_t, std::size_t>, Sizes> cache_;
 };
 

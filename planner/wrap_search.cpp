@@ -69,10 +69,26 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
   };
   const std::size_t n = context.n, m = context.m;
   const std::vector<bool> kept_options = context.kept_options();
+  // Reductions still queued when a unit's backward ops end keep their inputs through all of them (Note [Reduction
+  // buffers] in schedule.h): the unit k + 1's reduce-scatter, last in the queue, starts D − R(k+1) after unit k's ops
+  // start; while that is after they end, the input of k + 2 is alive, and so on up the chain (each queued
+  // reduce-scatter starts when the one before it ends). `above` is the node of unit k + 1.
+  const auto queued_input_bytes = [&](std::size_t above, double backlog_s, double compute_s) {
+    std::int64_t bytes = 0;
+    double start_after_ops_s = backlog_s - compute_s;
+    for (std::size_t at = above; at != kNone && nodes[at].parent != kNone; at = nodes[at].parent) {
+      const UnitChoice& reduced = nodes[at].leftmost;
+      start_after_ops_s -= context.terms.unit(reduced.first_block, reduced.length).reduce_s;
+      if (!(start_after_ops_s > 0)) break;
+      const UnitChoice& held = nodes[nodes[at].parent].leftmost;
+      bytes += context.floor.sizes(held.first_block, held.length).held_grad;
+    }
+    return bytes;
+  };
   for (std::size_t b = 1; b <= std::min(m, n); ++b) {
     for (bool kept : kept_options) {
       const double cost = context.last_unit_cost(b, kept);
-      push({cost, 0.0, context.last_unit_slack(b), {n - b, b, kept}, kNone, false},
+      push({cost, 0.0, context.last_unit_slack(b, kept), {n - b, b, kept}, kNone, false},
            cost + context.bounds.lower_bound(n - b, b, 0.0));
     }
   }
@@ -107,7 +123,8 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
       // its parent is the node's parent.
       Node done = node;
       done.cost_s = node.cost_s + context.close_cost(unit.length, node.backlog_s);
-      done.slack = context.close_slack(node.slack, unit.length);
+      const std::int64_t held_above = node.parent == kNone ? 0 : context.held_by(nodes[node.parent].leftmost);
+      done.slack = context.close_slack(node.slack, unit.length, held_above);
       done.complete = true;
       push(done, done.cost_s);
       continue;
@@ -116,11 +133,15 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
       for (bool left_kept : kept_options) {
         if (!context.may_follow(unit.kept, left_kept)) continue;
         const std::size_t p = unit.first_block - c;
-        const auto [added, backlog] = context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s);
-        const Node next{node.cost_s + added, backlog,
-                        context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept),
-                        {p, c, left_kept}, index, false};
-        push(next, next.cost_s + context.bounds.lower_bound(p, c, backlog));
+        const auto step = context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s);
+        const std::int64_t held_above =
+            node.parent == kNone ? 0
+                                 : context.held_by(nodes[node.parent].leftmost) +
+                                       queued_input_bytes(node.parent, node.backlog_s, step.unit_compute_s);
+        const std::int64_t slack =
+            context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept, held_above);
+        const Node next{node.cost_s + step.added_s, step.backlog_s, slack, {p, c, left_kept}, index, false};
+        push(next, next.cost_s + context.bounds.lower_bound(p, c, step.backlog_s));
       }
     }
   }

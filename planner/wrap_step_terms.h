@@ -106,12 +106,13 @@ class StepTerms {
   struct BackwardStep {
     double step_s = 0;     // s_b(k) − s_b(k−1)
     double backlog_s = 0;  // reductions still queued when the unit below starts (its own included)
+    double compute_s = 0;  // its ops, from their start (its reduction is issued when they end)
   };
   BackwardStep backward_step(const UnitCost& unit, double next_gather_s, double backlog_s) const {
     const double compute = run(unit.backward_ops, std::max(next_gather_s, backlog_s));
     const double step = std::max(compute, next_gather_s);
     // Its reduction is issued when its compute ends and starts when the queue ahead of it has drained.
-    return {step, std::max(0.0, std::max(compute, backlog_s) + unit.reduce_s - step)};
+    return {step, std::max(0.0, std::max(compute, backlog_s) + unit.reduce_s - step), compute};
   }
 
   // From the step's start to the first unit's forward: the root's all-gather, then the embedding overlapping the

@@ -264,5 +264,5 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
     }
   }
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
-  CHECK(gave_up <= 2);                 // and the budget rarely runs out (the tightest caps with kept units)
+  CHECK(gave_up == 0);                 // and its budget does not run out (2 of 50 did before the turn and held terms)
 }
