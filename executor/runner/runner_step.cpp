@@ -97,7 +97,7 @@ class Runner::StepWalker {
 
   void issue(const Op& op) {
     ParamGroup& group = r_.param_groups_.at(static_cast<std::size_t>(op.unit));
-    release(op.frees_at_start, op.unit);
+    if (op.kind != OpKind::all_gather) release(op.frees_at_start, op.unit);
     begin(op);
     comm::CommHandle handle;
     if (op.kind == OpKind::all_gather) {
@@ -130,9 +130,9 @@ class Runner::StepWalker {
   void finish(InFlight& flight) {
     const Op& op = ops_[static_cast<std::size_t>(flight.op)];
     end(op);
-    if ((op.kind == OpKind::reduce_scatter || op.kind == OpKind::all_reduce) && last_reduction(op)) {
-      r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
-    }
+    // Gathers free nothing at their end on CPU ranks (fp32 without offload: no cast or copy buffers, check_executable).
+    if (op.kind != OpKind::reduce_scatter && op.kind != OpKind::all_reduce) return;
+    if (last_reduction(op)) r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
     release(op.frees, op.unit);
   }
 
