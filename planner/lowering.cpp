@@ -252,8 +252,8 @@ class Lowerer {
       if (!started[unit]) {
         started[unit] = true;
         ensure_gathered(unit, micro, false);
-        for (int target : spec.forward_prefetch) request_gather(target, micro, false);
         emit_wait(unit, micro);
+        for (int target : spec.forward_prefetch) request_gather(target, micro, false);
       }
       for (std::size_t layer = segment.first_layer; layer <= segment.last_layer; ++layer) {
         const int id = emit_compute(OpKind::forward, layer, unit, micro, ComputePass::forward);
@@ -286,8 +286,8 @@ class Lowerer {
       if (!started[unit]) {
         started[unit] = true;
         ensure_gathered(unit, micro, true);
-        for (int target : spec.backward_prefetch) request_gather(target, micro, true);
         emit_wait(unit, micro);
+        for (int target : spec.backward_prefetch) request_gather(target, micro, true);
         if (layout.casts_replicated && !gathered_[unit]) {
           pending_alloc_ = {layout.gathered_category, layout.gathered_bytes};
           gathered_[unit] = true;

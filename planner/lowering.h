@@ -26,7 +26,11 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
 // - A segment is a maximal run of consecutive layers of one unit; the root unit usually has two (embedding first,
 //   final norm and head last). Forward walks segments in order, backward in reverse.
 // - A unit's all-gather is requested by its own first segment of a pass or, earlier, by a unit that lists it in its
-//   forward/backward prefetch list (requested when that unit's first segment starts, before its wait).
+//   forward/backward prefetch list, requested right after that unit's own wait: FSDP2's pre_forward/pre_backward
+//   unshard, wait_for_unshard, then prefetch (FSDPParamGroup.pre_backward; FSDP1's _pre_backward_hook waits for the
+//   unshard stream before _prefetch_handle too). The host issues the prefetch after the wait, which matters when
+//   issuing costs host time (HardwareProfile::collective_issue_overhead_s); the all-gather stream runs one gather at
+//   a time, so the prefetch never started before that wait's gather ended anyway.
 // - Rate limiter (FSDP1 limit_all_gathers, its free-event queue): the n-th gathered unit that will be freed may not
 //   start before the free of the (n − limit)-th; a request whose condition is not met yet waits (in order) until
 //   that free is issued and then depends on it. Units that stay gathered for the pass do not count.
