@@ -123,7 +123,7 @@ class Searcher {
         return fits;
       };
       if (options_.objective == SearchObjective::time &&
-          wrap_model_is_exact(base, profile_, cluster_.world_size(), cluster_.gpus_per_node)) {
+          wrap_model_is_exact(base, cluster_.world_size(), cluster_.gpus_per_node)) {
         // Exact for this knob setting (Note [Wrap search]): the fastest wrapping whose simulated peak fits, or none
         // that fits and beats the best plan so far.
         WrapSearchOptions wrap;

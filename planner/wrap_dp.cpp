@@ -52,9 +52,12 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
   }
   SHARDPLAN_CHECK(!costs.empty() && block == terms.block_count(), "units must cover every block");
   const std::size_t count = costs.size();
-  double total = terms.head_terms(*costs.front()) + terms.turn_terms(*costs.back(), kept(count - 1));
+  // Whether unit k issues the next unit's all-gather in forward (its prefetch, after its wait).
+  const auto prefetches = [&](std::size_t k) { return k + 1 < count && costs[k + 1]->gather_forward_s > 0; };
+  double total = terms.head_terms(*costs.front(), prefetches(0)) + terms.turn_terms(*costs.back(), kept(count - 1));
   for (std::size_t k = 0; k < count; ++k) {
-    total += terms.forward_step(*costs[k], k + 1 < count ? costs[k + 1]->gather_forward_s : 0.0) +
+    total += terms.forward_step(*costs[k], k + 1 < count ? costs[k + 1]->gather_forward_s : 0.0,
+                                k + 1 < count && prefetches(k + 1)) +
              terms.optimizer_time_s(costs[k]->optimizer_elements);
   }
   double backlog = 0;
@@ -77,8 +80,7 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
   return result;
 }
 
-bool wrap_model_is_exact(const Plan& plan_template, const HardwareProfile& profile, int world_size, int gpus_per_node) {
-  if (profile.collective_issue_overhead_s > 0) return false;
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
   if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies, host optimizer
   if (plan_template.training.grad_accumulation_steps(world_size) != 1) return false;  // one micro-batch
   const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);

@@ -16,13 +16,18 @@ namespace shardplan {
 
 // Note [Wrap DP]:
 // With one-ahead prefetch and one micro-batch, the simulator's step obeys recurrences over consecutive units.
-// Forward: s(k+1) = s(k) + max(E_f(k | G(k+1)), G(k+1)): unit k+1's all-gather starts with unit k's compute (its
-// issue point) and unit k's ops run E_f, each op stretched by the overlap slowdown for the part of its base interval
-// that overlaps a busy communication stream, plus the per-op dispatch overhead. Backward, going down: unit k's ops
-// start with unit k−1's all-gather and with D(k) seconds of gradient reductions still queued (unit k+1's and any
-// behind which it waits). Both windows start where the ops start, and the simulator stretches by the busiest stream,
-// so the ops run E_b = E(k | max(G(k−1), D(k))), s(k−1) = s(k) + max(E_b, G(k−1)), and unit k's reduction, issued
-// when its compute ends, leaves D(k−1) = max(0, max(E_b, D(k)) + R(k) − (s(k−1) − s(k))) queued for the unit below.
+// Forward: s(k+1) = s(k) + max(E_f(k | G(k+1)), G(k+1)) + o·[k+1 prefetches]: unit k+1's all-gather, issued after
+// unit k's wait, starts with unit k's compute and unit k's ops run E_f, each op stretched by the overlap slowdown for
+// the part of its base interval that overlaps a busy communication stream, plus the per-op dispatch overhead; o is
+// the host's collective issue overhead (0 in the catalog), paid where the schedule issues a collective. Backward,
+// going down from the end of unit k's wait, with D'(k) seconds of gradient reductions still queued (unit k+1's and
+// any behind which it waits): the host issues unit k−1's all-gather (o when it has one, P = o·[G(k−1) > 0]), then
+// unit k's ops start with that gather and with D(k) = max(0, D'(k) − P) queued. Both windows start where the ops
+// start, and the simulator stretches by the busiest stream, so the ops run E_b = E(k | max(G(k−1), D(k))); the host
+// issues unit k's reduction when they end (o more: I = E_b + o), s(k−1) = s(k) + P + max(I, G(k−1)), and the
+// reduction leaves D'(k−1) = max(0, max(I, D(k)) + R(k) − max(I, G(k−1))) queued at the unit below's wait. (Issuing a
+// prefetch after the wait, as FSDP does, is what keeps P outside the max: it depends on the unit below only through
+// its gather, which the DP's transition knows.)
 // The tail (first unit, embedding, root reduction, optimizer) closes with D(1); head and turn terms involve only the
 // first and last unit. This is the simulator's timing exactly, whether reductions queue or not (test_wrap_dp.cpp
 // compares every partition of several models), except for HSDP, whose all-reduce across replicas runs on a second
@@ -104,11 +109,10 @@ std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_templat
                                 int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
                                 const std::vector<bool>& kept_gathered = {});
 
-// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template on this
-// profile: one micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists, and no collective
-// issue overhead (HardwareProfile::collective_issue_overhead_s puts host time between a unit's ops that the step model
-// does not place).
-bool wrap_model_is_exact(const Plan& plan_template, const HardwareProfile& profile, int world_size, int gpus_per_node);
+// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: one
+// micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists (any profile: its dispatch and
+// collective issue overheads are in the model).
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
 
 // A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.
 // `kept_gathered` (empty: as the template says): per unit, true sets reshard_after_forward = false.

@@ -31,15 +31,16 @@ class WrapBounds {
     std::vector<std::size_t> next((n + 1) * width_, 0);
     for (std::size_t b = 1; b <= m && b <= n; ++b) {
       const UnitCost& first = terms.unit(0, b);
-      reset_[b] = terms.head_terms(first) + terms.close_terms(first, 0.0);
-      reductions_left_[b] = terms.head_terms(first);
+      reset_[b] = terms.head_terms(first, prefetches(0, b, n, first)) + terms.close_terms(first, 0.0);
+      reductions_left_[b] = terms.head_terms(first, prefetches(0, b, n, first));
     }
     for (std::size_t p = 1; p < n; ++p) {
       for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
         const UnitCost& unit = terms.unit(p, b);
         for (std::size_t c = 1; c <= m && c <= p; ++c) {
           const UnitCost& left = terms.unit(p - c, c);
-          const double forward = terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements);
+          const double forward = terms.forward_step(left, unit.gather_forward_s, prefetches(p, b, n, unit)) +
+                                 terms.optimizer_time_s(left.optimizer_elements);
           const double value = reset_[(p - c) * width_ + c] + forward +
                                terms.backward_step(unit, keep_choice ? 0.0 : left.gather_backward_s, 0.0).step_s;
           if (value < reset_[p * width_ + b]) {
@@ -76,6 +77,12 @@ class WrapBounds {
     return std::max(reset_[state], reductions_left_[state] + backlog_s + terms_.unit(p, b).reduce_s + after_reductions_);
   }
   double upper_bound() const { return upper_bound_; }
+
+  // Whether the unit spanning [p, p + b) issues the next unit's all-gather in forward: there is a next unit (every
+  // block unit shards alike, so it gathers when this one does).
+  static bool prefetches(std::size_t p, std::size_t b, std::size_t n, const UnitCost& unit) {
+    return p + b < n && unit.gather_forward_s > 0;
+  }
 
  private:
   StepTerms& terms_;
@@ -183,19 +190,20 @@ struct WrapContext {
   struct Extension {
     double added_s;
     double backlog_s;
-    double unit_compute_s;
+    double unit_ops_end_s;  // when (p, b)'s backward ops end, from the end of its wait
   };
   Extension extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s) {
     const UnitCost& unit = terms.unit(p, b);
     const UnitCost& left = terms.unit(p - c, c);
     const auto step = terms.backward_step(unit, left_kept ? 0.0 : left.gather_backward_s, backlog_s);
-    return {step.step_s + terms.forward_step(left, unit.gather_forward_s) + terms.optimizer_time_s(left.optimizer_elements),
-            step.backlog_s, step.compute_s};
+    return {step.step_s + terms.forward_step(left, unit.gather_forward_s, WrapBounds::prefetches(p, b, n, unit)) +
+                terms.optimizer_time_s(left.optimizer_elements),
+            step.backlog_s, step.ops_end_s};
   }
   // Closing with (0, b) as the first unit: what the head and the tail add.
   double close_cost(std::size_t b, double backlog_s) {
     const UnitCost& first = terms.unit(0, b);
-    return terms.head_terms(first) + terms.close_terms(first, backlog_s);
+    return terms.head_terms(first, WrapBounds::prefetches(0, b, n, first)) + terms.close_terms(first, backlog_s);
   }
   // The slack of a complete wrapping (Note [Wrap search]).
   std::int64_t wrapping_slack(const std::vector<UnitChoice>& choices) {

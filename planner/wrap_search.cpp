@@ -137,7 +137,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
         const std::int64_t held_above =
             node.parent == kNone ? 0
                                  : context.held_by(nodes[node.parent].leftmost) +
-                                       queued_input_bytes(node.parent, node.backlog_s, step.unit_compute_s);
+                                       queued_input_bytes(node.parent, node.backlog_s, step.unit_ops_end_s);
         const std::int64_t slack =
             context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept, held_above);
         const Node next{node.cost_s + step.added_s, step.backlog_s, slack, {p, c, left_kept}, index, false};

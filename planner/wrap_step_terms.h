@@ -25,6 +25,7 @@ struct UnitCost {
   double gather_backward_s = 0;      // its all-gather before backward (0 when kept gathered from forward)
   double reduce_s = 0;               // its gradient reduction (reduce-scatter, or all-reduce when replicated)
   double replica_reduce_s = 0;       // HSDP: the all-reduce across replicas after the reduce-scatter
+  bool reduces = false;              // its reduction op exists (the host pays the issue overhead for it)
   std::int64_t optimizer_elements = 0;
 };
 
@@ -96,35 +97,44 @@ class StepTerms {
     return found->second;
   }
 
-  // s_f(k+1) − s_f(k) = max(E_f(k | G(k+1)), G(k+1)) (Note [Wrap DP]).
-  double forward_step(const UnitCost& unit, double next_gather_s) const {
-    return std::max(run(unit.forward_ops, next_gather_s), next_gather_s);
+  // s_f(k+1) − s_f(k) = max(E_f(k | G(k+1)), G(k+1)) + o·[unit k+1 prefetches the unit after it] (Note [Wrap DP]).
+  double forward_step(const UnitCost& unit, double next_gather_s, bool next_prefetches = false) const {
+    return std::max(run(unit.forward_ops, next_gather_s), next_gather_s) + issue_s(next_prefetches);
   }
+  // HardwareProfile::collective_issue_overhead_s when the host issues a collective there, else 0.
+  double issue_s(bool issued) const { return issued ? profile_.collective_issue_overhead_s : 0.0; }
 
-  // One unit's backward (Note [Wrap DP]): its ops start together with the all-gather of the unit below it
-  // (`next_gather_s`, 0 when there is none) while `backlog_s` seconds of gradient reductions are still queued.
+  // One unit's backward (Note [Wrap DP]), from the end of its wait: the host issues the all-gather of the unit below
+  // (`next_gather_s`, 0 when there is none), then its ops start together with that gather while the gradient
+  // reductions queued at the wait (`backlog_s`) drain; when they end the host issues its reduction.
   struct BackwardStep {
-    double step_s = 0;     // s_b(k) − s_b(k−1)
-    double backlog_s = 0;  // reductions still queued when the unit below starts (its own included)
-    double compute_s = 0;  // its ops, from their start (its reduction is issued when they end)
+    double step_s = 0;     // from its wait's end to the unit below's
+    double backlog_s = 0;  // reductions still queued when the unit below's wait ends (its own included)
+    double ops_end_s = 0;  // when its ops end, from its wait's end
   };
   BackwardStep backward_step(const UnitCost& unit, double next_gather_s, double backlog_s) const {
-    const double compute = run(unit.backward_ops, std::max(next_gather_s, backlog_s));
-    const double step = std::max(compute, next_gather_s);
-    // Its reduction is issued when its compute ends and starts when the queue ahead of it has drained.
-    return {step, std::max(0.0, std::max(compute, backlog_s) + unit.reduce_s - step), compute};
+    const double prefetch_s = issue_s(next_gather_s > 0);
+    const double queued = std::max(0.0, backlog_s - prefetch_s);
+    const double compute = run(unit.backward_ops, std::max(next_gather_s, queued));
+    const double issued = compute + issue_s(unit.reduces);
+    const double after_ops = std::max(issued, next_gather_s);
+    // Its reduction starts when issued and the queue ahead of it has drained.
+    return {prefetch_s + after_ops, std::max(0.0, std::max(issued, queued) + unit.reduce_s - after_ops),
+            prefetch_s + compute};
   }
 
-  // From the step's start to the first unit's forward: the root's all-gather, then the embedding overlapping the
-  // first unit's all-gather.
-  double head_terms(const UnitCost& first) const {
-    return root_.gather_forward_s + forward_step(root_embed_, first.gather_forward_s);
+  // From the step's start to the first unit's forward: the root's all-gather (issued, waited for), the first unit's
+  // issued, then the embedding overlapping it; `first_prefetches`: the first unit issues the next unit's gather.
+  double head_terms(const UnitCost& first, bool first_prefetches = false) const {
+    return issue_s(root_.gather_forward_s > 0) + root_.gather_forward_s + issue_s(first.gather_forward_s > 0) +
+           forward_step(root_embed_, first.gather_forward_s, first_prefetches);
   }
-  // From the last unit's forward end to its backward start: final norm and head forward, then their backward
-  // overlapping the last unit's backward all-gather.
+  // From the last unit's forward end to the end of its backward wait: final norm and head forward, the last unit's
+  // backward all-gather issued, then the head's backward overlapping it.
   double turn_terms(const UnitCost& last, bool last_kept = false) const {
     const double gather = last_kept ? 0.0 : last.gather_backward_s;
-    return run(root_head_.forward_ops, 0.0) + std::max(run(root_head_.backward_ops, gather), gather);
+    return run(root_head_.forward_ops, 0.0) + issue_s(gather > 0) +
+           std::max(run(root_head_.backward_ops, gather), gather);
   }
   // Whether keeping a unit gathered from forward to backward changes anything: its backward all-gather exists.
   bool reshard_choice() const {
@@ -136,8 +146,8 @@ class StepTerms {
   double close_terms(const UnitCost& first, double backlog_s) const {
     const BackwardStep last = backward_step(first, 0.0, backlog_s);
     const double embed = run(root_embed_.backward_ops, last.backlog_s);
-    return last.step_s + std::max(embed, last.backlog_s) + root_.reduce_s + root_.replica_reduce_s +
-           optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s;
+    return last.step_s + std::max(embed + issue_s(root_.reduces), last.backlog_s) + root_.reduce_s +
+           root_.replica_reduce_s + optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s;
   }
   double slowdown() const { return profile_.overlap_compute_slowdown; }
   // What follows the first unit's reduction in close_terms whatever happens before it: the root's reductions, the
@@ -200,6 +210,9 @@ class StepTerms {
                                      .time_s;
       }
     }
+    // The lowering's reduction op (lowering.cpp, reduce): a reduce-scatter over the shard group, else an all-reduce
+    // over the world when there is more than one rank.
+    cost.reduces = layout_.grads_sharded() || world_ > 1;
     if (layout_.grads_sharded()) {
       const std::int64_t grad_padded = round_up(params, layout_.grad_group);
       cost.reduce_s = collective_cost(CollectiveKind::reduce_scatter, grad_padded * precision.reduce_bytes,

@@ -105,7 +105,7 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
     // Every knob setting inside the exact step model was searched exactly: the fastest fitting search never gave up
     // here (it did for 6 settings before the memory floor's turn and held terms).
     CHECK(planned.fallback_settings == 0);
-    if (wrap_model_is_exact(truth.plan, profile, cluster.world_size(), cluster.gpus_per_node)) {
+    if (wrap_model_is_exact(truth.plan, cluster.world_size(), cluster.gpus_per_node)) {
       // The optimum's knob setting is inside the exact step model: the search proves it (Note [Wrap search]).
       CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
     } else {
