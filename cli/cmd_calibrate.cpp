@@ -1,4 +1,5 @@
 // `shardplan calibrate`: fit the cost model to executor runs (--trace) or to microbenchmarks run here (--bench).
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -102,8 +103,11 @@ std::int64_t fit_overhead_bytes(const std::vector<MeasuredRun>& runs, HardwarePr
 }
 
 // The per-op host overhead (HardwareProfile::op_dispatch_overhead_s) that makes the calibrated simulation's step time
-// meet the measured ones: the root of Σ (simulated − measured) / measured over the runs, by bisection (the simulated
-// step time never decreases as the overhead grows). 0 when the per-op fits already reach or exceed the measurements.
+// meet the measured ones: the root of the median over the runs of (simulated − measured) / measured, by bisection
+// (the simulated step time never decreases as the overhead grows, so neither does the median). The median, not the
+// mean: runs of one plan minutes apart on a shared machine differ by 20-30%, and a mean followed the one fast round
+// (measured: three rounds of plan A at 0.0306, 0.0243, 0.0306 s put the mean's prediction 8% under their median,
+// which is what predictions are compared with). 0 when the per-op fits already reach or exceed the measurements.
 // The measured step time is the run's median step (trace metadata `median_step_time_s`, written by `run --trace`)
 // when the trace has it: the traced step is one sample, and the median is what predictions are compared with;
 // otherwise the traced step's own length.
@@ -124,11 +128,15 @@ double fit_dispatch_overhead_s(const std::vector<MeasuredRun>& runs, HardwarePro
   }
   const auto excess = [&](double overhead_s) {
     profile.op_dispatch_overhead_s = overhead_s;
-    double sum = 0;
+    std::vector<double> errors;
     for (std::size_t i = 0; i < schedules.size(); ++i) {
-      if (measured_s[i] > 0) sum += simulate(schedules[i], profile, false).summary.step_time_s / measured_s[i] - 1.0;
+      if (measured_s[i] <= 0) continue;
+      errors.push_back(simulate(schedules[i], profile, false).summary.step_time_s / measured_s[i] - 1.0);
     }
-    return sum;
+    if (errors.empty()) return 0.0;
+    std::sort(errors.begin(), errors.end());
+    const std::size_t middle = errors.size() / 2;
+    return errors.size() % 2 == 1 ? errors[middle] : 0.5 * (errors[middle - 1] + errors[middle]);
   };
   if (schedules.empty() || excess(0.0) >= 0.0) return 0.0;
   double low_s = 0.0, high_s = upper_s;
