@@ -70,12 +70,13 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
   const std::size_t n = context.n, m = context.m;
   const std::vector<bool> kept_options = context.kept_options();
   // Reductions still queued when a unit's backward ops end keep their inputs through all of them (Note [Reduction
-  // buffers] in schedule.h): the unit k + 1's reduce-scatter, last in the queue, starts D − R(k+1) after unit k's ops
-  // start; while that is after they end, the input of k + 2 is alive, and so on up the chain (each queued
-  // reduce-scatter starts when the one before it ends). `above` is the node of unit k + 1.
-  const auto queued_input_bytes = [&](std::size_t above, double backlog_s, double compute_s) {
+  // buffers] in schedule.h): counted from the end of unit k's wait, the unit k + 1's reduce-scatter, last in the
+  // queue, starts D − R(k+1) later; while that is after unit k's ops end (`ops_end_s`, from the same point), the input
+  // of k + 2 is alive, and so on up the chain (each queued reduce-scatter starts when the one before it ends).
+  // `above` is the node of unit k + 1.
+  const auto queued_input_bytes = [&](std::size_t above, double backlog_s, double ops_end_s) {
     std::int64_t bytes = 0;
-    double start_after_ops_s = backlog_s - compute_s;
+    double start_after_ops_s = backlog_s - ops_end_s;
     for (std::size_t at = above; at != kNone && nodes[at].parent != kNone; at = nodes[at].parent) {
       const UnitChoice& reduced = nodes[at].leftmost;
       start_after_ops_s -= context.terms.unit(reduced.first_block, reduced.length).reduce_s;
