@@ -31,13 +31,18 @@ double start_of(const SimulationResult& result, const StepSchedule& schedule, Op
 // Optimizer step of two 500-element fp32 AdamW shards: 1000 × (2·4 + 4 + 2·8) bytes at 1e15 B/s.
 constexpr double kOptimizerS = 1000.0 * 28.0 / 1e15;
 
-}  // namespace
-
-TEST_CASE("simulator: 2 units, no prefetch — the step is the serial sum") {
+// Two blocks on 2 ranks without prefetch: every op is on the critical path, so times and host overheads add up.
+StepSchedule unprefetched_toy_schedule() {
   const ModelSpec model = toy_blocks(2);
   Plan plan = toy_plan(model, 2);
   for (auto& unit : plan.units) unit.forward_prefetch = unit.backward_prefetch = {};
-  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  return lower_plan(plan, model, toy_options(2));
+}
+
+}  // namespace
+
+TEST_CASE("simulator: 2 units, no prefetch — the step is the serial sum") {
+  const StepSchedule schedule = unprefetched_toy_schedule();
   const SimulationResult result = simulate(schedule, round_profile());
   // Forward: AG 2 + fwd 4 per unit; backward: AG 2 + bwd 8 per unit; the last reduce-scatter (2) is exposed, the
   // first overlaps the next unit's all-gather. 12 + 20 + 2 = 34 ms.
@@ -193,10 +198,7 @@ TEST_CASE("simulator: the trace parses back with one track per stream and a memo
 }
 
 TEST_CASE("simulator: a per-op dispatch overhead lengthens every compute op, serially; waits and frees stay instants") {
-  const ModelSpec model = toy_blocks(2);
-  Plan plan = toy_plan(model, 2);
-  for (auto& unit : plan.units) unit.forward_prefetch = unit.backward_prefetch = {};
-  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  const StepSchedule schedule = unprefetched_toy_schedule();
   HardwareProfile profile = round_profile();
   const double base_s = simulate(schedule, profile).summary.step_time_s;
   profile.op_dispatch_overhead_s = 0.5 * ms;
@@ -223,10 +225,7 @@ TEST_CASE("simulator: a per-op dispatch overhead lengthens every compute op, ser
 }
 
 TEST_CASE("simulator: a collective's issue overhead lengthens the compute stream where it is issued") {
-  const ModelSpec model = toy_blocks(2);
-  Plan plan = toy_plan(model, 2);
-  for (auto& unit : plan.units) unit.forward_prefetch = unit.backward_prefetch = {};
-  const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
+  const StepSchedule schedule = unprefetched_toy_schedule();
   HardwareProfile profile = round_profile();
   const SimulationResult base = simulate(schedule, profile);
   profile.collective_issue_overhead_s = 0.3 * ms;

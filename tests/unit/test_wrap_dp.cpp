@@ -94,6 +94,27 @@ ModelSpec case_model(const Case& c) {
   return preset_model(c.model);
 }
 
+// The case's model, cluster, profile (the catalog's with the case's slowdown and host overheads) and template plan.
+struct CaseSetup {
+  ModelSpec model;
+  Cluster cluster;
+  HardwareProfile profile;
+  Plan base;
+};
+CaseSetup set_up(const Case& c) {
+  CaseSetup setup{case_model(c), parse_cluster(c.cluster, HardwareCatalog::builtin()), {}, {}};
+  setup.profile = profile_from_cluster(setup.cluster);
+  if (c.slowdown > 0) setup.profile.overlap_compute_slowdown = c.slowdown;
+  setup.profile.op_dispatch_overhead_s = c.dispatch_s;
+  setup.profile.collective_issue_overhead_s = c.issue_s;
+  TrainingConfig training;
+  training.seq_len = c.seq_len;
+  training.checkpointing = c.ac;
+  setup.base = default_plan(setup.model, training, parse_strategy(c.strategy), wrap_per_block(setup.model),
+                            setup.cluster.world_size());
+  return setup;
+}
+
 }  // namespace
 
 // The step model is the simulator's timing of a one-micro-batch step with one-ahead prefetch, exactly, whatever
@@ -119,7 +140,6 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 1024},
       {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 512, 2.5},  // above 2: no backlog dominance
   };
-  const HardwareCatalog catalog = HardwareCatalog::builtin();
   for (const Case& c : cases) {
     const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy + " seq " +
                              std::to_string(c.seq_len) + (c.ac == ActivationCheckpointing::full ? " AC full" : "") +
@@ -127,17 +147,11 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
                              (c.dispatch_s > 0 ? " dispatch " + std::to_string(c.dispatch_s) : "") +
                              (c.issue_s > 0 ? " issue " + std::to_string(c.issue_s) : "");
     INFO(name);
-    const ModelSpec model = case_model(c);
-    const Cluster cluster = parse_cluster(c.cluster, catalog);
-    HardwareProfile profile = profile_from_cluster(cluster);
-    if (c.slowdown > 0) profile.overlap_compute_slowdown = c.slowdown;
-    profile.op_dispatch_overhead_s = c.dispatch_s;
-    profile.collective_issue_overhead_s = c.issue_s;
-    TrainingConfig training;
-    training.seq_len = c.seq_len;
-    training.checkpointing = c.ac;
-    const Plan base = default_plan(model, training, parse_strategy(c.strategy), wrap_per_block(model),
-                                   cluster.world_size());
+    const CaseSetup setup = set_up(c);
+    const ModelSpec& model = setup.model;
+    const Cluster& cluster = setup.cluster;
+    const HardwareProfile& profile = setup.profile;
+    const Plan& base = setup.base;
     const std::size_t first = base.units[1].layers.begin;
     const std::size_t blocks = model.block_count();
     double best_simulated = 1e300;
@@ -191,21 +205,15 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
       // A calibrated profile's host costs: per-op dispatch and collective issue overhead.
       {"llama2-7b-10", "2x8xA100-80GB", "full_shard", ActivationCheckpointing::full, 4096, 0, 1e-5, 2e-3},
   };
-  const HardwareCatalog catalog = HardwareCatalog::builtin();
   int searched_past_the_first = 0, gave_up = 0;
   for (const Case& c : cases) {
     const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy;
     INFO(name);
-    const ModelSpec model = case_model(c);
-    const Cluster cluster = parse_cluster(c.cluster, catalog);
-    HardwareProfile profile = profile_from_cluster(cluster);
-    profile.op_dispatch_overhead_s = c.dispatch_s;
-    profile.collective_issue_overhead_s = c.issue_s;
-    TrainingConfig training;
-    training.seq_len = c.seq_len;
-    training.checkpointing = c.ac;
-    const Plan base = default_plan(model, training, parse_strategy(c.strategy), wrap_per_block(model),
-                                   cluster.world_size());
+    const CaseSetup setup = set_up(c);
+    const ModelSpec& model = setup.model;
+    const Cluster& cluster = setup.cluster;
+    const HardwareProfile& profile = setup.profile;
+    const Plan& base = setup.base;
     struct Point {
       std::vector<LayerRange> units;
       bool any_kept;
