@@ -2,11 +2,11 @@
 #include "lowering.h"
 
 #include <algorithm>
-#include <array>
 #include <deque>
 
 #include "compute_cost.h"
 #include "errors.h"
+#include "reduction_handover.h"
 #include "unit_layout.h"
 
 namespace shardplan {
@@ -324,33 +324,8 @@ class Lowerer {
         if (synchronise) reduce(unit, micro, reductions);
       }
     }
-    release_held_buffers();
+    handover_.release_at_ends(schedule_.ops);
     return reductions;
-  }
-
-  // Note [Reduction buffers] (schedule.h): a reduction on `stream` frees what the previous one there still holds as
-  // it starts, then holds `buffers` of its own (op `holder`, of `unit`).
-  void hand_over(StreamKind stream, Op& op) {
-    HeldBuffers& held = held_[static_cast<std::size_t>(stream)];
-    for (const MemoryChange& change : held.buffers) op.frees_at_start.push_back(change);
-    held = {};
-  }
-  void hold(StreamKind stream, int holder, std::vector<MemoryChange> buffers) {
-    for (MemoryChange& change : buffers) change.owner_unit = schedule_.ops[static_cast<std::size_t>(holder)].unit;
-    std::erase_if(buffers, [](const MemoryChange& change) { return change.bytes == 0; });
-    held_[static_cast<std::size_t>(stream)] = {holder, std::move(buffers)};
-  }
-
-  // The end of a micro-batch's backward: each stream's last reduction frees its buffers when it completes (FSDP2's
-  // final backward callback waits for it).
-  void release_held_buffers() {
-    for (HeldBuffers& held : held_) {
-      if (held.holder >= 0) {
-        auto& frees = schedule_.ops[static_cast<std::size_t>(held.holder)].frees;
-        frees.insert(frees.end(), held.buffers.begin(), held.buffers.end());
-      }
-      held = {};
-    }
   }
 
   void take_pending_alloc(Op& op) {
@@ -394,11 +369,7 @@ class Lowerer {
   int last_free_ = -1;
   int last_backward_ = -1;
   MemoryChange pending_alloc_{MemoryCategory::activations, 0};
-  struct HeldBuffers {
-    int holder = -1;  // the reduction whose buffers are still alive
-    std::vector<MemoryChange> buffers;
-  };
-  std::array<HeldBuffers, kStreamCount> held_{};  // per stream (Note [Reduction buffers])
+  ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
 };
 
 void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
@@ -422,9 +393,9 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     const bool output_passes_on = offload || layout.replicas > 1;
     std::vector<MemoryChange> scatter_holds{{MemoryCategory::unsharded_grads, grad_copy}};
     if (!output_passes_on) scatter_holds.push_back({MemoryCategory::comm_buffers, output_bytes});
-    hand_over(StreamKind::reduce_scatter, scatter);
+    handover_.hand_over(StreamKind::reduce_scatter, scatter);
     int last = emit(std::move(scatter));
-    hold(StreamKind::reduce_scatter, last, std::move(scatter_holds));
+    handover_.hold(StreamKind::reduce_scatter, last, unit, std::move(scatter_holds));
     if (layout.replicas > 1) {
       // HSDP: the reduced shard is all-reduced across the replicas of the shard group, in place.
       Op across = make_op(OpKind::all_reduce, StreamKind::all_reduce, unit, micro);
@@ -433,9 +404,9 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
       across.group_size = layout.replicas;
       across.group_spans_nodes = options_.world_size > options_.gpus_per_node;
       across.deps.push_back(last);
-      hand_over(StreamKind::all_reduce, across);
+      handover_.hand_over(StreamKind::all_reduce, across);
       last = emit(std::move(across));
-      if (!offload) hold(StreamKind::all_reduce, last, {{MemoryCategory::comm_buffers, output_bytes}});
+      if (!offload) handover_.hold(StreamKind::all_reduce, last, unit, {{MemoryCategory::comm_buffers, output_bytes}});
     }
     if (offload) {
       Op copy = make_op(OpKind::device_to_host, StreamKind::device_to_host, unit, micro);
