@@ -148,10 +148,7 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
                              (c.issue_s > 0 ? " issue " + std::to_string(c.issue_s) : "");
     INFO(name);
     const CaseSetup setup = set_up(c);
-    const ModelSpec& model = setup.model;
-    const Cluster& cluster = setup.cluster;
-    const HardwareProfile& profile = setup.profile;
-    const Plan& base = setup.base;
+    const auto& [model, cluster, profile, base] = setup;
     const std::size_t first = base.units[1].layers.begin;
     const std::size_t blocks = model.block_count();
     double best_simulated = 1e300;
@@ -210,10 +207,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
     const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy;
     INFO(name);
     const CaseSetup setup = set_up(c);
-    const ModelSpec& model = setup.model;
-    const Cluster& cluster = setup.cluster;
-    const HardwareProfile& profile = setup.profile;
-    const Plan& base = setup.base;
+    const auto& [model, cluster, profile, base] = setup;
     struct Point {
       std::vector<LayerRange> units;
       bool any_kept;
