@@ -55,10 +55,11 @@ struct SearchResult {
   std::vector<BaselineResult> baselines;
   InfeasibleDiagnosis diagnosis;  // filled when !feasible
   std::size_t candidates_evaluated = 0;
-  // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting; that search gave up
-  // (too many faster wrappings over the cap) and the per-cap DPs answered; outside the exact step model (HSDP,
-  // gradient accumulation, offload) or --objective memory, the per-cap DPs answered. Settings skipped because their model states alone
-  // exceed the cap are in none.
+  // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting (by the exact step
+  // model, or by branch and bound where it is a lower bound: HSDP, accumulation that reduces every micro-batch);
+  // that search gave up (too many faster wrappings over the cap, or its simulation budget ran out) and the per-cap
+  // DPs answered; outside both (CPU offload) or --objective memory, the per-cap DPs answered. Settings skipped
+  // because their model states alone exceed the cap are in none.
   std::size_t exact_settings = 0, fallback_settings = 0, heuristic_settings = 0;
   // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
   // labels outgrew their budget): exact over partitions only.

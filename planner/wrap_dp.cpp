@@ -60,13 +60,15 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
                                 k + 1 < count && prefetches(k + 1)) +
              terms.optimizer_time_s(costs[k]->optimizer_elements);
   }
-  double backlog = 0;
+  double backlog = 0, replica_backlog = 0;
   for (std::size_t k = count; k-- > 1;) {
-    const auto step = terms.backward_step(*costs[k], kept(k - 1) ? 0.0 : costs[k - 1]->gather_backward_s, backlog);
+    const auto step = terms.backward_step(*costs[k], kept(k - 1) ? 0.0 : costs[k - 1]->gather_backward_s, backlog,
+                                          replica_backlog);
     total += step.step_s;
     backlog = step.backlog_s;
+    replica_backlog = step.replica_backlog_s;
   }
-  return total + terms.close_terms(*costs.front(), backlog);
+  return total + terms.close_terms(*costs.front(), backlog, replica_backlog);
 }
 
 WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
@@ -80,13 +82,19 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
   return result;
 }
 
-bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
+bool wrap_model_is_lower_bound(const Plan& plan_template) {
   if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies, host optimizer
-  if (plan_template.training.grad_accumulation_steps(world_size) != 1) return false;  // one micro-batch
+  const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);
+  return !unit.reshard_after_forward.keeps_partial_copy();
+}
+
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
+  if (!wrap_model_is_lower_bound(plan_template)) return false;
+  // Micro-batches that reduce leave reductions queued into the next one's forward.
+  if (plan_template.grad_accumulation_steps > 1 && !plan_template.training.no_sync_accumulation) return false;
   const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);
   const ShardingLayout layout = resolve_sharding(unit.strategy, world_size, gpus_per_node);
-  if (layout.grads_sharded() && world_size / layout.grad_group > 1) return false;  // HSDP's second reduction stream
-  return !unit.reshard_after_forward.keeps_partial_copy();
+  return !(layout.grads_sharded() && world_size / layout.grad_group > 1);  // HSDP's second reduction stream
 }
 
 std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,

@@ -30,14 +30,27 @@ namespace shardplan {
 // its gather, which the DP's transition knows.)
 // The tail (first unit, embedding, root reduction, optimizer) closes with D(1); head and turn terms involve only the
 // first and last unit. This is the simulator's timing exactly, whether reductions queue or not (test_wrap_dp.cpp
-// compares every partition of several models), except for HSDP, whose all-reduce across replicas runs on a second
-// reduction stream that a single backlog does not describe: there the DP is a heuristic, and the search
-// re-simulates every plan it returns, so reported numbers are always the simulator's.
+// compares every partition of several models).
+// Accumulation with no_sync: the earlier micro-batches reduce nothing, so every stream is idle when one ends and the
+// next starts from the root's all-gather; the step is M forward passes, M − 1 backward passes without reductions
+// (each unit's from its wait: P + max(E_b(k | G(k−1)), G(k−1))) and the last one as above: per-unit terms again,
+// exact. Micro-batches that all reduce do strictly more (reductions, and the next micro-batch's backward waits for
+// them): the same terms are a lower bound (the simulator never shortens when ops or dependencies are added, for a
+// slowdown ≤ 2, by the argument below).
+// HSDP: each reduce-scatter is followed by an all-reduce across replicas on a second stream, issued right after it
+// (o more). The labels carry that stream's end A as a second backlog: unit k's all-reduce starts at
+// max(its reduce-scatter's end, its issue, A) — exact — but the compute stretch it causes is left out (the
+// simulator stretches by the busiest stream; the model sees the gather and reduce-scatter streams only), so the model
+// is a lower bound there, 98-99% of the simulated time in the tests. An A no later than D + the least reduce-scatter
+// cannot delay the next all-reduce and is stored as 0, so such labels merge.
+// Where the model is a lower bound the searches are still exact, by branch and bound on the simulator (Note [Wrap
+// search]); and every plan the plan search returns is re-simulated, so reported numbers are always the simulator's.
 // The DP runs from the last unit down: a state is (first block of the leftmost placed unit, its length) with a set
 // of labels (cost so far, backlog D). A label with no more cost and no more backlog than another is dropped: the rest
 // of the step is nondecreasing in D when the slowdown s ≤ 2 (an op's end moves by at most 1·δ and by at least
 // (2 − s)·δ ≥ 0 when its start or the window end moves by δ, so longer windows never shorten anything; D(k−1)
-// grows with D(k) for the same reason). Above 2 only equal backlogs merge. Labels are also dropped by bound: a lower
+// grows with D(k) for the same reason), and in A always (it delays only all-reduces and the optimizer behind
+// them). Above 2 only equal backlogs merge. Labels are also dropped by bound: a lower
 // bound of the rest (the same terms with the backlog reset to 0, and separately the reduction stream's remaining
 // work) added to the cost exceeds the exact time of a known partition. Both prunings keep the minimum exact.
 struct WrapDpOptions {
@@ -74,16 +87,31 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
 // which knows the units above and the reduction backlog, also the inputs of reduce-scatters still queued when the
 // unit's ops end). Every term is allocated at that moment in the lowering, so a wrapping whose floor exceeds the cap
 // cannot fit. (The turn and held terms took the search's give-ups in the tests from 2 of 50 to none, and the plan
-// search's fallbacks in test_search.cpp from 6 knob settings to none.)
+// search's fallbacks in test_search.cpp from 6 knob settings to none.) With no_sync accumulation every unit's
+// full-size gradient lives from its first backward to its reduction in the last micro-batch: the forward and turn
+// terms hold all of them, a unit's backward term those of the units below it and the root's.
+// Where the model is only a lower bound of the simulated time (WrapCheck below), the search goes on past the first
+// wrapping that fits, keeping the fastest simulated one, until the next key is no faster: branch and bound, exact
+// for the same reason.
+// Where the step model is only a lower bound of the simulated time (HSDP, micro-batches that all reduce:
+// wrap_model_is_lower_bound), the same search is exact by branch and bound: it keeps the fastest simulated wrapping
+// that fits and stops when the next key is no faster, since every wrapping not yet simulated is modelled, so
+// simulated, at least that slow.
+struct WrapCheck {
+  bool fits = false;
+  double step_s = 0;  // simulated
+};
 struct WrapSearchOptions {
   int max_unit_blocks = 8;
   std::int64_t memory_cap_bytes = 0;
   // The simulator's verdict on a wrapping: its units and, per unit, whether it stays gathered after forward.
-  std::function<bool(const std::vector<LayerRange>&, const std::vector<bool>&)> fits;
+  std::function<WrapCheck(const std::vector<LayerRange>&, const std::vector<bool>&)> check;
+  // The step model is the simulator's time (wrap_model_is_exact); otherwise a lower bound of it.
+  bool model_is_exact = true;
   // Each unit chooses reshard_after_forward (FSDP2's per-module setting): keeping a unit gathered from forward to
   // backward saves its backward all-gather and costs its parameters' memory over that time.
   bool per_unit_reshard = true;
-  std::size_t max_checks = 48;                               // give up after this many wrappings fail `fits`
+  std::size_t max_checks = 48;  // give up after this many wrappings fail `check` (are checked, with a lower bound)
   double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted
 };
 
@@ -91,9 +119,10 @@ struct WrapSearchResult {
   std::vector<LayerRange> units;  // non-root units, in layer order
   std::vector<bool> kept_gathered;  // per unit: reshard_after_forward = false
   double modelled_step_s = 0;
+  double simulated_step_s = 0;  // the simulator's time of the answer
   bool found = false;
   bool exhausted = false;   // no wrapping fits (or none is faster than stop_above_s)
-  bool gave_up = false;     // max_checks wrappings failed `fits`, or the search outgrew its node budget: fall back
+  bool gave_up = false;     // max_checks wrappings failed `check`, or the search outgrew its node budget: fall back
   bool per_unit_reshard = false;        // which last units stay gathered was searched too
   bool reshard_choice_dropped = false;  // it was asked for, but its labels grew too many: partitions only
   std::size_t checked = 0;  // wrappings given to `fits`
@@ -109,10 +138,13 @@ std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_templat
                                 int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
                                 const std::vector<bool>& kept_gathered = {});
 
-// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: one
-// micro-batch, no offload, no HSDP replicas, the template's one-ahead prefetch lists (any profile: its dispatch and
-// collective issue overheads are in the model).
+// Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: no offload,
+// no HSDP replicas, gradient accumulation only with no_sync, the template's one-ahead prefetch lists (any profile:
+// its dispatch and collective issue overheads are in the model).
 bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
+// Whether it is a lower bound of the simulator's step time for every wrapping (Note [Wrap DP], bounds): everything
+// but offload and partially resharded units.
+bool wrap_model_is_lower_bound(const Plan& plan_template);
 
 // A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.
 // `kept_gathered` (empty: as the template says): per unit, true sets reshard_after_forward = false.

@@ -12,7 +12,21 @@ void keep_pareto(std::vector<Label>& labels, bool backlog_monotone, bool with_sl
     return a.cost_s != b.cost_s ? a.cost_s < b.cost_s : a.backlog_s < b.backlog_s;
   });
   std::vector<Label> kept;
-  if (backlog_monotone && !with_slack) {
+  const bool replicas = std::any_of(labels.begin(), labels.end(), [](const Label& label) {
+    return label.replica_backlog_s > 0;
+  });
+  if (replicas) {
+    // HSDP's fourth dimension: pairwise, so it stops once the survivors outgrow kMaxLabelsPerState (the caller
+    // then gives up on this state's labels).
+    for (const Label& label : labels) {
+      if (kept.size() > kMaxLabelsPerState) break;
+      const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Label& better) {
+        return (backlog_monotone ? better.backlog_s <= label.backlog_s : better.backlog_s == label.backlog_s) &&
+               better.replica_backlog_s <= label.replica_backlog_s && (!with_slack || better.slack >= label.slack);
+      });
+      if (!dominated) kept.push_back(label);
+    }
+  } else if (backlog_monotone && !with_slack) {
     // In cost order, a label survives when its backlog is below every cheaper survivor's.
     for (const Label& label : labels) {
       if (kept.empty() || label.backlog_s < kept.back().backlog_s) kept.push_back(label);
@@ -89,11 +103,12 @@ DpAnswer label_dp(WrapContext& context, bool with_floor) {
             for (std::size_t index = 0; index < here.size(); ++index) {
               // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
               // forward step (its right neighbour is known).
-              const auto step = context.extend(p, b, c, left_kept, here[index].backlog_s);
+              const auto step =
+                  context.extend(p, b, c, left_kept, here[index].backlog_s, here[index].replica_backlog_s);
               const double cost = here[index].cost_s + step.added_s;
               const std::int64_t slack = context.extend_slack(here[index].slack, p, b, c, left_kept);
               if (promising(cost, p - c, c, step.backlog_s, slack)) {
-                target.push_back({cost, step.backlog_s, slack, state, index});
+                target.push_back({cost, step.backlog_s, slack, state, index, step.replica_backlog_s});
               }
             }
           }
@@ -110,9 +125,15 @@ DpAnswer label_dp(WrapContext& context, bool with_floor) {
       const std::size_t state = context.state(0, b, kept);
       auto& here = labels[state];
       keep_pareto(here, backlog_monotone, with_floor);
+      if (here.size() > kMaxLabelsPerState) {
+        DpAnswer overflow;
+        overflow.overflow = true;
+        return overflow;
+      }
       for (std::size_t index = 0; index < here.size(); ++index) {
         if (with_floor && context.close_slack(here[index].slack, b) < 0) continue;
-        const double total = here[index].cost_s + context.close_cost(b, here[index].backlog_s);
+        const double total =
+            here[index].cost_s + context.close_cost(b, here[index].backlog_s, here[index].replica_backlog_s);
         if (total < best_total) {
           best_total = total;
           best_state = state;

@@ -191,19 +191,22 @@ struct WrapContext {
     double added_s;
     double backlog_s;
     double unit_ops_end_s;  // when (p, b)'s backward ops end, from the end of its wait
+    double replica_backlog_s;
   };
-  Extension extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s) {
+  Extension extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s,
+                   double replica_backlog_s) {
     const UnitCost& unit = terms.unit(p, b);
     const UnitCost& left = terms.unit(p - c, c);
-    const auto step = terms.backward_step(unit, left_kept ? 0.0 : left.gather_backward_s, backlog_s);
+    const auto step = terms.backward_step(unit, left_kept ? 0.0 : left.gather_backward_s, backlog_s, replica_backlog_s);
     return {step.step_s + terms.forward_step(left, unit.gather_forward_s, WrapBounds::prefetches(p, b, n, unit)) +
                 terms.optimizer_time_s(left.optimizer_elements),
-            step.backlog_s, step.ops_end_s};
+            step.backlog_s, step.ops_end_s, step.replica_backlog_s};
   }
   // Closing with (0, b) as the first unit: what the head and the tail add.
-  double close_cost(std::size_t b, double backlog_s) {
+  double close_cost(std::size_t b, double backlog_s, double replica_backlog_s) {
     const UnitCost& first = terms.unit(0, b);
-    return terms.head_terms(first, WrapBounds::prefetches(0, b, n, first)) + terms.close_terms(first, backlog_s);
+    return terms.head_terms(first, WrapBounds::prefetches(0, b, n, first)) +
+           terms.close_terms(first, backlog_s, replica_backlog_s);
   }
   // The slack of a complete wrapping (Note [Wrap search]).
   std::int64_t wrapping_slack(const std::vector<UnitChoice>& choices) {
@@ -233,6 +236,7 @@ struct Label {
   std::int64_t slack;  // Note [Wrap search]
   std::size_t parent_state;
   std::size_t parent_label;
+  double replica_backlog_s = 0;  // HSDP: when the all-reduces across replicas queued then end
 };
 
 struct DpAnswer {
@@ -246,9 +250,10 @@ struct DpAnswer {
 // very many; past this the DP stops and the caller searches without the per-unit choice.
 constexpr std::size_t kMaxLabelsPerState = 128;
 
-// Drops labels another label dominates (no more cost, no more backlog, no less slack). Sound when the rest of the
-// step never gets shorter as the backlog grows, which holds for a slowdown of at most 2 (Note [Wrap DP]); above that
-// only exact backlog ties are merged. Slack only ever decreases along a wrapping.
+// Drops labels another label dominates (no more cost, no more backlog, no less slack, no more replica backlog). Sound
+// when the rest of the step never gets shorter as the backlog grows, which holds for a slowdown of at most 2 (Note
+// [Wrap DP]); above that only exact backlog ties are merged. Slack only ever decreases along a wrapping; the replica
+// backlog only delays the all-reduces and the optimizer behind them.
 void keep_pareto(std::vector<Label>& labels, bool backlog_monotone, bool with_slack);
 
 // The fastest wrapping (with a cap: among those the memory floor allows), by the label DP.

@@ -48,6 +48,17 @@ class MemoryFloor {
     const UnitLayout root = unit_layout(plan.units.front(), root_params, training.precision, world, gpus_per_node);
     constant_bytes_ = persistent_bytes(root) + context_overhead_bytes + (root.gathers ? root.gathered_bytes : 0);
     root_grad_copy_ = root.grad_copies ? root.grad_copy_bytes : 0;
+    // no_sync accumulation: every unit's full-size gradient, allocated by its first backward, lives until its
+    // reduction in the last micro-batch (lowering.cpp, backward_pass). Unpadded, so no wrapping holds less.
+    accumulates_ = plan.grad_accumulation_steps > 1 && training.no_sync_accumulation;
+    block_grads_before_.push_back(0);
+    const PlanUnit& spec = plan.units.at(plan.units.size() > 1 ? 1 : 0);
+    for (std::size_t b = 0; b < terms.block_count(); ++b) {
+      const std::int64_t params = model.layers[terms.first_layer_of_block(b)].param_count();
+      const bool copies = unit_layout(spec, params, training.precision, world, gpus_per_node).grad_copies;
+      block_grads_before_.push_back(block_grads_before_.back() +
+                                    (accumulates_ && copies ? params * training.precision.grad_compute_bytes : 0));
+    }
   }
 
   struct Sizes {
@@ -57,6 +68,10 @@ class MemoryFloor {
     std::int64_t held_grad = 0;   // what its reduce-scatter keeps until the next one starts (its full-size gradient)
     std::int64_t activations_through = 0;  // every layer's kept activations up to its last layer
     std::int64_t top_rebuilt = 0;          // its last layer's recomputed activations (checkpointing)
+    // no_sync accumulation, in the last micro-batch: the gradients every unit holds in forward, and those the units
+    // below it and the root hold in its backward.
+    std::int64_t accumulated_all = 0;
+    std::int64_t accumulated_below = 0;
   };
   const Sizes& sizes(std::size_t first_block, std::size_t length) {
     const auto key = std::make_pair(first_block, length);
@@ -77,11 +92,15 @@ class MemoryFloor {
     sizes.held_grad = layout.grad_group > 1 ? sizes.grad_copy : 0;
     sizes.activations_through = activations_through_[terms_.first_layer_of_block(first_block + length - 1)];
     sizes.top_rebuilt = rebuilt_[terms_.first_layer_of_block(first_block + length - 1)];
+    if (accumulates_) {
+      sizes.accumulated_all = block_grads_before_.back() + root_grad_copy_;
+      sizes.accumulated_below = block_grads_before_[first_block] + root_grad_copy_;
+    }
     return cache_.emplace(key, sizes).first->second;
   }
   // In a unit's last forward op: activations so far, it and the next unit (`right`, nullptr: none) gathered.
   static std::int64_t forward_term(const Sizes& unit, const Sizes* right) {
-    return unit.activations_through + unit.gathered + (right != nullptr ? right->gathered : 0);
+    return unit.activations_through + unit.gathered + (right != nullptr ? right->gathered : 0) + unit.accumulated_all;
   }
   // In its first backward op: activations so far with its top layer's recompute, it gathered, its gradient, the
   // unit below (`left`, nullptr: none) being gathered when that one reshards after forward, and `held_above_bytes`:
@@ -89,13 +108,14 @@ class MemoryFloor {
   static std::int64_t backward_term(const Sizes& unit, const Sizes* left, bool left_kept,
                                     std::int64_t held_above_bytes = 0) {
     return unit.activations_through + unit.top_rebuilt + unit.gathered + unit.grad_copy +
-           (left != nullptr && !left_kept ? left->gathered : 0) + held_above_bytes;
+           (left != nullptr && !left_kept ? left->gathered : 0) + held_above_bytes + unit.accumulated_below;
   }
   // At the turn, in the head's first backward op (the last layer's): every layer's kept activations, the root's
   // full-size gradient (reduced only after the embedding's backward), and the last unit's parameters when it stays
   // gathered from forward (when it does not, its backward all-gather may still wait for the rate limiter).
   std::int64_t turn_term(const Sizes& last, bool last_kept) const {
-    return activations_through_.back() + root_grad_copy_ + (last_kept ? last.gathered : 0);
+    return activations_through_.back() + root_grad_copy_ + (last_kept ? last.gathered : 0) +
+           (accumulates_ ? block_grads_before_.back() : 0);
   }
   // Units kept gathered from forward to backward hold their parameters through both terms of every unit above them
   // (added by the callers: Note [Wrap search]).
@@ -121,6 +141,8 @@ class MemoryFloor {
   std::vector<std::int64_t> activations_through_, rebuilt_;
   std::int64_t constant_bytes_ = 0;
   std::int64_t root_grad_copy_ = 0;
+  bool accumulates_ = false;
+  std::vector<std::int64_t> block_grads_before_;  // no_sync accumulation: the blocks' gradients below each block
   std::map<std::pair<std::size_t, std::size_t>, Sizes> cache_;
 };
 

@@ -1,5 +1,6 @@
 // The fastest fitting wrapping (Note [Wrap search] in wrap_dp.h): the floor-filtered label DP, then wrappings in
-// time order, best first, checked by the simulator until one fits.
+// time order, best first, checked by the simulator until one fits (with a lower-bound model: until none left can
+// beat the fastest that fits).
 #include <optional>
 #include <queue>
 
@@ -15,6 +16,18 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
                                           const WrapSearchOptions& options) {
   WrapContext with_choice(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
                           options.memory_cap_bytes, options.per_unit_reshard);
+  WrapSearchResult result;
+  // Nothing to do when no wrapping's lower bound beats the incumbent (the bounds alone cost far less than the DP).
+  double least_s = kInf;
+  for (std::size_t b = 1; b <= std::min(with_choice.m, with_choice.n); ++b) {
+    for (bool kept : with_choice.kept_options()) {
+      least_s = std::min(least_s, with_choice.last_unit_cost(b, kept) + with_choice.bounds.lower_bound(with_choice.n - b, b, 0.0));
+    }
+  }
+  if (least_s > options.stop_above_s) {
+    result.exhausted = true;
+    return result;
+  }
   DpAnswer floor_best = label_dp(with_choice, true);
   std::optional<WrapContext> without_choice;
   if (floor_best.overflow) {
@@ -23,26 +36,43 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
     floor_best = label_dp(*without_choice, true);
   }
   WrapContext& context = without_choice ? *without_choice : with_choice;
-  WrapSearchResult result;
   result.per_unit_reshard = context.keep_choice;
   result.reshard_choice_dropped = with_choice.keep_choice && !context.keep_choice;
-  const auto answer = [&](const std::vector<UnitChoice>& choices, double modelled_s) {
+  // The fastest simulated wrapping that fits so far. With an exact model the first one is the answer; with a lower
+  // bound it is the answer once no key left is below its time (Note [Wrap search], WrapCheck).
+  struct Incumbent {
+    std::vector<UnitChoice> choices;
+    double modelled_s = 0, simulated_s = kInf;
+    bool found = false;
+  } best;
+  const auto answer = [&](const Incumbent& incumbent) {
     result.found = true;
-    result.units = to_units(context.terms, choices);
-    result.kept_gathered = to_kept(choices);
-    result.modelled_step_s = modelled_s;
+    result.units = to_units(context.terms, incumbent.choices);
+    result.kept_gathered = to_kept(incumbent.choices);
+    result.modelled_step_s = incumbent.modelled_s;
+    result.simulated_step_s = incumbent.simulated_s;
     return result;
   };
+  // Simulates a wrapping; true when the search is over (the exact model's first fitting wrapping).
+  const auto check = [&](const std::vector<UnitChoice>& choices, double modelled_s) {
+    ++result.checked;
+    const WrapCheck verdict = options.check(to_units(context.terms, choices), to_kept(choices));
+    if (verdict.fits && verdict.step_s < best.simulated_s) best = {choices, modelled_s, verdict.step_s, true};
+    return verdict.fits && options.model_is_exact;
+  };
+  // Nothing keyed at or above this can be the answer: the incumbent, or one from outside (stop_above_s).
+  const auto beaten = [&](double key) { return key > options.stop_above_s || (best.found && key >= best.simulated_s); };
   // First the fastest wrapping the floor allows: when the simulator agrees it fits, nothing faster can (every
-  // faster wrapping's floor is over the cap), so it is the answer.
+  // faster wrapping's floor is over the cap), so with an exact model it is the answer.
+  if (floor_best.overflow) {  // even without the kept choice: the caller falls back
+    result.gave_up = true;
+    return result;
+  }
   if (!floor_best.found || floor_best.modelled_step_s > options.stop_above_s) {
     result.exhausted = true;
     return result;
   }
-  ++result.checked;
-  if (options.fits(to_units(context.terms, floor_best.choices), to_kept(floor_best.choices))) {
-    return answer(floor_best.choices, floor_best.modelled_step_s);
-  }
+  if (check(floor_best.choices, floor_best.modelled_step_s)) return answer(best);
   // Otherwise wrappings in nondecreasing time, best first over partial wrappings from the right (keyed by cost + the
   // DP's lower bound of the rest; complete ones by their exact time), each checked until one fits. Bounded: without
   // dominance this search can grow exponentially, so past kMaxNodes it gives up and the caller falls back.
@@ -54,12 +84,13 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
     UnitChoice leftmost;
     std::size_t parent;
     bool complete;
+    double replica_backlog_s = 0;  // HSDP (Note [Wrap DP])
   };
   std::vector<Node> nodes;
   using Entry = std::pair<double, std::size_t>;  // (key, node)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
   const auto push = [&](const Node& node, double key) {
-    if (key > options.stop_above_s) return;  // cannot beat the incumbent
+    if (beaten(key)) return;  // cannot beat the incumbent
     if (node.slack < 0) {
       ++result.pruned_by_memory;
       return;
@@ -99,6 +130,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
       return result;
     }
     const std::size_t index = queue.top().second;
+    if (beaten(queue.top().first)) break;  // nothing left is faster than the incumbent
     queue.pop();
     const Node node = nodes[index];
     if (node.complete) {
@@ -110,8 +142,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
                      })) {
         continue;  // checked above
       }
-      ++result.checked;
-      if (options.fits(to_units(context.terms, choices), to_kept(choices))) return answer(choices, node.cost_s);
+      if (check(choices, node.cost_s)) return answer(best);
       if (result.checked >= options.max_checks) {
         result.gave_up = true;
         return result;
@@ -123,7 +154,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
       // Close: the node becomes a complete wrapping with its exact time; it stands for the first unit itself, so
       // its parent is the node's parent.
       Node done = node;
-      done.cost_s = node.cost_s + context.close_cost(unit.length, node.backlog_s);
+      done.cost_s = node.cost_s + context.close_cost(unit.length, node.backlog_s, node.replica_backlog_s);
       const std::int64_t held_above = node.parent == kNone ? 0 : context.held_by(nodes[node.parent].leftmost);
       done.slack = context.close_slack(node.slack, unit.length, held_above);
       done.complete = true;
@@ -134,18 +165,21 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
       for (bool left_kept : kept_options) {
         if (!context.may_follow(unit.kept, left_kept)) continue;
         const std::size_t p = unit.first_block - c;
-        const auto step = context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s);
+        const auto step =
+            context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s, node.replica_backlog_s);
         const std::int64_t held_above =
             node.parent == kNone ? 0
                                  : context.held_by(nodes[node.parent].leftmost) +
                                        queued_input_bytes(node.parent, node.backlog_s, step.unit_ops_end_s);
         const std::int64_t slack =
             context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept, held_above);
-        const Node next{node.cost_s + step.added_s, step.backlog_s, slack, {p, c, left_kept}, index, false};
+        const Node next{node.cost_s + step.added_s, step.backlog_s, slack, {p, c, left_kept}, index, false,
+                        step.replica_backlog_s};
         push(next, next.cost_s + context.bounds.lower_bound(p, c, step.backlog_s));
       }
     }
   }
+  if (best.found) return answer(best);  // the lower-bound model's answer: nothing left beats it
   result.exhausted = true;  // no other wrapping fits, or none can beat stop_above_s
   return result;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -63,6 +64,7 @@ class StepTerms {
     reshard_ = unit.reshard_after_forward;
     hybrid_replicas_ = layout_.grads_sharded() ? world / layout_.grad_group : 1;
     world_ = world;
+    micro_batches_ = std::max(plan.grad_accumulation_steps, 1);
     // Whether block costs depend only on the unit's length (every block identical), so windows can be cached.
     uniform_ = true;
     for (auto layer : blocks_) {
@@ -79,6 +81,9 @@ class StepTerms {
     }
     std::vector<std::size_t> root_layers = before;
     root_layers.insert(root_layers.end(), after.begin(), after.end());
+    // Units reduce at least one block's gradient (reduce_s grows with the bytes).
+    least_reduce_s_ = std::numeric_limits<double>::infinity();
+    for (std::size_t b = 0; b < blocks_.size(); ++b) least_reduce_s_ = std::min(least_reduce_s_, this->unit(b, 1).reduce_s);
     root_ = cost_of(root_layers, true);
     root_head_ = cost_of(after, true);
     root_embed_ = cost_of(before, true);
@@ -97,9 +102,10 @@ class StepTerms {
     return found->second;
   }
 
-  // s_f(k+1) − s_f(k) = max(E_f(k | G(k+1)), G(k+1)) + o·[unit k+1 prefetches the unit after it] (Note [Wrap DP]).
+  // s_f(k+1) − s_f(k) = max(E_f(k | G(k+1)), G(k+1)) + o·[unit k+1 prefetches the unit after it] (Note [Wrap DP]),
+  // once per micro-batch (Note [Wrap DP], accumulation: every micro-batch's forward is the same).
   double forward_step(const UnitCost& unit, double next_gather_s, bool next_prefetches = false) const {
-    return std::max(run(unit.forward_ops, next_gather_s), next_gather_s) + issue_s(next_prefetches);
+    return micro_batches_ * (std::max(run(unit.forward_ops, next_gather_s), next_gather_s) + issue_s(next_prefetches));
   }
   // HardwareProfile::collective_issue_overhead_s when the host issues a collective there, else 0.
   double issue_s(bool issued) const { return issued ? profile_.collective_issue_overhead_s : 0.0; }
@@ -111,30 +117,53 @@ class StepTerms {
     double step_s = 0;     // from its wait's end to the unit below's
     double backlog_s = 0;  // reductions still queued when the unit below's wait ends (its own included)
     double ops_end_s = 0;  // when its ops end, from its wait's end
+    double replica_backlog_s = 0;  // HSDP: when the all-reduces across replicas end, from the unit below's wait end
   };
-  BackwardStep backward_step(const UnitCost& unit, double next_gather_s, double backlog_s) const {
+  // With gradient accumulation the step also holds the earlier micro-batches' backward of the unit, which reduce
+  // nothing (Note [Wrap DP], accumulation); the backlog and `ops_end_s` are the last micro-batch's.
+  // HSDP (Note [Wrap DP], HSDP): `replica_backlog_s` is when the all-reduce stream's queued work ends.
+  BackwardStep backward_step(const UnitCost& unit, double next_gather_s, double backlog_s,
+                             double replica_backlog_s = 0) const {
     const double prefetch_s = issue_s(next_gather_s > 0);
     const double queued = std::max(0.0, backlog_s - prefetch_s);
     const double compute = run(unit.backward_ops, std::max(next_gather_s, queued));
     const double issued = compute + issue_s(unit.reduces);
-    const double after_ops = std::max(issued, next_gather_s);
-    // Its reduction starts when issued and the queue ahead of it has drained.
-    return {prefetch_s + after_ops, std::max(0.0, std::max(issued, queued) + unit.reduce_s - after_ops),
-            prefetch_s + compute};
+    // HSDP: the host issues the all-reduce across replicas right after the reduce-scatter.
+    const double host_s = issued + issue_s(unit.replica_reduce_s > 0);
+    const double after_ops = std::max(host_s, next_gather_s);
+    // Its reduction starts when issued and the queue ahead of it has drained; the all-reduce across replicas when
+    // that has ended, it is issued, and its own stream is free.
+    const double reduced = std::max(issued, queued) + unit.reduce_s;
+    double replicated = std::max(0.0, replica_backlog_s - prefetch_s);
+    if (unit.replica_reduce_s > 0) replicated = std::max({reduced, host_s, replicated}) + unit.replica_reduce_s;
+    const double backlog = std::max(0.0, reduced - after_ops);
+    double replica_backlog = std::max(0.0, replicated - after_ops);
+    // The next all-reduce starts after the next reduce-scatter ends, at least backlog + the least reduce-scatter
+    // from here: a replica backlog no later than that changes nothing, and 0 stands for all of them (so labels that
+    // differ only there merge, Note [Wrap DP]).
+    if (replica_backlog <= backlog + least_reduce_s_) replica_backlog = 0;
+    return {prefetch_s + after_ops + (micro_batches_ - 1) * unsynchronised_backward_s(unit, next_gather_s), backlog,
+            prefetch_s + compute, replica_backlog};
+  }
+  // The same step in a micro-batch that reduces nothing: no backlog, nothing issued after the ops.
+  double unsynchronised_backward_s(const UnitCost& unit, double next_gather_s) const {
+    return issue_s(next_gather_s > 0) + std::max(run(unit.backward_ops, next_gather_s), next_gather_s);
   }
 
   // From the step's start to the first unit's forward: the root's all-gather (issued, waited for), the first unit's
   // issued, then the embedding overlapping it; `first_prefetches`: the first unit issues the next unit's gather.
+  // Once per micro-batch: the root is resharded after each backward.
   double head_terms(const UnitCost& first, bool first_prefetches = false) const {
-    return issue_s(root_.gather_forward_s > 0) + root_.gather_forward_s + issue_s(first.gather_forward_s > 0) +
+    return micro_batches_ * (issue_s(root_.gather_forward_s > 0) + root_.gather_forward_s +
+                             issue_s(first.gather_forward_s > 0)) +
            forward_step(root_embed_, first.gather_forward_s, first_prefetches);
   }
   // From the last unit's forward end to the end of its backward wait: final norm and head forward, the last unit's
   // backward all-gather issued, then the head's backward overlapping it.
   double turn_terms(const UnitCost& last, bool last_kept = false) const {
     const double gather = last_kept ? 0.0 : last.gather_backward_s;
-    return run(root_head_.forward_ops, 0.0) + issue_s(gather > 0) +
-           std::max(run(root_head_.backward_ops, gather), gather);
+    return micro_batches_ * (run(root_head_.forward_ops, 0.0) + issue_s(gather > 0) +
+                             std::max(run(root_head_.backward_ops, gather), gather));
   }
   // Whether keeping a unit gathered from forward to backward changes anything: its backward all-gather exists.
   bool reshard_choice() const {
@@ -143,11 +172,20 @@ class StepTerms {
   // From the first unit's backward start to the step's end: its backward with `backlog_s` of reductions queued,
   // the embedding's backward overlapping what is still queued, the root's reduction once both are done, then the
   // optimizer step (one op; the units' shares are added by the callers: its time streams bytes, so it is additive).
-  double close_terms(const UnitCost& first, double backlog_s) const {
-    const BackwardStep last = backward_step(first, 0.0, backlog_s);
+  // Earlier micro-batches end with the embedding's backward (the next one starts with the root's all-gather).
+  double close_terms(const UnitCost& first, double backlog_s, double replica_backlog_s = 0) const {
+    const BackwardStep last = backward_step(first, 0.0, backlog_s, replica_backlog_s);
     const double embed = run(root_embed_.backward_ops, last.backlog_s);
-    return last.step_s + std::max(embed + issue_s(root_.reduces), last.backlog_s) + root_.reduce_s +
-           root_.replica_reduce_s + optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s;
+    const double issued = embed + issue_s(root_.reduces);
+    const double reduced = std::max(issued, last.backlog_s) + root_.reduce_s;
+    // HSDP: the root's all-reduce across replicas follows its reduce-scatter and the units' all-reduces; the
+    // optimizer waits for every reduction.
+    const double replicated =
+        root_.replica_reduce_s > 0
+            ? std::max({reduced, issued + issue_s(true), last.replica_backlog_s}) + root_.replica_reduce_s
+            : std::max(reduced, last.replica_backlog_s);
+    return last.step_s + replicated + optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s +
+           (micro_batches_ - 1) * run(root_embed_.backward_ops, 0.0);
   }
   double slowdown() const { return profile_.overlap_compute_slowdown; }
   // What follows the first unit's reduction in close_terms whatever happens before it: the root's reductions, the
@@ -238,6 +276,8 @@ class StepTerms {
   const HardwareProfile& profile_;
   int gpus_per_node_;
   int world_ = 1;
+  int micro_batches_ = 1;  // gradient accumulation steps (Note [Wrap DP], accumulation)
+  double least_reduce_s_ = 0;  // the least reduction of any unit (one block's)
   ShardingLayout layout_;
   ReshardAfterForward reshard_;
   int hybrid_replicas_ = 1;

@@ -40,14 +40,13 @@ struct Case {
   double slowdown = 0;     // overrides the profile's overlap slowdown when > 0
   double dispatch_s = 0;   // the profile's per-op dispatch overhead
   double issue_s = 0;      // the profile's collective issue overhead
+  int micro_batches = 1;   // gradient accumulation steps
+  bool no_sync = false;    // earlier micro-batches skip the reduction (FSDP's no_sync)
 };
 
 struct Simulated {
   double step_s = 0;
   std::int64_t peak_bytes = 0;
-  // Outside the step model (Note [Wrap DP]): HSDP's per-unit all-reduces across replicas run on a second reduction
-  // stream, which the model's single reduction backlog does not describe.
-  bool outside_model = false;
   // A reduction waited for its stream (the backlog the model carries), or a backward all-gather kept compute waiting.
   bool queued = false;
 };
@@ -59,14 +58,13 @@ Simulated simulated(const ModelSpec& model, const Plan& plan, const Cluster& clu
   options.context_overhead_bytes = profile.context_overhead_bytes;
   const StepSchedule schedule = lower_plan(plan, model, options);
   const SimulationResult result = simulate(schedule, profile, true);
-  Simulated out{result.summary.step_time_s, result.summary.peak_memory_bytes, false, false};
+  Simulated out{result.summary.step_time_s, result.summary.peak_memory_bytes, false};
   const auto& events = result.timeline.events;
   const int last_unit = static_cast<int>(plan.units.size()) - 1;
   bool backward = false;
   double compute_free_s = 0;
   for (std::size_t index = 0; index < events.size(); ++index) {
     const Op& op = schedule.ops[index];
-    if (op.kind == OpKind::all_reduce && op.group == GroupKind::replica && op.unit > 0) out.outside_model = true;
     backward = backward || op.kind == OpKind::backward;
     const double previous_compute_end_s = compute_free_s;
     if (op.stream == StreamKind::compute) compute_free_s = events[index].end_s;
@@ -110,6 +108,8 @@ CaseSetup set_up(const Case& c) {
   TrainingConfig training;
   training.seq_len = c.seq_len;
   training.checkpointing = c.ac;
+  training.global_batch = c.micro_batches * setup.cluster.world_size();
+  training.no_sync_accumulation = c.no_sync;
   setup.base = default_plan(setup.model, training, parse_strategy(c.strategy), wrap_per_block(setup.model),
                             setup.cluster.world_size());
   return setup;
@@ -117,10 +117,11 @@ CaseSetup set_up(const Case& c) {
 
 }  // namespace
 
-// The step model is the simulator's timing of a one-micro-batch step with one-ahead prefetch, exactly, whatever
-// the communication regime: reductions queueing behind each other (the backlog), exposed all-gathers, dispatch
-// overhead. So the DP's minimum is the simulator's minimum over all partitions. HSDP's second reduction stream is
-// outside the model: there the gap to the exhaustive best is printed, and the plan search re-simulates candidates.
+// The step model is the simulator's timing of a step with one-ahead prefetch, exactly, whatever the communication
+// regime: reductions queueing behind each other (the backlog), exposed all-gathers, dispatch and issue overheads,
+// no_sync gradient accumulation. So the DP's minimum is the simulator's minimum over all partitions. HSDP's second
+// reduction stream and micro-batches that all reduce are outside it: there the model is a lower bound of every
+// partition's simulated time (what the plan search's bounded search needs), and the DP's gap is printed.
 TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equals exhaustive search") {
   const Case cases[] = {
       {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 4096},
@@ -139,20 +140,33 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::none, 512},
       {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 1024},
       {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 512, 2.5},  // above 2: no backlog dominance
+      {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::full, 512, 1.2, 1e-5, 1e-4},
+      // Gradient accumulation: no_sync (exact) and reducing every micro-batch (a lower bound).
+      {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 4096, 0, 0, 0, 2, true},
+      {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::full, 128, 1.2, 2e-4, 2e-4, 3, true},
+      {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 4, true},
+      {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 2, false},
+      {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::none, 128, 0, 2e-4, 2e-4, 2, false},
   };
   for (const Case& c : cases) {
     const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy + " seq " +
                              std::to_string(c.seq_len) + (c.ac == ActivationCheckpointing::full ? " AC full" : "") +
                              (c.slowdown > 0 ? " slowdown " + std::to_string(c.slowdown) : "") +
                              (c.dispatch_s > 0 ? " dispatch " + std::to_string(c.dispatch_s) : "") +
-                             (c.issue_s > 0 ? " issue " + std::to_string(c.issue_s) : "");
+                             (c.issue_s > 0 ? " issue " + std::to_string(c.issue_s) : "") +
+                             (c.micro_batches > 1 ? " accumulation " + std::to_string(c.micro_batches) +
+                                                        (c.no_sync ? " no_sync" : "")
+                                                  : "");
     INFO(name);
     const CaseSetup setup = set_up(c);
     const auto& [model, cluster, profile, base] = setup;
+    const bool exact = wrap_model_is_exact(base, cluster.world_size(), cluster.gpus_per_node);
+    REQUIRE(wrap_model_is_lower_bound(base));
+    double least_ratio = 1;  // of the modelled to the simulated time, over the partitions
     const std::size_t first = base.units[1].layers.begin;
     const std::size_t blocks = model.block_count();
     double best_simulated = 1e300;
-    int outside = 0, queued = 0, partitions = 0;
+    int queued = 0, partitions = 0;
     for (const auto& units : all_partitions(first, blocks, 6)) {
       std::string lengths;
       for (const auto& unit : units) lengths += std::to_string(unit.end - unit.begin) + " ";
@@ -163,10 +177,11 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
                                                    units);
       ++partitions;
       queued += sim.queued ? 1 : 0;
-      if (sim.outside_model) {
-        ++outside;
-      } else {
+      if (exact) {
         REQUIRE(modelled == doctest::Approx(sim.step_s).epsilon(1e-9));
+      } else {
+        REQUIRE(modelled <= sim.step_s * (1 + 1e-9));
+        least_ratio = std::min(least_ratio, modelled / sim.step_s);
       }
       best_simulated = std::min(best_simulated, sim.step_s);
     }
@@ -176,15 +191,16 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
     REQUIRE(dp.found);
     const double dp_simulated = simulated(model, plan_with_units(model, base, dp.units), cluster, profile).step_s;
     MESSAGE(name << ": " << partitions << " partitions, " << queued << " with a queued reduction or exposed backward "
-                 << "all-gather, " << outside << " outside the model; DP plan " << dp_simulated
-                 << " s vs exhaustive best " << best_simulated << " s");
-    if (outside == 0) {
+                 << "all-gather; model " << (exact ? "exact" : "a lower bound, at least " + std::to_string(least_ratio)
+                 + " of the simulated time") << "; DP plan " << dp_simulated << " s vs exhaustive best " << best_simulated
+                 << " s");
+    if (exact) {
       // Every partition is modelled exactly, so the DP's minimum is the simulator's minimum.
       CHECK(dp.modelled_step_s == doctest::Approx(best_simulated).epsilon(1e-9));
       CHECK(dp_simulated == doctest::Approx(best_simulated).epsilon(1e-9));
     } else {
-      CHECK(std::string(c.strategy) == "hybrid_shard");
-      CHECK(dp_simulated <= 1.10 * best_simulated);  // a heuristic there; the search closes most of the gap
+      CHECK((std::string(c.strategy) == "hybrid_shard" || (c.micro_batches > 1 && !c.no_sync)));
+      CHECK(dp_simulated <= 1.10 * best_simulated);  // a heuristic there; the bounded search closes the gap
     }
   }
 }
@@ -198,11 +214,16 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
       {"llama2-7b-10", "8xA100-80GB", "shard_grad_op", ActivationCheckpointing::none, 2048},
       {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024},
       {"gpt2", "16xL40S", "no_shard", ActivationCheckpointing::none, 1024},
-      {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::none, 512},  // floor only
       // A calibrated profile's host costs: per-op dispatch and collective issue overhead.
       {"llama2-7b-10", "2x8xA100-80GB", "full_shard", ActivationCheckpointing::full, 4096, 0, 1e-5, 2e-3},
+      // Where the model is a lower bound (HSDP, micro-batches that all reduce): exact by branch and bound.
+      {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::none, 512},
+      {"llama2-7b-10", "2x8xA100-80GB", "hybrid_shard", ActivationCheckpointing::full, 4096, 1.2, 1e-5, 1e-4},
+      {"llama2-7b-10", "8xA100-80GB", "full_shard", ActivationCheckpointing::none, 2048, 0, 0, 0, 2, false},
+      {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024, 0, 0, 0, 2, true},
   };
-  int searched_past_the_first = 0, gave_up = 0;
+  int searched_past_the_first = 0, gave_up = 0, dropped_choice = 0;
+  std::size_t max_checked = 0;
   for (const Case& c : cases) {
     const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy;
     INFO(name);
@@ -226,35 +247,46 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
             memory_floor_bytes(model, base, profile, cluster.world_size(), cluster.gpus_per_node, units, kept);
         REQUIRE(floor <= sim.peak_bytes);
         CHECK(floor >= sim.peak_bytes * 0.5);  // and not vacuous
-        if (!sim.outside_model) {
-          REQUIRE(modelled_step_time_s(model, base, profile, cluster.world_size(), cluster.gpus_per_node, units, kept) ==
-                  doctest::Approx(sim.step_s).epsilon(1e-9));
+        const double modelled =
+            modelled_step_time_s(model, base, profile, cluster.world_size(), cluster.gpus_per_node, units, kept);
+        if (wrap_model_is_exact(base, cluster.world_size(), cluster.gpus_per_node)) {
+          REQUIRE(modelled == doctest::Approx(sim.step_s).epsilon(1e-9));
+        } else {
+          REQUIRE(modelled <= sim.step_s * (1 + 1e-9));
         }
         points.push_back({units, kept_count > 0, sim.step_s, sim.peak_bytes});
       }
     }
-    if (!wrap_model_is_exact(base, cluster.world_size(), cluster.gpus_per_node)) continue;
     std::vector<std::int64_t> peaks;
     for (const auto& point : points) peaks.push_back(point.peak_bytes);
     std::sort(peaks.begin(), peaks.end());
     for (double quantile : {0.02, 0.1, 0.3, 0.6, 1.0}) {
       const std::int64_t cap = peaks[static_cast<std::size_t>(quantile * static_cast<double>(peaks.size() - 1))];
       for (bool per_unit_reshard : {false, true}) {
-        double best = 1e300;
-        for (const auto& point : points) {
-          if (point.peak_bytes <= cap && (per_unit_reshard || !point.any_kept)) best = std::min(best, point.step_s);
-        }
-        if (best == 1e300) continue;  // nothing without kept units fits this cap
         WrapSearchOptions options;
         options.max_unit_blocks = 6;
         options.memory_cap_bytes = cap;
         options.max_checks = 100000;
         options.per_unit_reshard = per_unit_reshard;
-        options.fits = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
-          return simulated(model, plan_with_units(model, base, units, kept), cluster, profile).peak_bytes <= cap;
+        options.model_is_exact = wrap_model_is_exact(base, cluster.world_size(), cluster.gpus_per_node);
+        options.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+          const Simulated sim = simulated(model, plan_with_units(model, base, units, kept), cluster, profile);
+          return WrapCheck{sim.peak_bytes <= cap, sim.step_s};
         };
         const WrapSearchResult result =
             fastest_fitting_wrapping(model, base, profile, cluster.world_size(), cluster.gpus_per_node, options);
+        // The truth over what the search covered: kept units only when it searched them (its labels may outgrow
+        // their budget, and then it searches partitions alone).
+        double best = 1e300;
+        for (const auto& point : points) {
+          if (point.peak_bytes <= cap && (result.per_unit_reshard || !point.any_kept)) best = std::min(best, point.step_s);
+        }
+        if (best == 1e300) {
+          CHECK(!result.found);  // nothing the search covers fits this cap
+          continue;
+        }
+        dropped_choice += result.reshard_choice_dropped ? 1 : 0;
+        max_checked = std::max(max_checked, result.checked);
         INFO("cap " << cap << " B (quantile " << quantile << "), per-unit reshard " << per_unit_reshard << ": checked "
                     << result.checked << ", exhausted " << result.exhausted << ", gave up " << result.gave_up
                     << ", per-unit searched " << result.per_unit_reshard);
@@ -267,15 +299,17 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
           continue;
         }
         REQUIRE(result.found);
-        CHECK(result.modelled_step_s == doctest::Approx(best).epsilon(1e-9));
+        CHECK(result.simulated_step_s == doctest::Approx(best).epsilon(1e-9));
+        if (options.model_is_exact) CHECK(result.modelled_step_s == doctest::Approx(best).epsilon(1e-9));
         searched_past_the_first += result.checked > 1 ? 1 : 0;
         MESSAGE(name << ", cap at the " << quantile << " quantile of peaks, last units kept gathered "
                      << std::string(per_unit_reshard ? "searched" : "not") << ": " << result.checked
-                     << " wrapping(s) simulated, fastest fitting " << result.modelled_step_s << " s = exhaustive "
+                     << " wrapping(s) simulated, fastest fitting " << result.simulated_step_s << " s = exhaustive "
                      << best);
       }
     }
   }
+  MESSAGE("most wrappings simulated by one search: " << max_checked << "; kept choice dropped in " << dropped_choice);
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
   CHECK(gave_up == 0);                 // and its budget does not run out (2 of 50 did before the turn and held terms)
 }
