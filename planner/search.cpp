@@ -174,8 +174,8 @@ class Searcher {
   const PlanCandidate& smallest() const { return smallest_; }
   std::size_t evaluated() const { return evaluated_; }
   // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]; by branch and bound where the
-  // model is a lower bound); those where that search gave up, and those outside both (offload) or searched for least
-  // memory, searched by the per-cap DPs.
+  // model is a lower bound); those where that search gave up, and those searched for least memory, by the per-cap
+  // DPs.
   std::size_t exact_settings() const { return exact_settings_; }
   std::size_t fallback_settings() const { return fallback_settings_; }
   std::size_t heuristic_settings() const { return heuristic_settings_; }
@@ -271,7 +271,7 @@ std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
   for (auto& unit : none.units) unit.forward_prefetch = unit.backward_prefetch = {};
   variants.emplace_back(none, "no prefetch");
   // The last 1..8 units kept gathered, then 12, 16, 24, 32, ... (the wrapping search chooses this jointly; here it
-  // reaches the settings it gave up on, and offload, too, at a bounded cost).
+  // reaches the settings it gave up on too, at a bounded cost).
   for (int keep = 1; keep < count; keep += keep < 8 ? 1 : keep / 2) {
     Plan kept = plan;
     bool any = false;

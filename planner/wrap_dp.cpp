@@ -83,13 +83,13 @@ WrapDpResult best_wrapping(const ModelSpec& model, const Plan& plan_template, co
 }
 
 bool wrap_model_is_lower_bound(const Plan& plan_template) {
-  if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies, host optimizer
   const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);
   return !unit.reshard_after_forward.keeps_partial_copy();
 }
 
 bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
   if (!wrap_model_is_lower_bound(plan_template)) return false;
+  if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies
   // Micro-batches that reduce leave reductions queued into the next one's forward.
   if (plan_template.grad_accumulation_steps > 1 && !plan_template.training.no_sync_accumulation) return false;
   const PlanUnit& unit = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);

@@ -43,6 +43,8 @@ namespace shardplan {
 // simulator stretches by the busiest stream; the model sees the gather and reduce-scatter streams only), so the model
 // is a lower bound there, 98-99% of the simulated time in the tests. An A no later than D + the least reduce-scatter
 // cannot delay the next all-reduce and is stored as 0, so such labels merge.
+// CPU offload adds host copies before each all-gather and after each reduction, which the model leaves out: a lower
+// bound again (86-94% of the simulated time in the tests).
 // Where the model is a lower bound the searches are still exact, by branch and bound on the simulator (Note [Wrap
 // search]); and every plan the plan search returns is re-simulated, so reported numbers are always the simulator's.
 // The DP runs from the last unit down: a state is (first block of the leftmost placed unit, its length) with a set
@@ -142,8 +144,8 @@ std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_templat
 // no HSDP replicas, gradient accumulation only with no_sync, the template's one-ahead prefetch lists (any profile:
 // its dispatch and collective issue overheads are in the model).
 bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
-// Whether it is a lower bound of the simulator's step time for every wrapping (Note [Wrap DP], bounds): everything
-// but offload and partially resharded units.
+// Whether it is a lower bound of the simulator's step time for every wrapping (Note [Wrap DP]): everything but
+// partially resharded units (CPU offload included: its host copies, left out, only add work).
 bool wrap_model_is_lower_bound(const Plan& plan_template);
 
 // A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.

@@ -97,14 +97,15 @@ DpAnswer label_dp(WrapContext& context, bool with_floor) {
           return overflow;
         }
         for (std::size_t c = 1; c <= m && c <= p; ++c) {
+          const double left_forward = context.left_forward_s(p, b, c);
           for (bool left_kept : kept_options) {
             if (!context.may_follow(kept, left_kept)) continue;
             auto& target = labels[context.state(p - c, c, left_kept)];
             for (std::size_t index = 0; index < here.size(); ++index) {
               // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
               // forward step (its right neighbour is known).
-              const auto step =
-                  context.extend(p, b, c, left_kept, here[index].backlog_s, here[index].replica_backlog_s);
+              const auto step = context.extend(p, b, c, left_kept, here[index].backlog_s,
+                                               here[index].replica_backlog_s, left_forward);
               const double cost = here[index].cost_s + step.added_s;
               const std::int64_t slack = context.extend_slack(here[index].slack, p, b, c, left_kept);
               if (promising(cost, p - c, c, step.backlog_s, slack)) {

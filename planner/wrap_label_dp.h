@@ -195,12 +195,21 @@ struct WrapContext {
   };
   Extension extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s,
                    double replica_backlog_s) {
+    return extend(p, b, c, left_kept, backlog_s, replica_backlog_s, left_forward_s(p, b, c));
+  }
+  // The same with the left unit's forward step and optimizer share, which no label changes, computed once.
+  Extension extend(std::size_t p, std::size_t b, std::size_t c, bool left_kept, double backlog_s,
+                   double replica_backlog_s, double left_forward) {
     const UnitCost& unit = terms.unit(p, b);
     const UnitCost& left = terms.unit(p - c, c);
     const auto step = terms.backward_step(unit, left_kept ? 0.0 : left.gather_backward_s, backlog_s, replica_backlog_s);
-    return {step.step_s + terms.forward_step(left, unit.gather_forward_s, WrapBounds::prefetches(p, b, n, unit)) +
-                terms.optimizer_time_s(left.optimizer_elements),
-            step.backlog_s, step.ops_end_s, step.replica_backlog_s};
+    return {step.step_s + left_forward, step.backlog_s, step.ops_end_s, step.replica_backlog_s};
+  }
+  double left_forward_s(std::size_t p, std::size_t b, std::size_t c) {
+    const UnitCost& unit = terms.unit(p, b);
+    const UnitCost& left = terms.unit(p - c, c);
+    return terms.forward_step(left, unit.gather_forward_s, WrapBounds::prefetches(p, b, n, unit)) +
+           terms.optimizer_time_s(left.optimizer_elements);
   }
   // Closing with (0, b) as the first unit: what the head and the tail add.
   double close_cost(std::size_t b, double backlog_s, double replica_backlog_s) {

@@ -20,16 +20,17 @@ ModelSpec llama_blocks(std::int64_t blocks) {
 }
 
 // The fastest fitting plan over every partition of the blocks (units of at most 8 blocks), every number of last
-// units kept gathered after forward, and every knob setting.
+// units kept gathered after forward, and every knob setting; CPU offload only when nothing fits without (the last
+// resort).
 PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                         const TrainingConfig& training, std::int64_t cap) {
+                         const TrainingConfig& training, std::int64_t cap, bool offload = false) {
   std::vector<std::size_t> blocks;
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     if (model.layers[layer].kind == LayerKind::transformer_block) blocks.push_back(layer);
   }
   const std::size_t n = blocks.size();
   PlanCandidate best;
-  for (const KnobSetting& knobs : knob_settings(cluster, training, false)) {
+  for (const KnobSetting& knobs : knob_settings(cluster, training, offload)) {
     const Plan base = plan_for_knobs(model, cluster, training, knobs);
     for (unsigned mask = 0; mask < (1u << (n - 1)); ++mask) {
       std::vector<LayerRange> units;
@@ -63,7 +64,7 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
       }
     }
   }
-  return best;
+  return best.fits || offload ? best : exhaustive(model, cluster, profile, training, cap, true);
 }
 
 }  // namespace
@@ -82,7 +83,8 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
                         Case{"8xH100-80GB", 2048, 14.0}, Case{"2x8xH100-80GB", 1024, 6.0},
                         Case{"4x8xA100-40GB", 2048, 5.0},
                         Case{"2x8xL40S", 4096, 9.0}, Case{"2x8xL40S", 4096, 7.0},
-                        Case{"8xA100-40GB", 2048, 14.0, 2, false, 8}, Case{"2x8xH100-80GB", 1024, 7.0, 4, true, 8}}) {
+                        Case{"8xA100-40GB", 2048, 14.0, 2, false, 8}, Case{"2x8xH100-80GB", 1024, 7.0, 4, true, 8},
+                        Case{"8xA100-40GB", 2048, 4.0}}) {  // only CPU offload fits
     const ModelSpec model = llama_blocks(c.blocks);
     const Cluster cluster = parse_cluster(c.cluster, catalog);
     const HardwareProfile profile = profile_from_cluster(cluster);

@@ -42,6 +42,7 @@ struct Case {
   double issue_s = 0;      // the profile's collective issue overhead
   int micro_batches = 1;   // gradient accumulation steps
   bool no_sync = false;    // earlier micro-batches skip the reduction (FSDP's no_sync)
+  bool offload = false;    // parameters, gradients and optimizer states in host memory
 };
 
 struct Simulated {
@@ -112,6 +113,7 @@ CaseSetup set_up(const Case& c) {
   training.no_sync_accumulation = c.no_sync;
   setup.base = default_plan(setup.model, training, parse_strategy(c.strategy), wrap_per_block(setup.model),
                             setup.cluster.world_size());
+  setup.base.offload.params = c.offload;
   return setup;
 }
 
@@ -147,6 +149,9 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 4, true},
       {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 2, false},
       {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::none, 128, 0, 2e-4, 2e-4, 2, false},
+      // CPU offload: host copies before each all-gather and after each reduce-scatter (a lower bound).
+      {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::full, 4096, 0, 0, 0, 1, false, true},
+      {"gpt2", "2x8xH100-80GB", "hybrid_shard", ActivationCheckpointing::none, 1024, 1.2, 1e-5, 1e-4, 2, false, true},
   };
   for (const Case& c : cases) {
     const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy + " seq " +
@@ -156,7 +161,8 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
                              (c.issue_s > 0 ? " issue " + std::to_string(c.issue_s) : "") +
                              (c.micro_batches > 1 ? " accumulation " + std::to_string(c.micro_batches) +
                                                         (c.no_sync ? " no_sync" : "")
-                                                  : "");
+                                                  : "") +
+                             (c.offload ? " offload" : "");
     INFO(name);
     const CaseSetup setup = set_up(c);
     const auto& [model, cluster, profile, base] = setup;
@@ -199,7 +205,7 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
       CHECK(dp.modelled_step_s == doctest::Approx(best_simulated).epsilon(1e-9));
       CHECK(dp_simulated == doctest::Approx(best_simulated).epsilon(1e-9));
     } else {
-      CHECK((std::string(c.strategy) == "hybrid_shard" || (c.micro_batches > 1 && !c.no_sync)));
+      CHECK((std::string(c.strategy) == "hybrid_shard" || (c.micro_batches > 1 && !c.no_sync) || c.offload));
       CHECK(dp_simulated <= 1.10 * best_simulated);  // a heuristic there; the bounded search closes the gap
     }
   }
@@ -221,6 +227,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
       {"llama2-7b-10", "2x8xA100-80GB", "hybrid_shard", ActivationCheckpointing::full, 4096, 1.2, 1e-5, 1e-4},
       {"llama2-7b-10", "8xA100-80GB", "full_shard", ActivationCheckpointing::none, 2048, 0, 0, 0, 2, false},
       {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024, 0, 0, 0, 2, true},
+      {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::full, 4096, 0, 0, 0, 1, false, true},
   };
   int searched_past_the_first = 0, gave_up = 0, dropped_choice = 0;
   std::size_t max_checked = 0;
