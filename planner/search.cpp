@@ -258,18 +258,8 @@ InfeasibleDiagnosis diagnose(const ModelSpec& model, const Cluster& cluster, con
 std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
   std::vector<std::pair<Plan, std::string>> variants;
   const int count = static_cast<int>(plan.units.size());
-  Plan deeper = plan;
-  for (int id = 0; id < count; ++id) {
-    auto& unit = deeper.units[static_cast<std::size_t>(id)];
-    if (id + 2 < count) unit.forward_prefetch = {id + 1, id + 2};
-    if (id >= 3) unit.backward_prefetch = {id - 1, id - 2};
-    if (id == 0 && count > 2) unit.backward_prefetch = {count - 1, count - 2};
-  }
-  deeper.max_inflight_all_gathers = 3;
-  variants.emplace_back(deeper, "prefetch 2 ahead");
-  Plan none = plan;
-  for (auto& unit : none.units) unit.forward_prefetch = unit.backward_prefetch = {};
-  variants.emplace_back(none, "no prefetch");
+  variants.emplace_back(with_prefetch_depth(plan, 2), "prefetch 2 ahead");
+  variants.emplace_back(with_prefetch_depth(plan, 0), "no prefetch");
   // The last 1..8 units kept gathered, then 12, 16, 24, 32, ... (the wrapping search chooses this jointly; here it
   // reaches the settings it gave up on too, at a bounded cost).
   for (int keep = 1; keep < count; keep += keep < 8 ? 1 : keep / 2) {
@@ -286,6 +276,24 @@ std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
 }
 
 }  // namespace
+
+Plan with_prefetch_depth(const Plan& plan, int depth) {
+  SHARDPLAN_CHECK(depth == 0 || depth == 2, "prefetch depth variants are 0 and 2");
+  Plan variant = plan;
+  const int count = static_cast<int>(plan.units.size());
+  if (depth == 0) {
+    for (auto& unit : variant.units) unit.forward_prefetch = unit.backward_prefetch = {};
+    return variant;
+  }
+  for (int id = 0; id < count; ++id) {
+    auto& unit = variant.units[static_cast<std::size_t>(id)];
+    if (id + 2 < count) unit.forward_prefetch = {id + 1, id + 2};
+    if (id >= 3) unit.backward_prefetch = {id - 1, id - 2};
+    if (id == 0 && count > 2) unit.backward_prefetch = {count - 1, count - 2};
+  }
+  variant.max_inflight_all_gathers = 3;  // two gathers ahead and the one in use
+  return variant;
+}
 
 std::string KnobSetting::label() const {
   return strategy_text(strategy) + ", AC " + ac + ", micro-batch " + std::to_string(micro_batch) +

@@ -86,6 +86,10 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
 
+// A plan built with one-ahead prefetch (plan_with_units) with none (depth 0) or two units ahead (depth 2, FSDP's
+// forward/backward prefetch lists of two and a rate limit of three gathers): the search's prefetch refinements.
+Plan with_prefetch_depth(const Plan& plan, int depth);
+
 // Baselines only (also used by tests).
 std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster& cluster,
                                            const HardwareProfile& profile, const TrainingConfig& training,

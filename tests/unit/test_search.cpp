@@ -24,21 +24,8 @@ ModelSpec llama_blocks(std::int64_t blocks) {
 // resort).
 // Prefetch depths: one ahead (the plans as built), none, and two ahead (as the search's refinements set them).
 std::vector<Plan> prefetch_variants(const Plan& plan, bool all_depths) {
-  std::vector<Plan> variants{plan};
-  if (!all_depths) return variants;
-  const int count = static_cast<int>(plan.units.size());
-  Plan none = plan, deeper = plan;
-  for (auto& unit : none.units) unit.forward_prefetch = unit.backward_prefetch = {};
-  for (int id = 0; id < count; ++id) {
-    auto& unit = deeper.units[static_cast<std::size_t>(id)];
-    if (id + 2 < count) unit.forward_prefetch = {id + 1, id + 2};
-    if (id >= 3) unit.backward_prefetch = {id - 1, id - 2};
-    if (id == 0 && count > 2) unit.backward_prefetch = {count - 1, count - 2};
-  }
-  deeper.max_inflight_all_gathers = 3;
-  variants.push_back(none);
-  variants.push_back(deeper);
-  return variants;
+  if (!all_depths) return {plan};
+  return {plan, with_prefetch_depth(plan, 0), with_prefetch_depth(plan, 2)};
 }
 
 PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
