@@ -137,7 +137,9 @@ class Searcher {
         // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time: a few
         // hundred where near-ties abound (HSDP's model is 98-99% of the simulated time in test_wrap_dp.cpp). A
         // budget in simulated blocks keeps long models' searches short; past it the per-cap DPs answer.
-        if (!wrap.model_is_exact) wrap.max_checks = std::max<std::size_t>(48, kBoundedSearchBlocks / model_.block_count());
+        if (!wrap.model_is_exact) {
+          wrap.max_checks = std::max<std::size_t>(48, kBoundedSearchBlocks / model_.block_count());
+        }
         if (best_fit_.fits) wrap.stop_above_s = best_fit_.summary.step_time_s;
         wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
           return try_units(units, "fastest fitting wrapping", kept);

@@ -21,7 +21,8 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
   double least_s = kInf;
   for (std::size_t b = 1; b <= std::min(with_choice.m, with_choice.n); ++b) {
     for (bool kept : with_choice.kept_options()) {
-      least_s = std::min(least_s, with_choice.last_unit_cost(b, kept) + with_choice.bounds.lower_bound(with_choice.n - b, b, 0.0));
+      least_s = std::min(least_s, with_choice.last_unit_cost(b, kept) +
+                                      with_choice.bounds.lower_bound(with_choice.n - b, b, 0.0));
     }
   }
   if (least_s > options.stop_above_s) {

@@ -83,7 +83,9 @@ class StepTerms {
     root_layers.insert(root_layers.end(), after.begin(), after.end());
     // Units reduce at least one block's gradient (reduce_s grows with the bytes).
     least_reduce_s_ = std::numeric_limits<double>::infinity();
-    for (std::size_t b = 0; b < blocks_.size(); ++b) least_reduce_s_ = std::min(least_reduce_s_, this->unit(b, 1).reduce_s);
+    for (std::size_t b = 0; b < blocks_.size(); ++b) {
+      least_reduce_s_ = std::min(least_reduce_s_, this->unit(b, 1).reduce_s);
+    }
     root_ = cost_of(root_layers, true);
     root_head_ = cost_of(after, true);
     root_embed_ = cost_of(before, true);

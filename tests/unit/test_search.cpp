@@ -59,8 +59,8 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
       for (std::size_t kept_count = 0; kept_count < suffixes; ++kept_count) {
         std::vector<bool> kept;
         for (std::size_t k = 0; k < units.size(); ++k) kept.push_back(k + kept_count >= units.size());
-        for (const Plan& plan : prefetch_variants(plan_with_units(model, base, units, reshards ? kept : std::vector<bool>{}),
-                                                  all_prefetch_depths)) {
+        const Plan built = plan_with_units(model, base, units, reshards ? kept : std::vector<bool>{});
+        for (const Plan& plan : prefetch_variants(built, all_prefetch_depths)) {
           const auto summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
           if (summary.peak_memory_bytes > cap) continue;
           if (!best.fits || summary.step_time_s < best.summary.step_time_s) {
@@ -239,8 +239,8 @@ TEST_CASE("search: with its refinements, the planned plan equals exhaustive sear
     REQUIRE(truth.fits);
     REQUIRE(refined.feasible);
     MESSAGE(c.cluster << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << refined.best.knobs << " "
-                      << refined.best.summary.step_time_s << " s, exhaustive with prefetch depths " << truth.knobs << " "
-                      << truth.summary.step_time_s << " s");
+                      << refined.best.summary.step_time_s << " s, exhaustive with prefetch depths " << truth.knobs
+                      << " " << truth.summary.step_time_s << " s");
     CHECK(refined.best.summary.step_time_s <= truth.summary.step_time_s * 1.001);
   }
 }

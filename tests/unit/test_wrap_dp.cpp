@@ -197,9 +197,9 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
     REQUIRE(dp.found);
     const double dp_simulated = simulated(model, plan_with_units(model, base, dp.units), cluster, profile).step_s;
     MESSAGE(name << ": " << partitions << " partitions, " << queued << " with a queued reduction or exposed backward "
-                 << "all-gather; model " << (exact ? "exact" : "a lower bound, at least " + std::to_string(least_ratio)
-                 + " of the simulated time") << "; DP plan " << dp_simulated << " s vs exhaustive best " << best_simulated
-                 << " s");
+                 << "all-gather; model "
+                 << (exact ? "exact" : "a lower bound, at least " + std::to_string(least_ratio) + " of the simulated time")
+                 << "; DP plan " << dp_simulated << " s vs exhaustive best " << best_simulated << " s");
     if (exact) {
       // Every partition is modelled exactly, so the DP's minimum is the simulator's minimum.
       CHECK(dp.modelled_step_s == doctest::Approx(best_simulated).epsilon(1e-9));
@@ -286,7 +286,9 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
         // their budget, and then it searches partitions alone).
         double best = 1e300;
         for (const auto& point : points) {
-          if (point.peak_bytes <= cap && (result.per_unit_reshard || !point.any_kept)) best = std::min(best, point.step_s);
+          if (point.peak_bytes <= cap && (result.per_unit_reshard || !point.any_kept)) {
+            best = std::min(best, point.step_s);
+          }
         }
         if (best == 1e300) {
           CHECK(!result.found);  // nothing the search covers fits this cap
