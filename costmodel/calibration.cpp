@@ -8,6 +8,7 @@
 
 #include <Eigen/Dense>
 
+#include "compute_cost.h"
 #include "errors.h"
 
 namespace shardplan {
@@ -251,7 +252,6 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
   std::vector<CollectiveSample> all_collectives = samples.intra_node;
   all_collectives.insert(all_collectives.end(), samples.inter_node.begin(), samples.inter_node.end());
   calibration.collectives = fit_collectives(all_collectives);
-  calibration.compute = fit_compute_rate(samples.compute);
   calibration.gemm = fit_compute_rate(samples.gemm);
   calibration.memory = fit_memory_rate(samples.memory);
   calibration.issue = fit_issue_overhead(samples.issue_gaps);
@@ -269,16 +269,26 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
     profile.inter_node.latency_s = calibration.inter_node.latency_s;
     profile.inter_node.bus_bytes_per_s = calibration.inter_node.bus_bytes_per_s;
   }
+  if (calibration.memory.samples > 0) {
+    profile.hbm_bytes_per_s = calibration.memory.per_s;
+    profile.memory_efficiency = 1.0;
+  }
+  // Compute ops that zero-filled a buffer first: their fill at the (fitted) memory rate is not compute.
+  std::vector<ComputeSample> compute_samples;
+  for (ComputeSample sample : samples.compute) {
+    if (sample.zeroed_bytes > 0) {
+      sample.time_s -= buffer_fill_time_s(sample.zeroed_bytes, profile);
+      if (!(sample.time_s > 0)) continue;  // all fill (or noise): nothing left to fit the compute rate with
+    }
+    compute_samples.push_back(sample);
+  }
+  calibration.compute = fit_compute_rate(compute_samples);
   if (calibration.compute.samples > 0) {
     profile.peak_bf16_flops = profile.peak_fp16_flops = profile.peak_fp32_flops = calibration.compute.per_s;
     profile.max_compute_efficiency = 1.0;
     // At least one FLOP: the profile reader wants a positive size (a flat curve at every size that occurs).
     profile.half_efficiency_flops = std::max(1.0, calibration.compute.half_efficiency_flops);
     if (calibration.compute.overlap_fitted) profile.overlap_compute_slowdown = calibration.compute.overlap_slowdown;
-  }
-  if (calibration.memory.samples > 0) {
-    profile.hbm_bytes_per_s = calibration.memory.per_s;
-    profile.memory_efficiency = 1.0;
   }
   // Each collective × group size × tier with enough samples is timed by its own fit (HardwareProfile::CollectiveFit):
   // a reduce-scatter that also reduces, or an MPI stack that switches algorithms, is not the pooled tier.
@@ -340,13 +350,16 @@ nlohmann::json collective_samples_json(const Calibration& calibration) {
   return rows;
 }
 
-nlohmann::json compute_samples_json(const std::vector<ComputeSample>& samples, const RateFit& fit) {
+nlohmann::json compute_samples_json(const std::vector<ComputeSample>& samples, const RateFit& fit,
+                                    const HardwareProfile& profile) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ComputeSample& sample : samples) {
     nlohmann::json row = {{"name", sample.name}, {"flops", sample.flops}, {"time_s", sample.time_s}};
     if (sample.overlap_s > 0) row["overlap_s"] = sample.overlap_s;
+    if (sample.zeroed_bytes > 0) row["zeroed_bytes"] = sample.zeroed_bytes;
     if (sample.flops > 0 && sample.time_s > 0 && fit.samples > 0) {
-      const double predicted_s = predicted_time_s(fit, sample.flops, sample.overlap_s);
+      const double predicted_s =
+          predicted_time_s(fit, sample.flops, sample.overlap_s) + buffer_fill_time_s(sample.zeroed_bytes, profile);
       row["flops_per_s"] = sample.flops / sample.time_s;
       row["predicted_s"] = predicted_s;
       row["relative_residual"] = relative_residual(predicted_s, sample.time_s);
@@ -403,8 +416,9 @@ nlohmann::json to_json(const Calibration& calibration, const MachineInfo& machin
                         {"samples", calibration.issue.samples},
                         {"fitted", calibration.issue.fitted}}}};
   document["samples"] = {{"collectives", collective_samples_json(calibration)},
-                         {"compute", compute_samples_json(calibration.samples.compute, calibration.compute)},
-                         {"gemm", compute_samples_json(calibration.samples.gemm, calibration.gemm)},
+                         {"compute", compute_samples_json(calibration.samples.compute, calibration.compute,
+                                                          calibration.profile)},
+                         {"gemm", compute_samples_json(calibration.samples.gemm, calibration.gemm, calibration.profile)},
                          {"memory", memory_samples_json(calibration.samples.memory, calibration.memory)},
                          {"issue_gaps", issue_samples_json(calibration.samples.issue_gaps)}};
   document["machine"] = {{"host", machine.host}, {"cpu", machine.cpu}, {"nodes", machine.nodes},

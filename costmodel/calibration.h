@@ -28,6 +28,9 @@ struct ComputeSample {
   // Seconds of the op during which a collective of its rank was in flight (the simulator's rule: the busiest
   // communication stream's covered time); 0 in sweeps, where nothing else runs.
   double overlap_s = 0;
+  // Bytes the op zero-filled before its work (a unit's first backward op fills its gradient buffer: Op::zeroed_bytes);
+  // calibrate() takes their fill time at the fitted memory rate off before fitting the compute rate.
+  std::int64_t zeroed_bytes = 0;
 };
 
 struct MemorySample1D {  // memory-bound work (the optimizer step)

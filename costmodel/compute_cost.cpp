@@ -68,6 +68,13 @@ double optimizer_step_time_s(std::int64_t shard_elements, const PrecisionRecipe&
          (profile.hbm_bytes_per_s * profile.memory_efficiency);
 }
 
+double buffer_fill_time_s(std::int64_t bytes, const HardwareProfile& profile) {
+  SHARDPLAN_CHECK(bytes >= 0, "negative buffer size " + std::to_string(bytes));
+  if (bytes == 0) return 0;
+  SHARDPLAN_CHECK(profile.hbm_bytes_per_s > 0 && profile.memory_efficiency > 0, "profile has no HBM bandwidth");
+  return static_cast<double>(bytes) / (profile.hbm_bytes_per_s * profile.memory_efficiency);
+}
+
 double host_copy_time_s(std::int64_t bytes, const HardwareProfile& profile) {
   SHARDPLAN_CHECK(bytes >= 0, "negative copy size " + std::to_string(bytes));
   if (bytes == 0) return 0;

@@ -30,6 +30,11 @@ double compute_time_s(const LayerWork& work, int compute_element_bytes, const Ha
 double optimizer_step_time_s(std::int64_t shard_elements, const PrecisionRecipe& precision, OptimizerKind optimizer,
                              const HardwareProfile& profile);
 
+// Zero-filling a fresh buffer (a unit's full-size gradient before its first backward op: the CPU runner's
+// value-initialised vector, the GPU runner's cudaMemsetAsync): one streaming write of its bytes at the memory rate,
+// like STREAM's fill.
+double buffer_fill_time_s(std::int64_t bytes, const HardwareProfile& profile);
+
 // Host ↔ device copy over PCIe (CPU offload).
 double host_copy_time_s(std::int64_t bytes, const HardwareProfile& profile);
 

@@ -81,7 +81,7 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
       case OpKind::forward:
       case OpKind::backward:
       case OpKind::recompute:
-        samples.compute.push_back({op.flops, seconds, {}, overlap_s(event)});
+        samples.compute.push_back({op.flops, seconds, {}, overlap_s(event), op.zeroed_bytes});
         break;
       case OpKind::optimizer_step:
         samples.memory.push_back({op.memory_bytes, seconds});

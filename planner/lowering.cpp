@@ -315,6 +315,7 @@ class Lowerer {
         }
         if (layout.grad_copies && !grads_allocated_[unit]) {
           op.allocates.push_back({MemoryCategory::unsharded_grads, layout.grad_copy_bytes});
+          op.zeroed_bytes = layout.grad_copy_bytes;
           grads_allocated_[unit] = true;
         }
         last_backward_ = id;

@@ -38,6 +38,8 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
 // - Memory: ops allocate at their start and free at their end. Gathered parameters belong to the all-gather and are
 //   freed by free_unsharded; activations are kept from forward to the layer's backward; a recompute allocates the
 //   difference to a layer's full activations, freed by its backward; a unit's full-size gradient is allocated by its
-//   first backward op and freed by the reduction (kept across no_sync micro-batches).
+//   first backward op and freed by the reduction (kept across no_sync micro-batches). That op also zero-fills it
+//   (Op::zeroed_bytes), as both runners do: measured on CPU ranks, a whole-model unit's first backward op (the
+//   head's) ran 3.1 ms against 0.44-0.5 ms for the same layer in a one-block-per-unit plan.
 
 }  // namespace shardplan

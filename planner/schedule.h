@@ -56,6 +56,8 @@ struct Op {
   // Compute.
   double flops = 0;         // hardware FLOPs (recompute included)
   double memory_bytes = 0;  // HBM traffic of the op's non-GEMM work
+  std::int64_t zeroed_bytes = 0;  // a fresh buffer zero-filled before the op's work: its unit's full-size gradient,
+                                  // at the unit's first backward op of a micro-batch (both runners fill it)
   std::int64_t optimizer_elements = 0;  // optimizer_step: shard elements updated
   bool on_host = false;                 // runs in host memory (CPU offload of the optimizer)
 

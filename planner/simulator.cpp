@@ -28,7 +28,8 @@ double base_duration_s(const Op& op, const StepSchedule& schedule, const Hardwar
     case OpKind::forward:
     case OpKind::backward:
     case OpKind::recompute:
-      return compute_time_s(LayerWork{op.flops, op.memory_bytes}, schedule.compute_element_bytes, profile);
+      return compute_time_s(LayerWork{op.flops, op.memory_bytes}, schedule.compute_element_bytes, profile) +
+             buffer_fill_time_s(op.zeroed_bytes, profile);
     case OpKind::optimizer_step:
       // In host memory (offload) the step streams its bytes at roughly host-link speed; on the device at HBM speed.
       return op.on_host ? host_copy_time_s(static_cast<std::int64_t>(op.memory_bytes), profile)

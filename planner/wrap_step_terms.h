@@ -22,6 +22,9 @@ namespace shardplan::wrap_internal {
 struct UnitCost {
   std::vector<double> forward_ops;   // base durations, in issue order
   std::vector<double> backward_ops;  // recompute + backward per layer, layers descending
+  // The same in a micro-batch whose gradient buffer is fresh: its first backward op zero-fills it first
+  // (Op::zeroed_bytes, Note [Lowering]).
+  std::vector<double> backward_ops_filled;
   double gather_forward_s = 0;       // its all-gather before forward (0 when parameters are not sharded)
   double gather_backward_s = 0;      // its all-gather before backward (0 when kept gathered from forward)
   double reduce_s = 0;               // its gradient reduction (reduce-scatter, or all-reduce when replicated)
@@ -65,6 +68,8 @@ class StepTerms {
     hybrid_replicas_ = layout_.grads_sharded() ? world / layout_.grad_group : 1;
     world_ = world;
     micro_batches_ = std::max(plan.grad_accumulation_steps, 1);
+    // Micro-batches that start with a fresh gradient buffer: all of them when each reduces, the first under no_sync.
+    fresh_micro_batches_ = plan.training.no_sync_accumulation ? 1 : micro_batches_;
     // Whether block costs depend only on the unit's length (every block identical), so windows can be cached.
     uniform_ = true;
     for (auto layer : blocks_) {
@@ -89,6 +94,11 @@ class StepTerms {
     root_ = cost_of(root_layers, true);
     root_head_ = cost_of(after, true);
     root_embed_ = cost_of(before, true);
+    // The root's gradient buffer is filled by its first backward op: the head's when it has one.
+    UnitCost& first_root_backward = root_head_.backward_ops.empty() ? root_embed_ : root_head_;
+    if (!first_root_backward.backward_ops.empty()) {
+      first_root_backward.backward_ops_filled.front() += gradient_fill_s(root_layers);
+    }
   }
 
   std::size_t block_count() const { return blocks_.size(); }
@@ -128,7 +138,7 @@ class StepTerms {
                              double replica_backlog_s = 0) const {
     const double prefetch_s = issue_s(next_gather_s > 0);
     const double queued = std::max(0.0, backlog_s - prefetch_s);
-    const double compute = run(unit.backward_ops, std::max(next_gather_s, queued));
+    const double compute = run(last_ops(unit), std::max(next_gather_s, queued));
     const double issued = compute + issue_s(unit.reduces);
     // HSDP: the host issues the all-reduce across replicas right after the reduce-scatter.
     const double host_s = issued + issue_s(unit.replica_reduce_s > 0);
@@ -144,12 +154,11 @@ class StepTerms {
     // from here: a replica backlog no later than that changes nothing, and 0 stands for all of them (so labels that
     // differ only there merge, Note [Wrap DP]).
     if (replica_backlog <= backlog + least_reduce_s_) replica_backlog = 0;
-    return {prefetch_s + after_ops + (micro_batches_ - 1) * unsynchronised_backward_s(unit, next_gather_s), backlog,
-            prefetch_s + compute, replica_backlog};
-  }
-  // The same step in a micro-batch that reduces nothing: no backlog, nothing issued after the ops.
-  double unsynchronised_backward_s(const UnitCost& unit, double next_gather_s) const {
-    return issue_s(next_gather_s > 0) + std::max(run(unit.backward_ops, next_gather_s), next_gather_s);
+    const double earlier = earlier_micro_batches(unit, [&](const std::vector<double>& ops) {
+      // The same step in a micro-batch that reduces nothing: no backlog, nothing issued after the ops.
+      return issue_s(next_gather_s > 0) + std::max(run(ops, next_gather_s), next_gather_s);
+    });
+    return {prefetch_s + after_ops + earlier, backlog, prefetch_s + compute, replica_backlog};
   }
 
   // From the step's start to the first unit's forward: the root's all-gather (issued, waited for), the first unit's
@@ -164,8 +173,10 @@ class StepTerms {
   // backward all-gather issued, then the head's backward overlapping it.
   double turn_terms(const UnitCost& last, bool last_kept = false) const {
     const double gather = last_kept ? 0.0 : last.gather_backward_s;
-    return micro_batches_ * (run(root_head_.forward_ops, 0.0) + issue_s(gather > 0) +
-                             std::max(run(root_head_.backward_ops, gather), gather));
+    const auto turn = [&](const std::vector<double>& head_backward_ops) {
+      return run(root_head_.forward_ops, 0.0) + issue_s(gather > 0) + std::max(run(head_backward_ops, gather), gather);
+    };
+    return turn(last_ops(root_head_)) + earlier_micro_batches(root_head_, turn);
   }
   // Whether keeping a unit gathered from forward to backward changes anything: its backward all-gather exists.
   bool reshard_choice() const {
@@ -177,7 +188,7 @@ class StepTerms {
   // Earlier micro-batches end with the embedding's backward (the next one starts with the root's all-gather).
   double close_terms(const UnitCost& first, double backlog_s, double replica_backlog_s = 0) const {
     const BackwardStep last = backward_step(first, 0.0, backlog_s, replica_backlog_s);
-    const double embed = run(root_embed_.backward_ops, last.backlog_s);
+    const double embed = run(last_ops(root_embed_), last.backlog_s);
     const double issued = embed + issue_s(root_.reduces);
     const double reduced = std::max(issued, last.backlog_s) + root_.reduce_s;
     // HSDP: the root's all-reduce across replicas follows its reduce-scatter and the units' all-reduces; the
@@ -187,7 +198,7 @@ class StepTerms {
             ? std::max({reduced, issued + issue_s(true), last.replica_backlog_s}) + root_.replica_reduce_s
             : std::max(reduced, last.replica_backlog_s);
     return last.step_s + replicated + optimizer_time_s(root_.optimizer_elements) + profile_.op_dispatch_overhead_s +
-           (micro_batches_ - 1) * run(root_embed_.backward_ops, 0.0);
+           earlier_micro_batches(root_embed_, [&](const std::vector<double>& ops) { return run(ops, 0.0); });
   }
   double slowdown() const { return profile_.overlap_compute_slowdown; }
   // What follows the first unit's reduction in close_terms whatever happens before it: the root's reductions, the
@@ -209,6 +220,31 @@ class StepTerms {
   double run(const std::vector<double>& ops, double window_s) const {
     return run_ops(ops, window_s, profile_.overlap_compute_slowdown, profile_.op_dispatch_overhead_s);
   }
+  // The last micro-batch's backward ops: with the gradient fill when its buffer is fresh.
+  const std::vector<double>& last_ops(const UnitCost& unit) const {
+    return fresh_micro_batches_ == micro_batches_ ? unit.backward_ops_filled : unit.backward_ops;
+  }
+  // `term` summed over the micro-batches before the last (Note [Wrap DP], accumulation): those with a fresh gradient
+  // buffer run the filled ops, the others the plain ones.
+  template <class Term>
+  double earlier_micro_batches(const UnitCost& unit, const Term& term) const {
+    if (micro_batches_ == 1) return 0.0;
+    const int fresh = fresh_micro_batches_ - (fresh_micro_batches_ == micro_batches_ ? 1 : 0);
+    const int plain = micro_batches_ - 1 - fresh;
+    return (fresh > 0 ? fresh * term(unit.backward_ops_filled) : 0.0) +
+           (plain > 0 ? plain * term(unit.backward_ops) : 0.0);
+  }
+  // Zero-filling the full-size gradient of a unit of these layers (unit_layout.cpp: a copy exists when gradients
+  // are sharded or reduced in another dtype; padded to the gradient group).
+  double gradient_fill_s(const std::vector<std::size_t>& layers) const {
+    std::int64_t params = 0;
+    for (auto layer : layers) params += model_.layers[layer].param_count();
+    const auto& precision = plan_.training.precision;
+    const bool copies =
+        params > 0 && (layout_.grads_sharded() || precision.grad_compute_bytes != precision.grad_storage_bytes);
+    return copies ? buffer_fill_time_s(round_up(params, layout_.grad_group) * precision.grad_compute_bytes, profile_)
+                  : 0.0;
+  }
 
   UnitCost cost_of(const std::vector<std::size_t>& layers, bool is_root) const {
     UnitCost cost;
@@ -221,6 +257,8 @@ class StepTerms {
       cost.forward_ops.push_back(
           compute_time_s(layer_work(model_.layers[layer], training, ComputePass::forward), compute_bytes, profile_));
     }
+    constexpr std::size_t kNoOp = static_cast<std::size_t>(-1);
+    std::size_t first_backward = kNoOp;  // the index of the top layer's backward op (after its recompute)
     for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
       const LayerSpec& spec = model_.layers[*it];
       const ActivationCheckpointing mode =
@@ -234,9 +272,13 @@ class StepTerms {
         cost.backward_ops.push_back(compute_time_s(layer_work(spec, training, ComputePass::recompute), compute_bytes,
                                                    profile_));
       }
+      if (first_backward == kNoOp) first_backward = cost.backward_ops.size();
       cost.backward_ops.push_back(compute_time_s(layer_work(spec, training, ComputePass::backward), compute_bytes,
                                                  profile_));
     }
+    // The unit's first backward op zero-fills its gradient buffer (the root's is added by the constructor).
+    cost.backward_ops_filled = cost.backward_ops;
+    if (!is_root && first_backward != kNoOp) cost.backward_ops_filled[first_backward] += gradient_fill_s(layers);
     if (params == 0) return cost;
     const std::int64_t padded = round_up(params, layout_.param_group);
     if (layout_.params_sharded()) {
@@ -279,6 +321,7 @@ class StepTerms {
   int gpus_per_node_;
   int world_ = 1;
   int micro_batches_ = 1;  // gradient accumulation steps (Note [Wrap DP], accumulation)
+  int fresh_micro_batches_ = 1;  // of them, those whose gradient buffers are allocated (and filled) anew
   double least_reduce_s_ = 0;  // the least reduction of any unit (one block's)
   ShardingLayout layout_;
   ReshardAfterForward reshard_;

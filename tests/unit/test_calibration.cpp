@@ -255,6 +255,35 @@ TEST_CASE("calibration: compute and memory rates recovered; the profile takes th
   CHECK(back.intra_node.bus_bytes_per_s == doctest::Approx(4e9).epsilon(1e-6));
 }
 
+TEST_CASE("calibration: a gradient buffer's fill comes off its op before the compute rate is fitted") {
+  // First backward ops of units also zero-fill the unit's gradient (Op::zeroed_bytes) at the memory rate; fitted
+  // as compute, the fill would bend the rate (or the half-efficiency size) for every op.
+  Noise noise;
+  CalibrationSamples samples;
+  const double memory_rate = 5e9;
+  for (double bytes = 1e6; bytes <= 1e8; bytes *= 3) samples.memory.push_back({bytes, bytes / memory_rate * noise(0.01)});
+  for (int i = 0; i < 30; ++i) {
+    const double flops = 1e7 * (1 + i % 5);
+    const std::int64_t zeroed = i % 3 == 0 ? std::int64_t{20} << 20 : 0;  // a third of the ops fill 20 MiB
+    const double time_s = (flops + 1e6) / 2e10 + static_cast<double>(zeroed) / memory_rate;
+    samples.compute.push_back({flops, time_s * noise(0.01), {}, 0, zeroed});
+  }
+  const Cluster cluster = parse_cluster("2xcpu", HardwareCatalog::builtin());
+  const Calibration calibration = calibrate(profile_from_cluster(cluster), samples, "test");
+  CHECK(calibration.memory.per_s == doctest::Approx(memory_rate).epsilon(0.02));
+  CHECK(calibration.compute.per_s == doctest::Approx(2e10).epsilon(0.05));
+  CHECK(calibration.compute.rms_relative_residual < 0.03);
+  // Without the correction the same samples fit far worse.
+  std::vector<ComputeSample> uncorrected = samples.compute;
+  for (auto& sample : uncorrected) sample.zeroed_bytes = 0;
+  CHECK(fit_compute_rate(uncorrected).rms_relative_residual > 0.2);
+  // The samples in the profile file are predicted with their fill.
+  const nlohmann::json document = to_json(calibration, MachineInfo{"host", "", 1, 2}, "2026-11-30");
+  const auto& first = document.at("samples").at("compute").at(0);
+  CHECK(first.at("zeroed_bytes") == std::int64_t{20} << 20);
+  CHECK(std::abs(first.at("relative_residual").get<double>()) < 0.05);
+}
+
 TEST_CASE("calibration: the profile JSON carries fits per collective × group size, raw samples, machine and date") {
   CalibrationSamples samples;
   for (int ranks : {2, 4}) {

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "errors.h"
 #include "model_presets.h"
@@ -194,5 +195,42 @@ TEST_CASE("schedule: a unit's backward in the next micro-batch waits for its pre
     });
     REQUIRE(first_backward != schedule.ops.end());
     CHECK(std::find(first_backward->deps.begin(), first_backward->deps.end(), reduction) != first_backward->deps.end());
+  }
+}
+
+TEST_CASE("schedule: a unit's first backward op of a micro-batch zero-fills its fresh gradient buffer") {
+  const ModelSpec model = preset_model("gpt2");
+  for (const bool no_sync : {false, true}) {
+    const StepSchedule schedule = lower_preset(model, StrategyKind::full_shard, 8, 3, no_sync);
+    // Per (unit, micro-batch): the bytes filled, and that only the unit's first backward op fills.
+    std::map<std::pair<int, int>, std::int64_t> filled;
+    std::map<std::pair<int, int>, bool> seen_backward;
+    for (const Op& op : schedule.ops) {
+      if (op.kind != OpKind::backward && op.kind != OpKind::recompute) {
+        CHECK(op.zeroed_bytes == 0);
+        continue;
+      }
+      const auto key = std::make_pair(op.unit, op.micro_batch);
+      if (op.zeroed_bytes > 0) {
+        CHECK(op.kind == OpKind::backward);
+        CHECK_FALSE(seen_backward[key]);  // the first backward op of the unit in this micro-batch
+        // It allocates the same buffer it fills.
+        std::int64_t allocated = 0;
+        for (const auto& change : op.allocates) {
+          if (change.category == MemoryCategory::unsharded_grads) allocated += change.bytes;
+        }
+        CHECK(allocated == op.zeroed_bytes);
+        filled[key] += op.zeroed_bytes;
+      }
+      if (op.kind == OpKind::backward) seen_backward[key] = true;
+    }
+    // Every unit fills once per micro-batch when each reduces (its buffer is freed by the reduction), and only in
+    // the first micro-batch under no_sync (the buffer accumulates across them).
+    for (int unit = 0; unit <= 12; ++unit) {
+      for (int micro = 0; micro < 3; ++micro) {
+        INFO("no_sync " << no_sync << ", unit " << unit << ", micro-batch " << micro);
+        CHECK((filled[{unit, micro}] > 0) == (!no_sync || micro == 0));
+      }
+    }
   }
 }

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "chrome_trace.h"
+#include "compute_cost.h"
 #include "errors.h"
 #include "estimate.h"
 #include "hardware_profile.h"
@@ -252,4 +253,21 @@ TEST_CASE("simulator: a collective's issue overhead lengthens the compute stream
   nlohmann::json bad = document;
   bad["collective_issue_overhead_s"] = -1;
   CHECK_THROWS_AS(apply_profile_json(HardwareProfile{}, bad, "p.json"), InputError);
+}
+
+TEST_CASE("simulator: a unit's first backward op also zero-fills its gradient buffer, at the memory rate") {
+  const StepSchedule schedule = unprefetched_toy_schedule();
+  HardwareProfile profile = round_profile();
+  profile.hbm_bytes_per_s = 1e6;  // slow enough that the fills are milliseconds
+  const SimulationResult result = simulate(schedule, profile);
+  std::size_t filled = 0;
+  for (const auto& event : result.timeline.events) {
+    const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
+    if (op.kind != OpKind::forward && op.kind != OpKind::backward) continue;
+    // The slowdown is 1, so an op lasts its work plus its fill: the gradient's bytes once at the memory rate.
+    const double work_s = compute_time_s(LayerWork{op.flops, op.memory_bytes}, schedule.compute_element_bytes, profile);
+    CHECK(event.duration_s() == doctest::Approx(work_s + static_cast<double>(op.zeroed_bytes) / 1e6));
+    filled += op.zeroed_bytes > 0 ? 1 : 0;
+  }
+  CHECK(filled == 2);  // each block unit's (the toy root holds no parameters)
 }
