@@ -123,13 +123,14 @@ class Searcher {
         for (bool flag : kept) kept_count += flag && base.units.at(1).reshard_after_forward.enabled ? 1 : 0;
         if (kept_count > 0) text += ", " + std::to_string(kept_count) + " unit(s) kept gathered";
         const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), label + ", " + text);
-        const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s};
+        const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
         seen.emplace(key, verdict);
         return verdict;
       };
-      if (options_.objective == SearchObjective::time && wrap_model_is_lower_bound(base)) {
+      if (wrap_model_is_lower_bound(base)) {
         // Exact for this knob setting (Note [Wrap search]): the fastest wrapping whose simulated peak fits, or none
-        // that fits and beats the best plan so far; by branch and bound where the model is a lower bound.
+        // that fits and beats the best plan so far; by branch and bound where the model is a lower bound. For
+        // --objective memory, the fastest at the setting's least peak (Note [Least peak]).
         WrapSearchOptions wrap;
         wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
         wrap.memory_cap_bytes = cap_;
@@ -140,18 +141,40 @@ class Searcher {
         if (!wrap.model_is_exact) {
           wrap.max_checks = std::max<std::size_t>(48, kBoundedSearchBlocks / model_.block_count());
         }
-        if (best_fit_.fits) wrap.stop_above_s = best_fit_.summary.step_time_s;
-        wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
-          return try_units(units, "fastest fitting wrapping", kept);
-        };
-        const WrapSearchResult searched =
-            fastest_fitting_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap);
-        if (!searched.gave_up) {
-          ++exact_settings_;
-          if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
-          continue;
+        if (best_fit_.fits && options_.objective == SearchObjective::time) {
+          wrap.stop_above_s = best_fit_.summary.step_time_s;
         }
-        ++fallback_settings_;  // too many fast wrappings over the cap: the per-cap DPs below instead
+        wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+          WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
+          verdict.fits = verdict.peak_bytes <= wrap.memory_cap_bytes;  // the least peak, for --objective memory
+          return verdict;
+        };
+        bool searchable = true;
+        if (options_.objective == SearchObjective::memory) {
+          // No wrapping of this setting can beat a fitting plan with a lower peak (equal peaks: the faster wins).
+          const std::int64_t above = best_fit_.fits ? std::min(cap_, best_fit_.summary.peak_memory_bytes) : cap_;
+          const LeastPeakResult least =
+              least_peak_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap, above);
+          searchable = !least.gave_up;
+          if (searchable && (!least.found || least.peak_bytes > above)) {
+            ++exact_settings_;  // proven: nothing here fits at or below the best peak so far
+            continue;
+          }
+          wrap.memory_cap_bytes = least.peak_bytes;
+          if (best_fit_.fits && best_fit_.summary.peak_memory_bytes == least.peak_bytes) {
+            wrap.stop_above_s = best_fit_.summary.step_time_s;
+          }
+        }
+        if (searchable) {
+          const WrapSearchResult searched =
+              fastest_fitting_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap);
+          if (!searched.gave_up) {
+            ++exact_settings_;
+            if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
+            continue;
+          }
+        }
+        ++fallback_settings_;  // too many wrappings to simulate: the per-cap DPs below instead
       } else {
         ++heuristic_settings_;
       }
@@ -176,8 +199,8 @@ class Searcher {
   const PlanCandidate& smallest() const { return smallest_; }
   std::size_t evaluated() const { return evaluated_; }
   // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]; by branch and bound where the
-  // model is a lower bound); those where that search gave up, and those searched for least memory, by the per-cap
-  // DPs.
+  // model is a lower bound; for --objective memory, the fastest at the least peak, Note [Least peak]); those where
+  // that search gave up, and those outside the step model, by the per-cap DPs.
   std::size_t exact_settings() const { return exact_settings_; }
   std::size_t fallback_settings() const { return fallback_settings_; }
   std::size_t heuristic_settings() const { return heuristic_settings_; }

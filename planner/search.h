@@ -59,8 +59,9 @@ struct SearchResult {
   // model, or by branch and bound where it is a lower bound: HSDP, accumulation that reduces every micro-batch,
   // CPU offload);
   // that search gave up (too many faster wrappings over the cap, or its simulation budget ran out) and the per-cap
-  // DPs answered; with --objective memory, the per-cap DPs answered. Settings skipped because their model states
-  // alone exceed the cap are in none.
+  // DPs answered; outside the step model (partially resharded units), the per-cap DPs answered. With --objective
+  // memory, proven means the least peak and the fastest plan at it (Note [Least peak]). Settings skipped because
+  // their model states alone exceed the cap are in none.
   std::size_t exact_settings = 0, fallback_settings = 0, heuristic_settings = 0;
   // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
   // labels outgrew their budget): exact over partitions only.

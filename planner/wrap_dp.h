@@ -102,6 +102,7 @@ double modelled_step_time_s(const ModelSpec& model, const Plan& plan_template, c
 struct WrapCheck {
   bool fits = false;
   double step_s = 0;  // simulated
+  std::int64_t peak_bytes = 0;
 };
 struct WrapSearchOptions {
   int max_unit_blocks = 8;
@@ -134,6 +135,25 @@ struct WrapSearchResult {
 WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& plan_template,
                                           const HardwareProfile& profile, int world_size, int gpus_per_node,
                                           const WrapSearchOptions& options);
+
+// Note [Least peak]: `--objective memory` wants the least simulated peak, then the fastest plan at it. The least
+// peak comes from a branch and bound on the memory floor (Note [Wrap search]): partial wrappings from the right,
+// keyed by a floor of every completion — the constant part, the placed units' shards, the least shards the unplaced
+// blocks can hold and the largest transient term so far — each complete wrapping simulated, until no key is below
+// the least peak found (with the last units kept gathered too, when options.per_unit_reshard: keeping a unit gathered
+// adds memory, but the simulated peak also depends on timing, and a kept unit's earlier backward can free buffers
+// sooner — measured in test_search.cpp). The fastest wrapping at that peak is then fastest_fitting_wrapping with the
+// peak as the cap, so the pair is exact for (peak, then time).
+struct LeastPeakResult {
+  std::vector<LayerRange> units;
+  std::int64_t peak_bytes = 0;
+  bool found = false;    // false also when no wrapping can be at or below `stop_above_bytes`
+  bool gave_up = false;  // max_checks simulations or the node budget ran out
+  std::size_t checked = 0;
+};
+LeastPeakResult least_peak_wrapping(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
+                                    int world_size, int gpus_per_node, const WrapSearchOptions& options,
+                                    std::int64_t stop_above_bytes = std::numeric_limits<std::int64_t>::max());
 
 // The memory floor of Note [Wrap search] for a complete wrapping: never above its simulated peak (tests check it).
 std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,

@@ -130,15 +130,16 @@ struct WrapContext {
         bounds(terms, n, m, keep_choice,
                [this](const std::vector<LayerRange>& units) { return exact(units, std::vector<bool>{}); }),
         floor(model, plan_template, terms, world_size, gpus_per_node, profile.context_overhead_bytes) {
-    if (memory_cap_bytes <= 0) return;
-    // The least shards any wrapping holds (padding differs between wrappings): the budget is the cap less this and
-    // the constant part.
-    std::vector<std::int64_t> least(n + 1, std::numeric_limits<std::int64_t>::max());
-    least[0] = 0;
+    // The least shards any wrapping of the first p blocks holds (padding differs between wrappings): the budget is
+    // the cap less all of them and the constant part.
+    least_persistent.assign(n + 1, std::numeric_limits<std::int64_t>::max());
+    least_persistent[0] = 0;
     for (std::size_t p = 1; p <= n; ++p) {
-      for (std::size_t c = 1; c <= m && c <= p; ++c) least[p] = std::min(least[p], least[p - c] + floor.sizes(p - c, c).persistent);
+      for (std::size_t c = 1; c <= m && c <= p; ++c) {
+        least_persistent[p] = std::min(least_persistent[p], least_persistent[p - c] + floor.sizes(p - c, c).persistent);
+      }
     }
-    budget_bytes = memory_cap_bytes - floor.constant_bytes() - least[n];
+    if (memory_cap_bytes > 0) budget_bytes = memory_cap_bytes - floor.constant_bytes() - least_persistent[n];
   }
 
   // The kept flags a unit may take. Units kept gathered form a suffix of the model (the last units, whose backward
@@ -236,6 +237,7 @@ struct WrapContext {
   WrapBounds bounds;
   MemoryFloor floor;
   std::int64_t budget_bytes = std::numeric_limits<std::int64_t>::max() / 4;  // no cap: never binding
+  std::vector<std::int64_t> least_persistent;  // by blocks [0, p): the least shards a wrapping of them holds
 };
 
 // A partial wrapping from the right end (Note [Wrap DP]): everything right of the leftmost placed unit is final.

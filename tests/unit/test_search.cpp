@@ -30,7 +30,7 @@ std::vector<Plan> prefetch_variants(const Plan& plan, bool all_depths) {
 
 PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                          const TrainingConfig& training, std::int64_t cap, bool offload = false,
-                         bool all_prefetch_depths = false) {
+                         bool all_prefetch_depths = false, SearchObjective objective = SearchObjective::time) {
   std::vector<std::size_t> blocks;
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     if (model.layers[layer].kind == LayerKind::transformer_block) blocks.push_back(layer);
@@ -63,7 +63,13 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
         for (const Plan& plan : prefetch_variants(built, all_prefetch_depths)) {
           const auto summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
           if (summary.peak_memory_bytes > cap) continue;
-          if (!best.fits || summary.step_time_s < best.summary.step_time_s) {
+          const bool better =
+              objective == SearchObjective::time
+                  ? summary.step_time_s < best.summary.step_time_s
+                  : summary.peak_memory_bytes < best.summary.peak_memory_bytes ||
+                        (summary.peak_memory_bytes == best.summary.peak_memory_bytes &&
+                         summary.step_time_s < best.summary.step_time_s);
+          if (!best.fits || better) {
             best.plan = plan;
             best.summary = summary;
             best.fits = true;
@@ -73,7 +79,8 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
       }
     }
   }
-  return best.fits || offload ? best : exhaustive(model, cluster, profile, training, cap, true, all_prefetch_depths);
+  return best.fits || offload ? best
+                               : exhaustive(model, cluster, profile, training, cap, true, all_prefetch_depths, objective);
 }
 
 }  // namespace
@@ -110,7 +117,7 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
     CHECK(refined.best.summary.step_time_s <= planned.best.summary.step_time_s);
     CHECK(refined.best.summary.peak_memory_bytes <= options.memory_cap_bytes);
     const PlanCandidate truth = exhaustive(model, cluster, profile, training, options.memory_cap_bytes);
-    INFO(c.cluster << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs
+    INFO(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs
                    << ", exhaustive " << truth.knobs);
     MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << planned.best.knobs << " "
                       << planned.best.summary.step_time_s << " s, exhaustive " << truth.knobs << " "
@@ -238,9 +245,45 @@ TEST_CASE("search: with its refinements, the planned plan equals exhaustive sear
     const PlanCandidate truth = exhaustive(model, cluster, profile, training, options.memory_cap_bytes, false, true);
     REQUIRE(truth.fits);
     REQUIRE(refined.feasible);
-    MESSAGE(c.cluster << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << refined.best.knobs << " "
+    MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << refined.best.knobs << " "
                       << refined.best.summary.step_time_s << " s, exhaustive with prefetch depths " << truth.knobs
                       << " " << truth.summary.step_time_s << " s");
     CHECK(refined.best.summary.step_time_s <= truth.summary.step_time_s * 1.001);
+  }
+}
+
+// Note [Least peak]: --objective memory gives the least simulated peak over every partition, kept suffix and knob
+// setting, and the fastest plan at that peak.
+TEST_CASE("search: --objective memory gives the least peak, then the fastest plan at it, as exhaustive search") {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  struct Case {
+    const char* cluster;
+    std::int64_t seq_len;
+    double cap_gib;
+  };
+  for (const Case& c : {Case{"8xH100-80GB", 4096, 30.0}, Case{"2x8xL40S", 4096, 9.0}, Case{"4x8xA100-40GB", 2048, 5.0}}) {
+    const ModelSpec model = llama_blocks(8);
+    const Cluster cluster = parse_cluster(c.cluster, catalog);
+    const HardwareProfile profile = profile_from_cluster(cluster);
+    TrainingConfig training;
+    training.seq_len = c.seq_len;
+    SearchOptions options;
+    options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
+    options.objective = SearchObjective::memory;
+    options.refine = false;  // prefetch refinements (none ahead saves memory) are outside the exhaustive search
+    const SearchResult planned = search_plans(model, cluster, profile, training, options);
+    const PlanCandidate truth =
+        exhaustive(model, cluster, profile, training, options.memory_cap_bytes, false, false, SearchObjective::memory);
+    REQUIRE(truth.fits);
+    REQUIRE(planned.feasible);
+    MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << ": planned " << planned.best.knobs << " "
+                      << planned.best.summary.peak_memory_bytes << " B, " << planned.best.summary.step_time_s
+                      << " s; exhaustive " << truth.knobs << " " << truth.summary.peak_memory_bytes << " B, "
+                      << truth.summary.step_time_s << " s; knob settings exact " << planned.exact_settings
+                      << ", fallback " << planned.fallback_settings << ", heuristic " << planned.heuristic_settings);
+    CHECK(planned.heuristic_settings == 0);
+    CHECK(planned.fallback_settings == 0);
+    CHECK(planned.best.summary.peak_memory_bytes == truth.summary.peak_memory_bytes);
+    CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
   }
 }
