@@ -83,6 +83,27 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
                                : exhaustive(model, cluster, profile, training, cap, true, all_prefetch_depths, objective);
 }
 
+// A small search problem: Llama 2 7B's shapes with `blocks` blocks on a catalog cluster, one cap.
+struct SmallCase {
+  const char* cluster;
+  std::int64_t seq_len;
+  double cap_gib;
+};
+struct SmallSetup {
+  ModelSpec model;
+  Cluster cluster;
+  HardwareProfile profile;
+  TrainingConfig training;
+  SearchOptions options;
+};
+SmallSetup small_setup(const SmallCase& c, std::int64_t blocks) {
+  SmallSetup setup{llama_blocks(blocks), parse_cluster(c.cluster, HardwareCatalog::builtin()), {}, {}, {}};
+  setup.profile = profile_from_cluster(setup.cluster);
+  setup.training.seq_len = c.seq_len;
+  setup.options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
+  return setup;
+}
+
 }  // namespace
 
 TEST_CASE("search: the planned plan equals exhaustive search over partitions and knobs (same simulator)") {
@@ -226,28 +247,18 @@ TEST_CASE("search: a wrap search that cannot finish falls back instead of ruling
 // wrapping: compared here with exhaustive search over every partition, kept suffix, knob setting and depth. Not
 // proven: in the first case a two-ahead plan of another wrapping is 0.03% faster than the refined one.
 TEST_CASE("search: with its refinements, the planned plan equals exhaustive search over prefetch depths too") {
-  const HardwareCatalog catalog = HardwareCatalog::builtin();
-  struct Case {
-    const char* cluster;
-    std::int64_t seq_len;
-    double cap_gib;
-  };
-  for (const Case& c : {Case{"8xH100-80GB", 4096, 30.0}, Case{"2x8xH100-80GB", 1024, 6.0}, Case{"2x8xL40S", 4096, 9.0},
-                        Case{"4x8xA100-40GB", 2048, 5.0}, Case{"8xA100-40GB", 4096, 20.0}}) {
-    const ModelSpec model = llama_blocks(8);
-    const Cluster cluster = parse_cluster(c.cluster, catalog);
-    const HardwareProfile profile = profile_from_cluster(cluster);
-    TrainingConfig training;
-    training.seq_len = c.seq_len;
-    SearchOptions options;
-    options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
+  for (const SmallCase& c : {SmallCase{"8xH100-80GB", 4096, 30.0}, SmallCase{"2x8xH100-80GB", 1024, 6.0},
+                             SmallCase{"2x8xL40S", 4096, 9.0}, SmallCase{"4x8xA100-40GB", 2048, 5.0},
+                             SmallCase{"8xA100-40GB", 4096, 20.0}}) {
+    const auto [model, cluster, profile, training, options] = small_setup(c, 8);
     const SearchResult refined = search_plans(model, cluster, profile, training, options);
     const PlanCandidate truth = exhaustive(model, cluster, profile, training, options.memory_cap_bytes, false, true);
     REQUIRE(truth.fits);
     REQUIRE(refined.feasible);
-    MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned " << refined.best.knobs << " "
-                      << refined.best.summary.step_time_s << " s, exhaustive with prefetch depths " << truth.knobs
-                      << " " << truth.summary.step_time_s << " s");
+    MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << " cap " << c.cap_gib << " GiB: planned "
+                                   << refined.best.knobs << " " << refined.best.summary.step_time_s
+                                   << " s, exhaustive with prefetch depths " << truth.knobs << " "
+                                   << truth.summary.step_time_s << " s");
     CHECK(refined.best.summary.step_time_s <= truth.summary.step_time_s * 1.001);
   }
 }
@@ -255,20 +266,9 @@ TEST_CASE("search: with its refinements, the planned plan equals exhaustive sear
 // Note [Least peak]: --objective memory gives the least simulated peak over every partition, kept suffix and knob
 // setting, and the fastest plan at that peak.
 TEST_CASE("search: --objective memory gives the least peak, then the fastest plan at it, as exhaustive search") {
-  const HardwareCatalog catalog = HardwareCatalog::builtin();
-  struct Case {
-    const char* cluster;
-    std::int64_t seq_len;
-    double cap_gib;
-  };
-  for (const Case& c : {Case{"8xH100-80GB", 4096, 30.0}, Case{"2x8xL40S", 4096, 9.0}, Case{"4x8xA100-40GB", 2048, 5.0}}) {
-    const ModelSpec model = llama_blocks(8);
-    const Cluster cluster = parse_cluster(c.cluster, catalog);
-    const HardwareProfile profile = profile_from_cluster(cluster);
-    TrainingConfig training;
-    training.seq_len = c.seq_len;
-    SearchOptions options;
-    options.memory_cap_bytes = static_cast<std::int64_t>(c.cap_gib * (1 << 30));
+  for (const SmallCase& c : {SmallCase{"8xH100-80GB", 4096, 30.0}, SmallCase{"2x8xL40S", 4096, 9.0},
+                             SmallCase{"4x8xA100-40GB", 2048, 5.0}}) {
+    auto [model, cluster, profile, training, options] = small_setup(c, 8);
     options.objective = SearchObjective::memory;
     options.refine = false;  // prefetch refinements (none ahead saves memory) are outside the exhaustive search
     const SearchResult planned = search_plans(model, cluster, profile, training, options);
@@ -277,10 +277,11 @@ TEST_CASE("search: --objective memory gives the least peak, then the fastest pla
     REQUIRE(truth.fits);
     REQUIRE(planned.feasible);
     MESSAGE(std::string(c.cluster) << " seq " << c.seq_len << ": planned " << planned.best.knobs << " "
-                      << planned.best.summary.peak_memory_bytes << " B, " << planned.best.summary.step_time_s
-                      << " s; exhaustive " << truth.knobs << " " << truth.summary.peak_memory_bytes << " B, "
-                      << truth.summary.step_time_s << " s; knob settings exact " << planned.exact_settings
-                      << ", fallback " << planned.fallback_settings << ", heuristic " << planned.heuristic_settings);
+                                   << planned.best.summary.peak_memory_bytes << " B, "
+                                   << planned.best.summary.step_time_s << " s; exhaustive " << truth.knobs << " "
+                                   << truth.summary.peak_memory_bytes << " B, " << truth.summary.step_time_s
+                                   << " s; knob settings exact " << planned.exact_settings << ", fallback "
+                                   << planned.fallback_settings << ", heuristic " << planned.heuristic_settings);
     CHECK(planned.heuristic_settings == 0);
     CHECK(planned.fallback_settings == 0);
     CHECK(planned.best.summary.peak_memory_bytes == truth.summary.peak_memory_bytes);
