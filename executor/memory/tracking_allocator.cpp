@@ -50,8 +50,22 @@ void TrackingAllocator::record() {
   series_.push_back({clock_->now_s(), rank_, current_});
 }
 
+std::vector<float> TrackingAllocator::take_zeroed(std::int64_t elements) {
+  const auto size = static_cast<std::size_t>(elements);
+  const auto cached = cache_.find(size);
+  if (cached == cache_.end()) return std::vector<float>(size, 0.0f);
+  std::vector<float> storage = std::move(cached->second);
+  cache_.erase(cached);
+  std::fill(storage.begin(), storage.end(), 0.0f);
+  return storage;
+}
+
+void TrackingAllocator::give_back(std::vector<float>&& storage) {
+  if (!storage.empty()) cache_.emplace(storage.size(), std::move(storage));
+}
+
 TrackedBuffer::TrackedBuffer(TrackingAllocator& tracker, MemoryCategory category, std::int64_t elements)
-    : tracker_(&tracker), category_(category), values_(static_cast<std::size_t>(elements), 0.0f) {
+    : tracker_(&tracker), category_(category), values_(tracker.take_zeroed(elements)) {
   tracker_->allocate(category_, bytes());
 }
 
@@ -78,6 +92,7 @@ void TrackedBuffer::release() {
     tracker_->release(category_, bytes());
   } catch (...) {
   }
+  tracker_->give_back(std::move(values_));  // Note [Buffer cache]
   tracker_ = nullptr;
   std::vector<float>().swap(values_);
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "memory_category.h"
@@ -33,6 +34,14 @@ class TrackingAllocator {
   const MemoryByCategory& peak_by_category() const { return peak_by_category_; }  // each category's own maximum
   const std::vector<MemorySample>& series() const { return series_; }
 
+  // Note [Buffer cache]: storage for TrackedBuffer, kept for reuse like PyTorch's caching allocator (the blocks a
+  // step frees are the ones the next step asks for again). A fresh std::vector of a few MB is mmap'd and its pages
+  // are faulted in as it is zeroed: measured on CPU ranks, a whole-model unit's 3.2 MB gradient cost ~2 ms at its
+  // first backward op, 4× the cost model's fill at the memory rate (Op::zeroed_bytes). Reused storage is zeroed in
+  // place. The cache holds real memory the tracked bytes do not count (PyTorch's reserved vs allocated).
+  std::vector<float> take_zeroed(std::int64_t elements);
+  void give_back(std::vector<float>&& storage);
+
  private:
   void record();
 
@@ -43,6 +52,7 @@ class TrackingAllocator {
   MemoryByCategory peak_by_category_{};
   long long peak_total_ = 0;
   std::vector<MemorySample> series_;
+  std::multimap<std::size_t, std::vector<float>> cache_;  // by element count
 };
 
 // A float buffer whose bytes are accounted to one category for exactly its lifetime (RAII), so a buffer can never be
