@@ -10,11 +10,7 @@
 #include "unit_layout.h"
 
 namespace shardplan {
-
-// See Note [Lowering] in lowering.h.
-
-namespace {
-
+namespace {  // Note [Lowering] in lowering.h
 // An op of `kind` on `stream` for `unit` in micro-batch `micro`; the caller fills the rest.
 Op make_op(OpKind kind, StreamKind stream, int unit, int micro) {
   Op op;
@@ -388,8 +384,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     scatter.deps.push_back(last_backward_);
     const std::int64_t output_bytes = layout.grad_shard_elements * precision.reduce_bytes;
     scatter.allocates.push_back({MemoryCategory::comm_buffers, output_bytes});
-    // Note [Reduction buffers] (schedule.h): the output passes on to HSDP's all-reduce or the offload copy, which free
-    // it; otherwise the reduce-scatter holds it with its input.
+    // Note [Reduction buffers]: HSDP's all-reduce or the offload copy frees the output, else the reduce-scatter does.
     const bool offload = plan_.offload.params;
     const bool output_passes_on = offload || layout.replicas > 1;
     std::vector<MemoryChange> scatter_holds{{MemoryCategory::unsharded_grads, grad_copy}};

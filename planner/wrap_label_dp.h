@@ -108,6 +108,14 @@ inline std::vector<LayerRange> to_units(const StepTerms& terms, const std::vecto
   }
   return units;
 }
+// The wrapping a best-first search node stands for: its units from the leftmost placed one rightwards, through the
+// nodes' parents (`Node` has `leftmost` and `parent`, kNone at the last unit).
+template <class Node>
+std::vector<UnitChoice> wrapping_of(const std::vector<Node>& nodes, std::size_t index) {
+  std::vector<UnitChoice> choices;
+  for (std::size_t at = index; at != kNone; at = nodes[at].parent) choices.push_back(nodes[at].leftmost);
+  return choices;
+}
 inline std::vector<bool> to_kept(const std::vector<UnitChoice>& choices) {
   std::vector<bool> kept;
   for (const auto& choice : choices) kept.push_back(choice.kept);

@@ -57,8 +57,7 @@ LeastPeakResult least_peak_wrapping(const ModelSpec& model, const Plan& plan_tem
     // The reduce-scatter input the unit right above still holds (Note [Reduction buffers]).
     const std::int64_t held_above = node.parent == kNone ? 0 : context.held_by(nodes[node.parent].leftmost);
     if (node.complete) {
-      std::vector<UnitChoice> choices;
-      for (std::size_t at = index; at != kNone; at = nodes[at].parent) choices.push_back(nodes[at].leftmost);
+      const std::vector<UnitChoice> choices = wrapping_of(nodes, index);
       ++result.checked;
       const WrapCheck verdict = options.check(to_units(context.terms, choices), to_kept(choices));
       if (!result.found || verdict.peak_bytes < result.peak_bytes) {

@@ -135,8 +135,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
     queue.pop();
     const Node node = nodes[index];
     if (node.complete) {
-      std::vector<UnitChoice> choices;
-      for (std::size_t at = index; at != kNone; at = nodes[at].parent) choices.push_back(nodes[at].leftmost);
+      const std::vector<UnitChoice> choices = wrapping_of(nodes, index);
       if (std::equal(choices.begin(), choices.end(), floor_best.choices.begin(), floor_best.choices.end(),
                      [](const UnitChoice& a, const UnitChoice& b) {
                        return a.first_block == b.first_block && a.length == b.length && a.kept == b.kept;
