@@ -72,6 +72,15 @@ void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& 
 // The bounded wrap search's budget: wrappings simulated × blocks per wrapping (see Searcher::run).
 constexpr std::size_t kBoundedSearchBlocks = 20000;
 
+// "<knobs>, <how>, N unit(s) kept gathered": a candidate's description (kept flags count only where the template
+// reshards after forward; elsewhere every unit stays gathered anyway).
+std::string describe(const std::string& knobs, const std::string& how, const std::vector<bool>& kept,
+                     const Plan& base) {
+  const bool reshards = base.units.at(base.units.size() > 1 ? 1 : 0).reshard_after_forward.enabled;
+  const auto kept_count = reshards ? std::count(kept.begin(), kept.end(), true) : 0;
+  return knobs + ", " + how + (kept_count > 0 ? ", " + std::to_string(kept_count) + " unit(s) kept gathered" : "");
+}
+
 class Searcher {
  public:
   Searcher(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile, const TrainingConfig& training,
@@ -104,8 +113,25 @@ class Searcher {
   }
 
   void run(bool offload) {
+    std::vector<KnobSetting> proven;
     for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload)) {
       if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
+      if (search_setting(knobs, false)) proven.push_back(knobs);
+    }
+    // Note [Prefetch depth]: once every setting's best one-ahead plan is known, the depth searches prune hardest.
+    if (options_.objective != SearchObjective::time || !options_.joint_prefetch_depth) return;
+    for (const KnobSetting& knobs : proven) {
+      if (!search_setting(knobs, true)) {
+        --exact_settings_;
+        ++fallback_settings_;
+      }
+    }
+  }
+
+  // One knob setting. First pass (`depths` false): the one-ahead wrapping search, true when it is exact. Second pass:
+  // the search over prefetch depths, true when it finished.
+  bool search_setting(const KnobSetting& knobs, bool depths) {
+    {
       const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
       const std::string label = knobs.label();
       // partition (unit ends, 0 after a unit kept gathered) → the simulator's verdict
@@ -118,15 +144,55 @@ class Searcher {
           if (!kept.empty() && kept[k]) key.push_back(0);
         }
         if (const auto found = seen.find(key); found != seen.end()) return found->second;
-        std::string text = how;
-        std::size_t kept_count = 0;
-        for (bool flag : kept) kept_count += flag && base.units.at(1).reshard_after_forward.enabled ? 1 : 0;
-        if (kept_count > 0) text += ", " + std::to_string(kept_count) + " unit(s) kept gathered";
-        const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), label + ", " + text);
+        const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base));
         const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
         seen.emplace(key, verdict);
         return verdict;
       };
+      // Note [Prefetch depth]: the fastest fitting plan over wrappings × none / one / two units ahead, by branch
+      // and bound on the step model with free all-gathers and no issue overhead. That is a lower bound for every
+      // depth: shortening durations never lengthens the simulated step (slowdown ≤ 2, Note [Wrap DP]), and with
+      // free gathers every wait is met where it is reached, whatever the depth issued it. Its memory floor leaves
+      // out the neighbour a one-ahead prefetch holds (none ahead holds none). True when the search finished.
+      const auto search_prefetch_depths = [&](WrapSearchOptions depths) {
+        const ShardingLayout layout =
+            resolve_sharding(base.units.at(1).strategy, cluster_.world_size(), cluster_.gpus_per_node);
+        if (!layout.params_sharded()) return true;  // nothing is gathered: every depth is the same plan
+        HardwareProfile free_gathers = profile_;
+        free_gathers.collective_issue_overhead_s = 0;
+        for (bool spans_nodes : {false, true}) {
+          free_gathers.collective_fits.insert(free_gathers.collective_fits.begin(),
+                                              {"all_gather", layout.param_group, spans_nodes, 0.0, 1e30});
+        }
+        depths.model_is_exact = false;
+        depths.floor_holds_neighbours = false;
+        depths.max_checks = std::max<std::size_t>(48, kBoundedSearchBlocks / model_.block_count());
+        if (best_fit_.fits) depths.stop_above_s = best_fit_.summary.step_time_s;
+        depths.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+          WrapCheck best = try_units(units, "fastest fitting wrapping", kept);
+          const Plan built = plan_with_units(model_, base, units, kept);
+          for (int depth : {0, 2}) {
+            const PlanCandidate candidate =
+                evaluate(with_prefetch_depth(built, depth),
+                         describe(label, depth == 0 ? "fastest fitting wrapping, no prefetch"
+                                                    : "fastest fitting wrapping, prefetch 2 ahead",
+                                  kept, base));
+            if (candidate.fits && (!best.fits || candidate.summary.step_time_s < best.step_s)) {
+              best = {true, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
+            }
+          }
+          return best;
+        };
+        return !fastest_fitting_wrapping(model_, base, free_gathers, cluster_.world_size(), cluster_.gpus_per_node,
+                                         depths)
+                    .gave_up;
+      };
+      if (depths) {
+        WrapSearchOptions wrap;
+        wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
+        wrap.memory_cap_bytes = cap_;
+        return search_prefetch_depths(wrap);
+      }
       if (wrap_model_is_lower_bound(base)) {
         // Exact for this knob setting (Note [Wrap search]): the fastest wrapping whose simulated peak fits, or none
         // that fits and beats the best plan so far; by branch and bound where the model is a lower bound. For
@@ -158,7 +224,7 @@ class Searcher {
           searchable = !least.gave_up;
           if (searchable && (!least.found || least.peak_bytes > above)) {
             ++exact_settings_;  // proven: nothing here fits at or below the best peak so far
-            continue;
+            return true;
           }
           wrap.memory_cap_bytes = least.peak_bytes;
           if (best_fit_.fits && best_fit_.summary.peak_memory_bytes == least.peak_bytes) {
@@ -171,7 +237,7 @@ class Searcher {
           if (!searched.gave_up) {
             ++exact_settings_;
             if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
-            continue;
+            return true;
           }
         }
         ++fallback_settings_;  // too many wrappings to simulate: the per-cap DPs below instead
@@ -192,6 +258,7 @@ class Searcher {
         if (!dp_fits && !uniform_fits) break;
       }
     }
+    return false;
   }
 
   bool found_fit() const { return best_fit_.fits; }

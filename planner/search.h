@@ -27,8 +27,12 @@ struct SearchOptions {
   bool allow_offload = true;                        // CPU offload as a last resort
   bool with_baselines = true;                       // capacity sweeps skip them
   // After the joint search, try per-unit refinements of the best plan — prefetch depth 0 or 2, and keeping the last
-  // units gathered from forward to backward (reshard_after_forward = false) — keeping any that is faster and fits.
+  // units gathered from forward to backward (reshard_after_forward = false) — keeping any that is faster and fits
+  // (with joint_prefetch_depth the search has covered both already, where it finished).
   bool refine = true;
+  // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
+  // search.cpp); otherwise only by the refinements.
+  bool joint_prefetch_depth = true;
 };
 
 struct PlanCandidate {

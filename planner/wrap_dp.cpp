@@ -99,8 +99,9 @@ bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per
 
 std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
                                 int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
-                                const std::vector<bool>& kept_gathered) {
+                                const std::vector<bool>& kept_gathered, bool neighbours_gathered) {
   WrapContext context(model, plan_template, profile, world_size, gpus_per_node, 1, 0, false);
+  context.neighbours_gathered = neighbours_gathered;
   std::vector<UnitChoice> choices;
   std::size_t block = 0;
   const bool template_kept = context.template_kept;

@@ -115,6 +115,9 @@ struct WrapSearchOptions {
   // backward saves its backward all-gather and costs its parameters' memory over that time.
   bool per_unit_reshard = true;
   std::size_t max_checks = 48;  // give up after this many wrappings fail `check` (are checked, with a lower bound)
+  // The memory floor counts the neighbouring unit a one-ahead prefetch holds gathered; false for a search whose
+  // `check` also tries other prefetch depths (none ahead holds no neighbour).
+  bool floor_holds_neighbours = true;
   double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted
 };
 
@@ -156,9 +159,10 @@ LeastPeakResult least_peak_wrapping(const ModelSpec& model, const Plan& plan_tem
                                     std::int64_t stop_above_bytes = std::numeric_limits<std::int64_t>::max());
 
 // The memory floor of Note [Wrap search] for a complete wrapping: never above its simulated peak (tests check it).
+// `neighbours_gathered` = false: the floor for any prefetch depth (WrapSearchOptions::floor_holds_neighbours).
 std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_template, const HardwareProfile& profile,
                                 int world_size, int gpus_per_node, const std::vector<LayerRange>& units,
-                                const std::vector<bool>& kept_gathered = {});
+                                const std::vector<bool>& kept_gathered = {}, bool neighbours_gathered = true);
 
 // Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: no offload,
 // no HSDP replicas, gradient accumulation only with no_sync, the template's one-ahead prefetch lists (any profile:

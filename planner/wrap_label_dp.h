@@ -179,9 +179,10 @@ struct WrapContext {
     const auto& sizes = floor.sizes(p, b);
     const auto& left = floor.sizes(p - c, c);
     std::int64_t above =
-        std::min(slack, budget_bytes - MemoryFloor::backward_term(sizes, &left, left_kept, held_above_bytes));
+        std::min(slack, budget_bytes - MemoryFloor::backward_term(sizes, neighbours_gathered ? &left : nullptr,
+                                                                  left_kept, held_above_bytes));
     if (left_kept) above -= left.gathered;
-    return std::min(above, budget_bytes - MemoryFloor::forward_term(left, &sizes));
+    return std::min(above, budget_bytes - MemoryFloor::forward_term(left, neighbours_gathered ? &sizes : nullptr));
   }
   std::int64_t close_slack(std::int64_t slack, std::size_t b, std::int64_t held_above_bytes = 0) {
     return std::min(slack,
@@ -246,6 +247,8 @@ struct WrapContext {
   MemoryFloor floor;
   std::int64_t budget_bytes = std::numeric_limits<std::int64_t>::max() / 4;  // no cap: never binding
   std::vector<std::int64_t> least_persistent;  // by blocks [0, p): the least shards a wrapping of them holds
+  // The floor counts the neighbour a one-ahead prefetch holds gathered (WrapSearchOptions::floor_holds_neighbours).
+  bool neighbours_gathered = true;
 };
 
 // A partial wrapping from the right end (Note [Wrap DP]): everything right of the leftmost placed unit is final.

@@ -16,6 +16,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
                                           const WrapSearchOptions& options) {
   WrapContext with_choice(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
                           options.memory_cap_bytes, options.per_unit_reshard);
+  with_choice.neighbours_gathered = options.floor_holds_neighbours;
   WrapSearchResult result;
   // Nothing to do when no wrapping's lower bound beats the incumbent (the bounds alone cost far less than the DP).
   double least_s = kInf;
@@ -34,6 +35,7 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
   if (floor_best.overflow) {
     without_choice.emplace(model, plan_template, profile, world_size, gpus_per_node, options.max_unit_blocks,
                            options.memory_cap_bytes, false);
+    without_choice->neighbours_gathered = options.floor_holds_neighbours;
     floor_best = label_dp(*without_choice, true);
   }
   WrapContext& context = without_choice ? *without_choice : with_choice;

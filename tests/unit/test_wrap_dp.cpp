@@ -5,6 +5,8 @@
 #include "decoder_builder.h"
 #include "lowering.h"
 #include "model_presets.h"
+#include "search.h"
+#include "sharding.h"
 #include "simulator.h"
 #include "wrap_dp.h"
 
@@ -321,4 +323,47 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
   MESSAGE("most wrappings simulated by one search: " << max_checked << "; kept choice dropped in " << dropped_choice);
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
   CHECK(gave_up == 0);                 // and its budget does not run out (2 of 50 did before the turn and held terms)
+}
+
+// Note [Prefetch depth] (search.cpp): the step model with free all-gathers and no issue overhead is a lower bound of
+// the simulated step at every prefetch depth, and the floor without the neighbour a one-ahead prefetch holds is a
+// lower bound of the simulated peak at every depth.
+TEST_CASE("wrap dp: free all-gathers bound the step at every prefetch depth; the neighbour-free floor every peak") {
+  const Case cases[] = {
+      {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 4096},
+      {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024, 1.3, 2e-5},
+      {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::none, 512, 1.2, 1e-5, 1e-4},
+      {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::full, 128, 1.2, 2e-4, 2e-4, 2, false},
+  };
+  for (const Case& c : cases) {
+    const std::string name = std::string(c.model) + " on " + c.cluster + " " + c.strategy;
+    INFO(name);
+    const CaseSetup setup = set_up(c);
+    const auto& [model, cluster, profile, base] = setup;
+    const ShardingLayout layout =
+        resolve_sharding(base.units[1].strategy, cluster.world_size(), cluster.gpus_per_node);
+    HardwareProfile free_gathers = profile;
+    free_gathers.collective_issue_overhead_s = 0;
+    for (bool spans_nodes : {false, true}) {
+      free_gathers.collective_fits.insert(free_gathers.collective_fits.begin(),
+                                          {"all_gather", layout.param_group, spans_nodes, 0.0, 1e30});
+    }
+    double least_ratio = 1;
+    for (const auto& units : all_partitions(base.units[1].layers.begin, model.block_count(), 6)) {
+      const double bound_s =
+          modelled_step_time_s(model, base, free_gathers, cluster.world_size(), cluster.gpus_per_node, units);
+      const std::int64_t floor = memory_floor_bytes(model, base, profile, cluster.world_size(), cluster.gpus_per_node,
+                                                    units, {}, false);
+      for (int depth : {0, 1, 2}) {
+        const Plan one_ahead = plan_with_units(model, base, units);
+        const Simulated sim =
+            simulated(model, depth == 1 ? one_ahead : with_prefetch_depth(one_ahead, depth), cluster, profile);
+        REQUIRE(bound_s <= sim.step_s * (1 + 1e-9));
+        REQUIRE(floor <= sim.peak_bytes);
+        least_ratio = std::min(least_ratio, bound_s / sim.step_s);
+      }
+    }
+    MESSAGE(name << ": the bound is at least " << least_ratio
+                    << " of the simulated step over every partition and depth");
+  }
 }
