@@ -1,0 +1,105 @@
+// The plan search's knob settings: sharding strategies (hybrid shard groups included), activation checkpointing
+// patterns and micro-batches for a fixed global batch, and the per-block plan each setting starts from.
+#include <string>
+#include <vector>
+
+#include "search.h"
+
+namespace shardplan {
+namespace {
+
+std::string strategy_text(const ShardingStrategy& strategy) {
+  std::string text = to_string(strategy.kind);
+  if (strategy.shard_group_size > 0) text += ":" + std::to_string(strategy.shard_group_size);
+  return text;
+}
+
+std::vector<ShardingStrategy> strategies_for(const Cluster& cluster) {
+  const int world = cluster.world_size();
+  std::vector<ShardingStrategy> result;
+  const auto add = [&](StrategyKind kind, int group) {
+    ShardingStrategy strategy;
+    strategy.kind = kind;
+    strategy.shard_group_size = group;
+    result.push_back(strategy);
+  };
+  add(StrategyKind::full_shard, 0);
+  add(StrategyKind::shard_grad_op, 0);
+  add(StrategyKind::no_shard, 0);
+  // Hybrid shard groups (the shard group size; replicas = world / group): divisors of the GPUs per node (the
+  // shard group stays on one node's fast links), and whole numbers of nodes that divide the world (the shard group
+  // spans nodes: fewer replicas, so less memory per GPU than one node's group, for models that need it — ZeRO++'s
+  // hierarchical partitioning and FSDP2's 2-D device mesh allow any such shape). Always below the world, which is
+  // full_shard.
+  const auto add_hybrid = [&](int group) {
+    if (world % group != 0 || group >= world || group < 2) return;
+    add(StrategyKind::hybrid_shard, group);
+    add(StrategyKind::hybrid_shard_zero2, group);
+  };
+  for (int group = 2; group <= cluster.gpus_per_node; ++group) {
+    if (cluster.gpus_per_node % group == 0) add_hybrid(group);
+  }
+  for (int nodes = 2; nodes < cluster.nodes; ++nodes) add_hybrid(nodes * cluster.gpus_per_node);
+  return result;
+}
+
+// Checkpointing patterns: none, selective (only when the scores are materialised), full, and partial ones — full
+// recompute on the first quarter, half or three quarters of the blocks ("25%", "50%", "75%"), since every block
+// saves the same memory and checkpointing only as many as the cap needs costs the least recompute.
+void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& pattern) {
+  std::size_t blocks_seen = 0;
+  std::size_t checkpointed = 0;
+  if (pattern == "full") checkpointed = model.block_count();
+  if (pattern == "25%" || pattern == "50%" || pattern == "75%") {
+    checkpointed = model.block_count() * static_cast<std::size_t>(std::stoi(pattern)) / 100;
+  }
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind != LayerKind::transformer_block) continue;
+    ActivationCheckpointing mode = ActivationCheckpointing::none;
+    if (blocks_seen < checkpointed) mode = ActivationCheckpointing::full;
+    if (pattern == "selective") mode = ActivationCheckpointing::selective;
+    plan.layer_checkpointing[layer] = mode;
+    ++blocks_seen;
+  }
+}
+
+}  // namespace
+
+std::string KnobSetting::label() const {
+  return strategy_text(strategy) + ", AC " + ac + ", micro-batch " + std::to_string(micro_batch) +
+         (offload ? ", CPU offload" : "");
+}
+
+std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload) {
+  std::vector<std::int64_t> micro_batches = {training.micro_batch};
+  if (training.global_batch > 0) {
+    // A fixed global batch: every micro-batch that divides it evenly (the rest is gradient accumulation).
+    micro_batches.clear();
+    const std::int64_t per_rank = training.global_batch / cluster.world_size();
+    for (std::int64_t micro = 1; micro <= per_rank; micro *= 2) {
+      if (training.global_batch % (micro * cluster.world_size()) == 0) micro_batches.push_back(micro);
+    }
+    if (micro_batches.empty()) micro_batches.push_back(1);  // the global-batch error surfaces in lowering
+  }
+  std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full"};
+  if (!training.flash_attention) patterns.push_back("selective");
+  std::vector<KnobSetting> settings;
+  for (const auto& strategy : strategies_for(cluster)) {
+    for (const auto& pattern : patterns) {
+      for (auto micro : micro_batches) settings.push_back({strategy, pattern, micro, offload});
+    }
+  }
+  return settings;
+}
+
+Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
+                    const KnobSetting& knobs) {
+  TrainingConfig adjusted = training;
+  adjusted.micro_batch = knobs.micro_batch;
+  Plan plan = default_plan(model, adjusted, knobs.strategy, wrap_per_block(model), cluster.world_size());
+  apply_checkpointing(plan, model, knobs.ac);
+  plan.offload.params = knobs.offload;
+  return plan;
+}
+
+}  // namespace shardplan
