@@ -40,6 +40,17 @@ StepSchedule unprefetched_toy_schedule() {
   return lower_plan(plan, model, toy_options(2));
 }
 
+// A host-overhead key of the profile JSON: written from `profile`, read back by --profile, refused when negative.
+void check_profile_key(const HardwareProfile& profile, const char* key, double value,
+                       double HardwareProfile::*field) {
+  const nlohmann::json document = {{"schema", "shardplan.profile/v1"}, {key, value}};
+  CHECK(to_json(profile).at(key).get<double>() == doctest::Approx(value));
+  CHECK(apply_profile_json(HardwareProfile{}, document, "p.json").*field == doctest::Approx(value));
+  nlohmann::json bad = document;
+  bad[key] = -1;
+  CHECK_THROWS_AS(apply_profile_json(HardwareProfile{}, bad, "p.json"), InputError);
+}
+
 }  // namespace
 
 TEST_CASE("simulator: 2 units, no prefetch — the step is the serial sum") {
@@ -216,13 +227,7 @@ TEST_CASE("simulator: a per-op dispatch overhead lengthens every compute op, ser
     if (op.kind == OpKind::wait || op.kind == OpKind::free_unsharded) CHECK(event.duration_s() == 0.0);
   }
   // The profile JSON carries it, and a negative value is refused.
-  const nlohmann::json document = {{"schema", "shardplan.profile/v1"}, {"op_dispatch_overhead_s", 0.5 * ms}};
-  CHECK(to_json(profile).at("op_dispatch_overhead_s").get<double>() == doctest::Approx(0.5 * ms));
-  const HardwareProfile read = apply_profile_json(HardwareProfile{}, document, "p.json");
-  CHECK(read.op_dispatch_overhead_s == doctest::Approx(0.5 * ms));
-  nlohmann::json bad = document;
-  bad["op_dispatch_overhead_s"] = -1;
-  CHECK_THROWS_AS(apply_profile_json(HardwareProfile{}, bad, "p.json"), InputError);
+  check_profile_key(profile, "op_dispatch_overhead_s", 0.5 * ms, &HardwareProfile::op_dispatch_overhead_s);
 }
 
 TEST_CASE("simulator: a collective's issue overhead lengthens the compute stream where it is issued") {
@@ -246,13 +251,7 @@ TEST_CASE("simulator: a collective's issue overhead lengthens the compute stream
     CHECK(result.timeline.events[index].start_s >= base.timeline.events[index].start_s + 0.3 * ms - 1e-12);
   }
   // The profile JSON carries it, and a negative value is refused.
-  const nlohmann::json document = {{"schema", "shardplan.profile/v1"}, {"collective_issue_overhead_s", 0.3 * ms}};
-  CHECK(to_json(profile).at("collective_issue_overhead_s").get<double>() == doctest::Approx(0.3 * ms));
-  CHECK(apply_profile_json(HardwareProfile{}, document, "p.json").collective_issue_overhead_s ==
-        doctest::Approx(0.3 * ms));
-  nlohmann::json bad = document;
-  bad["collective_issue_overhead_s"] = -1;
-  CHECK_THROWS_AS(apply_profile_json(HardwareProfile{}, bad, "p.json"), InputError);
+  check_profile_key(profile, "collective_issue_overhead_s", 0.3 * ms, &HardwareProfile::collective_issue_overhead_s);
 }
 
 TEST_CASE("simulator: a unit's first backward op also zero-fills its gradient buffer, at the memory rate") {
