@@ -28,34 +28,67 @@ namespace shardplan::cli {
 
 namespace {
 
-int run_on_cpu(const RunFlags& flags) {
-  comm::MpiSession session;
-  comm::MpiCommunicator world(MPI_COMM_WORLD);
-  const int size = world.size();
-  const bool lead = world.rank() == 0;
-  // Set-up errors (model, plan, data) happen identically on every rank before any collective, so they propagate
-  // normally (exit 2/1); once training runs, a failing rank brings the whole job down (Communicator::abort).
-  const ModelSpec model = load_model(flags.model);
-  const Plan plan = run_plan(flags, model, size);
-  if (flags.steps < 1) throw InputError("--steps: expected at least 1, got " + std::to_string(flags.steps));
+// Note [Interleaved runs]: with several --plan, one launch trains every plan, step by step in turn (step 0 of each
+// plan, then step 1 of each, ...), each with its own runner, tracked memory, dataset stream and outcome. A shared
+// machine's speed drifts by tens of per cent within seconds (measured on the 2-core CI machines: one plan's median
+// step 0.021 vs 0.030 s in runs a minute apart, and 0.030 -> 0.026 s inside one run); plans run in separate launches
+// meet different machines, so comparing them — or checking a calibration against held-out plans — measures the drift.
+// Interleaved, every plan's steps sample the same stretch of time. Each plan computes what it would alone (same
+// seed, same batches: the tests check the losses are identical), and its tracked peak is its own.
+struct CpuPlanRun {
+  RunFlags flags;  // this plan's: its plan_file and trace_file
+  Plan plan;
+  std::unique_ptr<runtime::ByteTextDataset> data;
+  std::unique_ptr<runner::Runner> runner;
+  RunOutcome outcome;
+};
+
+std::unique_ptr<runtime::ByteTextDataset> plan_dataset(const RunFlags& flags, const Plan& plan) {
   runtime::ByteTextDatasetOptions data_options;
   data_options.path = flags.data_file;
   data_options.micro_batch = static_cast<int>(plan.training.micro_batch);
   data_options.seq_len = static_cast<int>(plan.training.seq_len);
-  const runtime::ByteTextDataset data(data_options);
-  runner::RunnerOptions options;
-  options.seed = flags.seed;
-  runner::Runner runner(model, plan, world, options);
-  const int k = runner.schedule().micro_batches;
-  // The dataset position a checkpoint after `step` steps records: the first batch index of the next step.
-  const auto position_after = [&](std::int64_t step) {
-    return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(size);
-  };
+  return std::make_unique<runtime::ByteTextDataset>(data_options);
+}
+
+int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
+  comm::MpiSession session;
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  const bool lead = world.rank() == 0;
+  const RunFlags& flags = plan_flags.front();  // every flag but the plan and trace is shared
+  const bool interleaved = plan_flags.size() > 1;
+  // Set-up errors (model, plan, data) happen identically on every rank before any collective, so they propagate
+  // normally (exit 2/1); once training runs, a failing rank brings the whole job down (Communicator::abort).
+  const ModelSpec model = load_model(flags.model);
+  if (flags.steps < 1) throw InputError("--steps: expected at least 1, got " + std::to_string(flags.steps));
   if (flags.checkpoint_every < 0) {
     throw InputError("--checkpoint-every: expected 0 (only after the last step) or more, got " +
                      std::to_string(flags.checkpoint_every));
   }
   if (flags.resume && flags.checkpoint_dir.empty()) throw InputError("--resume: needs --checkpoint-dir");
+  if (interleaved && (!flags.checkpoint_dir.empty() || flags.resume)) {
+    throw InputError("--checkpoint-dir/--resume: checkpoint one plan at a time, got " +
+                     std::to_string(plan_flags.size()) + " --plan");
+  }
+  runner::RunnerOptions options;
+  options.seed = flags.seed;
+  std::vector<CpuPlanRun> runs(plan_flags.size());
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    CpuPlanRun& run = runs[i];
+    run.flags = plan_flags[i];
+    run.plan = run_plan(run.flags, model, size);
+    run.data = plan_dataset(run.flags, run.plan);
+    run.runner = std::make_unique<runner::Runner>(model, run.plan, world, options);
+    run.outcome.executor = "cpu";
+    run.outcome.world_size = size;
+  }
+  runner::Runner& runner = *runs.front().runner;
+  const int k = runner.schedule().micro_batches;
+  // The dataset position a checkpoint after `step` steps records: the first batch index of the next step.
+  const auto position_after = [&](std::int64_t step) {
+    return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(size);
+  };
   std::int64_t first_step = 0;
   if (flags.resume) {
     // Collective and agreed: a damaged checkpoint is an InputError on every rank, so no abort is needed here.
@@ -71,41 +104,73 @@ int run_on_cpu(const RunFlags& flags) {
                        std::to_string(flags.steps) + " (the total) leaves nothing to run");
     }
     if (lead && !flags.json) std::printf("resumed from %s\n", resumed.step_dir.c_str());
+    runs.front().outcome.resumed_from_step = first_step;
   }
 
-  RunOutcome outcome;
-  outcome.executor = "cpu";
-  outcome.world_size = size;
-  if (flags.resume) outcome.resumed_from_step = first_step;
-  runner::StepReport& last = outcome.last;
   try {
     for (std::int64_t step = first_step; step < flags.steps; ++step) {
-      outcome.add_step(step, runner.step(runner::rank_micro_batches(data, step, k, size, world.rank())));
-      if (lead && !flags.json) print_step_line(step, last);
+      for (CpuPlanRun& run : runs) {
+        const int micro_batches = run.runner->schedule().micro_batches;
+        run.outcome.add_step(
+            step, run.runner->step(runner::rank_micro_batches(*run.data, step, micro_batches, size, world.rank())));
+        if (lead && !flags.json) print_step_line(step, run.outcome.last, interleaved ? run.flags.plan_file : "");
+      }
       const bool last_step = step + 1 == flags.steps;
       const bool periodic = flags.checkpoint_every > 0 && (step + 1) % flags.checkpoint_every == 0;
       if (!flags.checkpoint_dir.empty() && (periodic || last_step)) {
-        outcome.checkpoint =
+        runs.front().outcome.checkpoint =
             runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1)).step_dir;
-        if (lead && !flags.json) std::printf("checkpoint written to %s\n", outcome.checkpoint.c_str());
+        if (lead && !flags.json) std::printf("checkpoint written to %s\n", runs.front().outcome.checkpoint.c_str());
       }
     }
-    write_run_trace(flags, plan, model, outcome, world.native(), size);
+    for (CpuPlanRun& run : runs) write_run_trace(run.flags, run.plan, model, run.outcome, world.native(), size);
   } catch (const std::exception& error) {
     if (size == 1) throw;
     world.abort(std::string("shardplan run: ") + error.what());
   }
-  if (lead) print_run_outcome(flags, model, plan, outcome);
+  if (!lead) return 0;
+  if (!interleaved) {
+    print_run_outcome(flags, model, runs.front().plan, runs.front().outcome);
+  } else if (flags.json) {
+    nlohmann::json document = {{"schema", "shardplan.runs/v1"}, {"interleaved", true},
+                               {"runs", nlohmann::json::array()}};
+    for (const CpuPlanRun& run : runs) document["runs"].push_back(run_outcome_json(run.flags, model, run.plan, run.outcome));
+    print_json(document);
+  } else {
+    for (const CpuPlanRun& run : runs) print_run_outcome(run.flags, model, run.plan, run.outcome);
+  }
   return 0;
+}
+
+// One RunFlags per --plan (each with its plan_file and trace_file); none given: FSDP's usual plan, once.
+std::vector<RunFlags> per_plan_flags(const RunFlags& flags) {
+  if (!flags.trace_files.empty() && flags.trace_files.size() != std::max<std::size_t>(1, flags.plan_files.size())) {
+    throw InputError("--trace: expected one per --plan (" + std::to_string(flags.plan_files.size()) + "), got " +
+                     std::to_string(flags.trace_files.size()));
+  }
+  std::vector<RunFlags> runs;
+  const std::size_t count = std::max<std::size_t>(1, flags.plan_files.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    RunFlags run = flags;
+    run.plan_file = flags.plan_files.empty() ? std::string() : flags.plan_files[i];
+    run.trace_file = flags.trace_files.empty() ? std::string() : flags.trace_files[i];
+    runs.push_back(std::move(run));
+  }
+  return runs;
 }
 
 int run(const RunFlags& flags) {
   if (flags.device != "auto" && flags.device != "cpu" && flags.device != "gpu") {
     throw InputError("--device: expected auto, cpu or gpu, got '" + flags.device + "'");
   }
+  const std::vector<RunFlags> runs = per_plan_flags(flags);
+  const bool interleaved = runs.size() > 1;
 #ifdef SHARDPLAN_HAVE_GPU_EXECUTOR
-  if (flags.device == "gpu") return run_on_gpu(flags);
-  if (flags.device == "auto") {
+  if (flags.device == "gpu") {
+    if (interleaved) throw InputError("--plan: several plans run interleaved on the CPU executor only (--device cpu)");
+    return run_on_gpu(runs.front());
+  }
+  if (flags.device == "auto" && !interleaved) {
     // The GPU when every rank on this host can have its own device (Note [Device per rank] in nccl_bootstrap.h);
     // the launcher says how many ranks share the host (Open MPI, MPICH/Hydra), a plain process is one.
     const gpu::DeviceProbe probe = gpu::probe_devices();
@@ -113,7 +178,7 @@ int run(const RunFlags& flags) {
     for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
       if (const char* value = std::getenv(name)) local_ranks = std::max(1, std::atoi(value));
     }
-    if (probe.usable() && local_ranks <= probe.device_count) return run_on_gpu(flags);
+    if (probe.usable() && local_ranks <= probe.device_count) return run_on_gpu(runs.front());
   }
 #else
   if (flags.device == "gpu") {
@@ -121,7 +186,7 @@ int run(const RunFlags& flags) {
                      "MPI at `meson setup`)");
   }
 #endif
-  return run_on_cpu(flags);
+  return run_on_cpu(runs);
 }
 
 }  // namespace
@@ -131,7 +196,9 @@ Action add_run_command(CLI::App& app) {
       "run", "run a plan under mpirun on CPU ranks (MPI + Eigen, fp32) or GPUs (NCCL + CUDA) and measure it");
   auto flags = std::make_shared<RunFlags>();
   command->add_option("--model,-m", flags->model, "preset, model JSON or HF config.json")->capture_default_str();
-  command->add_option("--plan,-p", flags->plan_file, "plan JSON; default: FSDP's usual plan for the world");
+  command->add_option("--plan,-p", flags->plan_files,
+                      "plan JSON; default: FSDP's usual plan for the world. Several: one launch trains them all, "
+                      "their steps interleaved (CPU executor), so every plan meets the same machine");
   command->add_option("--device", flags->device,
                       "auto (the GPU when built with it and each rank on the host has a device), cpu or gpu")
       ->capture_default_str();
@@ -147,7 +214,8 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--micro-batch", flags->micro_batch, "sequences per rank per micro-batch")->capture_default_str();
   command->add_option("--global-batch", flags->global_batch, "sequences per step (0: one micro-batch per rank)");
   command->add_option("--seed", flags->seed, "parameter init seed")->capture_default_str();
-  command->add_option("--trace", flags->trace_file, "write the last step's measured timeline (all ranks)");
+  command->add_option("--trace", flags->trace_files,
+                      "write the last step's measured timeline (all ranks); one per --plan");
   command->add_flag("--json", flags->json, "print the summary as JSON (rank 0)");
   command->add_option("--checkpoint-dir", flags->checkpoint_dir,
                       "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them");

@@ -82,8 +82,9 @@ void RunOutcome::add_step(std::int64_t step, runner::StepReport report) {
   last = std::move(report);
 }
 
-void print_step_line(std::int64_t step, const runner::StepReport& report) {
+void print_step_line(std::int64_t step, const runner::StepReport& report, const std::string& plan_label) {
   const double tokens_per_s = static_cast<double>(report.tokens) / report.step_time_s;
+  if (!plan_label.empty()) std::printf("%s ", plan_label.c_str());
   std::printf("step %lld: loss %.6f, %.4f s, %.0f tokens/s, tracked peak %.2f MiB (rank 0)\n",
               static_cast<long long>(step), report.loss, report.step_time_s, tokens_per_s,
               static_cast<double>(report.peak_bytes) / (1 << 20));
@@ -101,24 +102,31 @@ void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& m
   if (rank == 0) write_chrome_trace(trace, flags.trace_file);
 }
 
+nlohmann::json run_outcome_json(const RunFlags& flags, const ModelSpec& model, const Plan& plan,
+                                const RunOutcome& outcome) {
+  const runner::StepReport& last = outcome.last;
+  nlohmann::json document = {{"schema", "shardplan.run/v1"}, {"model", model.name},
+                             {"executor", outcome.executor}, {"world_size", outcome.world_size},
+                             {"plan", to_json(plan, model)}, {"steps", outcome.steps},
+                             // The median step (the first one warms caches and allocators up).
+                             {"step_time_s", median_s(outcome.step_times_s)},
+                             {"tokens_per_s", static_cast<double>(last.tokens) / median_s(outcome.step_times_s)},
+                             {"peak_memory_bytes", outcome.peak_bytes},
+                             {"memory_at_peak", memory_json(outcome.memory_at_peak)},
+                             {"last_step_peak_memory_bytes", last.peak_bytes},
+                             {"peak_by_category", memory_json(last.peak_by_category)}};
+  if (!flags.plan_file.empty()) document["plan_file"] = flags.plan_file;
+  if (last.allocator_peak_bytes > 0) document["allocator_peak_bytes"] = last.allocator_peak_bytes;
+  if (!flags.trace_file.empty()) document["trace"] = flags.trace_file;
+  if (outcome.resumed_from_step >= 0) document["resumed_from_step"] = outcome.resumed_from_step;
+  if (!outcome.checkpoint.empty()) document["checkpoint"] = outcome.checkpoint;
+  return document;
+}
+
 void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan& plan, const RunOutcome& outcome) {
   const runner::StepReport& last = outcome.last;
   if (flags.json) {
-    nlohmann::json document = {{"schema", "shardplan.run/v1"}, {"model", model.name},
-                               {"executor", outcome.executor}, {"world_size", outcome.world_size},
-                               {"plan", to_json(plan, model)}, {"steps", outcome.steps},
-                               // The median step (the first one warms caches and allocators up).
-                               {"step_time_s", median_s(outcome.step_times_s)},
-                               {"tokens_per_s", static_cast<double>(last.tokens) / median_s(outcome.step_times_s)},
-                               {"peak_memory_bytes", outcome.peak_bytes},
-                               {"memory_at_peak", memory_json(outcome.memory_at_peak)},
-                               {"last_step_peak_memory_bytes", last.peak_bytes},
-                               {"peak_by_category", memory_json(last.peak_by_category)}};
-    if (last.allocator_peak_bytes > 0) document["allocator_peak_bytes"] = last.allocator_peak_bytes;
-    if (!flags.trace_file.empty()) document["trace"] = flags.trace_file;
-    if (outcome.resumed_from_step >= 0) document["resumed_from_step"] = outcome.resumed_from_step;
-    if (!outcome.checkpoint.empty()) document["checkpoint"] = outcome.checkpoint;
-    print_json(document);
+    print_json(run_outcome_json(flags, model, plan, outcome));
     return;
   }
   std::printf("model %s, plan '%s' (%zu units), %d ranks on the %s executor; tracked peak on rank 0 (%lld B, the "
@@ -132,6 +140,8 @@ void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan
   if (last.allocator_peak_bytes > 0) {
     std::printf("  device pool high-water mark %lld B\n", last.allocator_peak_bytes);
   }
+  std::printf("median step time %.4f s over %zu step(s)\n", median_s(outcome.step_times_s),
+              outcome.step_times_s.size());
   if (!flags.trace_file.empty()) std::cout << "trace written to " << flags.trace_file << "\n";
 }
 

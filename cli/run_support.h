@@ -19,7 +19,8 @@ namespace shardplan::cli {
 
 struct RunFlags {
   std::string model = "tiny-llama";
-  std::string plan_file;
+  std::string plan_file;                 // the plan this run trains (per_plan_flags sets it from plan_files)
+  std::vector<std::string> plan_files;   // --plan, each given: several run interleaved (Note [Interleaved runs])
   std::string strategy = "full_shard";
   std::string units = "per-block";
   std::string ac = "none";
@@ -27,6 +28,7 @@ struct RunFlags {
   std::string device = "auto";  // auto: the GPU executor when it is built and a CUDA device is usable, else the CPU
   std::string data_file = "/usr/share/common-licenses/GPL-3";
   std::string trace_file;
+  std::vector<std::string> trace_files;  // --trace, one per --plan
   std::int64_t steps = 3;
   std::int64_t seq_len = 64;
   std::int64_t micro_batch = 1;
@@ -66,8 +68,11 @@ struct RunOutcome {
   // Records one finished step (its JSON line, time and peak) and keeps it as `last`.
   void add_step(std::int64_t step, runner::StepReport report);
 };
-// The per-step line rank 0 prints unless --json.
-void print_step_line(std::int64_t step, const runner::StepReport& report);
+// The per-step line rank 0 prints unless --json; `plan_label` names the plan when a launch runs several.
+void print_step_line(std::int64_t step, const runner::StepReport& report, const std::string& plan_label = "");
+// A run's summary, shardplan.run/v1.
+nlohmann::json run_outcome_json(const RunFlags& flags, const ModelSpec& model, const Plan& plan,
+                                const RunOutcome& outcome);
 // The closing summary (text or, with --json, shardplan.run/v1).
 void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan& plan, const RunOutcome& outcome);
 // Writes the merged trace of the last step (rank 0) with the plan in its metadata, so `calibrate` can re-lower it,

@@ -108,4 +108,17 @@ inline RunResult run_program(const std::string& binary, const std::vector<std::s
 // Runs the shardplan binary under test (SHARDPLAN_BIN).
 inline RunResult run_shardplan(const std::vector<std::string>& args) { return run_program(shardplan_binary(), args); }
 
+// What a test that needs mpirun says when it cannot run here.
+inline constexpr const char* kNoMpirun = "skipped: this shardplan was built without MPI, or mpirun is not on PATH";
+
+// True when this shardplan has `run` (built with MPI) and mpirun is on PATH; then lets Open MPI run as root, as CI
+// does (the developers' guide: OMPI_ALLOW_RUN_AS_ROOT and its confirmation).
+inline bool mpirun_ready() {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) return false;
+  if (run_shardplan({"run", "--help"}).exit_status != 0) return false;
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  return true;
+}
+
 }  // namespace shardplan_test

@@ -24,10 +24,6 @@ using shardplan_test::RunResult;
 using shardplan_test::run_program;
 using shardplan_test::run_shardplan;
 
-bool can_run_mpi() {
-  return run_shardplan({"run", "--help"}).exit_status == 0 && std::system("command -v mpirun > /dev/null 2>&1") == 0;
-}
-
 RunResult mpirun(int ranks, std::vector<std::string> args) {
   std::vector<std::string> command = {"-np", std::to_string(ranks), "--oversubscribe",
                                       shardplan_test::shardplan_binary()};
@@ -40,12 +36,10 @@ double relative_error(double predicted, double measured) { return std::abs(predi
 }  // namespace
 
 TEST_CASE("calibrated on plan A alone, held-out plans' predicted peaks are within 2% of their tracked peaks") {
-  if (!can_run_mpi()) {
-    MESSAGE("skipped: this shardplan was built without MPI, or mpirun is not on PATH");
+  if (!shardplan_test::mpirun_ready()) {
+    MESSAGE(shardplan_test::kNoMpirun);
     return;
   }
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-loop-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string trace = (dir / "a.trace.json").string(), profile = (dir / "profile.json").string();

@@ -20,21 +20,13 @@ using shardplan_test::RunResult;
 using shardplan_test::run_program;
 using shardplan_test::run_shardplan;
 
-bool mpi_run_available() {
-  // `run` exists only in binaries built with MPI; mpirun must be on PATH.
-  return std::system("command -v mpirun > /dev/null 2>&1") == 0 &&
-         run_shardplan({"run", "--help"}).exit_status == 0;
-}
-
 }  // namespace
 
 TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predicted one op for op") {
-  if (!mpi_run_available()) {
-    MESSAGE("skipped: this shardplan was built without MPI, or mpirun is not on PATH");
+  if (!shardplan_test::mpirun_ready()) {
+    MESSAGE(shardplan_test::kNoMpirun);
     return;
   }
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-run-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string plan = "examples/plans/tiny-llama-per-block.json";
@@ -84,12 +76,10 @@ TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predic
 }
 
 TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated shard is refused with exit 2") {
-  if (!mpi_run_available()) {
-    MESSAGE("skipped: this shardplan was built without MPI, or mpirun is not on PATH");
+  if (!shardplan_test::mpirun_ready()) {
+    MESSAGE(shardplan_test::kNoMpirun);
     return;
   }
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-ckpt-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const std::string checkpoints = (dir / "ck").string();
@@ -123,5 +113,63 @@ TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated
   const RunResult refused = run({"--steps", "6", "--checkpoint-dir", checkpoints, "--resume"});
   CHECK(refused.exit_status != 0);
   CHECK(refused.err.find("truncated") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("`run` with several --plan interleaves them: each trains and peaks exactly as it does alone") {
+  if (!shardplan_test::mpirun_ready()) {
+    MESSAGE(shardplan_test::kNoMpirun);
+    return;
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-interleaved-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run",
+                                     "--device", "cpu", "--steps", "3", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_program("mpirun", args);
+  };
+  // Different unit counts, strategies and AC: plans that share nothing but the world.
+  const std::vector<std::string> plans = {"examples/plans/tiny-llama-per-block.json",
+                                          "examples/plans/tiny-llama-shard-grad-op-whole.json",
+                                          "examples/plans/tiny-llama-2-blocks-full-ac.json"};
+  const std::string trace_a = (dir / "a.json").string(), trace_b = (dir / "b.json").string(),
+                    trace_c = (dir / "c.json").string();
+  const RunResult together = run({"--plan", plans[0], "--plan", plans[1], "--plan", plans[2], "--trace", trace_a,
+                                  "--trace", trace_b, "--trace", trace_c});
+  INFO(together.err);
+  REQUIRE(together.exit_status == 0);
+  const json summary = json::parse(together.out);
+  CHECK(summary.at("schema") == "shardplan.runs/v1");
+  CHECK(summary.at("interleaved") == true);
+  REQUIRE(summary.at("runs").size() == plans.size());
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    CAPTURE(plans[i]);
+    const json& mine = summary.at("runs")[i];
+    CHECK(mine.at("plan_file") == plans[i]);
+    const RunResult alone = run({"--plan", plans[i]});
+    REQUIRE(alone.exit_status == 0);
+    const json single = json::parse(alone.out);
+    REQUIRE(mine.at("steps").size() == single.at("steps").size());
+    for (std::size_t step = 0; step < single.at("steps").size(); ++step) {
+      // Bit-equal: the same seed and batches, and nothing of another plan's runner reaches this one's.
+      CHECK(mine.at("steps")[step].at("loss").get<double>() == single.at("steps")[step].at("loss").get<double>());
+    }
+    CHECK(mine.at("peak_memory_bytes") == single.at("peak_memory_bytes"));
+  }
+  // Each trace is its own plan's: its metadata carries the plan it was lowered from.
+  for (const auto& [path, index] : {std::pair{trace_a, 0}, std::pair{trace_b, 1}, std::pair{trace_c, 2}}) {
+    const shardplan::Timeline trace = shardplan::read_chrome_trace(path);
+    CHECK(trace.metadata.at("plan") == summary.at("runs")[static_cast<std::size_t>(index)].at("plan").at("name"));
+  }
+
+  const RunResult wrong_traces = run({"--plan", plans[0], "--plan", plans[1], "--trace", trace_a});
+  CHECK(wrong_traces.exit_status == 2);
+  CHECK(wrong_traces.err.find("--trace: expected one per --plan (2), got 1") != std::string::npos);
+  const RunResult checkpointed =
+      run({"--plan", plans[0], "--plan", plans[1], "--checkpoint-dir", (dir / "ck").string()});
+  CHECK(checkpointed.exit_status == 2);
+  CHECK(checkpointed.err.find("checkpoint one plan at a time") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "ck"));
   std::filesystem::remove_all(dir);
 }
