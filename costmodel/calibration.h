@@ -74,8 +74,8 @@ struct RateFit {
   double per_s = 0;                  // FLOP/s, or bytes/s for memory-bound work
   double half_efficiency_flops = 0;  // compute only: f½
   // Compute only: t = (f + f½) / R + (s − 1) · overlap, the simulator's stretch of the part of an op that overlaps a
-  // collective (HardwareProfile::overlap_compute_slowdown). Fitted when the samples' overlaps differ; 1 otherwise or
-  // when the fit finds overlap no slower.
+  // collective (HardwareProfile::overlap_compute_slowdown). Fitted when the samples' overlaps differ (1 when the fit
+  // finds overlap no slower; overlap_fitted still, since the rate assumes it); not fitted when they do not (a sweep).
   double overlap_slowdown = 1.0;
   bool overlap_fitted = false;
   double rms_relative_residual = 0;

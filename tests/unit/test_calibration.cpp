@@ -184,7 +184,14 @@ TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap 
       unaffected.push_back({flops, (flops + half) / rate * (1.0 - 0.05 * fraction), "synthetic", fraction * flops / rate});
     }
   }
-  CHECK(fit_compute_rate(unaffected).overlap_slowdown == 1.0);
+  const RateFit unaffected_fit = fit_compute_rate(unaffected);
+  CHECK(unaffected_fit.overlap_slowdown == 1.0);
+  // ... and the profile says so: its rate was fitted with s = 1, so keeping the catalog's s would count overlap twice.
+  CHECK(unaffected_fit.overlap_fitted);
+  calibration_samples.compute = unaffected;
+  const HardwareProfile catalog = profile_from_cluster(parse_cluster("1xcpu", HardwareCatalog::builtin()));
+  REQUIRE(catalog.overlap_compute_slowdown > 1.0);
+  CHECK(calibrate(catalog, calibration_samples, "test").profile.overlap_compute_slowdown == 1.0);
 }
 
 TEST_CASE("calibration: the collective issue overhead is recovered from gaps between compute ops") {
