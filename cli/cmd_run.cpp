@@ -81,6 +81,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     run.data = plan_dataset(run.flags, run.plan);
     run.runner = std::make_unique<runner::Runner>(model, run.plan, world, options);
     run.outcome.executor = "cpu";
+    run.outcome.keep_timelines = !run.flags.trace_file.empty();
     run.outcome.world_size = size;
   }
   runner::Runner& runner = *runs.front().runner;
@@ -215,7 +216,7 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--global-batch", flags->global_batch, "sequences per step (0: one micro-batch per rank)");
   command->add_option("--seed", flags->seed, "parameter init seed")->capture_default_str();
   command->add_option("--trace", flags->trace_files,
-                      "write the last step's measured timeline (all ranks); one per --plan");
+                      "write the median step's measured timeline (all ranks); one per --plan");
   command->add_flag("--json", flags->json, "print the summary as JSON (rank 0)");
   command->add_option("--checkpoint-dir", flags->checkpoint_dir,
                       "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them");

@@ -53,6 +53,7 @@ int run_on_gpu(const RunFlags& flags) {
   }
   RunOutcome outcome;
   outcome.executor = "gpu";
+  outcome.keep_timelines = !flags.trace_file.empty();
   outcome.world_size = size;
   runner::StepReport& last = outcome.last;
   try {

@@ -75,6 +75,10 @@ void RunOutcome::add_step(std::int64_t step, runner::StepReport report) {
                          {"peak_memory_bytes", report.peak_bytes}};
   if (report.allocator_peak_bytes > 0) line["allocator_peak_bytes"] = report.allocator_peak_bytes;
   steps.push_back(std::move(line));
+  if (keep_timelines) {
+    recent_timelines.push_back({step, report.step_time_s, report.timeline});
+    if (recent_timelines.size() > kTraceCandidateSteps) recent_timelines.pop_front();
+  }
   if (report.peak_bytes > peak_bytes) {
     peak_bytes = report.peak_bytes;
     memory_at_peak = report.memory_at_peak;
@@ -93,10 +97,17 @@ void print_step_line(std::int64_t step, const runner::StepReport& report, const 
 void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, RunOutcome& outcome,
                      MPI_Comm comm, int world_size) {
   if (flags.trace_file.empty()) return;
-  runner::StepReport& last = outcome.last;
-  last.timeline.metadata = {{"model", flags.model}, {"plan", plan.name}, {"plan_json", to_json(plan, model)},
-                            {"world_size", world_size}, {"median_step_time_s", median_s(outcome.step_times_s)}};
-  const Timeline trace = merge_rank_timelines(last.timeline, comm);
+  SHARDPLAN_CHECK(!outcome.recent_timelines.empty(), "a traced run keeps its steps' timelines (keep_timelines)");
+  // The upper median, as median_s: the time of one of the candidate steps.
+  std::vector<double> candidate_times_s;
+  for (const auto& candidate : outcome.recent_timelines) candidate_times_s.push_back(candidate.step_time_s);
+  const double median_candidate_s = median_s(candidate_times_s);
+  auto traced = outcome.recent_timelines.begin();
+  while (traced->step_time_s != median_candidate_s) ++traced;
+  traced->timeline.metadata = {{"model", flags.model}, {"plan", plan.name}, {"plan_json", to_json(plan, model)},
+                               {"world_size", world_size}, {"median_step_time_s", median_s(outcome.step_times_s)},
+                               {"traced_step", traced->step}};
+  const Timeline trace = merge_rank_timelines(traced->timeline, comm);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) write_chrome_trace(trace, flags.trace_file);

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,16 @@ struct RunOutcome {
   MemoryByCategory memory_at_peak{};
   std::int64_t resumed_from_step = -1;
   std::string checkpoint;
+  // With --trace (the runner sets keep_timelines): the last kTraceCandidateSteps steps' timelines, each with its step
+  // number and time, of which write_run_trace writes the median one (Note [Traced step]).
+  static constexpr std::size_t kTraceCandidateSteps = 100;
+  struct StepTimeline {
+    std::int64_t step = 0;
+    double step_time_s = 0;
+    Timeline timeline;
+  };
+  bool keep_timelines = false;
+  std::deque<StepTimeline> recent_timelines;
 
   // Records one finished step (its JSON line, time and peak) and keeps it as `last`.
   void add_step(std::int64_t step, runner::StepReport report);
@@ -75,8 +86,13 @@ nlohmann::json run_outcome_json(const RunFlags& flags, const ModelSpec& model, c
                                 const RunOutcome& outcome);
 // The closing summary (text or, with --json, shardplan.run/v1).
 void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan& plan, const RunOutcome& outcome);
-// Writes the merged trace of the last step (rank 0) with the plan in its metadata, so `calibrate` can re-lower it,
-// and the run's median step time (the traced step is one sample of it).
+// Note [Traced step]: the trace is of one step, and the step it shows is the median one (of the last
+// kTraceCandidateSteps), not the last: calibration fits its per-op rates to the traced ops and its per-op dispatch to
+// the run's median step, so a traced step that happened to be slow or fast skews the fits. On this shared machine the
+// last step of a 10-step run was 40% off the median in one launch of five (0.028 vs 0.0195 s), and the compute fit
+// took it in. Every rank picks the same step: step times are agreed over the ranks (StepReport::step_time_s).
+// Writes the merged trace of that step (rank 0) with the plan in its metadata, so `calibrate` can re-lower it, the
+// run's median step time and the traced step's number.
 void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, RunOutcome& outcome,
                      MPI_Comm comm, int world_size);
 

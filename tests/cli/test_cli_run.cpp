@@ -55,6 +55,11 @@ TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predic
   // The run's median step goes with the traced step: calibration fits its per-op overhead to the median.
   REQUIRE(measured.metadata.contains("median_step_time_s"));
   CHECK(measured.metadata.at("median_step_time_s").get<double>() == doctest::Approx(summary.at("step_time_s").get<double>()));
+  // ... and the traced step is the median one itself (Note [Traced step]), not whichever came last.
+  REQUIRE(measured.metadata.contains("traced_step"));
+  const auto traced_step = measured.metadata.at("traced_step").get<std::size_t>();
+  REQUIRE(traced_step < steps.size());
+  CHECK(steps[traced_step].at("step_time_s").get<double>() == summary.at("step_time_s").get<double>());
   // The same schedule on both sides: every predicted op appears on each measured rank, with the same kind and stream.
   std::size_t rank0_events = 0;
   for (const auto& event : measured.events) {
