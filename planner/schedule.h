@@ -28,6 +28,10 @@ enum class OpKind {
   optimizer_step,  // update this rank's shard
 };
 const char* to_string(OpKind kind);
+// The ops that move data between ranks (each on its own stream, Note [Runner streams]).
+inline bool is_collective(OpKind kind) {
+  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+}
 
 // The ranks a collective runs over, as the executor creates sub-communicators and the cost model places them.
 enum class GroupKind { none, shard, replica, world, partial_reshard };

@@ -16,10 +16,6 @@ bool is_compute(OpKind kind) {
          kind == OpKind::optimizer_step;
 }
 
-bool is_collective(OpKind kind) {
-  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
-}
-
 double base_duration_s(const Op& op, const StepSchedule& schedule, const HardwareProfile& profile) {
   switch (op.kind) {
     case OpKind::wait:
