@@ -201,6 +201,10 @@ int calibrate_from_traces(const CalibrateFlags& flags) {
               100 * calibration.memory.rms_relative_residual);
   print_link_summary("intra", calibration.intra_node);
   print_link_summary("inter", calibration.inter_node);
+  if (calibration.collective_slowdown_fitted) {
+    std::printf("  overlap   collectives progress %.3gx slower while their rank computes\n",
+                calibration.profile.overlap_collective_slowdown);
+  }
   if (calibration.issue.fitted) {
     std::printf("  issue     %.3g s per collective issued (from %zu gaps between compute ops; %.3g s per gap "
                 "without, rms %.3g s)\n",

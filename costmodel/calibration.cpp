@@ -10,50 +10,10 @@
 
 #include "compute_cost.h"
 #include "errors.h"
+#include "least_squares.h"
 
 namespace shardplan {
 namespace {
-
-// Weighted least squares: minimise Σ (w_i (a_i · x − t_i))² with w_i = 1 / t_i, so every sample's relative error
-// counts the same whatever its size (Björck, Numerical Methods for Least Squares Problems, §4.1). Weighting by the
-// sample's own time leans the fit toward the faster samples of a noisy set. For collectives measured on MPI ranks
-// that suits the step time: a rank that reaches a collective first waits inside it for the others, and that wait is
-// the other rank's compute, already counted. Measured on 2 CPU ranks (scripts/demo's loop, 2026-11-30): held-out
-// plans B and C +3..+7% and −1..+2% on the quieter runs with these weights, +5..+17% and +10..+25% with weights from
-// an unweighted first fit (which follow the mean); noisy runs swing ±30% either way.
-Eigen::VectorXd weighted_solve(const Eigen::MatrixXd& design, const Eigen::VectorXd& times) {
-  Eigen::MatrixXd a = design;
-  Eigen::VectorXd b = times;
-  for (Eigen::Index row = 0; row < a.rows(); ++row) {
-    const double weight = 1.0 / std::max(times(row), 1e-12);
-    a.row(row) *= weight;
-    b(row) *= weight;
-  }
-  return a.colPivHouseholderQr().solve(b);
-}
-
-double relative_residual(double predicted_s, double measured_s) {
-  return (predicted_s - measured_s) / std::max(measured_s, 1e-12);
-}
-
-struct Residuals {
-  double rms = 0;
-  double max = 0;
-};
-
-// The relative residuals of the fitted model design·x against the measured times: their RMS and largest magnitude.
-Residuals relative_residuals(const Eigen::MatrixXd& design, const Eigen::VectorXd& x, const Eigen::VectorXd& times) {
-  Residuals residuals;
-  if (design.rows() == 0) return residuals;
-  double sum = 0;
-  for (Eigen::Index row = 0; row < design.rows(); ++row) {
-    const double relative = relative_residual(design.row(row).dot(x), times(row));
-    sum += relative * relative;
-    residuals.max = std::max(residuals.max, std::abs(relative));
-  }
-  residuals.rms = std::sqrt(sum / static_cast<double>(design.rows()));
-  return residuals;
-}
 
 // Memory-bound work through the origin: t = work / R.
 RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
@@ -80,72 +40,6 @@ RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
 }
 
 }  // namespace
-
-LinkFit fit_link(const std::vector<CollectiveSample>& samples) {
-  LinkFit fit;
-  std::vector<const CollectiveSample*> usable;
-  for (const auto& sample : samples) {
-    if (sample.ranks > 1 && sample.time_s > 0) usable.push_back(&sample);
-  }
-  fit.samples = usable.size();
-  if (usable.empty()) return fit;
-  // Columns: ring steps (× α) and bus_factor(n)·S (× 1/B), as collective_cost() models a collective.
-  Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), 2);
-  Eigen::VectorXd times(static_cast<Eigen::Index>(usable.size()));
-  for (std::size_t i = 0; i < usable.size(); ++i) {
-    const CollectiveAlgorithm& algorithm = collective_algorithm(usable[i]->kind);
-    const auto row = static_cast<Eigen::Index>(i);
-    design(row, 0) = algorithm.latency_steps(usable[i]->ranks);
-    design(row, 1) = algorithm.bus_factor(usable[i]->ranks) * static_cast<double>(usable[i]->message_bytes);
-    times(row) = usable[i]->time_s;
-  }
-  Eigen::VectorXd x = weighted_solve(design, times);
-  if (x(0) < 0 || x(1) <= 0 || usable.size() < 2) {
-    // No latency to be seen (or too few samples for two unknowns): fit bandwidth alone through the origin.
-    x(0) = 0;
-    const Eigen::VectorXd slope = weighted_solve(design.col(1), times);
-    x(1) = slope(0);
-  }
-  SHARDPLAN_CHECK(x(1) > 0, "a fitted bandwidth must be positive");
-  fit.latency_s = x(0);
-  fit.bus_bytes_per_s = 1.0 / x(1);
-  const Residuals residuals = relative_residuals(design, x, times);
-  fit.rms_relative_residual = residuals.rms;
-  fit.max_relative_residual = residuals.max;
-  return fit;
-}
-
-double predicted_time_s(const LinkFit& fit, const CollectiveSample& sample) {
-  const CollectiveAlgorithm& algorithm = collective_algorithm(sample.kind);
-  // The α-β ring model of collective_cost() (Thakur, Rabenseifner & Gropp 2005): steps(n)·α + bus_factor(n)·S / B.
-  const double transfer_s = fit.bus_bytes_per_s > 0 ? algorithm.bus_factor(sample.ranks) *
-                                                           static_cast<double>(sample.message_bytes) /
-                                                           fit.bus_bytes_per_s
-                                                     : 0.0;
-  return algorithm.latency_steps(sample.ranks) * fit.latency_s + transfer_s;
-}
-
-std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& samples) {
-  // std::map orders the cells by (kind, tier, ranks): a stable, readable order for tables and JSON.
-  std::map<std::tuple<int, bool, int>, std::vector<CollectiveSample>> cells;
-  for (const auto& sample : samples) {
-    if (sample.ranks > 1 && sample.time_s > 0) {
-      cells[{static_cast<int>(sample.kind), sample.spans_nodes, sample.ranks}].push_back(sample);
-    }
-  }
-  std::vector<CollectiveFit> fits;
-  for (const auto& [key, cell] : cells) {
-    fits.push_back({cell.front().kind, cell.front().ranks, cell.front().spans_nodes, fit_link(cell)});
-  }
-  return fits;
-}
-
-const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits, const CollectiveSample& sample) {
-  for (const auto& fit : fits) {
-    if (fit.kind == sample.kind && fit.ranks == sample.ranks && fit.spans_nodes == sample.spans_nodes) return &fit;
-  }
-  return nullptr;
-}
 
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   std::vector<const ComputeSample*> usable;
@@ -254,11 +148,26 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
   HardwareProfile& profile = calibration.profile;
   profile = base;
   profile.source = source;
-  calibration.intra_node = fit_link(samples.intra_node);
-  calibration.inter_node = fit_link(samples.inter_node);
+  // One collective slowdown for the profile (Note [Collective slowdown]): from the tier with more samples whose
+  // overlaps tell it; both tiers and every cell are then fitted with it, so their α and B are the collectives' own.
+  const LinkFit intra_free = fit_link(samples.intra_node), inter_free = fit_link(samples.inter_node);
+  const LinkFit* slowdown_source = nullptr;
+  for (const LinkFit* tier : {&intra_free, &inter_free}) {
+    if (tier->overlap_fitted && (slowdown_source == nullptr || tier->samples > slowdown_source->samples)) {
+      slowdown_source = tier;
+    }
+  }
+  std::optional<double> progress_lost;
+  if (slowdown_source != nullptr) {
+    progress_lost = 1.0 - 1.0 / slowdown_source->overlap_slowdown;
+    profile.overlap_collective_slowdown = slowdown_source->overlap_slowdown;
+  }
+  calibration.collective_slowdown_fitted = slowdown_source != nullptr;
+  calibration.intra_node = fit_link(samples.intra_node, progress_lost);
+  calibration.inter_node = fit_link(samples.inter_node, progress_lost);
   std::vector<CollectiveSample> all_collectives = samples.intra_node;
   all_collectives.insert(all_collectives.end(), samples.inter_node.begin(), samples.inter_node.end());
-  calibration.collectives = fit_collectives(all_collectives);
+  calibration.collectives = fit_collectives(all_collectives, progress_lost);
   calibration.gemm = fit_compute_rate(samples.gemm);
   calibration.memory = fit_memory_rate(samples.memory);
   calibration.issue = fit_issue_overhead(samples.issue_gaps);
@@ -316,6 +225,7 @@ namespace {
 nlohmann::json link_json(const LinkFit& fit) {
   return {{"latency_s", fit.latency_s},
           {"bus_bytes_per_s", fit.bus_bytes_per_s},
+          {"overlap_slowdown", fit.overlap_slowdown},
           {"rms_relative_residual", fit.rms_relative_residual},
           {"max_relative_residual", fit.max_relative_residual},
           {"samples", fit.samples}};
@@ -340,6 +250,7 @@ nlohmann::json collective_samples_json(const Calibration& calibration) {
                             {"spans_nodes", sample.spans_nodes},
                             {"bytes", sample.message_bytes},
                             {"time_s", sample.time_s},
+                            {"compute_overlap_s", sample.compute_overlap_s},
                             // nccl-tests doc/PERFORMANCE.md: algbw = S / t, busbw = algbw × bus_factor(n).
                             {"algbw_bytes_per_s", algorithm_bandwidth(sample.message_bytes, sample.time_s)},
                             {"busbw_bytes_per_s",

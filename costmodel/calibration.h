@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct CollectiveSample {
   bool spans_nodes = false;
   std::int64_t message_bytes = 0;  // S as nccl-tests defines it
   double time_s = 0;
+  // Seconds of it during which its rank computed (Note [Collective slowdown]); 0 in sweeps.
+  double compute_overlap_s = 0;
 };
 
 struct ComputeSample {
@@ -39,16 +42,20 @@ struct MemorySample1D {  // memory-bound work (the optimizer step)
   std::string name = {};
 };
 
-// t = α · steps(n) + bus_factor(n) · S / B, fitted by weighted least squares (weights 1/t: relative errors count
-// equally; Eigen's column-pivoting QR). α and B come back with the relative RMS and largest residual.
+// t = α · steps(n) + bus_factor(n) · S / B + (1 − 1/s) · o, fitted by weighted least squares (weights 1/t: relative
+// errors count equally; Eigen's column-pivoting QR), o the seconds its rank computed beside it and s the collective
+// slowdown (Note [Collective slowdown]). α, B and s come back with the relative RMS and largest residual. With
+// `progress_lost` (1 − 1/s) given, s is taken as that, not fitted (cells use the profile's one s).
 struct LinkFit {
   double latency_s = 0;
   double bus_bytes_per_s = 0;
+  double overlap_slowdown = 1.0;
+  bool overlap_fitted = false;  // s came from these samples (their overlaps differ)
   double rms_relative_residual = 0;
   double max_relative_residual = 0;  // the worst |predicted − measured| / measured over the samples
   std::size_t samples = 0;
 };
-LinkFit fit_link(const std::vector<CollectiveSample>& samples);
+LinkFit fit_link(const std::vector<CollectiveSample>& samples, std::optional<double> progress_lost = {});
 // The fitted model's time for `sample` (its kind, ranks and S).
 double predicted_time_s(const LinkFit& fit, const CollectiveSample& sample);
 
@@ -63,7 +70,8 @@ struct CollectiveFit {
 };
 // One fit per distinct (kind, ranks, spans_nodes) among the usable samples (ranks > 1, time > 0), ordered by kind,
 // then tier, then ranks.
-std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& samples);
+std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& samples,
+                                           std::optional<double> progress_lost = {});
 // The cell of `sample`, or nullptr when `fits` has none.
 const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits, const CollectiveSample& sample);
 
@@ -126,6 +134,7 @@ struct Calibration {
   std::vector<CollectiveFit> collectives;  // per collective × group size × tier
   RateFit compute, gemm, memory;
   IssueFit issue;
+  bool collective_slowdown_fitted = false;  // profile.overlap_collective_slowdown came from these samples
   CalibrationSamples samples;              // the raw samples, written out with the fit
 };
 

@@ -130,6 +130,7 @@ nlohmann::json to_json(const HardwareProfile& profile) {
         {"comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes},
         {"bus_efficiency", profile.bus_efficiency}}},
       {"overlap_compute_slowdown", profile.overlap_compute_slowdown},
+      {"overlap_collective_slowdown", profile.overlap_collective_slowdown},
       {"context_overhead_bytes", profile.context_overhead_bytes},
       {"op_dispatch_overhead_s", profile.op_dispatch_overhead_s},
       {"collective_issue_overhead_s", profile.collective_issue_overhead_s},
@@ -152,8 +153,8 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     root.fail("schema", "\"" + std::string(kProfileSchema) + "\"");
   }
   reject_unknown(root, {"schema", "source", "device", "gpus_per_node", "nodes", "compute", "communication",
-                        "overlap_compute_slowdown", "context_overhead_bytes", "op_dispatch_overhead_s",
-                        "collective_issue_overhead_s"});
+                        "overlap_compute_slowdown", "overlap_collective_slowdown", "context_overhead_bytes",
+                        "op_dispatch_overhead_s", "collective_issue_overhead_s"});
 
   HardwareProfile profile = std::move(base);
   (void)root.optional_string("source");  // validated, but the file it came from is the source now
@@ -185,13 +186,17 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     read_fraction(communication, "bus_efficiency", profile.bus_efficiency);
   }
 
-  if (root.has("overlap_compute_slowdown")) {
-    const auto& value = root.raw().at("overlap_compute_slowdown");
-    // A slowdown below 1 would make compute faster while communication runs beside it.
+  // A slowdown below 1 would make compute or a collective faster while the other runs beside it.
+  for (const auto& [key, slowdown] : {std::pair<const char*, double*>{"overlap_compute_slowdown",
+                                                                      &profile.overlap_compute_slowdown},
+                                      std::pair<const char*, double*>{"overlap_collective_slowdown",
+                                                                      &profile.overlap_collective_slowdown}}) {
+    if (!root.has(key)) continue;
+    const auto& value = root.raw().at(key);
     if (!value.is_number() || !(value.get<double>() >= 1.0) || !std::isfinite(value.get<double>())) {
-      root.fail("overlap_compute_slowdown", "a number >= 1");
+      root.fail(key, "a number >= 1");
     }
-    profile.overlap_compute_slowdown = value.get<double>();
+    *slowdown = value.get<double>();
   }
   profile.context_overhead_bytes = root.non_negative_int("context_overhead_bytes", profile.context_overhead_bytes);
   profile.op_dispatch_overhead_s = root.non_negative_number("op_dispatch_overhead_s", profile.op_dispatch_overhead_s);

@@ -47,6 +47,10 @@ struct HardwareProfile {
   // Overlap: compute runs this much slower while a collective runs beside it (NCCL kernels take SMs and HBM
   // bandwidth; e.g. PyTorch FSDP2 notes and the Megatron-LM overlap studies report 5-20%).
   double overlap_compute_slowdown = 1.10;
+  // And a collective progresses this much slower while its rank computes (Note [Collective slowdown] in
+  // planner/simulator.cpp). 1 in the catalog: NCCL's slowdown under overlap depends on the kernels beside it; fitted
+  // by `calibrate --trace` (on 2 CPU ranks sharing 2 cores, measured collectives ran 2-7x slower beside compute).
+  double overlap_collective_slowdown = 1.0;
 
   std::int64_t context_overhead_bytes = 0;  // runtime context, library workspaces (memory model's overhead term)
 

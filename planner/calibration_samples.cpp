@@ -105,6 +105,22 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
     return busiest;
   };
   const auto group_issue_s = last_issue_s(measured, schedule, cluster.world_size());
+  // Each rank's working compute intervals, for each collective's time beside compute (Note [Collective slowdown]).
+  std::map<int, std::vector<std::pair<double, double>>> compute_intervals;
+  for (const TimelineEvent& event : measured.events) {
+    if (event.op_id < 0 || static_cast<std::size_t>(event.op_id) >= schedule.ops.size()) continue;
+    const OpKind kind = schedule.ops[static_cast<std::size_t>(event.op_id)].kind;
+    const bool computes = kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute ||
+                          kind == OpKind::optimizer_step;
+    if (computes && event.end_s > event.start_s) compute_intervals[event.rank].emplace_back(event.start_s, event.end_s);
+  }
+  const auto computing_s = [&](int rank, double start_s, double end_s) {
+    double covered = 0;
+    for (const auto& [busy_start, busy_end] : compute_intervals[rank]) {
+      covered += std::max(0.0, std::min(end_s, busy_end) - std::max(start_s, busy_start));
+    }
+    return covered;
+  };
   for (const TimelineEvent& event : measured.events) {
     if (event.op_id < 0 || static_cast<std::size_t>(event.op_id) >= schedule.ops.size()) {
       throw InputError("calibrate: the trace's op " + std::to_string(event.op_id) + " is not in the plan's schedule");
@@ -129,9 +145,10 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
         auto& tier = op.group_spans_nodes ? samples.inter_node : samples.intra_node;
         const double issued_s =
             group_issue_s.at({event.op_id, collective_group_key(op, event.rank, cluster.world_size())});
-        const double from_last_issue_s = event.end_s - std::max(event.start_s, issued_s);
-        if (from_last_issue_s > 0) {
-          tier.push_back({kind, op.group_size, op.group_spans_nodes, op.bytes, from_last_issue_s});
+        const double from_s = std::max(event.start_s, issued_s);
+        if (event.end_s > from_s) {
+          tier.push_back({kind, op.group_size, op.group_spans_nodes, op.bytes, event.end_s - from_s,
+                          computing_s(event.rank, from_s, event.end_s)});
         }
         break;
       }

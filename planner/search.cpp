@@ -146,7 +146,7 @@ class Searcher {
         WrapSearchOptions wrap;
         wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
         wrap.memory_cap_bytes = cap_;
-        wrap.model_is_exact = wrap_model_is_exact(base, cluster_.world_size(), cluster_.gpus_per_node);
+        wrap.model_is_exact = wrap_model_is_exact(base, cluster_.world_size(), cluster_.gpus_per_node, profile_);
         // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time: a few
         // hundred where near-ties abound (HSDP's model is 98-99% of the simulated time in test_wrap_dp.cpp). A
         // budget in simulated blocks keeps long models' searches short; past it the per-cap DPs answer.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "collective_cost.h"
 #include "compute_cost.h"
@@ -101,15 +102,54 @@ std::string describe_op(const Op& op, const StepSchedule& schedule, const std::v
   return name;
 }
 
-SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& profile, bool record_timeline) {
-  const std::size_t count = schedule.ops.size();
-  std::vector<double> start(count), end(count);
-  std::array<double, kStreamCount> stream_free{};
+namespace {
+
+// One pass of the timing walk: every op's start and end, and each stream's busy time.
+struct Placement {
+  std::vector<double> start, end;
   std::array<double, kStreamCount> stream_busy{};
+  double step_time_s = 0;
+};
+
+// Note [Collective slowdown]: a collective progresses HardwareProfile::overlap_collective_slowdown times slower while
+// its rank computes (on CPU ranks the compute and MPI threads share cores; on GPUs NCCL kernels share SMs and memory
+// bandwidth with compute kernels). Its end is where its base duration of progress is done, at rate 1 / s inside the
+// compute stream's working intervals and 1 outside. Those intervals depend on when collectives end (ops wait for
+// them), so the walk is repeated against the previous pass's intervals until the step time settles (a fixed point;
+// kMaxCollectivePasses bounds it). With s = 1 (the catalog's) one pass is the whole walk.
+constexpr int kMaxCollectivePasses = 8;
+
+double slowed_end_s(double start_s, double duration_s, const std::vector<Interval>& compute_busy, double slowdown) {
+  auto busy = std::upper_bound(compute_busy.begin(), compute_busy.end(), start_s,
+                               [](double time_s, const Interval& interval) { return time_s < interval.end_s; });
+  double now_s = start_s, remaining_s = duration_s;
+  for (; busy != compute_busy.end(); ++busy) {
+    if (busy->start_s > now_s) {  // idle compute until this interval: full speed
+      if (remaining_s <= busy->start_s - now_s) return now_s + remaining_s;
+      remaining_s -= busy->start_s - now_s;
+      now_s = busy->start_s;
+    }
+    const double progress_s = (busy->end_s - now_s) / slowdown;
+    if (remaining_s <= progress_s) return now_s + remaining_s * slowdown;
+    remaining_s -= progress_s;
+    now_s = busy->end_s;
+  }
+  return now_s + remaining_s;
+}
+
+// `compute_busy`: the previous pass's compute intervals, against which collectives slow down (empty: none do).
+Placement place_ops(const StepSchedule& schedule, const HardwareProfile& profile,
+                    const std::vector<Interval>& compute_busy) {
+  const std::size_t count = schedule.ops.size();
+  Placement placement;
+  placement.start.resize(count);
+  placement.end.resize(count);
+  std::vector<double>& start = placement.start;
+  std::vector<double>& end = placement.end;
+  std::array<double, kStreamCount> stream_free{};
+  std::array<double, kStreamCount>& stream_busy = placement.stream_busy;
   CommOccupancy occupancy;
-  SimulationResult result;
-  SimulationSummary& summary = result.summary;
-  summary.op_count = count;
+  const double collective_slowdown = profile.overlap_collective_slowdown;
 
   for (std::size_t index = 0; index < count; ++index) {
     const Op& op = schedule.ops[index];
@@ -138,6 +178,9 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
       const double overlapped = occupancy.overlap_s(ready, ready + duration);
       duration += (profile.overlap_compute_slowdown - 1.0) * overlapped;
     } else if (op.stream != StreamKind::compute) {
+      if (is_collective(op.kind) && collective_slowdown > 1.0 && !compute_busy.empty()) {
+        duration = slowed_end_s(ready, duration, compute_busy, collective_slowdown) - ready;
+      }
       occupancy.add(stream, ready, ready + duration);
     }
     duration += dispatch_s;
@@ -145,8 +188,43 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     end[index] = ready + duration;
     stream_free[static_cast<std::size_t>(stream)] = end[index];
     stream_busy[static_cast<std::size_t>(stream)] += duration;
-    summary.step_time_s = std::max(summary.step_time_s, end[index]);
+    placement.step_time_s = std::max(placement.step_time_s, end[index]);
   }
+  return placement;
+}
+
+// The compute stream's working intervals of a pass, in time order (the stream runs its ops one after another).
+std::vector<Interval> compute_intervals(const StepSchedule& schedule, const Placement& placement) {
+  std::vector<Interval> busy;
+  for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
+    const Op& op = schedule.ops[index];
+    if (op.stream == StreamKind::compute && is_compute(op.kind) && placement.end[index] > placement.start[index]) {
+      busy.push_back({placement.start[index], placement.end[index]});
+    }
+  }
+  return busy;
+}
+
+}  // namespace
+
+SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& profile, bool record_timeline) {
+  const std::size_t count = schedule.ops.size();
+  SimulationResult result;
+  SimulationSummary& summary = result.summary;
+  summary.op_count = count;
+  Placement placement = place_ops(schedule, profile, {});
+  if (profile.overlap_collective_slowdown > 1.0) {  // Note [Collective slowdown]
+    for (int pass = 1; pass < kMaxCollectivePasses; ++pass) {
+      Placement next = place_ops(schedule, profile, compute_intervals(schedule, placement));
+      const bool settled = std::abs(next.step_time_s - placement.step_time_s) <= 1e-9 * placement.step_time_s;
+      placement = std::move(next);
+      if (settled) break;
+    }
+  }
+  const std::vector<double>& start = placement.start;
+  const std::vector<double>& end = placement.end;
+  const std::array<double, kStreamCount>& stream_busy = placement.stream_busy;
+  summary.step_time_s = placement.step_time_s;
 
   summary.compute_time_s = stream_busy[static_cast<std::size_t>(StreamKind::compute)];
   summary.exposed_comm_s = std::max(0.0, summary.step_time_s - summary.compute_time_s);

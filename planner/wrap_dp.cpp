@@ -87,8 +87,9 @@ bool wrap_model_is_lower_bound(const Plan& plan_template) {
   return !unit.reshard_after_forward.keeps_partial_copy();
 }
 
-bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node) {
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node, const HardwareProfile& profile) {
   if (!wrap_model_is_lower_bound(plan_template)) return false;
+  if (profile.overlap_collective_slowdown > 1.0) return false;  // Note [Collective slowdown]
   if (plan_template.offload.params || plan_template.offload.optimizer) return false;  // host copies
   // Micro-batches that reduce leave reductions queued into the next one's forward.
   if (plan_template.grad_accumulation_steps > 1 && !plan_template.training.no_sync_accumulation) return false;

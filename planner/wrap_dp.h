@@ -165,9 +165,11 @@ std::int64_t memory_floor_bytes(const ModelSpec& model, const Plan& plan_templat
                                 const std::vector<bool>& kept_gathered = {}, bool neighbours_gathered = true);
 
 // Whether the step model (Note [Wrap DP]) is the simulator's timing for plans built from this template: no offload,
-// no HSDP replicas, gradient accumulation only with no_sync, the template's one-ahead prefetch lists (any profile:
-// its dispatch and collective issue overheads are in the model).
-bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node);
+// no HSDP replicas, gradient accumulation only with no_sync, the template's one-ahead prefetch lists, and a profile
+// whose collectives do not slow down beside compute (its dispatch and collective issue overheads are in the model;
+// a collective slowdown, Note [Collective slowdown] in simulator.cpp, is not: it only lengthens collectives, so the
+// model stays a lower bound).
+bool wrap_model_is_exact(const Plan& plan_template, int world_size, int gpus_per_node, const HardwareProfile& profile);
 // Whether it is a lower bound of the simulator's step time for every wrapping (Note [Wrap DP]): everything but
 // partially resharded units (CPU offload included: its host copies, left out, only add work).
 bool wrap_model_is_lower_bound(const Plan& plan_template);

@@ -1,5 +1,6 @@
 // Tests of calibration: least-squares fits recover known α, β (pooled and per collective × group size × tier),
-// compute rates with efficiency by op size and memory rates from noisy synthetic samples; the profile JSON round-trips.
+// compute rates with efficiency by op size, the slowdowns beside overlap and memory rates from noisy synthetic samples;
+// the profile JSON round-trips.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -192,6 +193,65 @@ TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap 
   const HardwareProfile catalog = profile_from_cluster(parse_cluster("1xcpu", HardwareCatalog::builtin()));
   REQUIRE(catalog.overlap_compute_slowdown > 1.0);
   CHECK(calibrate(catalog, calibration_samples, "test").profile.overlap_compute_slowdown == 1.0);
+}
+
+TEST_CASE("calibration: collectives slowed beside compute give their own α, B and the slowdown back") {
+  // Note [Collective slowdown]: own time at rate 1 / s while the rank computes. A collective that had compute beside
+  // it for a fraction f of its measured time t does own = t (1 − f (1 − 1/s)), so t = own / (1 − f (1 − 1/s)).
+  const double alpha_s = 10e-6, bus_bytes_per_s = 4e9, slowdown = 3.0;
+  Noise noise;
+  std::vector<CollectiveSample> samples;
+  for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
+    for (std::int64_t bytes = 4096; bytes <= (std::int64_t{16} << 20); bytes *= 4) {
+      for (double fraction : {0.0, 0.3, 0.7, 1.0}) {
+        const double own_s = ring_time_s(kind, 2, bytes, alpha_s, bus_bytes_per_s);
+        const double time_s = own_s / (1.0 - fraction * (1.0 - 1.0 / slowdown)) * noise(0.01);
+        samples.push_back({kind, 2, false, bytes, time_s, fraction * time_s});
+      }
+    }
+  }
+  const LinkFit fit = fit_link(samples);
+  REQUIRE(fit.overlap_fitted);
+  CHECK(fit.overlap_slowdown == doctest::Approx(slowdown).epsilon(0.03));
+  CHECK(fit.latency_s == doctest::Approx(alpha_s).epsilon(0.1));
+  CHECK(fit.bus_bytes_per_s == doctest::Approx(bus_bytes_per_s).epsilon(0.02));
+  CHECK(fit.rms_relative_residual < 0.02);
+  // Ignoring the overlap, the same samples look like a slower link with large residuals.
+  std::vector<CollectiveSample> blind = samples;
+  for (auto& sample : blind) sample.compute_overlap_s = 0;
+  const LinkFit blind_fit = fit_link(blind);
+  CHECK_FALSE(blind_fit.overlap_fitted);
+  CHECK(blind_fit.bus_bytes_per_s < 0.8 * bus_bytes_per_s);
+  CHECK(blind_fit.rms_relative_residual > 0.2);
+  // The profile takes the slowdown, and the tiers and cells are fitted with it.
+  CalibrationSamples calibration_samples;
+  calibration_samples.intra_node = samples;
+  const Calibration calibration = calibrate(profile_from_cluster(parse_cluster("2xcpu", HardwareCatalog::builtin())),
+                                            calibration_samples, "test");
+  CHECK(calibration.collective_slowdown_fitted);
+  CHECK(calibration.profile.overlap_collective_slowdown == doctest::Approx(slowdown).epsilon(0.03));
+  CHECK(calibration.profile.intra_node.bus_bytes_per_s == doctest::Approx(bus_bytes_per_s).epsilon(0.02));
+  for (const CollectiveFit& cell : calibration.collectives) {
+    CHECK(cell.fit.overlap_slowdown == doctest::Approx(calibration.profile.overlap_collective_slowdown));
+    CHECK(cell.fit.bus_bytes_per_s == doctest::Approx(bus_bytes_per_s).epsilon(0.03));
+  }
+}
+
+TEST_CASE("calibration: α is fitted only where the message sizes span enough to tell it from bandwidth") {
+  // A trace's per-unit collectives come in a few sizes close together (plan A: 263 and 738 KB): there a latency and
+  // a bandwidth trade against each other, and the fit keeps bandwidth alone.
+  const double bus_bytes_per_s = 2e9;
+  Noise noise;
+  std::vector<CollectiveSample> samples;
+  for (std::int64_t bytes : {std::int64_t{262656}, std::int64_t{738304}}) {
+    for (int repeat = 0; repeat < 10; ++repeat) {
+      const double time_s = ring_time_s(CollectiveKind::all_gather, 2, bytes, 0.0, bus_bytes_per_s) * noise(0.2);
+      samples.push_back({CollectiveKind::all_gather, 2, false, bytes, time_s});
+    }
+  }
+  const LinkFit fit = fit_link(samples);
+  CHECK(fit.latency_s == 0.0);
+  CHECK(fit.bus_bytes_per_s == doctest::Approx(bus_bytes_per_s).epsilon(0.1));
 }
 
 TEST_CASE("calibration: the collective issue overhead is recovered from gaps between compute ops") {

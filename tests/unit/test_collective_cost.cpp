@@ -186,6 +186,7 @@ TEST_CASE("collective: profile JSON round-trips through to_json and apply_profil
   const auto cluster = shardplan::parse_cluster("2x8xH100-80GB", shardplan::HardwareCatalog::builtin());
   auto original = shardplan::profile_from_cluster(cluster);
   original.overlap_compute_slowdown = 1.25;
+  original.overlap_collective_slowdown = 2.5;
   const auto document = shardplan::to_json(original);
   CHECK(document.at("schema") == "shardplan.profile/v1");
   const auto back = shardplan::apply_profile_json(HardwareProfile{}, document, "calibrated.json");
@@ -210,6 +211,7 @@ TEST_CASE("collective: profile JSON round-trips through to_json and apply_profil
   CHECK(back.comm_half_efficiency_bytes == original.comm_half_efficiency_bytes);
   CHECK(back.bus_efficiency == original.bus_efficiency);
   CHECK(back.overlap_compute_slowdown == 1.25);
+  CHECK(back.overlap_collective_slowdown == 2.5);
   CHECK(back.context_overhead_bytes == original.context_overhead_bytes);
   CHECK(shardplan::to_json(back).at("compute") == document.at("compute"));
   CHECK(shardplan::to_json(back).at("communication") == document.at("communication"));
@@ -252,6 +254,7 @@ TEST_CASE("collective: apply_profile_json errors name the file and the field") {
   CHECK(contains(apply(with_schema({{"communication", {{"bus_efficiency", 0}}}})),
                  "field 'communication.bus_efficiency'"));
   CHECK(contains(apply(with_schema({{"overlap_compute_slowdown", 0.9}})), "field 'overlap_compute_slowdown'"));
+  CHECK(contains(apply(with_schema({{"overlap_collective_slowdown", 0.5}})), "field 'overlap_collective_slowdown'"));
   CHECK(contains(apply(with_schema({{"nodes", 0}})), "field 'nodes'"));
   CHECK(contains(apply(with_schema({{"compute", "fast"}})), "field 'compute'"));
 

@@ -106,17 +106,37 @@ TEST_CASE("simulator: 3 units — the rate limiter delays the third all-gather")
   CHECK(forward_gathered(unlimited) == 3 * 4000);
 }
 
-TEST_CASE("simulator: compute overlapped by a collective runs slower by the overlap factor") {
+TEST_CASE("simulator: overlap slows compute by its factor, and collectives by theirs (Note [Collective slowdown])") {
   const ModelSpec model = toy_blocks(2);
   const StepSchedule schedule = lower_plan(toy_plan(model, 2), model, toy_options(2));
   HardwareProfile profile = round_profile();
   profile.overlap_compute_slowdown = 1.5;
-  const SimulationResult result = simulate(schedule, profile);
+  const SimulationResult compute_slowed = simulate(schedule, profile);
   // fwd1 (4 ms) overlaps AG2 for 2 ms → 4 + 0.5 × 2 = 5 ms.
-  for (const auto& event : result.timeline.events) {
+  for (const auto& event : compute_slowed.timeline.events) {
     if (event.kind == "forward" && event.unit == 1) CHECK(event.duration_s() == doctest::Approx(5 * ms));
     if (event.kind == "forward" && event.unit == 2) CHECK(event.duration_s() == doctest::Approx(4 * ms));
   }
+
+  profile.overlap_compute_slowdown = 1.0;
+  profile.overlap_collective_slowdown = 3.0;
+  const SimulationResult result = simulate(schedule, profile);
+  // AG2 (2 ms of work) is issued at 2 ms beside fwd1 (2-6 ms): 4 ms at a third of the speed do 4/3 ms of it; fwd2
+  // waits for it, so the last 2/3 ms run at full speed: AG2 ends, and fwd2 starts, at 6 2/3 ms — a fixed point, since
+  // fwd2 then starts exactly where AG2 ends. The backward all-gather and the first reduce-scatter stay hidden (2 ms of
+  // work in 6 ms beside an 8 ms backward); the last reduce-scatter is alone: 2 ms. Step: 30 + 2/3 ms.
+  for (const auto& event : result.timeline.events) {
+    if (event.kind == "all_gather" && event.unit == 2 && event.start_s < 5 * ms) {
+      CHECK(event.end_s == doctest::Approx(20.0 / 3 * ms));
+    }
+    if (event.kind == "forward" && event.unit == 2) CHECK(event.start_s == doctest::Approx(20.0 / 3 * ms));
+    if (event.kind == "reduce_scatter" && event.unit == 2) CHECK(event.duration_s() == doctest::Approx(6 * ms));
+    if (event.kind == "reduce_scatter" && event.unit == 1) CHECK(event.duration_s() == doctest::Approx(2 * ms));
+  }
+  CHECK(result.summary.step_time_s == doctest::Approx(92.0 / 3 * ms));
+  // The catalog's 1: collectives take their own time whatever runs beside them.
+  profile.overlap_collective_slowdown = 1.0;
+  CHECK(simulate(schedule, profile).summary.step_time_s == doctest::Approx(30 * ms));
 }
 
 TEST_CASE("simulator: peak memory by category equals the hand computation") {
