@@ -90,16 +90,19 @@ def error(predicted, measured):
 
 
 def print_loop(rows):
-    print(f"{'plan':10}{'before (s)':>12}{'after (s)':>11}{'measured':>10}{'error':>9}"
-          f"{'peak before':>14}{'peak after':>12}{'measured':>11}{'error':>9}")
+    print(f"{'plan':10}{'measured':>10}{'before (s)':>12}{'error':>9}{'after (s)':>11}{'error':>9}"
+          f"{'peak measured':>15}{'before':>11}{'error':>9}{'after':>11}{'error':>8}")
     for name, row in rows.items():
         if row["measured_s"] is None:
-            times = f"{'-':>12}{'-':>11}{'-':>10}{'-':>9}"
+            times = f"{'-':>10}{'-':>12}{'-':>9}{'-':>11}{'-':>9}"
         else:
-            times = (f"{row['before_s']:12.4f}{row['after_s']:11.4f}{row['measured_s']:10.4f}"
-                     f"{100 * error(row['after_s'], row['measured_s']):+8.1f}%")
-        print(f"{LABELS[name]:10}{times}{row['peak_before']:14d}{row['peak_after']:12d}{row['peak_measured']:11d}"
-              f"{100 * error(row['peak_after'], row['peak_measured']):+8.1f}%")
+            times = (f"{row['measured_s']:10.4f}{row['before_s']:12.4f}"
+                     f"{100 * error(row['before_s'], row['measured_s']):+8.1f}%"
+                     f"{row['after_s']:11.4f}{100 * error(row['after_s'], row['measured_s']):+8.1f}%")
+        peak = row["peak_measured"]
+        print(f"{LABELS[name]:10}{times}{peak:15d}{row['peak_before']:11d}"
+              f"{100 * error(row['peak_before'], peak):+8.1f}%{row['peak_after']:11d}"
+              f"{100 * error(row['peak_after'], peak):+7.1f}%")
 
 
 def main():
@@ -118,6 +121,7 @@ def main():
     print(f"step time: the median over {flags.launches} launches of each one's median step ({flags.steps} steps, "
           "A, B and C interleaved); peak: the largest step's tracked peak on rank 0")
     errors = {"b": [], "c": []}
+    errors_before = {"b": [], "c": []}
     for loop in range(1, flags.loops + 1):
         if flags.loops > 1:
             print(f"\nloop {loop} of {flags.loops}")
@@ -125,6 +129,7 @@ def main():
         print_loop(rows)
         for name in errors:
             errors[name].append(error(rows[name]["after_s"], rows[name]["measured_s"]))
+            errors_before[name].append(error(rows[name]["before_s"], rows[name]["measured_s"]))
     if flags.loops > 1:
         print(f"\nheld-out step-time errors after calibration over {flags.loops} loops "
               f"(bound ±{100 * flags.bound:.0f}%)")
@@ -132,7 +137,8 @@ def main():
             within = sum(abs(value) <= flags.bound for value in values)
             print(f"  {name.upper()}: within in {within} of {len(values)}; median {100 * statistics.median(values):+.1f}%,"
                   f" range {100 * min(values):+.1f}% to {100 * max(values):+.1f}%; "
-                  + " ".join(f"{100 * value:+.1f}" for value in values))
+                  + " ".join(f"{100 * value:+.1f}" for value in values)
+                  + f" (before calibration: median {100 * statistics.median(errors_before[name]):+.1f}%)")
 
 
 if __name__ == "__main__":

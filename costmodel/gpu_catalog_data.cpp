@@ -197,7 +197,14 @@ void add_cpu(HardwareCatalog& catalog) {
   // several hosts are written NODESxRANKSxcpu.
   cpu.default_gpus_per_node = 4096;
   cpu.price_per_gpu_hour = 0;  // the user's own machine
-  cpu.context_overhead_bytes = mib(64);  // MPI buffers + process image; rough, calibratable
+  // The CPU executor's tracked memory is its tensors (TrackingAllocator); the process image and MPI's buffers are
+  // outside what a plan decides, so no overhead term (calibrated on this project's 2-core machines: 1792 B).
+  cpu.context_overhead_bytes = 0;
+  // Eigen's fp32 layer passes at a transformer block's small shapes: `calibrate --trace` on tiny-llama under
+  // mpirun -np 2 (2026-11-30, 2-core VM) fitted 1.9-2.1e10 FLOP/s with f½ 3-8e5 FLOP — a fifth of the peak above,
+  // and half of that at half a MFLOP (GPU GEMMs need ~2 GFLOP for half their best).
+  cpu.max_compute_efficiency = 0.2;
+  cpu.half_efficiency_flops = 5e5;
   catalog.add_gpu(cpu);
 }
 

@@ -26,6 +26,10 @@ struct GpuSpec {
   int default_gpus_per_node = 8;
   double price_per_gpu_hour = 0;      // USD, a default the user can override
   std::int64_t context_overhead_bytes = 0;  // runtime context + library workspaces that training cannot use
+  // The compute efficiency curve (HardwareProfile: max_efficiency × f / (f + f½)) where this device's kernels differ
+  // from GPU GEMMs'; 0 keeps HardwareProfile's defaults.
+  double max_compute_efficiency = 0;
+  double half_efficiency_flops = 0;
 };
 
 struct FabricSpec {

@@ -102,6 +102,8 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   profile.hbm_bytes_per_s = gpu.hbm_bytes_per_s;
   profile.pcie_bytes_per_s = gpu.pcie_bytes_per_s;
   profile.context_overhead_bytes = gpu.context_overhead_bytes;
+  if (gpu.max_compute_efficiency > 0) profile.max_compute_efficiency = gpu.max_compute_efficiency;
+  if (gpu.half_efficiency_flops > 0) profile.half_efficiency_flops = gpu.half_efficiency_flops;
   // The catalog's link numbers are per GPU and per direction — what one ring step pushes (nccl-tests' busbw peak).
   profile.intra_node = {gpu.intra_node_link, gpu.intra_node_latency_s, gpu.intra_node_bytes_per_s};
   profile.inter_node = {cluster.fabric.name, cluster.fabric.latency_s, cluster.fabric.bytes_per_s_per_gpu};
