@@ -135,7 +135,8 @@ def main():
               f"(bound ±{100 * flags.bound:.0f}%)")
         for name, values in errors.items():
             within = sum(abs(value) <= flags.bound for value in values)
-            print(f"  {name.upper()}: within in {within} of {len(values)}; median {100 * statistics.median(values):+.1f}%,"
+            median = statistics.median(values)
+            print(f"  {name.upper()}: within in {within} of {len(values)}; median {100 * median:+.1f}%,"
                   f" range {100 * min(values):+.1f}% to {100 * max(values):+.1f}%; "
                   + " ".join(f"{100 * value:+.1f}" for value in values)
                   + f" (before calibration: median {100 * statistics.median(errors_before[name]):+.1f}%)")

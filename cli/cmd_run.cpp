@@ -135,7 +135,9 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   } else if (flags.json) {
     nlohmann::json document = {{"schema", "shardplan.runs/v1"}, {"interleaved", true},
                                {"runs", nlohmann::json::array()}};
-    for (const CpuPlanRun& run : runs) document["runs"].push_back(run_outcome_json(run.flags, model, run.plan, run.outcome));
+    for (const CpuPlanRun& run : runs) {
+      document["runs"].push_back(run_outcome_json(run.flags, model, run.plan, run.outcome));
+    }
     print_json(document);
   } else {
     for (const CpuPlanRun& run : runs) print_run_outcome(run.flags, model, run.plan, run.outcome);

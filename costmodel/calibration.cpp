@@ -71,8 +71,7 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   bool overlap_seen_free = false;
   if (with_overlap && x(2) < 0) {
     // Overlap made nothing slower: no slowdown column (s = 1). That is still a fitted s: the rate below is fitted
-    // assuming it, so a profile that kept the catalog's s > 1 would stretch overlapped ops twice (measured: the held-out
-    // plan with its all-gather and reduce-scatter exposed, so least overlapped, predicted 4-5% slow in 10 of 10 loops).
+    // assuming it, so a profile that kept the catalog's s > 1 would stretch overlapped ops a second time.
     design.conservativeResize(Eigen::NoChange, 2);
     x = weighted_solve(design, times);
     overlap_seen_free = true;

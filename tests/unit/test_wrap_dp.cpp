@@ -170,8 +170,9 @@ TEST_CASE("wrap dp: the step model equals the simulator, and the DP minimum equa
                                                         (c.no_sync ? " no_sync" : "")
                                                   : "") +
                              (c.offload ? " offload" : "") +
-                             (c.collective_slowdown > 1 ? " collective slowdown " + std::to_string(c.collective_slowdown)
-                                                        : "");
+                             (c.collective_slowdown > 1
+                                  ? " collective slowdown " + std::to_string(c.collective_slowdown)
+                                  : "");
     INFO(name);
     const CaseSetup setup = set_up(c);
     const auto& [model, cluster, profile, base] = setup;
