@@ -158,6 +158,17 @@ struct WrapContext {
     return {template_kept};
   }
   bool may_follow(bool right_kept, bool left_kept) const { return !keep_choice || right_kept || !left_kept; }
+  // The units that may stand left of `unit`: 1 to m blocks ending where it begins, with each kept flag the suffix
+  // rule allows — the one expansion step both best-first searches take (wrap_search.cpp, wrap_memory_search.cpp).
+  template <class Visit>
+  void for_each_left_neighbour(const UnitChoice& unit, Visit&& visit) const {
+    for (std::size_t c = 1; c <= m && c <= unit.first_block; ++c) {
+      for (bool left_kept : {false, true}) {
+        if ((!keep_choice && left_kept != template_kept) || !may_follow(unit.kept, left_kept)) continue;
+        visit(UnitChoice{unit.first_block - c, c, left_kept});
+      }
+    }
+  }
   std::size_t state(std::size_t p, std::size_t b, bool kept) const { return (p * (m + 1) + b) * 2 + (kept ? 1 : 0); }
 
   double gather_backward(std::size_t p, std::size_t b, bool kept) {

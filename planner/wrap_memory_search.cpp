@@ -80,15 +80,11 @@ LeastPeakResult least_peak_wrapping(const ModelSpec& model, const Plan& plan_tem
       push(done);
       continue;
     }
-    for (std::size_t c = 1; c <= m && c <= unit.first_block; ++c) {
-      for (bool left_kept : kept_options) {
-        if (!context.may_follow(unit.kept, left_kept)) continue;
-        const std::size_t p = unit.first_block - c;
-        push({node.placed_persistent + context.floor.sizes(p, c).persistent,
-              context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept, held_above),
-              {p, c, left_kept}, index, false});
-      }
-    }
+    context.for_each_left_neighbour(unit, [&](const UnitChoice& left) {
+      push({node.placed_persistent + context.floor.sizes(left.first_block, left.length).persistent,
+            context.extend_slack(node.slack, unit.first_block, unit.length, left.length, left.kept, held_above), left,
+            index, false});
+    });
   }
   return result;
 }

@@ -163,23 +163,18 @@ WrapSearchResult fastest_fitting_wrapping(const ModelSpec& model, const Plan& pl
       push(done, done.cost_s);
       continue;
     }
-    for (std::size_t c = 1; c <= m && c <= unit.first_block; ++c) {
-      for (bool left_kept : kept_options) {
-        if (!context.may_follow(unit.kept, left_kept)) continue;
-        const std::size_t p = unit.first_block - c;
-        const auto step =
-            context.extend(unit.first_block, unit.length, c, left_kept, node.backlog_s, node.replica_backlog_s);
-        const std::int64_t held_above =
-            node.parent == kNone ? 0
-                                 : context.held_by(nodes[node.parent].leftmost) +
-                                       queued_input_bytes(node.parent, node.backlog_s, step.unit_ops_end_s);
-        const std::int64_t slack =
-            context.extend_slack(node.slack, unit.first_block, unit.length, c, left_kept, held_above);
-        const Node next{node.cost_s + step.added_s, step.backlog_s, slack, {p, c, left_kept}, index, false,
-                        step.replica_backlog_s};
-        push(next, next.cost_s + context.bounds.lower_bound(p, c, step.backlog_s));
-      }
-    }
+    context.for_each_left_neighbour(unit, [&](const UnitChoice& left) {
+      const auto step = context.extend(unit.first_block, unit.length, left.length, left.kept, node.backlog_s,
+                                       node.replica_backlog_s);
+      const std::int64_t held_above =
+          node.parent == kNone ? 0
+                               : context.held_by(nodes[node.parent].leftmost) +
+                                     queued_input_bytes(node.parent, node.backlog_s, step.unit_ops_end_s);
+      const std::int64_t slack =
+          context.extend_slack(node.slack, unit.first_block, unit.length, left.length, left.kept, held_above);
+      const Node next{node.cost_s + step.added_s, step.backlog_s, slack, left, index, false, step.replica_backlog_s};
+      push(next, next.cost_s + context.bounds.lower_bound(left.first_block, left.length, step.backlog_s));
+    });
   }
   if (best.found) return answer(best);  // the lower-bound model's answer: nothing left beats it
   result.exhausted = true;  // no other wrapping fits, or none can beat stop_above_s
