@@ -83,9 +83,8 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
   }
   std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
   std::printf("wrapping: proven fastest fitting for %zu knob settings (%zu of them over partitions only, the kept "
-              "units by refinement); per-cap DPs for %zu (search gave up) and %zu (outside the step model)\n",
-              result.exact_settings, result.kept_by_refinement_settings, result.fallback_settings,
-              result.heuristic_settings);
+              "units by refinement); per-cap DPs for %zu (search gave up)\n",
+              result.exact_settings, result.kept_by_refinement_settings, result.fallback_settings);
 }
 
 }  // namespace

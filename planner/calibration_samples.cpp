@@ -86,23 +86,23 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
   options.world_size = cluster.world_size();
   options.gpus_per_node = cluster.gpus_per_node;
   const StepSchedule schedule = lower_plan(plan, model, options);
-  // Collective intervals per rank and stream, for each compute op's overlap (simulator.cpp's rule: the largest
-  // per-stream covered time).
-  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> collective_intervals;
+  // Each compute op's time beside communication: the union of its rank's busy communication intervals over the op
+  // (Note [Communication busy time] in op_placement.h, the simulator's rule).
+  std::map<int, std::vector<std::pair<double, double>>> collective_intervals;
   for (const TimelineEvent& event : measured.events) {
     if (event.stream != "compute" && event.end_s > event.start_s) {
-      collective_intervals[{event.rank, event.stream}].emplace_back(event.start_s, event.end_s);
+      collective_intervals[event.rank].emplace_back(event.start_s, event.end_s);
     }
   }
+  for (auto& [rank, intervals] : collective_intervals) std::sort(intervals.begin(), intervals.end());
   const auto overlap_s = [&](const TimelineEvent& op) {
-    double busiest = 0;
-    for (const auto& [key, intervals] : collective_intervals) {
-      if (key.first != op.rank) continue;
-      double covered = 0;
-      for (const auto& [start, end] : intervals) covered += std::max(0.0, std::min(end, op.end_s) - std::max(start, op.start_s));
-      busiest = std::max(busiest, covered);
+    double covered = 0, reached = op.start_s;  // the union, walked in start order
+    for (const auto& [start, end] : collective_intervals[op.rank]) {
+      const double from = std::max(start, reached), to = std::min(end, op.end_s);
+      if (to > from) covered += to - from;
+      reached = std::max(reached, std::min(end, op.end_s));
     }
-    return busiest;
+    return covered;
   };
   const auto group_issue_s = last_issue_s(measured, schedule, cluster.world_size());
   // Each rank's working compute intervals, for each collective's time beside compute (Note [Collective slowdown]).

@@ -46,6 +46,8 @@ class Lowerer {
     schedule_.world_size = options_.world_size;
     schedule_.gpus_per_node = options_.gpus_per_node;
     schedule_.micro_batches = plan_.grad_accumulation_steps;
+    schedule_.seq_len = plan_.training.seq_len;
+    schedule_.sequences_per_micro_batch = plan_.training.micro_batch;
     schedule_.compute_element_bytes = plan_.training.precision.param_compute_bytes;
     schedule_.tokens_per_step = static_cast<std::int64_t>(plan_.grad_accumulation_steps) *
                                 plan_.training.tokens_per_micro_batch() * options_.world_size;
@@ -118,6 +120,7 @@ class Lowerer {
     const auto& precision = plan_.training.precision;
     Op gather = make_op(OpKind::all_gather, StreamKind::all_gather, unit, micro);
     gather.bytes = layout.padded_elements * precision.param_compute_bytes;
+    gather.element_bytes = precision.param_compute_bytes;
     const bool from_partial = partial_copy_[unit];
     gather.group = from_partial ? GroupKind::partial_reshard : GroupKind::shard;
     gather.group_size = from_partial ? layout.partial_group : layout.param_group;
@@ -128,9 +131,13 @@ class Lowerer {
     if (last_compute_ >= 0) gather.deps.push_back(last_compute_);
     gather.allocates.push_back({layout.gathered_category, gather.bytes});
     if (plan_.offload.params) {
-      // The shard comes in from host memory first (FSDP CPUOffload copies it before the all-gather).
+      // The shard comes in from host memory when the unshard is issued, before the all-gather (FSDP1's CPUOffload
+      // copies it to the device in _unshard; FSDP2's offload policy in its all-gather copy-in): the copy waits for
+      // what the gather waits for, so the shard is on the device from the gather's issue point to its end.
       Op copy = make_op(OpKind::host_to_device, StreamKind::host_to_device, unit, micro);
       copy.bytes = layout.shard_elements * precision.param_storage_bytes;
+      copy.element_bytes = precision.param_storage_bytes;
+      copy.deps = gather.deps;
       copy.allocates.push_back({MemoryCategory::comm_buffers, copy.bytes});
       gather.deps.push_back(emit(std::move(copy)));
       gather.frees.push_back({MemoryCategory::comm_buffers, layout.shard_elements * precision.param_storage_bytes});
@@ -227,6 +234,7 @@ class Lowerer {
     op.unit = unit;
     op.layer = static_cast<int>(layer);
     op.micro_batch = micro;
+    op.checkpointing = checkpointing(layer);
     op.flops = work.flops;
     op.memory_bytes = work.memory_bytes;
     schedule_.hardware_flops_per_rank += work.flops;
@@ -237,8 +245,14 @@ class Lowerer {
     return emit(std::move(op));
   }
 
+  // Note [Fragments] (schedule.h): the next op begins a fragment.
+  void mark(int micro, FragmentPass pass, int unit) {
+    schedule_.fragments.push_back({static_cast<int>(schedule_.ops.size()), micro, pass, unit});
+  }
+
   void forward_pass(int micro) {
     start_pass();
+    mark(micro, FragmentPass::step, -1);
     std::vector<bool> started(layouts_.size(), false);
     for (std::size_t index = 0; index < segments_.size(); ++index) {
       const Segment& segment = segments_[index];
@@ -249,6 +263,7 @@ class Lowerer {
         started[unit] = true;
         ensure_gathered(unit, micro, false);
         emit_wait(unit, micro);
+        mark(micro, FragmentPass::forward, unit);
         for (int target : spec.forward_prefetch) request_gather(target, micro, false);
       }
       for (std::size_t layer = segment.first_layer; layer <= segment.last_layer; ++layer) {
@@ -283,6 +298,7 @@ class Lowerer {
         started[unit] = true;
         ensure_gathered(unit, micro, true);
         emit_wait(unit, micro);
+        mark(micro, FragmentPass::backward, unit);
         for (int target : spec.backward_prefetch) request_gather(target, micro, true);
         if (layout.casts_replicated && !gathered_[unit]) {
           pending_alloc_ = {layout.gathered_category, layout.gathered_bytes};
@@ -378,6 +394,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   if (layout.grad_group > 1) {
     Op scatter = make_op(OpKind::reduce_scatter, StreamKind::reduce_scatter, unit, micro);
     scatter.bytes = layout.grad_padded_elements * precision.reduce_bytes;
+    scatter.element_bytes = precision.reduce_bytes;
     scatter.group = GroupKind::shard;
     scatter.group_size = layout.grad_group;
     scatter.group_spans_nodes = layout.grad_group > options_.gpus_per_node;
@@ -389,6 +406,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     const bool output_passes_on = offload || layout.replicas > 1;
     std::vector<MemoryChange> scatter_holds{{MemoryCategory::unsharded_grads, grad_copy}};
     if (!output_passes_on) scatter_holds.push_back({MemoryCategory::comm_buffers, output_bytes});
+    scatter.finishes_reduction = layout.replicas == 1;
     handover_.hand_over(StreamKind::reduce_scatter, scatter);
     int last = emit(std::move(scatter));
     handover_.hold(StreamKind::reduce_scatter, last, unit, std::move(scatter_holds));
@@ -396,6 +414,8 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
       // HSDP: the reduced shard is all-reduced across the replicas of the shard group, in place.
       Op across = make_op(OpKind::all_reduce, StreamKind::all_reduce, unit, micro);
       across.bytes = output_bytes;
+      across.element_bytes = precision.reduce_bytes;
+      across.finishes_reduction = true;
       across.group = GroupKind::replica;
       across.group_size = layout.replicas;
       across.group_spans_nodes = options_.world_size > options_.gpus_per_node;
@@ -418,6 +438,8 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   // Replicated gradients (NO_SHARD, ZeRO-1): all-reduce over the world, in place (DDP-style).
   Op everywhere = make_op(OpKind::all_reduce, StreamKind::all_reduce, unit, micro);
   everywhere.bytes = layout.param_count * precision.reduce_bytes;
+  everywhere.element_bytes = precision.reduce_bytes;
+  everywhere.finishes_reduction = true;
   everywhere.group = GroupKind::world;
   everywhere.group_size = options_.world_size;
   everywhere.group_spans_nodes = options_.world_size > options_.gpus_per_node;
@@ -430,17 +452,24 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
 }
 
 void Lowerer::optimizer_step(const std::vector<int>& reductions) {
-  Op step;
-  step.kind = OpKind::optimizer_step;
+  std::int64_t elements = 0;
+  for (const auto& layout : layouts_) elements += layout.optimizer_shard_elements;
+  Op step = optimizer_step_op(elements, plan_);
   step.deps = reductions;
-  for (const auto& layout : layouts_) step.optimizer_elements += layout.optimizer_shard_elements;
-  step.memory_bytes = static_cast<double>(step.optimizer_elements *
-                                          optimizer_bytes_per_element(plan_.training.precision, plan_.training.optimizer));
-  step.on_host = plan_.offload.params || plan_.offload.optimizer;
   emit(std::move(step));
 }
 
 }  // namespace
+
+Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan) {
+  Op step;
+  step.kind = OpKind::optimizer_step;
+  step.optimizer_elements = shard_elements;
+  step.memory_bytes =
+      static_cast<double>(shard_elements * optimizer_bytes_per_element(plan.training.precision, plan.training.optimizer));
+  step.on_host = plan.offload.params || plan.offload.optimizer;
+  return step;
+}
 
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
   validate_plan(plan, model, options.world_size, options.gpus_per_node);

@@ -22,6 +22,10 @@ struct LoweringOptions {
 // issued; see Note [Lowering] below.
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options);
 
+// The step's optimizer op over `shard_elements` of this rank's shards (its dependencies are the caller's): the fused
+// optimizer streams every shard byte once, on the device or, when offloaded, in host memory.
+Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan);
+
 // Note [Lowering]:
 // - A segment is a maximal run of consecutive layers of one unit; the root unit usually has two (embedding first,
 //   final norm and head last). Forward walks segments in order, backward in reverse.

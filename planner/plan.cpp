@@ -37,6 +37,35 @@ Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const 
   return plan;
 }
 
+Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units,
+                     const std::vector<bool>& kept_gathered) {
+  SHARDPLAN_CHECK(kept_gathered.empty() || kept_gathered.size() == units.size(), "one kept flag per unit");
+  Plan plan = plan_template;
+  const PlanUnit unit_template = plan_template.units.at(plan_template.units.size() > 1 ? 1 : 0);
+  const PlanUnit root_template = plan_template.units.at(0);
+  plan.units.clear();
+  const int count = static_cast<int>(units.size()) + 1;
+  for (int id = 0; id < count; ++id) {
+    PlanUnit unit = id == 0 ? root_template : unit_template;
+    if (id > 0) {
+      unit.layers = units[static_cast<std::size_t>(id - 1)];
+      unit.name = model.layers[unit.layers.begin].name +
+                  (unit.layers.end - unit.layers.begin > 1 ? "-" + model.layers[unit.layers.end - 1].name : "");
+      if (!kept_gathered.empty() && kept_gathered[static_cast<std::size_t>(id - 1)]) {
+        unit.reshard_after_forward.enabled = false;
+      }
+    }
+    // FSDP's one-ahead prefetch (as default_plan sets it).
+    unit.forward_prefetch.clear();
+    unit.backward_prefetch.clear();
+    if (id + 1 < count) unit.forward_prefetch = {id + 1};
+    if (id == 0 && count > 1) unit.backward_prefetch = {count - 1};
+    if (id >= 2) unit.backward_prefetch = {id - 1};
+    plan.units.push_back(std::move(unit));
+  }
+  return plan;
+}
+
 std::vector<UnitInfo> plan_units(const Plan& plan, const ModelSpec& model) {
   Wrapping wrapping;
   for (const auto& unit : plan.units) {

@@ -52,6 +52,11 @@ struct Plan {
 Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const ShardingStrategy& strategy,
                   const Wrapping& wrapping, int world_size);
 
+// A plan with these units and the template's knobs: default one-ahead prefetch lists, root kept gathered.
+// `kept_gathered` (empty: as the template says): per unit, true sets reshard_after_forward = false.
+Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const std::vector<LayerRange>& units,
+                     const std::vector<bool>& kept_gathered = {});
+
 // Checks a plan against its model and world: units cover each layer at most once and in order, prefetch ids exist,
 // shard groups divide the world, the checkpointing list has one entry per layer. InputError names the unit.
 void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);

@@ -14,6 +14,8 @@ class ReductionHandover {
   // A reduction on `stream` is about to be emitted: it frees, as it starts, what the previous one there still holds.
   void hand_over(StreamKind stream, Op& next) {
     Held& held = held_[static_cast<std::size_t>(stream)];
+    next.hands_over_from = held.holder;
+    next.frees_previous_reduction = true;
     next.frees_at_start.insert(next.frees_at_start.end(), held.buffers.begin(), held.buffers.end());
     held = {};
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "memory_category.h"
+#include "model_spec.h"
 
 namespace shardplan {
 
@@ -57,7 +58,15 @@ struct Op {
   GroupKind group = GroupKind::none;
   int group_size = 1;
   bool group_spans_nodes = false;
+  int element_bytes = 0;   // the dtype a collective moves (2: bf16, 4: fp32), or a copy's elements
+  // Reductions (Note [Reduction buffers]): the reduction on this op's stream whose held buffers this one frees at its
+  // start (-1: none), and whether it is the unit's last reduction of its micro-batch (an HSDP reduce-scatter is
+  // followed by the all-reduce across replicas; the gradient shard is accumulated after the last).
+  int hands_over_from = -1;
+  bool frees_previous_reduction = false;  // a reduction that takes its stream's held buffers over (even when none are)
+  bool finishes_reduction = false;
   // Compute.
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;  // the layer's mode for this pass
   double flops = 0;         // hardware FLOPs (recompute included)
   double memory_bytes = 0;  // HBM traffic of the op's non-GEMM work
   std::int64_t zeroed_bytes = 0;  // a fresh buffer zero-filled before the op's work: its unit's full-size gradient,
@@ -78,9 +87,22 @@ struct Op {
 // full-size gradient) and output, or an HSDP all-reduce's buffer, are freed at the start of the next reduction on the
 // same stream in the same micro-batch — which starts after it, and after the next unit's backward — and the last
 // reduction of a micro-batch frees them at its end. `frees_at_start` names the previous reduction's unit
-// (MemoryChange::owner_unit). Freeing them when their own collective completed instead made the peak depend on how
-// far the other ranks lagged: measured on 2 CPU ranks, a two-blocks-per-unit plan peaked at 12.14 MB or 12.81 MB from
-// step to step, depending on whether a reduce-scatter finished before the next unit's gradients were allocated.
+// (MemoryChange::owner_unit). Freeing them when their own collective completes would make the peak depend on how
+// far the other ranks lag: with that rule, measured on 2 CPU ranks, a two-blocks-per-unit plan peaks at 12.14 MB or
+// 12.81 MB from step to step, depending on whether a reduce-scatter finishes before the next unit's gradients exist.
+
+// Note [Fragments]: the lowering marks where each unit's part of a pass begins — right after the unit's wait for its
+// parameters (or where that wait would be when it has none), before it issues prefetches — and where each micro-batch
+// begins. The ops between two marks are a fragment: they depend on the unit and the unit its prefetch names, and every
+// one of them starts at or after the mark, so a search can time a fragment from the state of the streams at the mark
+// (fragment.h) instead of lowering and simulating whole steps.
+enum class FragmentPass { step, forward, backward };
+struct FragmentMark {
+  int first_op = 0;  // the fragment's first op; it runs to the next mark (or the end)
+  int micro_batch = 0;
+  FragmentPass pass = FragmentPass::step;  // step: the micro-batch's start, before its root all-gather
+  int unit = -1;
+};
 
 // Note [Schedule order]: `ops` is one valid issue order: every op's dependencies and every earlier op of its stream
 // come before it. Each stream runs its ops in this order, one at a time (a CUDA stream, or the executor's
@@ -91,11 +113,14 @@ struct StepSchedule {
   int world_size = 1;
   int gpus_per_node = 1;
   int micro_batches = 1;
+  std::int64_t seq_len = 0;             // each micro-batch's shape on one rank: sequences × tokens
+  std::int64_t sequences_per_micro_batch = 0;
   std::int64_t tokens_per_step = 0;     // all ranks: micro-batches × micro-batch × seq × data-parallel ranks
   double model_flops_per_rank = 0;      // forward + backward of the model, no recompute (MFU numerator)
   double hardware_flops_per_rank = 0;   // including recompute (HFU numerator)
   int compute_element_bytes = 2;        // the dtype layers compute in (peak FLOP/s to use)
   std::vector<std::string> unit_names;
+  std::vector<FragmentMark> fragments;  // Note [Fragments], in op order
 
   std::size_t count(OpKind kind) const;
 };

@@ -15,8 +15,9 @@
 namespace shardplan {
 namespace {
 
-// The bounded wrap search's budget: wrappings simulated × blocks per wrapping (see Searcher::search_setting).
-constexpr std::size_t kBoundedSearchBlocks = 20000;
+// The wrap search's simulation budget per knob setting: wrappings simulated × blocks per wrapping (a wrapping's
+// simulation costs about its blocks' ops), so long models get fewer checks (Searcher::search_setting).
+constexpr std::size_t kSimulatedBlocksPerSetting = 20000;
 
 // "<knobs>, <how>, N unit(s) kept gathered": a candidate's description (kept flags count only where the template
 // reshards after forward; elsewhere every unit stays gathered anyway).
@@ -74,135 +75,112 @@ class Searcher {
     }
   }
 
-  // One knob setting. First pass (`depths` false): the one-ahead wrapping search, true when it is exact. Second pass:
-  // the search over prefetch depths, true when it finished.
+  // One knob setting. First pass (`depths` false): the one-ahead wrapping search, true when it finished. Second
+  // pass: the search over prefetch depths, true when it finished.
   bool search_setting(const KnobSetting& knobs, bool depths) {
-    {
-      const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
-      const std::string label = knobs.label();
-      // partition (unit ends, 0 after a unit kept gathered) → the simulator's verdict
-      std::map<std::vector<std::size_t>, WrapCheck> seen;
-      const auto try_units = [&](const std::vector<LayerRange>& units, const std::string& how,
-                                 const std::vector<bool>& kept = {}) {
-        std::vector<std::size_t> key;
-        for (std::size_t k = 0; k < units.size(); ++k) {
-          key.push_back(units[k].end);
-          if (!kept.empty() && kept[k]) key.push_back(0);
+    const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
+    const std::string label = knobs.label();
+    const int world = cluster_.world_size(), gpus_per_node = cluster_.gpus_per_node;
+    // partition (unit ends, 0 after a unit kept gathered) → the simulator's verdict
+    std::map<std::vector<std::size_t>, WrapCheck> seen;
+    const auto try_units = [&](const std::vector<LayerRange>& units, const std::string& how,
+                               const std::vector<bool>& kept = {}) {
+      std::vector<std::size_t> key;
+      for (std::size_t k = 0; k < units.size(); ++k) {
+        key.push_back(units[k].end);
+        if (!kept.empty() && kept[k]) key.push_back(0);
+      }
+      if (const auto found = seen.find(key); found != seen.end()) return found->second;
+      const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base));
+      const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
+      seen.emplace(key, verdict);
+      return verdict;
+    };
+    WrapSearchOptions wrap;
+    wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
+    wrap.memory_cap_bytes = cap_;
+    // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time where the
+    // model is a lower bound: a budget in simulated blocks keeps long models' searches short; past it the per-cap
+    // DPs answer.
+    wrap.max_checks = std::max<std::size_t>(kMaxWrapChecks, kSimulatedBlocksPerSetting / model_.block_count());
+    if (depths) {
+      // Note [Prefetch depth]: the fastest fitting plan over wrappings × none / one / two units ahead, by branch and
+      // bound on the one-ahead fragments with free all-gathers and free collective issue. That is a lower bound for
+      // every depth: shortening durations never lengthens the simulated step (Note [Monotone walk]), and with free
+      // gathers every wait is met where it is reached, whatever the depth issued it. Its floor counts only certainly
+      // live bytes, which do not depend on where a gather is issued. True when the search finished.
+      const ShardingLayout layout = resolve_sharding(base.units.at(1).strategy, world, gpus_per_node);
+      if (!layout.params_sharded()) return true;  // nothing is gathered: every depth is the same plan
+      TimingRelaxation free_gathers;
+      free_gathers.free_all_gathers = true;
+      free_gathers.free_collective_issue = true;
+      std::shared_ptr<FragmentCache>& cache = cache_for(knobs);
+      WrapFragments fragments(model_, base, profile_, world, gpus_per_node, free_gathers, cache);
+      cache = fragments.cache();
+      wrap.floor_for_any_prefetch_depth = true;
+      if (best_fit_.fits) wrap.stop_above_s = best_fit_.summary.step_time_s;
+      wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+        WrapCheck best = try_units(units, "fastest fitting wrapping", kept);
+        const Plan built = plan_with_units(model_, base, units, kept);
+        for (int depth : {0, 2}) {
+          const PlanCandidate candidate =
+              evaluate(with_prefetch_depth(built, depth),
+                       describe(label, depth == 0 ? "fastest fitting wrapping, no prefetch"
+                                                  : "fastest fitting wrapping, prefetch 2 ahead",
+                                kept, base));
+          if (candidate.fits && (!best.fits || candidate.summary.step_time_s < best.step_s)) {
+            best = {true, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
+          }
         }
-        if (const auto found = seen.find(key); found != seen.end()) return found->second;
-        const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base));
-        const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
-        seen.emplace(key, verdict);
-        return verdict;
+        return best;
       };
-      // Note [Prefetch depth]: the fastest fitting plan over wrappings × none / one / two units ahead, by branch
-      // and bound on the step model with free all-gathers and no issue overhead. That is a lower bound for every
-      // depth: shortening durations never lengthens the simulated step (slowdown ≤ 2, Note [Wrap DP]), and with
-      // free gathers every wait is met where it is reached, whatever the depth issued it. Its memory floor leaves
-      // out the neighbour a one-ahead prefetch holds (none ahead holds none). True when the search finished.
-      const auto search_prefetch_depths = [&](WrapSearchOptions depths) {
-        const ShardingLayout layout =
-            resolve_sharding(base.units.at(1).strategy, cluster_.world_size(), cluster_.gpus_per_node);
-        if (!layout.params_sharded()) return true;  // nothing is gathered: every depth is the same plan
-        HardwareProfile free_gathers = profile_;
-        free_gathers.collective_issue_overhead_s = 0;
-        for (bool spans_nodes : {false, true}) {
-          free_gathers.collective_fits.insert(free_gathers.collective_fits.begin(),
-                                              {"all_gather", layout.param_group, spans_nodes, 0.0, 1e30});
-        }
-        depths.model_is_exact = false;
-        depths.floor_holds_neighbours = false;
-        depths.max_checks = std::max<std::size_t>(48, kBoundedSearchBlocks / model_.block_count());
-        if (best_fit_.fits) depths.stop_above_s = best_fit_.summary.step_time_s;
-        depths.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
-          WrapCheck best = try_units(units, "fastest fitting wrapping", kept);
-          const Plan built = plan_with_units(model_, base, units, kept);
-          for (int depth : {0, 2}) {
-            const PlanCandidate candidate =
-                evaluate(with_prefetch_depth(built, depth),
-                         describe(label, depth == 0 ? "fastest fitting wrapping, no prefetch"
-                                                    : "fastest fitting wrapping, prefetch 2 ahead",
-                                  kept, base));
-            if (candidate.fits && (!best.fits || candidate.summary.step_time_s < best.step_s)) {
-              best = {true, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
-            }
-          }
-          return best;
-        };
-        return !fastest_fitting_wrapping(model_, base, free_gathers, cluster_.world_size(), cluster_.gpus_per_node,
-                                         depths)
-                    .gave_up;
-      };
-      if (depths) {
-        WrapSearchOptions wrap;
-        wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
-        wrap.memory_cap_bytes = cap_;
-        return search_prefetch_depths(wrap);
+      return !fastest_fitting_wrapping(fragments, wrap).gave_up;
+    }
+    // The fastest wrapping whose simulated peak fits, or none that fits and beats the best plan so far
+    // (Note [Wrap search]). For --objective memory, the fastest at the setting's least peak (Note [Least peak]).
+    std::shared_ptr<FragmentCache>& cache = cache_for(knobs);
+    WrapFragments fragments(model_, base, profile_, world, gpus_per_node, {}, cache);
+    cache = fragments.cache();
+    if (best_fit_.fits && options_.objective == SearchObjective::time) wrap.stop_above_s = best_fit_.summary.step_time_s;
+    wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+      WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
+      verdict.fits = verdict.peak_bytes <= wrap.memory_cap_bytes;  // the least peak, for --objective memory
+      return verdict;
+    };
+    bool searchable = true;
+    if (options_.objective == SearchObjective::memory) {
+      // No wrapping of this setting can beat a fitting plan with a lower peak (equal peaks: the faster wins).
+      const std::int64_t above = best_fit_.fits ? std::min(cap_, best_fit_.summary.peak_memory_bytes) : cap_;
+      const LeastPeakResult least = least_peak_wrapping(fragments, wrap, above);
+      searchable = !least.gave_up;
+      if (searchable && (!least.found || least.peak_bytes > above)) {
+        ++exact_settings_;  // proven: nothing here fits at or below the best peak so far
+        return true;
       }
-      if (wrap_model_is_lower_bound(base)) {
-        // Exact for this knob setting (Note [Wrap search]): the fastest wrapping whose simulated peak fits, or none
-        // that fits and beats the best plan so far; by branch and bound where the model is a lower bound. For
-        // --objective memory, the fastest at the setting's least peak (Note [Least peak]).
-        WrapSearchOptions wrap;
-        wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
-        wrap.memory_cap_bytes = cap_;
-        wrap.model_is_exact = wrap_model_is_exact(base, cluster_.world_size(), cluster_.gpus_per_node, profile_);
-        // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time: a few
-        // hundred where near-ties abound (HSDP's model is 98-99% of the simulated time in test_wrap_dp.cpp). A
-        // budget in simulated blocks keeps long models' searches short; past it the per-cap DPs answer.
-        if (!wrap.model_is_exact) {
-          wrap.max_checks = std::max<std::size_t>(48, kBoundedSearchBlocks / model_.block_count());
-        }
-        if (best_fit_.fits && options_.objective == SearchObjective::time) {
-          wrap.stop_above_s = best_fit_.summary.step_time_s;
-        }
-        wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
-          WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
-          verdict.fits = verdict.peak_bytes <= wrap.memory_cap_bytes;  // the least peak, for --objective memory
-          return verdict;
-        };
-        bool searchable = true;
-        if (options_.objective == SearchObjective::memory) {
-          // No wrapping of this setting can beat a fitting plan with a lower peak (equal peaks: the faster wins).
-          const std::int64_t above = best_fit_.fits ? std::min(cap_, best_fit_.summary.peak_memory_bytes) : cap_;
-          const LeastPeakResult least =
-              least_peak_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap, above);
-          searchable = !least.gave_up;
-          if (searchable && (!least.found || least.peak_bytes > above)) {
-            ++exact_settings_;  // proven: nothing here fits at or below the best peak so far
-            return true;
-          }
-          wrap.memory_cap_bytes = least.peak_bytes;
-          if (best_fit_.fits && best_fit_.summary.peak_memory_bytes == least.peak_bytes) {
-            wrap.stop_above_s = best_fit_.summary.step_time_s;
-          }
-        }
-        if (searchable) {
-          const WrapSearchResult searched =
-              fastest_fitting_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, wrap);
-          if (!searched.gave_up) {
-            ++exact_settings_;
-            if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
-            return true;
-          }
-        }
-        ++fallback_settings_;  // too many wrappings to simulate: the per-cap DPs below instead
-      } else {
-        ++heuristic_settings_;
+      wrap.memory_cap_bytes = least.peak_bytes;
+      if (best_fit_.fits && best_fit_.summary.peak_memory_bytes == least.peak_bytes) {
+        wrap.stop_above_s = best_fit_.summary.step_time_s;
       }
-      for (int cap_blocks : options_.max_unit_blocks) {
-        WrapDpOptions dp_options;
-        dp_options.max_unit_blocks = cap_blocks;
-        const WrapDpResult dp =
-            best_wrapping(model_, base, profile_, cluster_.world_size(), cluster_.gpus_per_node, dp_options);
-        const bool dp_fits =
-            dp.found && try_units(dp.units, "DP <= " + std::to_string(cap_blocks) + " blocks/unit").fits;
-        const bool uniform_fits = try_units(wrap_blocks(model_, static_cast<std::size_t>(cap_blocks)).units,
-                                            std::to_string(cap_blocks) + " blocks/unit")
-                                      .fits;
-        // Larger units only add gathered memory: once neither candidate of this cap fits, larger caps will not.
-        if (!dp_fits && !uniform_fits) break;
+    }
+    if (searchable) {
+      const WrapSearchResult searched = fastest_fitting_wrapping(fragments, wrap);
+      if (!searched.gave_up) {
+        ++exact_settings_;
+        if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
+        return true;
       }
+    }
+    ++fallback_settings_;  // too many wrappings to simulate: the per-cap DPs instead
+    for (int cap_blocks : options_.max_unit_blocks) {
+      WrapDpOptions dp_options;
+      dp_options.max_unit_blocks = cap_blocks;
+      const WrapDpResult dp = best_wrapping(fragments, dp_options);
+      const bool dp_fits = dp.found && try_units(dp.units, "DP <= " + std::to_string(cap_blocks) + " blocks/unit").fits;
+      const bool uniform_fits = try_units(wrap_blocks(model_, static_cast<std::size_t>(cap_blocks)).units,
+                                          std::to_string(cap_blocks) + " blocks/unit")
+                                    .fits;
+      // Larger units only add gathered memory: once neither candidate of this cap fits, larger caps will not.
+      if (!dp_fits && !uniform_fits) break;
     }
     return false;
   }
@@ -212,16 +190,23 @@ class Searcher {
   const PlanCandidate& smallest() const { return smallest_; }
   std::size_t evaluated() const { return evaluated_; }
   // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]; by branch and bound where the
-  // model is a lower bound; for --objective memory, the fastest at the least peak, Note [Least peak]); those where
-  // that search gave up, and those outside the step model, by the per-cap DPs.
+  // model is a lower bound; for --objective memory, the fastest at the least peak, Note [Least peak]); and those
+  // where that search gave up, answered by the per-cap DPs.
   std::size_t exact_settings() const { return exact_settings_; }
   std::size_t fallback_settings() const { return fallback_settings_; }
-  std::size_t heuristic_settings() const { return heuristic_settings_; }
   // Of the exact ones, those whose kept-gathered suffix was left to the refinements (the joint search's labels
   // outgrew their budget, on long models): exact over partitions only.
   std::size_t kept_by_refinement_settings() const { return kept_by_refinement_settings_; }
 
  private:
+  // The windows lowered for one strategy, micro-batch and offload serve every checkpointing pattern and both passes
+  // (Note [Wrap fragments]): one cache per such setting, kept while the search runs.
+  std::shared_ptr<FragmentCache>& cache_for(const KnobSetting& knobs) {
+    KnobSetting without_checkpointing = knobs;
+    without_checkpointing.ac.clear();
+    return caches_[without_checkpointing.label()];
+  }
+
   void consider(const PlanCandidate& candidate) {
     if (smallest_.summary.op_count == 0 ||
         candidate.summary.peak_memory_bytes < smallest_.summary.peak_memory_bytes) {
@@ -244,7 +229,8 @@ class Searcher {
   std::int64_t cap_;
   PlanCandidate best_fit_, smallest_;
   std::size_t evaluated_ = 0;
-  std::size_t exact_settings_ = 0, fallback_settings_ = 0, heuristic_settings_ = 0, kept_by_refinement_settings_ = 0;
+  std::size_t exact_settings_ = 0, fallback_settings_ = 0, kept_by_refinement_settings_ = 0;
+  std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
 };
 
 std::string gib_text(std::int64_t bytes) {
@@ -355,7 +341,6 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   result.candidates_evaluated = searcher.evaluated();
   result.exact_settings = searcher.exact_settings();
   result.fallback_settings = searcher.fallback_settings();
-  result.heuristic_settings = searcher.heuristic_settings();
   result.kept_by_refinement_settings = searcher.kept_by_refinement_settings();
   if (result.feasible) {
     result.best = searcher.best();
@@ -396,7 +381,6 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                                {"seconds", result.seconds},
                                {"knob_settings_exact", result.exact_settings},
                                {"knob_settings_fallback", result.fallback_settings},
-                               {"knob_settings_heuristic", result.heuristic_settings},
                                {"knob_settings_exact_partitions_only", result.kept_by_refinement_settings}}}};
   if (result.feasible) {
     document["plan"] = to_json(result.best.plan, model);

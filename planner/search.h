@@ -59,14 +59,13 @@ struct SearchResult {
   std::vector<BaselineResult> baselines;
   InfeasibleDiagnosis diagnosis;  // filled when !feasible
   std::size_t candidates_evaluated = 0;
-  // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting (by the exact step
-  // model, or by branch and bound where it is a lower bound: HSDP, accumulation that reduces every micro-batch,
-  // CPU offload);
+  // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting (where the fragments'
+  // step model is the simulator's, by the first fitting wrapping in model order; where it is a lower bound —
+  // micro-batches whose reductions run into the next, collectives slowed beside compute — by branch and bound); or
   // that search gave up (too many faster wrappings over the cap, or its simulation budget ran out) and the per-cap
-  // DPs answered; outside the step model (partially resharded units), the per-cap DPs answered. With --objective
-  // memory, proven means the least peak and the fastest plan at it (Note [Least peak]). Settings skipped because
-  // their model states alone exceed the cap are in none.
-  std::size_t exact_settings = 0, fallback_settings = 0, heuristic_settings = 0;
+  // DPs answered. With --objective memory, proven means the least peak and the fastest plan at it (Note [Least
+  // peak]). Settings skipped because their model states alone exceed the cap are in neither.
+  std::size_t exact_settings = 0, fallback_settings = 0;
   // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
   // labels outgrew their budget): exact over partitions only.
   std::size_t kept_by_refinement_settings = 0;

@@ -43,8 +43,8 @@ struct SimulationResult {
 };
 
 // Walks the ops in schedule order (Note [Schedule order]): an op starts when its stream is free and its dependencies
-// have finished. Compute ops run slower by the profile's overlap factor for the part of them that overlaps a
-// collective. Memory changes at op starts (frees_at_start, then allocations) and ends (frees); equal times apply
+// have finished (op_placement.h has the per-op rules). Compute ops run slower by the profile's overlap factor for the
+// part of them during which communication runs (Note [Communication busy time]). Memory changes at op starts (frees_at_start, then allocations) and ends (frees); equal times apply
 // frees first.
 SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& profile, bool record_timeline = true);
 

@@ -1,142 +1,144 @@
-// The label DP (Note [Wrap DP] in wrap_dp.h): Pareto sets of (cost, backlog, slack) from the last unit down.
+// The label DP (Note [Wrap DP] in wrap_dp.h): Pareto sets of labels from the last unit down, pruned by the bounds of
+// the rest and the memory floor, closed at the first unit.
 #include "wrap_label_dp.h"
 
 #include <algorithm>
-#include <iterator>
-#include <map>
+
+#include "errors.h"
 
 namespace shardplan::wrap_internal {
 
-void keep_pareto(std::vector<Label>& labels, bool backlog_monotone, bool with_slack) {
-  std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) {
-    return a.cost_s != b.cost_s ? a.cost_s < b.cost_s : a.backlog_s < b.backlog_s;
-  });
-  std::vector<Label> kept;
-  const bool replicas = std::any_of(labels.begin(), labels.end(), [](const Label& label) {
-    return label.replica_backlog_s > 0;
-  });
-  if (replicas) {
-    // HSDP's fourth dimension: pairwise, so it stops once the survivors outgrow kMaxLabelsPerState (the caller
-    // then gives up on this state's labels).
-    for (const Label& label : labels) {
-      if (kept.size() > kMaxLabelsPerState) break;
-      const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Label& better) {
-        return (backlog_monotone ? better.backlog_s <= label.backlog_s : better.backlog_s == label.backlog_s) &&
-               better.replica_backlog_s <= label.replica_backlog_s && (!with_slack || better.slack >= label.slack);
-      });
-      if (!dominated) kept.push_back(label);
-    }
-  } else if (backlog_monotone && !with_slack) {
-    // In cost order, a label survives when its backlog is below every cheaper survivor's.
-    for (const Label& label : labels) {
-      if (kept.empty() || label.backlog_s < kept.back().backlog_s) kept.push_back(label);
-    }
-  } else if (backlog_monotone) {
-    // In cost order, a label survives unless a cheaper survivor has no more backlog and no less slack. The
-    // survivors' (backlog, slack) staircase: by backlog ascending, slack strictly ascending, so the best slack at
-    // backlog ≤ x is the last step at or before x.
-    std::map<double, std::int64_t> staircase;
-    for (const Label& label : labels) {
-      auto after = staircase.upper_bound(label.backlog_s);
-      if (after != staircase.begin() && std::prev(after)->second >= label.slack) continue;  // dominated
-      kept.push_back(label);
-      // Steps at or after this backlog with no more slack are now dominated by it.
-      auto at = staircase.lower_bound(label.backlog_s);
-      while (at != staircase.end() && at->second <= label.slack) at = staircase.erase(at);
-      staircase[label.backlog_s] = label.slack;
-    }
-  } else {
-    for (const Label& label : labels) {
-      const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Label& better) {
-        return better.backlog_s == label.backlog_s && (!with_slack || better.slack >= label.slack);
-      });
-      if (!dominated) kept.push_back(label);
+namespace {
+
+bool dominates(const Label& better, const Label& label, bool with_floor) {
+  // Cheapest tests first: most candidate pairs differ in the busy streams or the reduction backlog.
+  if (better.busy != label.busy || better.optimizer_elements > label.optimizer_elements) return false;
+  for (std::size_t stream = 0; stream < better.state.stream_free_s.size(); ++stream) {
+    if (better.state.stream_free_s[stream] > label.state.stream_free_s[stream]) return false;
+  }
+  if (with_floor) {
+    if (better.persistent_bytes > label.persistent_bytes) return false;
+    for (std::size_t at = 0; at < label.memory.size(); ++at) {
+      if (better.memory[at] > label.memory[at]) return false;
     }
   }
-  labels = std::move(kept);
+  return better.state.comm_busy.empty() || better.state.at_least_as_free_as(label.state);
 }
 
-DpAnswer label_dp(WrapContext& context, bool with_floor) {
-  auto& terms = context.terms;
+}  // namespace
+
+void keep_pareto(std::vector<Label>& labels, bool with_floor) {
+  // In cost order (exact first at equal cost), a label survives unless a cheaper survivor dominates it. Stops once
+  // the survivors outgrow kMaxLabelsPerState (the caller then gives up on this state's labels).
+  if (labels.size() <= 1) return;  // most states hold one label
+  struct Key {
+    double cost_s;
+    bool inexact;
+    std::size_t index;
+    bool operator<(const Key& other) const {
+      return cost_s != other.cost_s ? cost_s < other.cost_s
+                                    : inexact != other.inexact ? !inexact : index < other.index;
+    }
+  };
+  std::vector<Key> keys;
+  keys.reserve(labels.size());
+  for (std::size_t i = 0; i < labels.size(); ++i) keys.push_back({labels[i].cost_s, !labels[i].exact, i});
+  std::sort(keys.begin(), keys.end());
+  std::vector<Label> survivors;
+  survivors.reserve(std::min(labels.size(), kMaxLabelsPerState + 1));
+  for (const Key& key : keys) {
+    if (survivors.size() > kMaxLabelsPerState) break;
+    const Label& label = labels[key.index];
+    const bool dominated = std::any_of(survivors.begin(), survivors.end(),
+                                       [&](const Label& better) { return dominates(better, label, with_floor); });
+    if (!dominated) survivors.push_back(std::move(labels[key.index]));
+  }
+  labels = std::move(survivors);
+}
+
+WrapContext::Closed close_wrapping(WrapContext& context, const std::vector<UnitChoice>& choices, bool exact_memory) {
+  SHARDPLAN_CHECK(!choices.empty() && choices.back().first_block + choices.back().length == context.n,
+                  "a wrapping covers every block");
+  WrapFragments& fragments = context.fragments;
+  const auto held_by = [&](std::size_t unit) -> std::int64_t {
+    return unit + 1 < choices.size() ? fragments.held_by_reduction_above(choices[unit], choices[unit + 1]) : 0;
+  };
+  Label label = context.last_unit(choices.back());
+  for (std::size_t k = choices.size() - 1; k > 0; --k) {
+    label = context.extend(label, choices[k], choices[k - 1], exact_memory ? held_by(k) : 0, exact_memory);
+  }
+  return context.close(label, choices.front(), exact_memory ? held_by(0) : 0, exact_memory);
+}
+
+DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
   const std::size_t n = context.n, m = context.m;
-  const bool backlog_monotone = terms.slowdown() <= 2.0;
   const std::vector<bool> kept_options = context.kept_options();
-  // An upper bound of the optimum: every uniform wrapping (k blocks per unit, as the template reshards) the floor
-  // allows, and without a floor the bounds' own wrapping.
-  double upper_bound = with_floor ? kInf : context.bounds.upper_bound();
+  // An upper bound of the optimum: every uniform wrapping (k blocks per unit, as the template keeps) the floor allows.
+  double upper_bound = stop_above_s;
   for (std::size_t k = 1; k <= m; ++k) {
     std::vector<UnitChoice> choices;
     for (std::size_t first = 0; first < n; first += k) choices.push_back({first, std::min(k, n - first), context.template_kept});
-    if (!with_floor || context.wrapping_slack(choices) >= 0) {
-      upper_bound = std::min(upper_bound, context.exact(to_units(terms, choices), to_kept(choices)));
+    const WrapContext::Closed closed = close_wrapping(context, choices);
+    if (!with_floor || context.memory_cap_bytes <= 0 || closed.floor_bytes <= context.memory_cap_bytes) {
+      upper_bound = std::min(upper_bound, closed.step_s);
     }
   }
   const double prune_above = upper_bound * (1.0 + 1e-9);  // keep the optimum through rounding
-  const auto promising = [&](double cost_s, std::size_t p, std::size_t b, double backlog_s, std::int64_t slack) {
-    return cost_s + context.bounds.lower_bound(p, b, backlog_s) <= prune_above && (!with_floor || slack >= 0);
+  const auto promising = [&](const Label& label, const UnitChoice& unit) {
+    return label.cost_s + context.lower_bound(unit, label) <= prune_above &&
+           (!with_floor || context.fits_floor(unit, label));
   };
   std::vector<std::vector<Label>> labels((n + 1) * (m + 1) * 2);
-  for (std::size_t b = 1; b <= std::min(m, n); ++b) {
+  for (std::size_t b = 1; b <= m; ++b) {
     for (bool kept : kept_options) {
-      const double cost = context.last_unit_cost(b, kept);
-      const std::int64_t slack = context.last_unit_slack(b, kept);
-      if (promising(cost, n - b, b, 0.0, slack)) labels[context.state(n - b, b, kept)].push_back({cost, 0.0, slack, kNone, kNone});
+      const UnitChoice unit{n - b, b, kept};
+      Label label = context.last_unit(unit);
+      if (promising(label, unit)) labels[context.state_index(unit)].push_back(std::move(label));
     }
   }
-  // Right to left: a state's labels are final once every state with a larger p has been expanded.
+  DpAnswer overflow;
+  overflow.overflow = true;
+  // Right to left: a state's labels are final once every state with a larger first block has been expanded.
   for (std::size_t p = n; p-- > 1;) {
     for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
       for (bool kept : kept_options) {
-        const std::size_t state = context.state(p, b, kept);
+        const UnitChoice unit{p, b, kept};
+        const std::size_t state = context.state_index(unit);
         auto& here = labels[state];
         if (here.empty()) continue;
-        keep_pareto(here, backlog_monotone, with_floor);
-        if (here.size() > kMaxLabelsPerState) {
-          DpAnswer overflow;
-          overflow.overflow = true;
-          return overflow;
-        }
-        for (std::size_t c = 1; c <= m && c <= p; ++c) {
-          const double left_forward = context.left_forward_s(p, b, c);
-          for (bool left_kept : kept_options) {
-            if (!context.may_follow(kept, left_kept)) continue;
-            auto& target = labels[context.state(p - c, c, left_kept)];
-            for (std::size_t index = 0; index < here.size(); ++index) {
-              // The unit at p now has its neighbour below: its backward step is final, and so is the left unit's
-              // forward step (its right neighbour is known).
-              const auto step = context.extend(p, b, c, left_kept, here[index].backlog_s,
-                                               here[index].replica_backlog_s, left_forward);
-              const double cost = here[index].cost_s + step.added_s;
-              const std::int64_t slack = context.extend_slack(here[index].slack, p, b, c, left_kept);
-              if (promising(cost, p - c, c, step.backlog_s, slack)) {
-                target.push_back({cost, step.backlog_s, slack, state, index, step.replica_backlog_s});
-              }
-            }
+        keep_pareto(here, with_floor);
+        if (here.size() > kMaxLabelsPerState) return overflow;
+        context.for_each_left_neighbour(unit, [&](const UnitChoice& left) {
+          auto& target = labels[context.state_index(left)];
+          const WrapContext::Transition step = context.transition(unit, left);
+          for (std::size_t index = 0; index < here.size(); ++index) {
+            Label next = context.extend(here[index], step, 0, false);
+            next.parent_state = state;
+            next.parent_label = index;
+            if (promising(next, left)) target.push_back(std::move(next));
           }
-        }
+        });
       }
     }
   }
-  // Close at p = 0: the first unit's backward, the embedding, the root's reduction, the optimizer, the head.
+  // Close at the first unit: the head, its backward with the embedding's, the root's reduction, the optimizer.
   DpAnswer answer;
   double best_total = kInf;
+  bool best_exact = false;
   std::size_t best_state = kNone, best_label = kNone;
-  for (std::size_t b = 1; b <= m && b <= n; ++b) {
+  for (std::size_t b = 1; b <= m; ++b) {
     for (bool kept : kept_options) {
-      const std::size_t state = context.state(0, b, kept);
+      const UnitChoice unit{0, b, kept};
+      const std::size_t state = context.state_index(unit);
       auto& here = labels[state];
-      keep_pareto(here, backlog_monotone, with_floor);
-      if (here.size() > kMaxLabelsPerState) {
-        DpAnswer overflow;
-        overflow.overflow = true;
-        return overflow;
-      }
+      keep_pareto(here, with_floor);
+      if (here.size() > kMaxLabelsPerState) return overflow;
       for (std::size_t index = 0; index < here.size(); ++index) {
-        if (with_floor && context.close_slack(here[index].slack, b) < 0) continue;
-        const double total =
-            here[index].cost_s + context.close_cost(b, here[index].backlog_s, here[index].replica_backlog_s);
-        if (total < best_total) {
-          best_total = total;
+        const WrapContext::Closed closed = context.close(here[index], unit);
+        if (with_floor && context.memory_cap_bytes > 0 && closed.floor_bytes > context.memory_cap_bytes) continue;
+        if (closed.step_s < best_total || (closed.step_s == best_total && closed.exact && !best_exact)) {
+          best_total = closed.step_s;
+          best_exact = closed.exact;
           best_state = state;
           best_label = index;
         }
@@ -145,17 +147,15 @@ DpAnswer label_dp(WrapContext& context, bool with_floor) {
   }
   if (best_state == kNone) return answer;
   // Walk the parents: from the first unit rightwards.
-  std::size_t first_block = 0;
   for (std::size_t state = best_state, index = best_label; state != kNone;) {
-    const std::size_t length = (state / 2) % (m + 1);
-    answer.choices.push_back({first_block, length, state % 2 == 1});
-    first_block += length;
+    answer.choices.push_back(context.unit_of(state));
     const Label& label = labels[state][index];
     state = label.parent_state;
     index = label.parent_label;
   }
   answer.found = true;
-  answer.modelled_step_s = context.exact(to_units(terms, answer.choices), to_kept(answer.choices));
+  answer.modelled_step_s = best_total;
+  answer.exact = best_exact;
   return answer;
 }
 

@@ -114,25 +114,12 @@ class Runner::StepWalker {
     in_flight_.push_back({op.id, std::move(handle)});
   }
 
-  // The unit's last reduction of this micro-batch: no later reduction op of the same unit follows it directly.
-  bool last_reduction(const Op& op) const {
-    const std::size_t next = static_cast<std::size_t>(op.id) + 1;
-    for (std::size_t index = next; index < ops_.size(); ++index) {
-      const Op& later = ops_[index];
-      if (later.unit == op.unit && later.kind == OpKind::all_reduce && later.micro_batch == op.micro_batch &&
-          std::find(later.deps.begin(), later.deps.end(), op.id) != later.deps.end()) {
-        return false;
-      }
-    }
-    return true;
-  }
-
   void finish(InFlight& flight) {
     const Op& op = ops_[static_cast<std::size_t>(flight.op)];
     end(op);
     // Gathers free nothing at their end on CPU ranks (fp32 without offload: no cast or copy buffers, check_executable).
     if (op.kind != OpKind::reduce_scatter && op.kind != OpKind::all_reduce) return;
-    if (last_reduction(op)) r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
+    if (op.finishes_reduction) r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
     release(op.frees, op.unit);
   }
 
@@ -204,11 +191,6 @@ class Runner::StepWalker {
                                     flat.subspan(0, static_cast<std::size_t>(param.unit_layout().element_count)));
   }
 
-  ActivationCheckpointing checkpointing(std::size_t layer) const {
-    return r_.model_.layers[layer].kind == LayerKind::transformer_block ? r_.plan_.layer_checkpointing[layer]
-                                                                        : ActivationCheckpointing::none;
-  }
-
   void keep(std::size_t layer, runtime::SavedActivations saved) {
     const std::int64_t bytes = saved.bytes();
     if (bytes > saved_bytes_[layer]) r_.tracker_.allocate(MemoryCategory::activations, bytes - saved_bytes_[layer]);
@@ -221,7 +203,7 @@ class Runner::StepWalker {
     const auto layer = static_cast<std::size_t>(op.layer);
     if (layer == 0) hidden_ = runtime::Activations{};
     runtime::LayerForward result =
-        r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, checkpointing(layer));
+        r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, op.checkpointing);
     hidden_ = std::move(result.output);
     keep(layer, std::move(result.saved));
     if (layer + 1 == r_.kernels_.size()) loss_sum_ += hidden_.values.at(0);
@@ -279,7 +261,7 @@ class Runner::StepWalker {
 };
 
 StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
-  check_step_batches(schedule_, plan_.training, micro_batches, rank_);
+  check_step_batches(schedule_, micro_batches, rank_);
   StepReport report;
   comm::Communicator& control = groups_->control();
   const comm::CommCounters before = groups_->data_counters();

@@ -51,18 +51,17 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
   }
 }
 
-void check_step_batches(const StepSchedule& schedule, const TrainingConfig& training,
-                        std::span<const runtime::Batch> micro_batches, int rank) {
+void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank) {
   if (static_cast<int>(micro_batches.size()) != schedule.micro_batches) {
     throw InputError("step: " + std::to_string(micro_batches.size()) + " micro-batches given, the schedule has " +
                          std::to_string(schedule.micro_batches),
                      std::source_location::current(), rank);
   }
   for (const auto& batch : micro_batches) {
-    if (batch.micro_batch != training.micro_batch || batch.seq_len != training.seq_len) {
+    if (batch.micro_batch != schedule.sequences_per_micro_batch || batch.seq_len != schedule.seq_len) {
       throw InputError("step: a batch of " + std::to_string(batch.micro_batch) + "×" + std::to_string(batch.seq_len) +
-                           ", the plan trains on " + std::to_string(training.micro_batch) + "×" +
-                           std::to_string(training.seq_len),
+                           ", the plan trains on " + std::to_string(schedule.sequences_per_micro_batch) + "×" +
+                           std::to_string(schedule.seq_len),
                        std::source_location::current(), rank);
     }
   }

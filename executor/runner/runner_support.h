@@ -31,9 +31,8 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
                       const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
-// each of the training's micro-batch × seq_len. Shared by the CPU and GPU runners' step().
-void check_step_batches(const StepSchedule& schedule, const TrainingConfig& training,
-                        std::span<const runtime::Batch> micro_batches, int rank);
+// each of the schedule's sequences per micro-batch × seq_len. Shared by the CPU and GPU runners' step().
+void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank);
 
 // The measured Timeline's event for `op` on `rank`: name, kind, stream and sizes as the simulator writes them; the
 // caller sets the start and end it measured. Shared by the CPU and GPU runners, so both traces read alike.

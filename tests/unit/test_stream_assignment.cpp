@@ -43,11 +43,11 @@ void check_assignment(const StepSchedule& schedule) {
 
 }  // namespace
 
-TEST_CASE("gpu streams: schedule stream kinds map to five CUDA streams, all-reduce shares the reduce-scatter one") {
+TEST_CASE("gpu streams: each schedule stream kind has its own CUDA stream, all-reduce apart from reduce-scatter") {
   CHECK(gpu::gpu_stream_for(StreamKind::compute) == GpuStream::compute);
   CHECK(gpu::gpu_stream_for(StreamKind::all_gather) == GpuStream::all_gather);
   CHECK(gpu::gpu_stream_for(StreamKind::reduce_scatter) == GpuStream::reduce_scatter);
-  CHECK(gpu::gpu_stream_for(StreamKind::all_reduce) == GpuStream::reduce_scatter);
+  CHECK(gpu::gpu_stream_for(StreamKind::all_reduce) == GpuStream::all_reduce);
   CHECK(gpu::gpu_stream_for(StreamKind::host_to_device) == GpuStream::host_to_device);
   CHECK(gpu::gpu_stream_for(StreamKind::device_to_host) == GpuStream::device_to_host);
 }
@@ -58,7 +58,11 @@ TEST_CASE("gpu streams: every dependency is covered for every strategy, accumula
     for (int micro_batches : {1, 3}) {
       CAPTURE(static_cast<int>(kind));
       CAPTURE(micro_batches);
-      check_assignment(lower_toy(kind, 4, 5, micro_batches));
+      const StepSchedule schedule = lower_toy(kind, 4, 5, micro_batches);
+      check_assignment(schedule);
+      // HSDP's all-reduces across replicas (and no_shard's over the world) run on their own stream (Note [GPU streams]).
+      CHECK(assign_streams(schedule).ops_per_stream[static_cast<int>(GpuStream::all_reduce)] ==
+            static_cast<int>(schedule.count(OpKind::all_reduce)));
     }
   }
   SUBCASE("CPU offload of parameters adds the copy streams") {

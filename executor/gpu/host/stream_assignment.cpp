@@ -13,6 +13,7 @@ const char* to_string(GpuStream stream) {
     case GpuStream::compute: return "compute";
     case GpuStream::all_gather: return "all_gather";
     case GpuStream::reduce_scatter: return "reduce_scatter";
+    case GpuStream::all_reduce: return "all_reduce";
     case GpuStream::host_to_device: return "host_to_device";
     case GpuStream::device_to_host: return "device_to_host";
   }
@@ -24,7 +25,7 @@ GpuStream gpu_stream_for(StreamKind stream) {
     case StreamKind::compute: return GpuStream::compute;
     case StreamKind::all_gather: return GpuStream::all_gather;
     case StreamKind::reduce_scatter: return GpuStream::reduce_scatter;
-    case StreamKind::all_reduce: return GpuStream::reduce_scatter;  // Note [GPU streams]
+    case StreamKind::all_reduce: return GpuStream::all_reduce;  // Note [GPU streams]
     case StreamKind::host_to_device: return GpuStream::host_to_device;
     case StreamKind::device_to_host: return GpuStream::device_to_host;
   }

@@ -11,16 +11,17 @@
 
 namespace shardplan::gpu {
 
-// The CUDA streams of one GPU rank. Note [GPU streams]: compute runs on one stream; all-gathers get their own stream so
-// the next unit's parameters arrive while the current unit computes (FSDP's prefetch); reduce-scatters and the
-// all-reduces that follow them (HSDP's replica reduction, DDP's world reduction) share a second communication stream,
-// so a gradient reduction never waits behind a prefetch and the next all-gather never waits behind a reduction
-// (PyTorch FSDP2 keeps separate all-gather and reduce-scatter streams for the same reason: torch/distributed/fsdp/
-// _fully_shard/_fsdp_state.py, FSDPCommContext). The schedule's all_reduce stream folds into the reduce-scatter stream:
-// an all-reduce always depends on its unit's reduce-scatter, so sharing the stream costs no overlap. Offload copies
-// get one stream per direction, as the copy engines do.
-enum class GpuStream { compute, all_gather, reduce_scatter, host_to_device, device_to_host };
-inline constexpr int kGpuStreamCount = 5;
+// The CUDA streams of one GPU rank. Note [GPU streams]: one per stream of the schedule (Note [Runner streams] in the
+// CPU runner keeps the same set). Compute runs on one stream; all-gathers get their own stream so the next unit's
+// parameters arrive while the current unit computes (FSDP's prefetch); reduce-scatters get a second communication
+// stream, so a gradient reduction never waits behind a prefetch and the next all-gather never waits behind a
+// reduction; all-reduces (HSDP's across replicas, DDP's over the world) a third, so one unit's all-reduce across
+// replicas runs beside the next unit's reduce-scatter — PyTorch FSDP2 keeps the same three (FSDPCommContext's
+// all_gather_stream, reduce_scatter_stream and all_reduce_stream in torch/distributed/fsdp/_fully_shard/
+// _fsdp_param_group.py), and the simulator times the schedule with them. Offload copies get one stream per
+// direction, as the copy engines do.
+enum class GpuStream { compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host };
+inline constexpr int kGpuStreamCount = 6;
 const char* to_string(GpuStream stream);
 GpuStream gpu_stream_for(StreamKind stream);
 

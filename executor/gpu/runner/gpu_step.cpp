@@ -138,7 +138,10 @@ class GpuRunner::StepWalker {
     NcclCommunicator& group = nccl(r_.groups_->shard(sizes.param_group));
     void* gathered = unit.allocate_unsharded(stream_ref(on));
     const auto count = static_cast<std::size_t>(sizes.shard_elements);
-    if (unit.gather_dtype() == DeviceDType::bf16) {
+    // The op says which dtype it gathers in; the flat parameter was built with the plan's (they must agree).
+    const DeviceDType dtype = op.element_bytes == 2 ? DeviceDType::bf16 : DeviceDType::f32;
+    if (dtype != unit.gather_dtype()) fail("all_gather of unit '" + sizes.name + "' in another dtype than its buffer");
+    if (dtype == DeviceDType::bf16) {
       // Cast this rank's fp32 shard into its own slot of the gathered buffer, then gather in place (NCCL allows
       // sendbuff == recvbuff + rank·count: NCCL docs, "In-place Operations").
       auto* slot = static_cast<__nv_bfloat16*>(gathered) + static_cast<std::int64_t>(group.rank()) * sizes.shard_elements;
@@ -153,18 +156,13 @@ class GpuRunner::StepWalker {
 
   DeviceContext context(cudaStream_t on) const { return {on, r_.pool_.get(), r_.gemm_.get()}; }
 
-  ActivationCheckpointing checkpointing(std::size_t layer) const {
-    return r_.model_.layers[layer].kind == LayerKind::transformer_block ? r_.plan_.layer_checkpointing[layer]
-                                                                        : ActivationCheckpointing::none;
-  }
-
   void forward(const Op& op, cudaStream_t on) {
     const auto layer = static_cast<std::size_t>(op.layer);
     if (layer == 0) hidden_ = DeviceActivations{};
     DeviceLayerForward result =
         r_.layers_[layer]->forward(context(on), param(op).layer_params(r_.layout_, layer),
                                    device_batches_.at(static_cast<std::size_t>(op.micro_batch)), std::move(hidden_),
-                                   checkpointing(layer));
+                                   op.checkpointing);
     saved_[layer] = std::move(result.saved);
     if (layer + 1 == r_.layers_.size()) {
       losses_.push_back(std::move(result.output.buffer));  // the mean loss, read back after the step
@@ -196,18 +194,6 @@ class GpuRunner::StepWalker {
     saved_[layer] = DeviceSaved{};
   }
 
-  // The unit's last reduction of this micro-batch: no later all-reduce of the same unit depends on it.
-  bool last_reduction(const Op& op) const {
-    for (std::size_t index = static_cast<std::size_t>(op.id) + 1; index < ops_.size(); ++index) {
-      const Op& later = ops_[index];
-      if (later.unit == op.unit && later.kind == OpKind::all_reduce && later.micro_batch == op.micro_batch &&
-          std::find(later.deps.begin(), later.deps.end(), op.id) != later.deps.end()) {
-        return false;
-      }
-    }
-    return true;
-  }
-
   // Note [Reduction buffers] (schedule.h): a reduction's gradient input and comm buffer are freed where the schedule
   // frees them — at its end, or at the start of the next reduction on its stream, enqueued after it there, so the
   // stream order keeps them alive until it completed (`owner_unit` names whose).
@@ -236,7 +222,7 @@ class GpuRunner::StepWalker {
     collective(on, group, comm::Collective::reduce_scatter, [&] {
       return group.reduce_scatter(unit.unsharded_grad(), out, static_cast<std::size_t>(sizes.grad_shard_elements));
     });
-    if (last_reduction(op)) finish_reduction(op, on);
+    if (op.finishes_reduction) finish_reduction(op, on);
     release(op.frees, op, on);
   }
 
@@ -260,7 +246,7 @@ class GpuRunner::StepWalker {
     } else {
       fail("all_reduce over group '" + std::string(to_string(op.group)) + "' is not supported");
     }
-    if (last_reduction(op)) finish_reduction(op, on);
+    if (op.finishes_reduction) finish_reduction(op, on);
     release(op.frees, op, on);
   }
 
@@ -309,7 +295,7 @@ class GpuRunner::StepWalker {
 };
 
 runner::StepReport GpuRunner::step(std::span<const runtime::Batch> micro_batches) {
-  runner::check_step_batches(schedule_, plan_.training, micro_batches, rank_);
+  runner::check_step_batches(schedule_, micro_batches, rank_);
   runner::StepReport report;
   const comm::CommCounters before = groups_->data_counters();
   control_->barrier();
