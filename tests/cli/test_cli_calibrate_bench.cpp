@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "case_skip.h"
 #include "run_binary.h"
 
 namespace {
@@ -20,13 +21,6 @@ using nlohmann::json;
 using shardplan_test::RunResult;
 using shardplan_test::run_program;
 using shardplan_test::run_shardplan;
-
-bool mpi_build() {
-  // `run` exists only in binaries built with MPI, and --bench needs the same executor.
-  return run_shardplan({"run", "--help"}).exit_status == 0;
-}
-
-bool mpirun_available() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -61,13 +55,9 @@ struct TempDir {
 
 }  // namespace
 
-TEST_CASE("`calibrate --bench` under mpirun -np 2: nccl-tests table, kernel table, fits, and a profile simulate takes") {
-  if (!mpi_build() || !mpirun_available()) {
-    MESSAGE("skipped: this shardplan was built without MPI, or mpirun is not on PATH");
-    return;
-  }
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+TEST_CASE("`calibrate --bench` under mpirun -np 2: nccl-tests table, kernel table, fits, and a profile simulate takes"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
   const TempDir dir("shardplan-bench");
   const std::string profile = (dir.path / "p.json").string();
   const RunResult bench =
@@ -163,11 +153,9 @@ TEST_CASE("`calibrate --bench` under mpirun -np 2: nccl-tests table, kernel tabl
   CHECK(json::parse(calibrated.out) != json::parse(catalog.out));
 }
 
-TEST_CASE("`calibrate --bench` in a single process skips collectives with a note and still times the kernels") {
-  if (!mpi_build()) {
-    MESSAGE("skipped: this shardplan was built without MPI");
-    return;
-  }
+TEST_CASE("`calibrate --bench` in a single process skips collectives with a note and still times the kernels"
+          * doctest::test_suite("can-skip")) {
+  if (!shardplan_test::mpi_build()) SKIP_CASE("this shardplan was built without MPI (`calibrate --bench` is missing)");
   const TempDir dir("shardplan-bench-1");
   const std::string profile = (dir.path / "p1.json").string();
   const RunResult single =
@@ -200,7 +188,7 @@ TEST_CASE("`calibrate` needs exactly one of --trace and --bench; bad bench flags
   expect_error({"calibrate", "--out", out}, "--bench");
   expect_error({"calibrate", "--bench", "--trace", "measured.json", "--out", out}, "--trace");
   expect_error({"calibrate", "--trace", "measured.json", "--iters", "3", "--out", out}, "--iters");
-  if (mpi_build()) {
+  if (shardplan_test::mpi_build()) {
     expect_error({"calibrate", "--bench", "--max-bytes", "512", "--out", out}, "--max-bytes");
     expect_error({"calibrate", "--bench", "--min-bytes", "2", "--out", out}, "--min-bytes");
     expect_error({"calibrate", "--bench", "--iters", "0", "--out", out}, "--iters");

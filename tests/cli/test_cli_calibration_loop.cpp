@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "case_skip.h"
 #include "run_binary.h"
 
 namespace {
@@ -35,11 +36,9 @@ double relative_error(double predicted, double measured) { return std::abs(predi
 
 }  // namespace
 
-TEST_CASE("calibrated on plan A alone, held-out plans' predicted peaks are within 2% of their tracked peaks") {
-  if (!shardplan_test::mpirun_ready()) {
-    MESSAGE(shardplan_test::kNoMpirun);
-    return;
-  }
+TEST_CASE("calibrated on plan A alone, held-out plans' predicted peaks are within 2% of their tracked peaks"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-loop-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string trace = (dir / "a.trace.json").string(), profile = (dir / "profile.json").string();

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "case_skip.h"
 #include "chrome_trace.h"
 #include "html_report.h"
 #include "run_binary.h"
@@ -22,11 +23,9 @@ using shardplan_test::run_shardplan;
 
 }  // namespace
 
-TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predicted one op for op") {
-  if (!shardplan_test::mpirun_ready()) {
-    MESSAGE(shardplan_test::kNoMpirun);
-    return;
-  }
+TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predicted one op for op"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-run-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string plan = "examples/plans/tiny-llama-per-block.json";
@@ -80,11 +79,9 @@ TEST_CASE("`run` under mpirun trains, and its measured trace overlays the predic
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated shard is refused with exit 2") {
-  if (!shardplan_test::mpirun_ready()) {
-    MESSAGE(shardplan_test::kNoMpirun);
-    return;
-  }
+TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated shard is refused with exit 2"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-ckpt-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const std::string checkpoints = (dir / "ck").string();
@@ -121,11 +118,9 @@ TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("`run` with several --plan interleaves them: each trains and peaks exactly as it does alone") {
-  if (!shardplan_test::mpirun_ready()) {
-    MESSAGE(shardplan_test::kNoMpirun);
-    return;
-  }
+TEST_CASE("`run` with several --plan interleaves them: each trains and peaks exactly as it does alone"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-interleaved-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto run = [&](std::vector<std::string> extra) {
