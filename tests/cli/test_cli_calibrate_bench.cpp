@@ -97,7 +97,8 @@ void check_fit_describes_samples(const json& cell, const json& samples) {
     double sum = 0;
     for (const json* sample : mine) {
       const double t = sample->at("time_s").get<double>();
-      const double r = (predicted_s(cell, sample->at("bytes").get<long long>(), latency_scale, bandwidth_scale) - t) / t;
+      const long long bytes = sample->at("bytes").get<long long>();
+      const double r = (predicted_s(cell, bytes, latency_scale, bandwidth_scale) - t) / t;
       sum += r * r;
     }
     return sum;

@@ -40,8 +40,8 @@ void expect_bad_plan(const std::string& units, const std::string& cluster, const
 // [Hand-derived peak]): comparing the two with each other would compare the simulator with itself, since estimate
 // takes its breakdown from the simulated schedule.
 TEST_CASE("`simulate --json` has the contract's keys; it and `estimate` give llama3-8b's hand-derived peak") {
-  const std::vector<std::string> setting = {"-m", "llama3-8b", "-c", "4x8xH100-80GB", "--seq-len", "2048", "--ac", "full",
-                                            "--json"};
+  const std::vector<std::string> setting = {"-m", "llama3-8b", "-c", "4x8xH100-80GB", "--seq-len", "2048",
+                                            "--ac", "full", "--json"};
   constexpr long long kPeak = 11'911'252'992, kActivations = 847'511'552;
   std::vector<std::string> simulate_args = {"simulate"}, estimate_args = {"estimate"};
   simulate_args.insert(simulate_args.end(), setting.begin(), setting.end());

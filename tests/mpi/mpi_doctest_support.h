@@ -16,16 +16,12 @@ namespace shardplan_test {
 
 // A test that throws on one rank would otherwise leave the other ranks waiting in its next collective (until the
 // meson timeout; on a GPU, forever); aborting the job turns that into an immediate failure that names the rank and the
-// exception. Also counts the test cases the filters selected, so a run whose --test-case matches nothing can fail.
-// Register it in one translation unit with REGISTER_LISTENER(name, 1, shardplan_test::AbortOnException).
-struct AbortOnException : doctest::IReporter {
-  explicit AbortOnException(const doctest::ContextOptions&) {}
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats& stats) override { selected = stats.numTestCasesPassingFilters; }
+// exception. As SelectedCases (case_skip.h), it also counts the test cases the filters selected, so a run whose
+// --test-case matches nothing can fail. Register it in one translation unit with
+// REGISTER_LISTENER(name, 1, shardplan_test::AbortOnException).
+struct AbortOnException : SelectedCases {
+  explicit AbortOnException(const doctest::ContextOptions& options) : SelectedCases(options) {}
   void test_case_start(const doctest::TestCaseData& data) override { current_ = data.m_name; }
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
   void test_case_exception(const doctest::TestCaseException& e) override {
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -34,13 +30,6 @@ struct AbortOnException : doctest::IReporter {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
-
-  static inline unsigned selected = 0;
 
  private:
   std::string current_;
@@ -61,7 +50,7 @@ inline int run_doctest_on_every_rank(int argc, char** argv, const std::string& l
   context.setOption("no-colors", true);
   const int status = context.run();
   if (context.shouldExit()) return status;
-  const bool none_selected = require_selected && AbortOnException::selected == 0;
+  const bool none_selected = require_selected && SelectedCases::selected == 0;
   if (none_selected && rank == 0) std::printf("no test case matched the filters\n");
   // Per rank: 2 failed, 1 skipped, 0 passed; the job's verdict is the worst.
   const int mine = status != 0 || none_selected ? 2 : (skipped_case_count() > 0 ? 1 : 0);

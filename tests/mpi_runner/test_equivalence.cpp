@@ -34,10 +34,11 @@ void check_moments(Runner& runner, const ReferenceRun& reference, int step, cons
     const auto s = static_cast<std::size_t>(step);
     const std::vector<float> m(param->exp_avg().begin(), param->exp_avg().end());
     const std::vector<float> v(param->exp_avg_sq().begin(), param->exp_avg_sq().end());
+    const auto& layout = runner.model_layout();
     const double m_distance =
-        relative_distance(m, unit_slice(runner.model_layout(), param->unit_layout(), reference.exp_avg[s], first, m.size()));
-    const double v_distance = relative_distance(
-        v, unit_slice(runner.model_layout(), param->unit_layout(), reference.exp_avg_sq[s], first, v.size()));
+        relative_distance(m, unit_slice(layout, param->unit_layout(), reference.exp_avg[s], first, m.size()));
+    const double v_distance =
+        relative_distance(v, unit_slice(layout, param->unit_layout(), reference.exp_avg_sq[s], first, v.size()));
     INFO(label, ", step ", step, ", unit '", param->sizes().name, "' shard ", param->shard_index(),
          ": ‖m − m_ref‖/‖m_ref‖ = ", m_distance, ", ‖v − v_ref‖/‖v_ref‖ = ", v_distance);
     // fp32 sums over ranks in another order than the reference's single GEMM: ~1e-7 relative per element; 1e-5
