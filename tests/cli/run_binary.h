@@ -108,17 +108,18 @@ inline RunResult run_program(const std::string& binary, const std::vector<std::s
 // Runs the shardplan binary under test (SHARDPLAN_BIN).
 inline RunResult run_shardplan(const std::vector<std::string>& args) { return run_program(shardplan_binary(), args); }
 
-// What a test that needs mpirun says when it cannot run here.
-inline constexpr const char* kNoMpirun = "skipped: this shardplan was built without MPI, or mpirun is not on PATH";
+// True when this shardplan has `run` (built with MPI); --bench needs the same executor.
+inline bool mpi_build() { return run_shardplan({"run", "--help"}).exit_status == 0; }
 
-// True when this shardplan has `run` (built with MPI) and mpirun is on PATH; then lets Open MPI run as root, as CI
-// does (the developers' guide: OMPI_ALLOW_RUN_AS_ROOT and its confirmation).
-inline bool mpirun_ready() {
-  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) return false;
-  if (run_shardplan({"run", "--help"}).exit_status != 0) return false;
+// Why a test that needs mpirun cannot run here, or "" when it can; when it can, lets Open MPI run as root, as CI does
+// (the developers' guide: OMPI_ALLOW_RUN_AS_ROOT and its confirmation). Use as
+// `if (const std::string why = mpirun_missing(); !why.empty()) SKIP_CASE(why);`.
+inline std::string mpirun_missing() {
+  if (!mpi_build()) return "this shardplan was built without MPI (`run` is missing)";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) return "mpirun is not on PATH";
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  return true;
+  return "";
 }
 
 }  // namespace shardplan_test

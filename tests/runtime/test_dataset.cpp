@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "byte_text_dataset.h"
+#include "case_skip.h"
 #include "errors.h"
 
 using namespace shardplan;
@@ -24,12 +25,10 @@ ByteTextDatasetOptions gpl_options() {
 
 }  // namespace
 
-TEST_CASE("ByteTextDataset: windows of the real GPL-3 text, deterministic and seekable") {
+TEST_CASE("ByteTextDataset: windows of the real GPL-3 text, deterministic and seekable"
+          * doctest::test_suite("gpl-text")) {
   const ByteTextDatasetOptions options = gpl_options();
-  if (!std::filesystem::exists(options.path)) {
-    MESSAGE("skipped: ", options.path, " is missing");
-    return;
-  }
+  if (!std::filesystem::exists(options.path)) SKIP_CASE(options.path + " is missing (Debian's base-files has it)");
   ByteTextDataset dataset(options);
   CHECK(dataset.size_bytes() > 30'000);
   std::ifstream file(options.path, std::ios::binary);

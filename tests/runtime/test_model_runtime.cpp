@@ -7,6 +7,7 @@
 
 #include "adamw.h"
 #include "byte_text_dataset.h"
+#include "case_skip.h"
 #include "errors.h"
 #include "model_presets.h"
 #include "model_runtime.h"
@@ -146,15 +147,13 @@ TEST_CASE("tiny-llama at init: loss ≈ ln(vocab); AdamW on a fixed batch lowers
   CHECK(same_bits(grads_a, grads_b));
 }
 
-TEST_CASE("tiny-llama learns real text: GPL-3 batches from ByteTextDataset") {
+TEST_CASE("tiny-llama learns real text: GPL-3 batches from ByteTextDataset"
+          * doctest::test_suite("gpl-text")) {
   ByteTextDatasetOptions options;
   options.micro_batch = 2;
   options.seq_len = 32;
   options.seed = 3;
-  if (!std::filesystem::exists(options.path)) {
-    MESSAGE("skipped: ", options.path, " is missing");
-    return;
-  }
+  if (!std::filesystem::exists(options.path)) SKIP_CASE(options.path + " is missing (Debian's base-files has it)");
   ByteTextDataset dataset(options);
   const ModelRuntime runtime(preset_model("tiny-llama"));
   std::vector<float> params = runtime.init_parameters(2);
