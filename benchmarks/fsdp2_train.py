@@ -84,8 +84,12 @@ def load_plan_script(path):
 
 
 def fsdp_facts(model, torch):
-    """What FSDP2 actually applied: how many fully_shard groups, their mixed-precision policy, checkpoint wrappers."""
-    facts = {"fsdp_modules": 0, "checkpoint_wrappers": 0, "param_dtype": None, "reduce_dtype": None}
+    """What FSDP2 actually applied, read after the steps (its dtypes resolve at lazy init, the first forward): how
+    many fully_shard groups, the policy as given, the dtypes one parameter really uses, checkpoint wrappers. Note
+    [FSDP2 reduce dtype]: MixedPrecisionPolicy(reduce_dtype=None) reduced in param_dtype in earlier torch releases
+    and follows the gradient's dtype in later ones (its docstring in torch/distributed/fsdp/_fully_shard/_fsdp_api.py
+    says each), so the resolved reduce dtype is recorded, not inferred from the policy."""
+    facts = {"fsdp_modules": 0, "checkpoint_wrappers": 0, "policy": None, "resolved": None}
     try:
         from torch.distributed.fsdp import FSDPModule
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
@@ -99,11 +103,13 @@ def fsdp_facts(model, torch):
             facts["fsdp_modules"] += 1
             try:  # private API: read it when it is there, say so when not
                 group = module._get_fsdp_state()._fsdp_param_group
-                if group is not None and facts["param_dtype"] is None:
-                    facts["param_dtype"] = str(group.mp_policy.param_dtype)
-                    facts["reduce_dtype"] = str(group.mp_policy.reduce_dtype)
-            except AttributeError as error:
-                facts["mp_policy_error"] = str(error)
+                if group is not None and facts["policy"] is None:
+                    facts["policy"] = repr(group.mp_policy)
+                    param = group.fsdp_params[0]
+                    facts["resolved"] = {name: str(getattr(param, name, "?"))
+                                         for name in ("orig_dtype", "param_dtype", "reduce_dtype")}
+            except (AttributeError, IndexError) as error:
+                facts["read_error"] = f"{type(error).__name__}: {error}"
     return facts
 
 
@@ -149,7 +155,6 @@ def main():
     model = model.float()  # fp32 sharded parameters: FSDP2's mixed precision casts them for compute
     parameters = sum(p.numel() for p in model.parameters())
     plan.apply_plan(model)
-    facts = fsdp_facts(model, torch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     generator = torch.Generator(device="cuda").manual_seed(args.seed)
     vocab = config["vocab_size"]
@@ -172,6 +177,7 @@ def main():
         step_times.append(time.perf_counter() - start)
         losses.append(loss.item())
         peaks.append((torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
+    facts = fsdp_facts(model, torch)
     measured = step_times[args.warmup:]
     median = statistics.median(measured)
     document = {
