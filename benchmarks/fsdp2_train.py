@@ -6,7 +6,7 @@
 # (shardplan.fsdp2-measurement/v1): the median step time and CUDA memory peaks (torch.cuda.max_memory_allocated and
 # max_memory_reserved) over the steps after warm-up, and over all steps.
 #
-#   python3 -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/fsdp2_train.py \
+#   python3 -m torch.distributed.run --standalone --nproc_per_node 1 benchmarks/fsdp2_train.py \
 #       --config examples/hf/llama3.2-1b.json --plan-script fsdp2_plan.py --seq-len 2048 --micro-batch 2 \
 #       --steps 6 --warmup 2 --out fsdp2.json
 #
