@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
