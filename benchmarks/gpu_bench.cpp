@@ -1,7 +1,8 @@
 // gpu_bench: the GPU facts the cost model needs, as tables — cuBLAS GEMM TFLOP/s (bf16 with fp32 accumulation, and
 // fp32) for square sizes and a ~1B llama's layer shapes, and NCCL bus bandwidth per collective and message size (the
 // nccl-tests method and busbw definitions, NVIDIA/nccl-tests doc/PERFORMANCE.md). Run under mpirun, one rank per GPU;
-// used by scripts/gpu-check.
+// used by scripts/gpu-check. GEMM operands are random (uniform in [-1, 1), fixed seed), never zeros: a bf16 product
+// ran 13% faster on zeros than on random data on an H200 (the device tool's METHOD.md).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -9,11 +10,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "collective_cost.h"
 #include "cuda_check.h"
+#include "device_kernels.h"
 #include "gemm.h"
 #include "mpi_session.h"
 #include "nccl_bootstrap.h"
@@ -49,6 +52,16 @@ double time_on_stream(cudaStream_t stream, Enqueue enqueue) {
   return ms * 1e-3 / kIterations;
 }
 
+// `count` floats uniform in [-1, 1) into the device buffer `out` (fixed seed: every run times the same data).
+void fill_random(cudaStream_t stream, float* out, std::size_t count) {
+  std::vector<float> host(count);
+  std::mt19937 generator(1234);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& x : host) x = uniform(generator);
+  CUDA_CHECK(cudaMemcpyAsync(out, host.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 void gemm_table(cudaStream_t stream) {
   // y = x·Wᵀ shapes of Llama 3.2 1B at 2048 tokens (hidden 2048, kv 512, intermediate 8192, vocab 128256).
   const std::vector<GemmCase> cases = {
@@ -61,27 +74,28 @@ void gemm_table(cudaStream_t stream) {
   for (const GemmCase& c : cases) {
     const std::size_t a_elems = static_cast<std::size_t>(c.m * c.k), b_elems = static_cast<std::size_t>(c.n * c.k);
     const std::size_t c_elems = static_cast<std::size_t>(c.m * c.n);
-    void *a = nullptr, *b = nullptr, *out = nullptr;
+    float *a = nullptr, *b = nullptr, *out = nullptr;
+    __nv_bfloat16 *a16 = nullptr, *b16 = nullptr;
     CUDA_CHECK(cudaMalloc(&a, a_elems * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&b, b_elems * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&out, c_elems * sizeof(float)));
-    CUDA_CHECK(cudaMemsetAsync(a, 0, a_elems * sizeof(float), stream));
-    CUDA_CHECK(cudaMemsetAsync(b, 0, b_elems * sizeof(float), stream));
+    CUDA_CHECK(cudaMalloc(&a16, a_elems * sizeof(__nv_bfloat16)));
+    CUDA_CHECK(cudaMalloc(&b16, b_elems * sizeof(__nv_bfloat16)));
+    fill_random(stream, a, a_elems);
+    fill_random(stream, b, b_elems);
+    gpu::kernels::cast_fp32_to_bf16(stream, a, a16, static_cast<std::int64_t>(a_elems));
+    gpu::kernels::cast_fp32_to_bf16(stream, b, b16, static_cast<std::int64_t>(b_elems));
     const gpu::kernels::GemmShape shape{c.m, c.n, c.k, false, true, false};
     const double flops = 2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
-    const double bf16_s = time_on_stream(stream, [&] {
-      gemm.bf16(shape, static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
-                static_cast<float*>(out));
-    });
-    const double fp32_s = time_on_stream(stream, [&] {
-      gemm.fp32(shape, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out));
-    });
+    const double bf16_s = time_on_stream(stream, [&] { gemm.bf16(shape, a16, b16, out); });
+    const double fp32_s = time_on_stream(stream, [&] { gemm.fp32(shape, a, b, out); });
     std::printf("   %-36s %7lld %7lld %7lld %14.1f %14.1f\n", c.name.c_str(), static_cast<long long>(c.m),
                 static_cast<long long>(c.n), static_cast<long long>(c.k), flops / bf16_s / 1e12,
                 flops / fp32_s / 1e12);
-    CUDA_CHECK(cudaFree(a));
-    CUDA_CHECK(cudaFree(b));
-    CUDA_CHECK(cudaFree(out));
+    for (void* buffer : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out),
+                         static_cast<void*>(a16), static_cast<void*>(b16)}) {
+      CUDA_CHECK(cudaFree(buffer));
+    }
   }
 }
 
