@@ -211,6 +211,7 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--strategy", flags->strategy, "strategy of the default plan")->capture_default_str();
   command->add_option("--units", flags->units, "wrapping of the default plan")->capture_default_str();
   command->add_option("--ac", flags->ac, "activation checkpointing of the default plan")->capture_default_str();
+  command->add_option("--ac-every", flags->ac_every, "apply --ac to every k-th block only")->capture_default_str();
   command->add_option("--steps", flags->steps, "training steps")->capture_default_str();
   command->add_option("--data", flags->data_file, "text file (one byte per token)")->capture_default_str();
   command->add_option("--seq-len", flags->seq_len, "tokens per sequence")->capture_default_str();

@@ -33,6 +33,9 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
       ->capture_default_str();
   command.add_option("--optimizer", flags.optimizer, "adamw | sgd-momentum | sgd")->capture_default_str();
   command.add_option("--ac", flags.ac, "activation checkpointing: none | full | selective")->capture_default_str();
+  command.add_option("--ac-every", flags.ac_every,
+                     "apply --ac to every k-th block only (blocks k, 2k, ...; torchtitan's selective_ac_option k)")
+      ->capture_default_str();
   command.add_flag("--no-flash-attention", flags.no_flash_attention, "materialise attention scores (s² memory)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
 }
@@ -69,6 +72,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
   training.precision = precision_recipe(flags.precision);
   training.optimizer = optimizer_from_string(flags.optimizer);
   training.checkpointing = checkpointing_from_string(flags.ac);
+  training.checkpoint_every_blocks = flags.ac_every;
   training.flash_attention = !flags.no_flash_attention;
   training.no_sync_accumulation = flags.no_sync;
   validate_training(training, model);

@@ -29,6 +29,7 @@ struct TrainingFlags {
   std::string precision = "bf16-mixed";
   std::string optimizer = "adamw";
   std::string ac = "none";
+  std::int64_t ac_every = 1;
   bool no_flash_attention = false;
   bool no_sync = false;
 };

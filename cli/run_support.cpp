@@ -20,6 +20,7 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
   training.global_batch = flags.global_batch;
   training.precision = precision_recipe(flags.precision);
   training.checkpointing = checkpointing_from_string(flags.ac);
+  training.checkpoint_every_blocks = flags.ac_every;
   // Both executors materialise attention probabilities; the plan says so, so predicted memory matches tracked.
   training.flash_attention = false;
   validate_training(training, model);

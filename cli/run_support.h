@@ -25,6 +25,7 @@ struct RunFlags {
   std::string strategy = "full_shard";
   std::string units = "per-block";
   std::string ac = "none";
+  std::int64_t ac_every = 1;
   std::string precision = "fp32";
   std::string device = "auto";  // auto: the GPU executor when it is built and a CUDA device is usable, else the CPU
   std::string data_file = "/usr/share/common-licenses/GPL-3";

@@ -1,6 +1,8 @@
 // TrainingConfig validation, gradient-accumulation arithmetic and JSON rendering.
 #include "training.h"
 
+#include <algorithm>
+
 #include "errors.h"
 #include "name_suggest.h"
 
@@ -25,10 +27,20 @@ ActivationCheckpointing checkpointing_from_string(const std::string& text) {
                    did_you_mean(text, {"none", "full", "selective"}));
 }
 
+ActivationCheckpointing block_checkpointing(const TrainingConfig& training, std::size_t block) {
+  const auto every = static_cast<std::size_t>(std::max<std::int64_t>(training.checkpoint_every_blocks, 1));
+  return (block + 1) % every == 0 ? training.checkpointing : ActivationCheckpointing::none;
+}
+
 void validate_training(const TrainingConfig& training, const ModelSpec& model) {
   if (training.seq_len < 1) throw InputError("--seq-len: expected a positive integer");
   if (training.micro_batch < 1) throw InputError("--micro-batch: expected a positive integer");
   if (training.global_batch < 0) throw InputError("--global-batch: expected a non-negative integer");
+  if (training.checkpoint_every_blocks < 1 ||
+      training.checkpoint_every_blocks > std::max<std::int64_t>(1, static_cast<std::int64_t>(model.block_count()))) {
+    throw InputError("--ac-every: expected a whole number of blocks from 1 to the model's " +
+                     std::to_string(model.block_count()));
+  }
   // Bounds far beyond any real run keep every product below (micro-batch × seq × ranks) well inside 64 bits.
   constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 32;
   if (training.seq_len > (std::int64_t{1} << 24)) throw InputError("--seq-len: expected at most 16777216 tokens");
@@ -52,6 +64,7 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
           {"precision", training.precision.name},
           {"optimizer", to_string(training.optimizer)},
           {"activation_checkpointing", to_string(training.checkpointing)},
+          {"checkpoint_every_blocks", training.checkpoint_every_blocks},
           {"flash_attention", training.flash_attention},
           {"no_sync_accumulation", training.no_sync_accumulation}};
 }

@@ -18,6 +18,9 @@ struct TrainingConfig {
   PrecisionRecipe precision = precision_recipe("bf16-mixed");
   OptimizerKind optimizer = OptimizerKind::adamw;
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  // `checkpointing` applies to every k-th transformer block, counted from 1 (blocks k, 2k, ...): torchtitan's layer
+  // selective AC (`selective_ac_option = "k"`: its _apply_layer_sac wraps a block when count % k == 0). 1 = all.
+  std::int64_t checkpoint_every_blocks = 1;
   bool flash_attention = true;  // no s² activations; causal kernels skip the masked half of the work
   // Gradient accumulation: intermediate micro-batches skip the reduce-scatter and keep unsharded gradients (FSDP's
   // no_sync); costs memory, saves communication.
@@ -29,6 +32,10 @@ struct TrainingConfig {
 };
 
 ActivationCheckpointing checkpointing_from_string(const std::string& text);  // none | full | selective
+
+// The mode of the transformer block with index `block` (0-based, among blocks): `checkpointing` on every
+// checkpoint_every_blocks-th block, none on the others.
+ActivationCheckpointing block_checkpointing(const TrainingConfig& training, std::size_t block);
 
 // Checks positivity and that the sequence fits the model's positions (when the model says). InputError names the flag.
 void validate_training(const TrainingConfig& training, const ModelSpec& model);

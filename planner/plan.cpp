@@ -31,8 +31,11 @@ Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const 
     plan.units.push_back(std::move(unit));
   }
   plan.layer_checkpointing.assign(model.layers.size(), ActivationCheckpointing::none);
+  std::size_t block = 0;
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
-    if (model.layers[layer].kind == LayerKind::transformer_block) plan.layer_checkpointing[layer] = training.checkpointing;
+    if (model.layers[layer].kind == LayerKind::transformer_block) {
+      plan.layer_checkpointing[layer] = block_checkpointing(training, block++);
+    }
   }
   return plan;
 }

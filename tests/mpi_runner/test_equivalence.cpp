@@ -19,6 +19,7 @@ struct Case {
   std::string strategy;
   std::int64_t global_batch = 0;  // 0: one micro-batch per rank
   ActivationCheckpointing ac = ActivationCheckpointing::none;
+  std::int64_t ac_every = 1;  // the AC mode on every k-th block only (TrainingConfig::checkpoint_every_blocks)
 };
 
 // Note [Gradient check]: AdamW's update m̂/(√v̂ + ε) does not change when every gradient is scaled by the same
@@ -57,7 +58,9 @@ std::uint64_t check_against_reference(const Case& c) {
   const ModelSpec model = small_llama();
   const int micro_batch = 2, seq_len = 16, steps = 3;
   const std::int64_t global = c.global_batch > 0 ? c.global_batch * size : 0;
-  const Plan plan = strategy_plan(model, fp32_training(seq_len, micro_batch, global, c.ac), c.strategy, size);
+  TrainingConfig training = fp32_training(seq_len, micro_batch, global, c.ac);
+  training.checkpoint_every_blocks = c.ac_every;
+  const Plan plan = strategy_plan(model, training, c.strategy, size);
   RunnerOptions options;
   options.seed = 11;
   Runner runner(model, plan, world, options);
@@ -131,6 +134,11 @@ TEST_CASE("runner: hybrid_shard with two or more replicas trains exactly like th
 
 TEST_CASE("runner: gradient accumulation (2 micro-batches) with full activation checkpointing") {
   check_against_reference({"full_shard", 4, ActivationCheckpointing::full});
+}
+
+// small-llama has two blocks: the second recomputes, the first keeps its activations (the runner reads each op's mode).
+TEST_CASE("runner: full activation checkpointing on every second block, with accumulation") {
+  check_against_reference({"full_shard", 4, ActivationCheckpointing::full, 2});
 }
 
 TEST_CASE("runner: no_shard with gradient accumulation") { check_against_reference({"no_shard", 4}); }

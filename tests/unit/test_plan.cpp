@@ -1,10 +1,19 @@
 // Tests of plans: the default plan, JSON round trip, and errors that name the unit and field.
 #include <doctest/doctest.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cluster.h"
 #include "errors.h"
+#include "hardware_catalog.h"
 #include "json_input.h"
+#include "lowering.h"
 #include "model_presets.h"
+#include "plan_export.h"
 #include "plan_json.h"
+#include "simulator.h"
 
 using namespace shardplan;
 
@@ -67,4 +76,64 @@ TEST_CASE("plan: bad plan files name the unit and the field") {
   CHECK(error_of(head + R"({"root": true}, {"first_layer": 1, "ac": "some"}]})").find("units[1].ac") !=
         std::string::npos);
   CHECK(error_of(head + R"({"root": true, "prefetch": [1]}]})").find("did you mean") != std::string::npos);
+}
+
+// Issue 15's knob demonstration: `--ac full --ac-every 2` is TrainingConfig::checkpoint_every_blocks, read only by
+// default_plan. The lowering, the simulator, the exports and the runners see per-layer modes as before.
+TEST_CASE("plan: activation checkpointing on every k-th block, lowered, simulated and exported") {
+  const ModelSpec model = preset_model("tiny-llama");
+  const Cluster cluster = parse_cluster("4xcpu", HardwareCatalog::builtin());
+  TrainingConfig training;
+  training.seq_len = 64;
+  training.checkpointing = ActivationCheckpointing::full;
+  training.checkpoint_every_blocks = 2;
+  const Plan plan = default_plan(model, training, {}, wrap_per_block(model), 4);
+  std::vector<std::string> checkpointed;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (plan.layer_checkpointing[layer] == ActivationCheckpointing::full) checkpointed.push_back(model.layers[layer].name);
+  }
+  // Blocks counted from 1, every second: tiny-llama's blocks 2 and 4 (layers.1, layers.3), as torchtitan's
+  // selective_ac_option "2" wraps them.
+  CHECK(checkpointed == std::vector<std::string>{model.layers[2].name, model.layers[4].name});
+
+  LoweringOptions options;
+  options.world_size = 4;
+  options.gpus_per_node = 4;
+  const StepSchedule schedule = lower_plan(plan, model, options);
+  std::set<int> recomputed;
+  for (const Op& op : schedule.ops) {
+    if (op.kind == OpKind::recompute) recomputed.insert(op.layer);
+    if (op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute) {
+      CHECK(op.checkpointing == plan.layer_checkpointing[static_cast<std::size_t>(op.layer)]);
+    }
+  }
+  CHECK(recomputed == std::set<int>{2, 4});
+
+  // Half the blocks recompute: the step is slower than without AC and faster than full AC; the peak in between.
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  const auto simulate_every = [&](ActivationCheckpointing mode, std::int64_t every) {
+    TrainingConfig variant = training;
+    variant.checkpointing = mode;
+    variant.checkpoint_every_blocks = every;
+    return simulate(lower_plan(default_plan(model, variant, {}, wrap_per_block(model), 4), model, options), profile,
+                    false)
+        .summary;
+  };
+  const auto none = simulate_every(ActivationCheckpointing::none, 1);
+  const auto half = simulate_every(ActivationCheckpointing::full, 2);
+  const auto full = simulate_every(ActivationCheckpointing::full, 1);
+  CHECK(none.step_time_s < half.step_time_s);
+  CHECK(half.step_time_s < full.step_time_s);
+  CHECK(full.peak_memory_bytes < half.peak_memory_bytes);
+  CHECK(half.peak_memory_bytes < none.peak_memory_bytes);
+
+  const ExportedFile fsdp2 = export_fsdp2(plan, model, 4, 4);
+  const std::string listed =
+      "FULL_CHECKPOINT_LAYERS = [\"" + model.layers[2].name + "\", \"" + model.layers[4].name + "\"]";
+  CHECK(fsdp2.contents.find(listed) != std::string::npos);
+
+  training.checkpoint_every_blocks = 0;
+  CHECK_THROWS_WITH_AS(validate_training(training, model), doctest::Contains("--ac-every"), InputError);
+  training.checkpoint_every_blocks = static_cast<std::int64_t>(model.block_count()) + 1;
+  CHECK_THROWS_WITH_AS(validate_training(training, model), doctest::Contains("--ac-every"), InputError);
 }
