@@ -39,18 +39,24 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
   least_persistent_.assign(n + 1, std::numeric_limits<std::int64_t>::max());
   least_span_.assign(n + 1, std::vector<std::int64_t>(micros, std::numeric_limits<std::int64_t>::max()));
   least_persistent_[0] = 0;
+  std::vector<std::int64_t> least_optimizer_elements(n + 1, std::numeric_limits<std::int64_t>::max());
+  least_optimizer_elements[0] = 0;
   std::fill(least_span_[0].begin(), least_span_[0].end(), 0);
   for (std::size_t p = 1; p <= n; ++p) {
     for (std::size_t c = 1; c <= m && c <= p; ++c) {
       for (bool kept : kept_options()) {
         const EdgeFragments& edge = fragments.edge({p - c, c, kept}, key_[state_index({p - c, c, kept})]);
         least_persistent_[p] = std::min(least_persistent_[p], least_persistent_[p - c] + edge.persistent_bytes);
+        least_optimizer_elements[p] =
+            std::min(least_optimizer_elements[p], least_optimizer_elements[p - c] + edge.optimizer_elements);
         for (std::size_t micro = 0; micro < micros; ++micro) {
           least_span_[p][micro] = std::min(least_span_[p][micro], least_span_[p - c][micro] + edge.span[micro]);
         }
       }
     }
   }
+  // Every wrapping's optimizer step takes at least this long: its shards are those of some partition of the blocks.
+  least_optimizer_s_ = fragments.optimizer_base_s(fragments.root_optimizer_elements() + least_optimizer_elements[n]);
   // Note [Wrap bounds]: reset_ and forward_rest_ by first block, from the close at p = 0 upwards: at p the unit's
   // backward with the unit below and the unit below's forward, then that unit's rest.
   const std::size_t states = (n + 1) * (m + 1) * 2;
@@ -247,16 +253,22 @@ WrapContext::Closed WrapContext::close(const Label& label, const UnitChoice& fir
 
 double WrapContext::lower_bound(const UnitChoice& unit, const Label& label) const {
   // Note [Wrap bounds]: each fragment from the idle state; or the forward part, then every communication stream's
-  // queued work, the leftmost unit's and the least of the units left of it (the optimizer step, which waits for them
-  // all, only adds).
+  // queued work, the leftmost unit's and the least of the units left of it — followed, on the streams the reductions
+  // run on, by the optimizer step, which waits for every reduction.
   const std::size_t state = state_index(unit);
-  double serial = 0;
+  const double optimizer_s = least_optimizer_s_;
+  double serial = optimizer_s;  // the step's last op, after the boundary
   for (int stream = 0; stream < kStreamCount; ++stream) {
     if (stream == static_cast<int>(StreamKind::compute)) continue;
     // Free all-gathers (a relaxation) take none of their stream's time.
     if (stream == static_cast<int>(StreamKind::all_gather) && fragments.relaxation().free_all_gathers) continue;
     const auto at = static_cast<std::size_t>(stream);
-    serial = std::max(serial, label.state.stream_free_s[at] + own_work_[state][at] + left_work_[unit.first_block][at]);
+    // Every op on a reduction stream (the offload copy to the host included) ends before the optimizer step starts.
+    const bool reduces = stream == static_cast<int>(StreamKind::reduce_scatter) ||
+                         stream == static_cast<int>(StreamKind::all_reduce) ||
+                         stream == static_cast<int>(StreamKind::device_to_host);
+    serial = std::max(serial, label.state.stream_free_s[at] + own_work_[state][at] + left_work_[unit.first_block][at] +
+                                  (reduces ? optimizer_s : 0.0));
   }
   return std::max(reset_[state], forward_rest_[state] + serial);
 }

@@ -132,11 +132,13 @@ class WrapContext {
   // Note [Wrap bounds]: per state (p, b, kept), the least rest with every fragment placed from the idle state; the
   // least rest of the forward part alone (the forwards of the units left of it, the head, and the micro-batches
   // before the last); and per reduction stream, the leftmost unit's own work there in the last micro-batch's backward.
-  // Per first block p and stream, the least work there of the units left of p.
+  // Per first block p and stream, the least work there of the units left of p. And the least optimizer step any
+  // wrapping has, which follows every reduction stream's work.
   std::vector<double> reset_, forward_rest_;
   std::vector<std::uint64_t> key_;  // per state: its unit's WrapFragments::key_of
   std::vector<std::array<double, kStreamCount>> own_work_, left_work_;
   std::vector<std::int64_t> least_persistent_;
+  double least_optimizer_s_ = 0;  // the optimizer step over the least shards any partition of the blocks has
   std::vector<std::vector<std::int64_t>> least_span_;  // [p][micro]
   bool regular_ = true;  // placements' memory is a floor: collectives at their own speed, micro-batches end idle
   bool floor_for_any_depth_ = false;
