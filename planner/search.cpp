@@ -10,6 +10,7 @@
 #include "errors.h"
 #include "plan_json.h"
 #include "step_analysis.h"
+#include "unit_layout.h"
 #include "wrap_dp.h"
 
 namespace shardplan {
@@ -45,18 +46,22 @@ class Searcher {
     return candidate;
   }
 
-  // A lower bound of any plan's peak with this strategy: its model states without padding, plus the overhead. When
-  // even that exceeds the cap, no wrapping or checkpointing can help, so the strategy is skipped (sound pruning).
+  // A lower bound of any plan's peak with this strategy: the model states of the whole model as one flat parameter
+  // (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
+  // per-unit sizes and persistent memory, plus the overhead. When even that exceeds the cap, no wrapping or
+  // checkpointing can help, so the strategy is skipped (sound pruning).
   bool states_can_fit(const ShardingStrategy& strategy, bool offload) const {
     if (offload) return true;
-    const ShardingLayout layout = resolve_sharding(strategy, cluster_.world_size(), cluster_.gpus_per_node);
-    const double params = static_cast<double>(model_.param_count());
-    const auto& precision = training_.precision;
-    const double bytes = params / layout.param_group * precision.param_storage_bytes +
-                         params / layout.grad_group * precision.grad_storage_bytes +
-                         params / layout.optimizer_group * optimizer_bytes_per_param(precision, training_.optimizer) +
-                         static_cast<double>(profile_.context_overhead_bytes);
-    return bytes <= static_cast<double>(cap_);
+    PlanUnit whole;
+    whole.strategy = strategy;
+    const UnitLayout layout = unit_layout(whole, model_.param_count(), training_.precision, cluster_.world_size(),
+                                          cluster_.gpus_per_node);
+    Plan states_only;
+    states_only.training = training_;
+    const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile_.context_overhead_bytes);
+    std::int64_t bytes = 0;
+    for (const std::int64_t category_bytes : persistent) bytes += category_bytes;
+    return bytes <= cap_;
   }
 
   void run(bool offload) {
