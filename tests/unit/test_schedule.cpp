@@ -6,6 +6,9 @@
 
 #include "errors.h"
 #include "model_presets.h"
+#include "cluster.h"
+#include "hardware_catalog.h"
+#include "simulator.h"
 #include "schedule_fixtures.h"
 
 using namespace shardplan;
@@ -177,6 +180,66 @@ TEST_CASE("schedule: CPU offload copies shards in before all-gathers and gradien
     }
     if (op.kind == OpKind::optimizer_step) CHECK(op.on_host);
   }
+}
+
+// Issue 23, item 5: FSDP copies an offloaded shard in when the unshard is issued (or prefetched), so the shard is
+// on the GPU from its all-gather's issue point to the gather's end — not from whenever the copy stream got to it.
+// The copy takes the gather's dependencies; in the simulated step it starts no earlier than the gather could be
+// issued, and the gather frees the bytes the copy brought in. On the planner's own llama3-70b plan for 8 A100-80GB
+// with offload, the copies once ran ahead and left 30.3 GiB of comm_buffers on the GPU at the start of backward.
+// Mutation tried: the copy without the gather's deps (its old wiring) fails the start check at the first unit
+// gathered after compute, and the comm_buffers bound on llama3-70b (30.3 GiB).
+TEST_CASE("schedule: an offloaded shard is on the GPU only from its all-gather's issue point to the gather's end") {
+  const ModelSpec model = preset_model("llama3-70b");
+  TrainingConfig training;
+  training.seq_len = 4096;
+  training.checkpointing = ActivationCheckpointing::full;
+  Plan plan = default_plan(model, training, {}, wrap_per_block(model), 8);
+  plan.offload.params = true;
+  LoweringOptions options;
+  options.world_size = 8;
+  options.gpus_per_node = 8;
+  const StepSchedule schedule = lower_plan(plan, model, options);
+  const Cluster cluster = parse_cluster("8xA100-80GB", HardwareCatalog::builtin());
+  const SimulationResult simulated = simulate(schedule, profile_from_cluster(cluster), true);
+  std::map<int, const TimelineEvent*> event_of;
+  for (const TimelineEvent& event : simulated.timeline.events) event_of[event.op_id] = &event;
+  int copies = 0;
+  for (const Op& gather : schedule.ops) {
+    if (gather.kind != OpKind::all_gather) continue;
+    const auto copy_at = std::find_if(gather.deps.begin(), gather.deps.end(), [&](int dep) {
+      return schedule.ops[static_cast<std::size_t>(dep)].kind == OpKind::host_to_device;
+    });
+    REQUIRE(copy_at != gather.deps.end());
+    const Op& copy = schedule.ops[static_cast<std::size_t>(*copy_at)];
+    ++copies;
+    // The copy waits for what the gather waits for (its issue point) ...
+    double issue_s = 0;
+    for (const int dep : gather.deps) {
+      if (dep == copy.id) continue;
+      CHECK(std::find(copy.deps.begin(), copy.deps.end(), dep) != copy.deps.end());
+      issue_s = std::max(issue_s, event_of.at(dep)->end_s);
+    }
+    CHECK(event_of.at(copy.id)->start_s >= issue_s - 1e-12);
+    // ... and the gather frees what it brought in, when the gather ends.
+    REQUIRE(copy.allocates.size() == 1);
+    CHECK(copy.allocates[0].category == MemoryCategory::comm_buffers);
+    const bool freed_by_gather = std::any_of(gather.frees.begin(), gather.frees.end(), [&](const MemoryChange& change) {
+      return change.category == MemoryCategory::comm_buffers && change.bytes == copy.allocates[0].bytes;
+    });
+    CHECK(freed_by_gather);
+  }
+  CHECK(copies == schedule.count(OpKind::all_gather));
+  // Throughout the step only the shards of the gathers in flight (and the reductions' outputs on their way out)
+  // are on the GPU: a few units' worth, not 30 GiB.
+  long long most_comm_buffers = 0;
+  for (const MemorySample& sample : simulated.timeline.memory) {
+    most_comm_buffers =
+        std::max(most_comm_buffers, sample.bytes[static_cast<std::size_t>(MemoryCategory::comm_buffers)]);
+  }
+  MESSAGE("llama3-70b on 8xA100-80GB with offload: most comm_buffers in the step "
+          << static_cast<double>(most_comm_buffers) / (1 << 30) << " GiB");
+  CHECK(most_comm_buffers < 2LL << 30);
 }
 
 TEST_CASE("schedule: a unit's backward in the next micro-batch waits for its previous gradient reduction") {
