@@ -7,8 +7,8 @@
 
 namespace shardplan {
 
-// The same names as the terms of the memory model (memory_model.h), so a simulated or measured peak reads term by term
-// against the closed-form estimate.
+// The same names as the terms of MemoryBreakdown (memory_model.h), so a simulated or measured peak reads term by term
+// against the closed-form bound.
 enum class MemoryCategory : int {
   sharded_params = 0,
   sharded_grads,

@@ -1,4 +1,4 @@
-// The per-rank memory model: model states, transient buffers and activations for a wrapping, strategy and training.
+// Per-rank memory by term (model states, transient buffers, activations) and the estimate that reports it.
 #pragma once
 
 #include <cstdint>
@@ -8,33 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cluster.h"
 #include "memory_category.h"
-#include "model_spec.h"
 #include "sharding.h"
-#include "training.h"
 #include "wrapping.h"
 
 namespace shardplan {
 
-// Everything the memory model needs to know about one configuration.
-struct MemoryQuery {
-  const ModelSpec* model = nullptr;
-  Wrapping wrapping;
-  ShardingStrategy strategy;
-  TrainingConfig training;
-  int world_size = 1;
-  int gpus_per_node = 1;
-  std::int64_t capacity_bytes = 0;          // device memory per rank
-  std::int64_t context_overhead_bytes = 0;  // runtime context and workspaces (calibratable)
-  int prefetch_units = 1;                   // units gathered ahead of the one computing (FSDP default: 1)
-  int max_gathered_units = 2;               // FSDP1's rate limiter: at most two units gathered and not yet freed
-};
-
-MemoryQuery memory_query_for(const ModelSpec& model, const Cluster& cluster, const Wrapping& wrapping,
-                             const ShardingStrategy& strategy, const TrainingConfig& training);
-
-// Per-rank bytes at the peak of a training step, by term. See Note [Peak at backward start] in memory_model.cpp.
+// Per-rank bytes at the peak of a training step, by term: a simulated or measured peak (breakdown_from_categories),
+// or the closed-form bound on it (memory_bound.h in planner/).
 struct MemoryBreakdown {
   std::int64_t sharded_params_bytes = 0;    // this rank's parameter shard (the whole set when replicated)
   std::int64_t sharded_grads_bytes = 0;     // this rank's accumulated gradient shard (the whole when replicated)
@@ -63,11 +44,6 @@ struct MemoryEstimate {
   std::int64_t grad_accumulation_steps = 1;
   bool fits() const { return breakdown.total_bytes() <= capacity_bytes; }
 };
-
-// Note [Closed form and schedule]: estimate_memory is the closed form of the peak; it charges every transient term at
-// its largest at once, so it bounds the simulated peak of the same plan from above (equal in model states). The
-// numbers `estimate` and `simulate` print come from the schedule's simulated peak (breakdown_from_categories).
-MemoryEstimate estimate_memory(const MemoryQuery& query);
 
 // The same terms from bytes by category (a simulated or measured peak).
 MemoryBreakdown breakdown_from_categories(const MemoryByCategory& bytes, std::int64_t padding_elements);

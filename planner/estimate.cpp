@@ -1,6 +1,7 @@
-// Assembles and renders the `estimate` result from the memory model.
+// Assembles and renders the `estimate` result: the default plan's simulated peak and its closed-form bound.
 #include "estimate.h"
 
+#include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
 
@@ -40,16 +41,19 @@ const char* term_help(const std::string& term) {
 
 EstimateResult run_estimate(const EstimateRequest& request) {
   EstimateResult result{request, {}, {}, {}};
-  MemoryQuery query =
-      memory_query_for(result.request.model, request.cluster, request.wrapping, request.strategy, request.training);
-  query.context_overhead_bytes = request.profile.context_overhead_bytes;
-  result.memory = estimate_memory(query);
-  result.closed_form = result.memory.breakdown;
-  const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping,
-                                 request.cluster.world_size());
+  const int world_size = request.cluster.world_size();
+  MemoryEstimate& memory = result.memory;
+  validate_training(request.training, request.model);  // its errors come first, as they always have
+  memory.layout = resolve_sharding(request.strategy, world_size, request.cluster.gpus_per_node);
+  memory.units = resolve_units(request.model, request.wrapping);
+  memory.param_count = request.model.param_count();
+  memory.capacity_bytes = request.cluster.gpu.memory_bytes;
+  const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
+  memory.grad_accumulation_steps = plan.grad_accumulation_steps;
+  result.closed_form = memory_upper_bound(plan, request.model, world_size, request.cluster.gpus_per_node,
+                                          request.profile.context_overhead_bytes);
   result.simulation = analyze_step(request.model, request.cluster, request.profile, plan, false).simulation.summary;
-  result.memory.breakdown =
-      breakdown_from_categories(result.simulation.memory_at_peak, result.closed_form.padding_elements);
+  memory.breakdown = breakdown_from_categories(result.simulation.memory_at_peak, result.closed_form.padding_elements);
   if (request.model_states_only) {
     MemoryBreakdown states;
     states.sharded_params_bytes = result.memory.breakdown.sharded_params_bytes;

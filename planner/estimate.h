@@ -7,9 +7,12 @@
 
 #include "cluster.h"
 #include "hardware_profile.h"
-#include "simulator.h"
 #include "memory_model.h"
 #include "model_spec.h"
+#include "sharding.h"
+#include "simulator.h"
+#include "training.h"
+#include "wrapping.h"
 
 namespace shardplan {
 
@@ -26,9 +29,8 @@ struct EstimateRequest {
 
 struct EstimateResult {
   EstimateRequest request;
-  MemoryEstimate memory;           // breakdown = the simulated peak of the default plan (see Note [Closed form and
-                                   // schedule] in memory_model.h); layout and units from the closed form
-  MemoryBreakdown closed_form;     // the closed-form upper bound, for reference
+  MemoryEstimate memory;           // breakdown = the simulated peak of the default plan; layout and units as resolved
+  MemoryBreakdown closed_form;     // memory_upper_bound of the same plan (Note [Closed-form bound]), for reference
   SimulationSummary simulation;    // the step the peak was taken from
 };
 

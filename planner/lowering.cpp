@@ -215,16 +215,13 @@ class Lowerer {
 
   // --- compute ----------------------------------------------------------------------------------------------------
 
-  std::int64_t kept_bytes(std::size_t layer, ActivationCheckpointing mode) const {
-    const auto& training = plan_.training;
-    const double per_token = model_.layers[layer].activation_bytes_per_token(
-        training.seq_len, training.precision.param_compute_bytes, training.flash_attention, mode);
-    return static_cast<std::int64_t>(std::llround(per_token * static_cast<double>(training.tokens_per_micro_batch())));
+  // The layer's activation bytes and checkpointing come from unit_layout.h, which the closed-form bound shares.
+  std::int64_t kept_bytes(std::size_t layer) const {
+    return kept_activation_bytes(model_, plan_.training, layer, checkpointing(layer));
   }
 
   ActivationCheckpointing checkpointing(std::size_t layer) const {
-    return model_.layers[layer].kind == LayerKind::transformer_block ? plan_.layer_checkpointing[layer]
-                                                                     : ActivationCheckpointing::none;
+    return layer_checkpointing_of(plan_, model_, layer);
   }
 
   int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
@@ -240,7 +237,7 @@ class Lowerer {
     schedule_.hardware_flops_per_rank += work.flops;
     if (pass != ComputePass::recompute) schedule_.model_flops_per_rank += work.flops;
     if (kind == OpKind::forward) {
-      op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer, checkpointing(layer))});
+      op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer)});
     }
     return emit(std::move(op));
   }
@@ -306,10 +303,9 @@ class Lowerer {
         }
       }
       for (std::size_t layer = segment.last_layer + 1; layer-- > segment.first_layer;) {
-        const ActivationCheckpointing mode = checkpointing(layer);
-        const std::int64_t kept = kept_bytes(layer, mode);
-        const std::int64_t rebuilt = kept_bytes(layer, ActivationCheckpointing::none) - kept;
-        if (mode != ActivationCheckpointing::none && rebuilt > 0) {
+        const std::int64_t kept = kept_bytes(layer);
+        const std::int64_t rebuilt = recomputed_activation_bytes(plan_, model_, layer);
+        if (rebuilt > 0) {
           const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
           auto& op = schedule_.ops[static_cast<std::size_t>(id)];
           op.allocates.push_back({MemoryCategory::activations, rebuilt});
@@ -318,7 +314,7 @@ class Lowerer {
         const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
         auto& op = schedule_.ops[static_cast<std::size_t>(id)];
         take_pending_alloc(op);
-        op.frees.push_back({MemoryCategory::activations, kept + (mode != ActivationCheckpointing::none ? rebuilt : 0)});
+        op.frees.push_back({MemoryCategory::activations, kept + rebuilt});
         if (!grads_produced_[unit]) {
           // The unit's first gradient write of this micro-batch reuses the buffer its previous reduction reads
           // (FSDP makes the compute stream wait for that reduction before backward touches it again).

@@ -1,5 +1,9 @@
-// Per-unit sizes for lowering: padding to the shard group (FSDP1 FlatParameter), shards, gathered and gradient copies.
+// Per-unit sizes for lowering: padding to the shard group (FSDP1 FlatParameter), shards, gathered and gradient copies;
+// per-layer activation bytes.
 #include "unit_layout.h"
+
+#include <algorithm>
+#include <cmath>
 
 #include "errors.h"
 
@@ -76,6 +80,26 @@ MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const
   }
   add(MemoryCategory::overhead, context_overhead_bytes);
   return persistent;
+}
+
+std::int64_t kept_activation_bytes(const ModelSpec& model, const TrainingConfig& training, std::size_t layer,
+                                   ActivationCheckpointing mode) {
+  const double per_token = model.layers[layer].activation_bytes_per_token(
+      training.seq_len, training.precision.param_compute_bytes, training.flash_attention, mode);
+  return static_cast<std::int64_t>(std::llround(per_token * static_cast<double>(training.tokens_per_micro_batch())));
+}
+
+ActivationCheckpointing layer_checkpointing_of(const Plan& plan, const ModelSpec& model, std::size_t layer) {
+  return model.layers[layer].kind == LayerKind::transformer_block ? plan.layer_checkpointing[layer]
+                                                                  : ActivationCheckpointing::none;
+}
+
+std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
+  const ActivationCheckpointing mode = layer_checkpointing_of(plan, model, layer);
+  if (mode == ActivationCheckpointing::none) return 0;
+  const std::int64_t rebuilt = kept_activation_bytes(model, plan.training, layer, ActivationCheckpointing::none) -
+                               kept_activation_bytes(model, plan.training, layer, mode);
+  return std::max<std::int64_t>(rebuilt, 0);
 }
 
 std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {

@@ -1,4 +1,5 @@
-// UnitLayout: one plan unit's sizes on one rank — padding, shards, gathered bytes — as lowering and memory need them.
+// UnitLayout: one plan unit's sizes on one rank — padding, shards, gathered bytes — as lowering and memory need them,
+// and each layer's activation bytes.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,19 @@ std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, i
 // when offloaded) and the runtime overhead.
 MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const Plan& plan,
                                    std::int64_t context_overhead_bytes);
+
+// Bytes the forward of `layer` keeps for its backward under `mode`, for one micro-batch on one rank: the layer's
+// activations per token (ModelSpec) times the micro-batch's tokens, in the compute dtype.
+std::int64_t kept_activation_bytes(const ModelSpec& model, const TrainingConfig& training, std::size_t layer,
+                                   ActivationCheckpointing mode);
+
+// The checkpointing the plan gives `layer`: its per-layer mode on transformer blocks; other layers are never
+// recomputed (the plan's modes apply to blocks only).
+ActivationCheckpointing layer_checkpointing_of(const Plan& plan, const ModelSpec& model, std::size_t layer);
+
+// The working set a recompute of `layer` rebuilds beside what its forward kept (0 when it is not recomputed): all it
+// keeps without checkpointing, less what it kept.
+std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 
 // HBM bytes a fused optimizer step moves per shard element: parameters read and written, gradients read, master
 // weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)).

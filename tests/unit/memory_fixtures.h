@@ -1,9 +1,9 @@
 // Small hand-built models and clusters shared by the memory-model tests, with numbers easy to compute by hand.
 #pragma once
 
-#include "cluster.h"
-#include "memory_model.h"
+#include "memory_bound.h"
 #include "model_spec.h"
+#include "plan.h"
 
 namespace shardplan::testing {
 
@@ -38,20 +38,44 @@ inline ModelSpec hand_model() {
   return model;
 }
 
-// A query on `world` ranks of one node with 1000 bytes of context overhead and 1 MB capacity; seq 8, micro-batch 2.
-inline MemoryQuery hand_query(const ModelSpec& model, StrategyKind kind, int world, const char* precision) {
-  MemoryQuery query;
-  query.model = &model;
-  query.wrapping = wrap_per_block(model);
-  query.strategy.kind = kind;
-  query.training.seq_len = 8;
-  query.training.micro_batch = 2;
-  query.training.precision = precision_recipe(precision);
-  query.world_size = world;
-  query.gpus_per_node = world;
-  query.capacity_bytes = 1'000'000;
-  query.context_overhead_bytes = 1000;
-  return query;
+// seq 8, micro-batch 2 (16 tokens per micro-batch) in `precision`, AdamW.
+inline TrainingConfig hand_training(const char* precision) {
+  TrainingConfig training;
+  training.seq_len = 8;
+  training.micro_batch = 2;
+  training.precision = precision_recipe(precision);
+  return training;
+}
+
+// FSDP's usual plan for the model (one unit per block) with `kind` on `world` ranks.
+inline Plan hand_plan(const ModelSpec& model, StrategyKind kind, int world, const TrainingConfig& training,
+                      int shard_group_size = 0) {
+  ShardingStrategy strategy;
+  strategy.kind = kind;
+  strategy.shard_group_size = shard_group_size;
+  return default_plan(model, training, strategy, wrap_per_block(model), world);
+}
+
+// Two units prefetched ahead in both passes, in the order default_plan numbers units (the root starts forward with
+// its embedding and backward with its head): forward root → 1, 2 and unit u → u+1, u+2; backward root → n-1, n-2 and
+// unit u → u-1, u-2 (unit ids >= 1).
+inline void prefetch_two_ahead(Plan& plan) {
+  const int count = static_cast<int>(plan.units.size());
+  for (int id = 0; id < count; ++id) {
+    auto& unit = plan.units[static_cast<std::size_t>(id)];
+    unit.forward_prefetch.clear();
+    unit.backward_prefetch.clear();
+    for (int ahead = 1; ahead <= 2; ++ahead) {
+      if (id + ahead < count) unit.forward_prefetch.push_back(id + ahead);
+      const int behind = id == 0 ? count - ahead : id - ahead;
+      if (behind >= 1 && behind != id) unit.backward_prefetch.push_back(behind);
+    }
+  }
+}
+
+// The closed-form bound of `plan` on `world` ranks of one node with 1000 bytes of context overhead.
+inline MemoryBreakdown hand_bound(const ModelSpec& model, const Plan& plan, int world) {
+  return memory_upper_bound(plan, model, world, world, 1000);
 }
 
 }  // namespace shardplan::testing

@@ -7,6 +7,7 @@
 #include "estimate.h"
 #include "hardware_profile.h"
 #include "html_report.h"
+#include "memory_bound.h"
 #include "model_presets.h"
 #include "schedule_fixtures.h"
 #include "simulator.h"
@@ -160,19 +161,13 @@ TEST_CASE("simulator: peak memory by category equals the hand computation") {
   CHECK(result.summary.peak_memory_bytes == 30160);
   CHECK(result.summary.peak_op.find("backward") == 0);
 
-  // The closed form charges every transient at its largest at once: equal model states, a bound on the total.
-  MemoryQuery query;
-  query.model = &model;
-  query.wrapping = wrap_per_block(model);
-  query.training = plan.training;
-  query.world_size = 2;
-  query.gpus_per_node = 8;
-  const MemoryEstimate closed = estimate_memory(query);
-  CHECK(closed.breakdown.model_states_bytes() == 16000);
-  // + unit 2's activations (freed at the real peak) and the root's gradient term (the root is empty here: 0), and
-  // the two largest units' gradients: the same 8000 as simulated.
-  CHECK(closed.breakdown.unsharded_grads_bytes == 8000);
-  CHECK(closed.breakdown.total_bytes() == 30160 + 160 + 4000);  // + unit 2's gathered copy: two units in flight
+  // The closed-form bound charges every transient at its largest at once: equal model states, a bound on the total.
+  const MemoryBreakdown closed = memory_upper_bound(plan, model, 2, 8, 0);
+  CHECK(closed.model_states_bytes() == 16000);
+  // Every unit's gradient (the root is empty here: 0): the same 8000 as simulated.
+  CHECK(closed.unsharded_grads_bytes == 8000);
+  // + unit 2's activations (freed at the real peak) and unit 2's gathered copy: unit 1 computes while it prefetches 2.
+  CHECK(closed.total_bytes() == 30160 + 160 + 4000);
 }
 
 // Note [Hand-derived peak]: estimate takes its breakdown from the simulated schedule (run_estimate calls

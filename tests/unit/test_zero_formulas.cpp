@@ -1,6 +1,8 @@
-// The ZeRO paper's model-state formulas (§5) fall out of the general memory model, and memory scales with N as it must.
+// The ZeRO paper's model-state formulas (§5) fall out of the closed-form bound's model states (persistent_memory, what
+// the lowered step starts with), and the bound scales with N as it must.
 #include <doctest/doctest.h>
 
+#include "cluster.h"
 #include "errors.h"
 #include "memory_fixtures.h"
 #include "model_presets.h"
@@ -25,9 +27,13 @@ ModelSpec uniform_model(std::int64_t units, std::int64_t per_unit) {
   return model;
 }
 
+MemoryBreakdown zero_bound(const ModelSpec& model, StrategyKind kind, int world) {
+  const Plan plan = shardplan::testing::hand_plan(model, kind, world, shardplan::testing::hand_training("zero-fp16"));
+  return shardplan::testing::hand_bound(model, plan, world);
+}
+
 std::int64_t model_states(const ModelSpec& model, StrategyKind kind, int world) {
-  MemoryQuery query = shardplan::testing::hand_query(model, kind, world, "zero-fp16");
-  return estimate_memory(query).breakdown.model_states_bytes();
+  return zero_bound(model, kind, world).model_states_bytes();
 }
 
 }  // namespace
@@ -63,10 +69,9 @@ TEST_CASE("zero: the paper's 7.5B example on 64 GPUs (Fig. 1: 120, 31.4, 16.6, 1
 
 TEST_CASE("zero: padding is counted when a unit does not divide by N") {
   const ModelSpec model = uniform_model(2, 8 * 1000 + 1);  // each unit pads 7 elements on 8 ranks
-  MemoryQuery query = shardplan::testing::hand_query(model, StrategyKind::zero3, 8, "zero-fp16");
-  const MemoryEstimate estimate = estimate_memory(query);
-  CHECK(estimate.breakdown.padding_elements == 2 * 7);
-  CHECK(estimate.breakdown.model_states_bytes() == 2 * 1001 * 16);  // ceil(8001 / 8) = 1001 per unit per rank
+  const MemoryBreakdown bound = zero_bound(model, StrategyKind::zero3, 8);
+  CHECK(bound.padding_elements == 2 * 7);
+  CHECK(bound.model_states_bytes() == 2 * 1001 * 16);  // ceil(8001 / 8) = 1001 per unit per rank
 }
 
 TEST_CASE("zero: per-rank memory falls with N for full_shard, not for no_shard; hybrid_shard in between") {
@@ -82,8 +87,10 @@ TEST_CASE("zero: per-rank memory falls with N for full_shard, not for no_shard; 
     const auto total = [&](StrategyKind kind) {
       ShardingStrategy strategy;
       strategy.kind = kind;
-      return estimate_memory(memory_query_for(model, cluster, wrap_per_block(model), strategy, training))
-          .breakdown.total_bytes();
+      const Plan plan = default_plan(model, training, strategy, wrap_per_block(model), cluster.world_size());
+      return memory_upper_bound(plan, model, cluster.world_size(), cluster.gpus_per_node,
+                                cluster.gpu.context_overhead_bytes)
+          .total_bytes();
     };
     const std::int64_t full = total(StrategyKind::full_shard);
     const std::int64_t none = total(StrategyKind::no_shard);
