@@ -187,8 +187,9 @@ TEST_CASE("schedule: CPU offload copies shards in before all-gathers and gradien
 // The copy takes the gather's dependencies; in the simulated step it starts no earlier than the gather could be
 // issued, and the gather frees the bytes the copy brought in. On the planner's own llama3-70b plan for 8 A100-80GB
 // with offload, the copies once ran ahead and left 30.3 GiB of comm_buffers on the GPU at the start of backward.
-// Mutation tried: the copy without the gather's deps (its old wiring) fails the start check at the first unit
-// gathered after compute, and the comm_buffers bound on llama3-70b (30.3 GiB).
+// Mutation tried: the copy without the gather's deps fails the dependency check (318 of 318 copies); its start and
+// the comm_buffers bound still hold then, since the walk issues an op no earlier than the host reaches it where the
+// lowering emits it (Note [Schedule order]) — the emission point is what moved the copy, the deps say why.
 TEST_CASE("schedule: an offloaded shard is on the GPU only from its all-gather's issue point to the gather's end") {
   const ModelSpec model = preset_model("llama3-70b");
   TrainingConfig training;
