@@ -106,6 +106,10 @@ std::string render_text(const EstimateResult& result) {
   out << "training  seq " << request.training.seq_len << ", micro-batch " << request.training.micro_batch
       << ", grad-accum " << memory.grad_accumulation_steps << ", " << request.training.precision.name << ", "
       << to_string(request.training.optimizer) << ", AC " << to_string(request.training.checkpointing)
+      << (request.training.checkpoint_every_blocks > 1
+              ? " on blocks " + std::to_string(request.training.checkpoint_every_blocks) + ", " +
+                    std::to_string(2 * request.training.checkpoint_every_blocks) + ", ..."
+              : "")
       << (request.training.flash_attention ? ", flash attention" : "") << "\n";
   out << "strategy  " << to_string(memory.layout.kind) << " (params/grads/optimizer sharded over "
       << memory.layout.param_group << "/" << memory.layout.grad_group << "/" << memory.layout.optimizer_group
