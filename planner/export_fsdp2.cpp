@@ -202,7 +202,8 @@ TorchPrecision torch_precision(const PrecisionRecipe& recipe) {
     precision.cast_model_to = "torch.bfloat16";
   } else if (recipe.param_compute_bytes == 2) {
     precision.param_dtype = "torch.bfloat16";
-    if (recipe.reduce_bytes == 2) precision.reduce_dtype = "torch.bfloat16";
+    // MixedPrecisionPolicy's reduce_dtype defaults to param_dtype, so fp32 reductions must be asked for by name.
+    precision.reduce_dtype = recipe.reduce_bytes == 2 ? "torch.bfloat16" : "torch.float32";
   }
   precision.note = "precision '" + comment_safe(recipe.name) + "' read from its byte widths (2 bytes as bf16)";
   return precision;

@@ -185,6 +185,14 @@ TEST_CASE("export: FSDP2 renders strategies, reshard_after_forward, precision, o
     CHECK(contains(file.contents, "mp_policy=mp_policy, offload_policy=offload_policy)"));
     compile_and_read(file);
   }
+  SUBCASE("bf16 compute with fp32 reductions asks FSDP2 for float32 reductions (its default is param_dtype)") {
+    Plan plan = make_plan(model, 1);
+    plan.training.precision = precision_recipe("bf16-mixed-fp32-reduce");
+    const auto file = export_fsdp2(plan, model, 8, 8);
+    CHECK(contains(file.contents, "param_dtype=torch.bfloat16"));
+    CHECK(contains(file.contents, "reduce_dtype=torch.float32"));
+    compile_and_read(file);
+  }
   SUBCASE("any list of modules is one group, and awkward names stay valid Python") {
     Plan plan = make_plan(model, 1);
     plan.name = "it's a \"plan\"\nwith a newline";
