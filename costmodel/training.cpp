@@ -1,7 +1,10 @@
 // TrainingConfig validation, gradient-accumulation arithmetic and JSON rendering.
 #include "training.h"
 
+#include <algorithm>
+
 #include "errors.h"
+#include "input_limits.h"
 #include "name_suggest.h"
 
 namespace shardplan {
@@ -14,7 +17,14 @@ std::int64_t TrainingConfig::grad_accumulation_steps(int data_parallel_ranks) co
                      "data-parallel ranks = " + std::to_string(micro_batch) + " × " +
                      std::to_string(data_parallel_ranks) + " = " + std::to_string(per_step));
   }
-  return global_batch / per_step;
+  const std::int64_t steps = global_batch / per_step;
+  // Note [Step work] (input_limits.h): a step of more micro-batches than that cannot be simulated, even of one layer.
+  if (steps > limits::kMaxLayerPassesPerStep) {
+    throw InputError("--global-batch " + std::to_string(global_batch) + ": " + std::to_string(steps) +
+                     " micro-batches per step (global batch / (micro-batch x data-parallel ranks)), expected at most " +
+                     std::to_string(limits::kMaxLayerPassesPerStep));
+  }
+  return steps;
 }
 
 ActivationCheckpointing checkpointing_from_string(const std::string& text) {
@@ -29,17 +39,33 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
   if (training.seq_len < 1) throw InputError("--seq-len: expected a positive integer");
   if (training.micro_batch < 1) throw InputError("--micro-batch: expected a positive integer");
   if (training.global_batch < 0) throw InputError("--global-batch: expected a non-negative integer");
-  // Bounds far beyond any real run keep every product below (micro-batch × seq × ranks) well inside 64 bits.
-  constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 32;
-  if (training.seq_len > (std::int64_t{1} << 24)) throw InputError("--seq-len: expected at most 16777216 tokens");
-  if (training.micro_batch > (std::int64_t{1} << 20) ||
-      training.micro_batch * training.seq_len > kMaxTokensPerMicroBatch) {
+  // Note [Input limits]: far beyond any real run, they keep every product (micro-batch × seq × ranks) inside 64 bits.
+  if (training.seq_len > limits::kMaxSeqLen) throw InputError("--seq-len: expected at most 16777216 tokens");
+  if (training.micro_batch > limits::kMaxMicroBatch ||
+      training.micro_batch * training.seq_len > limits::kMaxTokensPerMicroBatch) {
     throw InputError("--micro-batch: expected at most 2^32 tokens per micro-batch (micro-batch × seq-len)");
   }
-  if (training.global_batch > (std::int64_t{1} << 32)) throw InputError("--global-batch: expected at most 2^32");
+  if (training.global_batch > limits::kMaxGlobalBatch) throw InputError("--global-batch: expected at most 2^32");
   if (model.architecture && training.seq_len > model.architecture->max_position_embeddings) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
                      std::to_string(model.architecture->max_position_embeddings) + " positions");
+  }
+}
+
+void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
+                       const std::string& where) {
+  const auto layers = static_cast<std::int64_t>(model.layers.size());
+  // The search tries every micro-batch dividing a fixed global batch, 1 included (planner/knob_settings.cpp).
+  const std::int64_t micro_batches =
+      training.global_batch > 0 ? std::max<std::int64_t>(1, training.global_batch / std::max<std::int64_t>(
+                                                                                     1, data_parallel_ranks))
+                                : 1;
+  const std::int64_t work = layers * (2 + micro_batches);  // both at most 2^32 and 10^4: no overflow
+  if (work > limits::kMaxSearchWork) {
+    throw InputError(where + ": the search would simulate " + std::to_string(layers) + " layers x (2 + " +
+                     std::to_string(micro_batches) + " micro-batches per step) = " + std::to_string(work) +
+                     " layer passes per candidate, expected at most " + std::to_string(limits::kMaxSearchWork) +
+                     " (a smaller --global-batch, or more GPUs)");
   }
 }
 

@@ -33,6 +33,12 @@ ActivationCheckpointing checkpointing_from_string(const std::string& text);  // 
 // Checks positivity and that the sequence fits the model's positions (when the model says). InputError names the flag.
 void validate_training(const TrainingConfig& training, const ModelSpec& model);
 
+// Note [Step work] (input_limits.h): InputError when a plan search over `data_parallel_ranks` ranks would simulate
+// candidates past limits::kMaxSearchWork: layers x (2 + micro-batches per step of its largest candidate, micro-batch
+// 1 when the global batch is fixed). `where` names the request in the message ("plan", "capacity at 1 GPU").
+void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
+                       const std::string& where);
+
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks);
 
 }  // namespace shardplan

@@ -95,7 +95,7 @@ TEST_CASE("model JSON with a missing, negative or misspelt field names the field
   const TempFile negative(
       "negative-field", R"({"architecture": {"vocab_size": 100, "hidden_size": 64, "num_layers": -2, "num_heads": 4}})");
   expect_input_error(estimate(negative.path(), "8xH100-80GB"),
-                     {negative.path(), "'architecture.num_layers'", "positive integer", "got -2"});
+                     {negative.path(), "'architecture.num_layers'", "an integer in 1..10000", "got -2"});
   const TempFile typo(
       "typo-field", R"({"architecture": {"vocab_size": 100, "hiden_size": 64, "num_layers": 2, "num_heads": 4}})");
   expect_input_error(estimate(typo.path(), "8xH100-80GB"), {typo.path(), "'architecture.hiden_size'", "'hidden_size'"});
