@@ -288,40 +288,4 @@ void write_chrome_trace(const Timeline& timeline, const std::string& path) {
 
 Timeline read_chrome_trace(const std::string& path) { return from_chrome_trace(read_json_file(path), path); }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  // Same directory as the target, so the rename stays on one file system and is atomic; the pid keeps two processes
-  // writing the same path from sharing a temporary.
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  bool created = false;
-  const auto fail = [&](const std::string& reason) {
-    if (created) {
-      std::error_code ignored;
-      fs::remove(temporary, ignored);
-    }
-    throw InputError(path + ": cannot write (" + reason + ")");
-  };
-  const auto errno_reason = [](const char* fallback) {
-    return errno != 0 ? std::generic_category().message(errno) : std::string(fallback);
-  };
-  {
-    errno = 0;
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) fail(errno_reason("cannot create a temporary file"));
-    created = true;
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      const std::string reason = errno_reason("write failed");
-      out.close();
-      fail(reason);
-    }
-    out.close();
-    if (out.fail()) fail(errno_reason("close failed"));
-  }
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) fail(error.message());
-}
-
 }  // namespace shardplan
