@@ -13,6 +13,8 @@
 #include "commands.h"
 #include "data_parallel_batches.h"
 #include "errors.h"
+#include "flag_checks.h"
+#include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
 #include "mpi_communicator.h"
@@ -61,11 +63,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   // Set-up errors (model, plan, data) happen identically on every rank before any collective, so they propagate
   // normally (exit 2/1); once training runs, a failing rank brings the whole job down (Communicator::abort).
   const ModelSpec model = load_model(flags.model);
-  if (flags.steps < 1) throw InputError("--steps: expected at least 1, got " + std::to_string(flags.steps));
-  if (flags.checkpoint_every < 0) {
-    throw InputError("--checkpoint-every: expected 0 (only after the last step) or more, got " +
-                     std::to_string(flags.checkpoint_every));
-  }
+  // --steps and --checkpoint-every were checked in range as they were parsed (add_run_command).
   if (flags.resume && flags.checkpoint_dir.empty()) throw InputError("--resume: needs --checkpoint-dir");
   if (interleaved && (!flags.checkpoint_dir.empty() || flags.resume)) {
     throw InputError("--checkpoint-dir/--resume: checkpoint one plan at a time, got " +
@@ -167,7 +165,7 @@ int run(const RunFlags& flags) {
     throw InputError("--device: expected auto, cpu or gpu, got '" + flags.device + "'");
   }
   const std::vector<RunFlags> runs = per_plan_flags(flags);
-  const bool interleaved = runs.size() > 1;
+  [[maybe_unused]] const bool interleaved = runs.size() > 1;  // used with the GPU executor only
 #ifdef SHARDPLAN_HAVE_GPU_EXECUTOR
   if (flags.device == "gpu") {
     if (interleaved) throw InputError("--plan: several plans run interleaved on the CPU executor only (--device cpu)");
@@ -211,19 +209,31 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--strategy", flags->strategy, "strategy of the default plan")->capture_default_str();
   command->add_option("--units", flags->units, "wrapping of the default plan")->capture_default_str();
   command->add_option("--ac", flags->ac, "activation checkpointing of the default plan")->capture_default_str();
-  command->add_option("--steps", flags->steps, "training steps")->capture_default_str();
+  // Note [Input limits]: a million steps is days of the CPU executor's fastest step; the rest as estimate's flags.
+  constexpr std::int64_t kMostSteps = 1'000'000;
+  command->add_option("--steps", flags->steps, "training steps")->capture_default_str()->check(int_range(1, kMostSteps));
   command->add_option("--data", flags->data_file, "text file (one byte per token)")->capture_default_str();
-  command->add_option("--seq-len", flags->seq_len, "tokens per sequence")->capture_default_str();
-  command->add_option("--micro-batch", flags->micro_batch, "sequences per rank per micro-batch")->capture_default_str();
-  command->add_option("--global-batch", flags->global_batch, "sequences per step (0: one micro-batch per rank)");
+  command->add_option("--seq-len", flags->seq_len, "tokens per sequence")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxSeqLen));
+  command->add_option("--micro-batch", flags->micro_batch, "sequences per rank per micro-batch")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxMicroBatch));
+  command->add_option("--global-batch", flags->global_batch, "sequences per step (0: one micro-batch per rank)")
+      ->check(int_range(0, limits::kMaxGlobalBatch));
   command->add_option("--seed", flags->seed, "parameter init seed")->capture_default_str();
+  // Note [Output files]: checked as parsed, on every rank, before MPI starts and long before training ends.
   command->add_option("--trace", flags->trace_files,
-                      "write the median step's measured timeline (all ranks); one per --plan");
+                      "write the median step's measured timeline (all ranks); one per --plan")
+      ->check(output_file("--trace"));
   command->add_flag("--json", flags->json, "print the summary as JSON (rank 0)");
   command->add_option("--checkpoint-dir", flags->checkpoint_dir,
-                      "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them");
+                      "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them")
+      ->check(output_directory("--checkpoint-dir"));
   command->add_option("--checkpoint-every", flags->checkpoint_every,
-                      "checkpoint every K steps (0: only after the last step)")->capture_default_str();
+                      "checkpoint every K steps (0: only after the last step)")
+      ->capture_default_str()
+      ->check(int_range(0, kMostSteps));
   command->add_flag("--resume", flags->resume,
                     "continue from the checkpoint D/latest names (--steps stays the total step count)");
   return [flags]() { return run(*flags); };
