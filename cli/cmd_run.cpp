@@ -72,10 +72,19 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   runner::RunnerOptions options;
   options.seed = flags.seed;
   std::vector<CpuPlanRun> runs(plan_flags.size());
+  std::vector<Plan> plans;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    runs[i].flags = plan_flags[i];
+    runs[i].plan = run_plan(runs[i].flags, model, size);
+    plans.push_back(runs[i].plan);
+  }
+  // Note [Step watchdog]: started before the runners, so the groups they split from `world` are watched too.
+  const auto watchdog =
+      start_watchdog(run_watchdog_timeout_s(flags, plans, model, "1x" + std::to_string(size) + "xcpu"), world,
+                     [](const std::string&) { MPI_Abort(MPI_COMM_WORLD, 1); });
+  const auto watched = [&](const std::string& phase) { return comm::WatchedPhase(watchdog.get(), phase); };
   for (std::size_t i = 0; i < runs.size(); ++i) {
     CpuPlanRun& run = runs[i];
-    run.flags = plan_flags[i];
-    run.plan = run_plan(run.flags, model, size);
     run.data = plan_dataset(run.flags, run.plan);
     run.runner = std::make_unique<runner::Runner>(model, run.plan, world, options);
     run.outcome.executor = "cpu";
@@ -91,7 +100,10 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   std::int64_t first_step = 0;
   if (flags.resume) {
     // Collective and agreed: a damaged checkpoint is an InputError on every rank, so no abort is needed here.
-    const runner::CheckpointInfo resumed = runner::load_checkpoint(runner, world, flags.checkpoint_dir);
+    const runner::CheckpointInfo resumed = [&] {
+      const auto phase = watched("resume from " + flags.checkpoint_dir);
+      return runner::load_checkpoint(runner, world, flags.checkpoint_dir);
+    }();
     first_step = resumed.step;
     if (resumed.data_position != position_after(first_step)) {
       throw InputError(resumed.step_dir + ": data position " + std::to_string(resumed.data_position) +
@@ -110,6 +122,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     for (std::int64_t step = first_step; step < flags.steps; ++step) {
       for (CpuPlanRun& run : runs) {
         const int micro_batches = run.runner->schedule().micro_batches;
+        const auto phase = watched("step " + std::to_string(step) + (interleaved ? " of " + run.flags.plan_file : ""));
         run.outcome.add_step(
             step, run.runner->step(runner::rank_micro_batches(*run.data, step, micro_batches, size, world.rank())));
         if (lead && !flags.json) print_step_line(step, run.outcome.last, interleaved ? run.flags.plan_file : "");
@@ -117,12 +130,16 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
       const bool last_step = step + 1 == flags.steps;
       const bool periodic = flags.checkpoint_every > 0 && (step + 1) % flags.checkpoint_every == 0;
       if (!flags.checkpoint_dir.empty() && (periodic || last_step)) {
+        const auto phase = watched("checkpoint save after step " + std::to_string(step));
         runs.front().outcome.checkpoint =
             runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1)).step_dir;
         if (lead && !flags.json) std::printf("checkpoint written to %s\n", runs.front().outcome.checkpoint.c_str());
       }
     }
-    for (CpuPlanRun& run : runs) write_run_trace(run.flags, run.plan, model, run.outcome, world.native(), size);
+    for (CpuPlanRun& run : runs) {
+      const auto phase = watched("trace merge");
+      write_run_trace(run.flags, run.plan, model, run.outcome, world.native(), size);
+    }
   } catch (const std::exception& error) {
     if (size == 1) throw;
     world.abort(std::string("shardplan run: ") + error.what());
@@ -234,6 +251,10 @@ Action add_run_command(CLI::App& app) {
                       "checkpoint every K steps (0: only after the last step)")
       ->capture_default_str()
       ->check(int_range(0, kMostSteps));
+  command->add_option("--watchdog-timeout", flags->watchdog_timeout_s,
+                      "seconds a step may run before a rank aborts the job naming what it waits on (0: never; "
+                      "default: 50 predicted steps, at least 60 s)")
+      ->check(finite_range(0, 1e6));
   command->add_flag("--resume", flags->resume,
                     "continue from the checkpoint D/latest names (--steps stays the total step count)");
   return [flags]() { return run(*flags); };
