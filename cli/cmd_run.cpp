@@ -30,6 +30,9 @@ namespace shardplan::cli {
 
 namespace {
 
+// main's status for an InputError, returned by ranks that leave the printing of an agreed error to rank 0.
+constexpr int kExitInputError = 2;
+
 // Note [Interleaved runs]: with several --plan, one launch trains every plan, step by step in turn (step 0 of each
 // plan, then step 1 of each, ...), each with its own runner, tracked memory, dataset stream and outcome. A shared
 // machine's speed drifts by tens of per cent within seconds (measured on the 2-core CI machines: one plan's median
@@ -97,12 +100,16 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   const auto position_after = [&](std::int64_t step) {
     return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(size);
   };
+  // The data a checkpoint records, so a resume with another --data says so (checkpoint_manifest.h).
+  const runner::CheckpointData data =
+      flags.checkpoint_dir.empty() ? runner::CheckpointData{} : runner::describe_data_file(flags.data_file);
   std::int64_t first_step = 0;
-  if (flags.resume) {
-    // Collective and agreed: a damaged checkpoint is an InputError on every rank, so no abort is needed here.
+  if (flags.resume) try {
+    // Collective and agreed: a damaged or mismatched checkpoint is the same InputError on every rank, so no abort is
+    // needed, and rank 0 alone prints it (the others exit 2 quietly, below) instead of every rank's copy interleaved.
     const runner::CheckpointInfo resumed = [&] {
       const auto phase = watched("resume from " + flags.checkpoint_dir);
-      return runner::load_checkpoint(runner, world, flags.checkpoint_dir);
+      return runner::load_checkpoint(runner, world, flags.checkpoint_dir, data);
     }();
     first_step = resumed.step;
     if (resumed.data_position != position_after(first_step)) {
@@ -116,6 +123,9 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     }
     if (lead && !flags.json) std::printf("resumed from %s\n", resumed.step_dir.c_str());
     runs.front().outcome.resumed_from_step = first_step;
+  } catch (const InputError&) {
+    if (!lead) return kExitInputError;  // rank 0 prints the same message
+    throw;
   }
 
   try {
@@ -132,7 +142,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
       if (!flags.checkpoint_dir.empty() && (periodic || last_step)) {
         const auto phase = watched("checkpoint save after step " + std::to_string(step));
         runs.front().outcome.checkpoint =
-            runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1)).step_dir;
+            runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1), data).step_dir;
         if (lead && !flags.json) std::printf("checkpoint written to %s\n", runs.front().outcome.checkpoint.c_str());
       }
     }

@@ -3,8 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -130,11 +132,18 @@ TEST_CASE("reliability: capacity --profile with a mistyped device exits 2 like s
 
 TEST_CASE("reliability: outputs naming a device, FIFO or directory are refused before any work") {
   ScratchDir dir("outputs-special");
-  // Reverted (plain rename): as root, `--out /dev/null` replaced /dev/null with a regular file.
-  expect_input_error(plan_args({"--out", "/dev/null"}), {"--out", "'/dev/null'", "not a regular file"});
-  struct stat info {};
-  REQUIRE(::stat("/dev/null", &info) == 0);
-  CHECK(S_ISCHR(info.st_mode));
+  // Before the fix, as root, `--out /dev/null` replaced /dev/null with a regular file. The test uses a device node
+  // of its own (/dev/null's numbers, in its scratch directory), so a binary with the defect breaks nothing else.
+  const std::string device = dir.file("null-device");
+  if (::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    expect_input_error(plan_args({"--out", device}), {"--out", "'" + device + "'", "not a regular file"});
+    struct stat info {};
+    REQUIRE(::stat(device.c_str(), &info) == 0);
+    CHECK(S_ISCHR(info.st_mode));
+    fs::remove(device);
+  } else {
+    MESSAGE("device part skipped: mknod needs root (errno " << errno << ")");
+  }
   const std::string fifo = dir.file("fifo");
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   expect_input_error({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--trace", fifo}, {"--trace", "FIFO"});
@@ -201,4 +210,49 @@ TEST_CASE("reliability: run's output targets are refused before MPI starts, not 
   const TempFile regular("run-trace-parent", "x", ".txt");
   expect_input_error({"run", "--steps", "1", "--trace", regular.path() + "/t.json"}, {"--trace", "not a directory"});
   expect_input_error({"run", "--steps", "0"}, {"--steps", "1..1000000"});
+}
+
+TEST_CASE("reliability: a resume that does not match names the differing setting once, from rank 0") {
+  if (!shardplan_test::mpirun_ready()) {
+    MESSAGE(shardplan_test::kNoMpirun);
+    return;
+  }
+  ScratchDir dir("resume-mismatch");
+  const std::string checkpoints = dir.file("ck");
+  const auto run = [&](const Args& extra) {
+    Args args = {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run", "--device", "cpu",
+                 "--checkpoint-dir", checkpoints};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return shardplan_test::run_program("mpirun", args);
+  };
+  const RunResult first = run({"--steps", "2"});
+  INFO(first.err);
+  REQUIRE(first.exit_status == 0);
+  const auto error_lines = [](const RunResult& result) {
+    std::vector<std::string> lines;
+    for (const auto& line : result.err_lines()) {
+      if (line.starts_with("shardplan: error: ")) lines.push_back(line);
+    }
+    return lines;
+  };
+  // Reverted (fingerprint only, every rank printing): "model 'tiny-llama', plan 'default' differ from this run's
+  // model 'tiny-llama', plan 'default'", twice, interleaved; another --data was accepted silently.
+  const RunResult micro_batch = run({"--steps", "4", "--resume", "--micro-batch", "2"});
+  CHECK(micro_batch.exit_status == 2);
+  const auto micro_lines = error_lines(micro_batch);
+  REQUIRE(micro_lines.size() == 1);
+  CHECK(contains(micro_lines.front(), "written with --micro-batch 1, this run has --micro-batch 2"));
+  const RunResult seq_len = run({"--steps", "4", "--resume", "--seq-len", "32"});
+  REQUIRE(error_lines(seq_len).size() == 1);
+  CHECK(contains(error_lines(seq_len).front(), "written with --seq-len 64, this run has --seq-len 32"));
+  const TempFile other_data("other-data", std::string(4096, 'x'), ".txt");
+  const RunResult data = run({"--steps", "4", "--resume", "--data", other_data.path()});
+  REQUIRE(error_lines(data).size() == 1);
+  CHECK(contains(error_lines(data).front(), "written from data file '/usr/share/common-licenses/GPL-3'"));
+  CHECK(contains(error_lines(data).front(), "this run reads '" + other_data.path() + "' (4096 bytes, fnv1a64 "));
+  const RunResult resumed = run({"--steps", "3", "--resume"});
+  CHECK(resumed.exit_status == 0);
+  for (const auto& entry : fs::recursive_directory_iterator(checkpoints)) {
+    CHECK(!contains(entry.path().filename().string(), ".tmp."));
+  }
 }
