@@ -2,6 +2,7 @@
 #include "training.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "errors.h"
 #include "input_limits.h"
@@ -50,6 +51,29 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
                      std::to_string(model.architecture->max_position_embeddings) + " positions");
   }
+  check_step_bytes(training, model, 1, "--micro-batch");
+}
+
+double step_bytes_bound(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches) {
+  double activation_bytes = 0;
+  for (const LayerSpec& layer : model.layers) {
+    activation_bytes += layer.activation_bytes_per_token(training.seq_len, 4, training.flash_attention,
+                                                        ActivationCheckpointing::none);
+  }
+  const double per_micro_batch = 2.0 * activation_bytes * static_cast<double>(training.tokens_per_micro_batch()) +
+                                 32.0 * static_cast<double>(model.param_count());
+  return per_micro_batch * static_cast<double>(micro_batches);
+}
+
+void check_step_bytes(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches,
+                      const std::string& where) {
+  const double bytes = step_bytes_bound(training, model, micro_batches);
+  if (bytes <= limits::kMaxStepBytes) return;  // NaN or inf fail too
+  char text[48];
+  std::snprintf(text, sizeof text, "%.3g", bytes);
+  throw InputError(where + ": a step of model '" + model.name + "' at seq-len " + std::to_string(training.seq_len) +
+                   ", micro-batch " + std::to_string(training.micro_batch) + " x " + std::to_string(micro_batches) +
+                   " could allocate " + text + " bytes: expected at most 2^60 (1 EiB)");
 }
 
 void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
@@ -61,6 +85,11 @@ void check_search_work(const TrainingConfig& training, const ModelSpec& model, s
                                                                                      1, data_parallel_ranks))
                                 : 1;
   const std::int64_t work = layers * (2 + micro_batches);  // both at most 2^32 and 10^4: no overflow
+  // The search's candidates cover every micro-batch up to all of a rank's sequences in one; the floors and schedules
+  // of the largest must stay exact too (wrap_memory_floor.h rounds its bytes to int64).
+  TrainingConfig largest = training;
+  largest.micro_batch = std::max(training.micro_batch, micro_batches * training.micro_batch);
+  check_step_bytes(largest, model, 1, where);
   if (work > limits::kMaxSearchWork) {
     throw InputError(where + ": the search would simulate " + std::to_string(layers) + " layers x (2 + " +
                      std::to_string(micro_batches) + " micro-batches per step) = " + std::to_string(work) +

@@ -128,6 +128,23 @@ TEST_CASE("input limits: a step's micro-batches x layers and bytes are bounded b
                  "125000000 micro-batches per step"));
 }
 
+TEST_CASE("input limits: a micro-batch whose bytes pass 2^60 is refused before any schedule is made") {
+  // Reverted (no byte bound in validate_training): the lowering's int64 bytes overflowed in the simulator's sums and
+  // the search's memory floor (UBSan: simulator.cpp:278, wrap_memory_floor.h:31).
+  const json document = json::parse(R"({"architecture": {"vocab_size": 256, "hidden_size": 1000000,
+      "num_layers": 2, "num_heads": 100000, "max_position_embeddings": 16777216}})");
+  const shardplan::ModelSpec model = shardplan::model_from_json(document, "m.json");
+  shardplan::TrainingConfig training;
+  training.seq_len = 16777216;
+  training.micro_batch = 256;  // 2^32 tokens, the most a micro-batch may have
+  training.flash_attention = false;
+  CHECK(contains(input_error_message([&] { shardplan::validate_training(training, model); }),
+                 "--micro-batch: a step of model 'custom-model' at seq-len 16777216, micro-batch 256 x 1 could allocate"));
+  training.seq_len = 1024;
+  training.micro_batch = 1;
+  CHECK_NOTHROW(shardplan::validate_training(training, model));
+}
+
 TEST_CASE("input limits: a plan search's work is bounded before it starts") {
   const shardplan::ModelSpec model = shardplan::preset_model("llama3-8b");
   shardplan::TrainingConfig training;
@@ -198,9 +215,10 @@ TEST_CASE("input limits: a trace's times are bounded, and odd samples never fail
   CHECK(contains(input_error_message([&] { shardplan::from_chrome_trace({{"traceEvents", {op}}}, "t.json"); }),
                  "field 'traceEvents[0].dur': expected a duration in [0, 1e12] (microseconds)"));
   // Samples that moved nothing or took under a nanosecond are not fitted; the rest still give a positive fit.
-  std::vector<shardplan::CollectiveSample> samples = {{shardplan::CollectiveKind::all_gather, 2, false, 0, 1.0, 0},
-                                                      {shardplan::CollectiveKind::all_gather, 2, false, 1024, 1e-300, 0},
-                                                      {shardplan::CollectiveKind::all_gather, 2, false, 1024, 1e-3, 0}};
+  const auto gather = shardplan::CollectiveKind::all_gather;
+  std::vector<shardplan::CollectiveSample> samples = {{gather, 2, false, 0, 1.0, 0},
+                                                      {gather, 2, false, 1024, 1e-300, 0},
+                                                      {gather, 2, false, 1024, 1e-3, 0}};
   const shardplan::LinkFit fit = shardplan::fit_link(samples);
   CHECK(fit.samples == 1);
   CHECK(fit.bus_bytes_per_s > 0);
