@@ -92,8 +92,8 @@ Action add_capacity_command(CLI::App& app) {
     // (when fixed) gives the most micro-batches per rank; refuse the request before searching anything.
     for (const std::string& name : options.gpus) {
       const GpuSpec& gpu = catalog.gpu(name);
-      const auto counts = capacity_counts(options.min_gpus, options.max_gpus,
-                                          options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node);
+      const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node;
+      const auto counts = capacity_counts(options.min_gpus, options.max_gpus, per_node);
       if (counts.empty()) continue;
       TrainingConfig sized = training;
       if (options.global_batch_tokens > 0) sized.global_batch = options.global_batch_tokens / training.seq_len;

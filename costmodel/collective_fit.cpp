@@ -120,7 +120,8 @@ std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& 
   // std::map orders the cells by (kind, tier, ranks): a stable, readable order for tables and JSON.
   std::map<std::tuple<int, bool, int>, std::vector<CollectiveSample>> cells;
   for (const auto& sample : samples) {
-    if (usable_sample(sample)) cells[{static_cast<int>(sample.kind), sample.spans_nodes, sample.ranks}].push_back(sample);
+    if (!usable_sample(sample)) continue;
+    cells[{static_cast<int>(sample.kind), sample.spans_nodes, sample.ranks}].push_back(sample);
   }
   std::vector<CollectiveFit> fits;
   for (const auto& [key, cell] : cells) {

@@ -42,11 +42,13 @@ void read_collective_fits(const JsonObjectReader& fits, HardwareProfile& profile
     }
     // Calibration writes more per fit (residuals, the tier's name); those are for people and ignored here.
     const auto ranks = entry.optional_int_in_range("ranks", 0, limits::kMaxWorldSize).value_or(0);
-    const auto samples = entry.optional_int_in_range("samples", 0, std::numeric_limits<std::int64_t>::max()).value_or(0);
+    const auto samples =
+        entry.optional_int_in_range("samples", 0, std::numeric_limits<std::int64_t>::max()).value_or(0);
+    const double latency_s = entry.optional_number_in_range("latency_s", 0, limits::kMostLatencyS).value_or(0);
+    const double bus_bytes_per_s =
+        entry.optional_number_in_range("bus_bytes_per_s", 0, limits::kMostBytesPerS).value_or(0);
     HardwareProfile::CollectiveFit fit{collective, static_cast<int>(ranks), entry.boolean("spans_nodes", false),
-                                       entry.optional_number_in_range("latency_s", 0, limits::kMostLatencyS).value_or(0),
-                                       entry.optional_number_in_range("bus_bytes_per_s", 0, limits::kMostBytesPerS)
-                                           .value_or(0)};
+                                       latency_s, bus_bytes_per_s};
     if (fit.ranks < 2 || samples < 2 || fit.bus_bytes_per_s < limits::kLeastBytesPerS) continue;
     auto& fits_list = profile.collective_fits;
     std::erase_if(fits_list, [&](const HardwareProfile::CollectiveFit& other) {

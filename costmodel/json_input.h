@@ -73,7 +73,8 @@ class JsonObjectReader {
   std::string path_;
 };
 
-// "42", "\"abc\"", "an array of 3 elements" — a short rendering of a bad value for an error message, whatever its size.
+// "42", "\"abc\"", "an array of 30 elements": a short rendering of a bad value for an error message, whatever its
+// size or depth.
 std::string describe_json_value(const nlohmann::json& value);
 
 }  // namespace shardplan

@@ -68,9 +68,11 @@ std::string Communicator::take_label(const char* kind, std::size_t count) {
     next_label_.clear();
     return {};
   }
-  std::string label = !next_label_.empty()        ? std::move(next_label_)
-                      : std::string(kind) == "barrier" ? std::string("a barrier")
-                                                       : std::string(kind) + " of " + std::to_string(count) + " elements";
+  std::string label = std::move(next_label_);
+  if (label.empty()) {
+    label = std::string(kind) == "barrier" ? std::string("a barrier")
+                                           : std::string(kind) + " of " + std::to_string(count) + " elements";
+  }
   next_label_.clear();
   return label + " over " + describe_group();
 }

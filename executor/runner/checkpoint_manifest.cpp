@@ -63,7 +63,9 @@ std::optional<std::string> resume_mismatch(const json& record, int world_size, c
     return "written by " + std::to_string(written_world) + " ranks, this run has " + std::to_string(world_size);
   }
   const auto written_model = record.at("model").get<std::string>();
-  if (written_model != model.name) return "written for model '" + written_model + "', this run trains '" + model.name + "'";
+  if (written_model != model.name) {
+    return "written for model '" + written_model + "', this run trains '" + model.name + "'";
+  }
   if (!record.contains("plan_json")) {
     // A manifest of an older shardplan records the plan's fingerprint only.
     if (record.at("plan_fingerprint").get<std::string>() == plan_fingerprint(plan, model)) return std::nullopt;
@@ -102,8 +104,8 @@ std::optional<std::string> resume_mismatch(const json& record, int world_size, c
   const auto value_at = [&](const json& document) {
     return document.contains(pointer) ? describe_json_value(document.at(pointer)) : std::string("nothing");
   };
-  return "the plan differs at " + path + ": the checkpoint's " + value_at(written) + ", this run's " + value_at(current) +
-         " (plan '" + record.at("plan").get<std::string>() + "' vs '" + plan.name + "')";
+  return "the plan differs at " + path + ": the checkpoint's " + value_at(written) + ", this run's " +
+         value_at(current) + " (plan '" + record.at("plan").get<std::string>() + "' vs '" + plan.name + "')";
 }
 
 }  // namespace shardplan::runner

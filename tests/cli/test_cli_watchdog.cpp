@@ -86,7 +86,8 @@ TEST_CASE("watchdog: mpirun -np 3 with one rank stopped mid-run exits non-zero w
 
   // Training is under way once rank 0 printed a few steps; then stop rank 1 between two of its collectives.
   const auto started = Clock::now();
-  while (read_file(out.path()).find("step 3:") == std::string::npos && Clock::now() - started < std::chrono::seconds(60)) {
+  while (read_file(out.path()).find("step 3:") == std::string::npos &&
+         Clock::now() - started < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const std::optional<pid_t> stopped = rank_process(launcher, 1);

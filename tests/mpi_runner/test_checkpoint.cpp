@@ -108,7 +108,9 @@ void expect_refused(Runner& runner, comm::Communicator& world, const std::string
   INFO("rank ", world.rank(), ": ", message);
   REQUIRE(input_error);
   for (const std::string& word : words) CHECK(message.find(word) != std::string::npos);
-  if (bad_rank >= 0 && world.size() > 1) CHECK(message.find("(rank " + std::to_string(bad_rank) + ")") != std::string::npos);
+  if (bad_rank >= 0 && world.size() > 1) {
+    CHECK(message.find("(rank " + std::to_string(bad_rank) + ")") != std::string::npos);
+  }
 }
 
 // A 2-step checkpoint of a full_shard run in `dir`; returns the runner that wrote it.
@@ -260,7 +262,8 @@ TEST_CASE("checkpoint: a resume that does not match says which setting differs, 
   // run's model 'small-llama', plan 'default'", and another --data was accepted silently.
   resume_with(fp32_training(kSeqLen, 1), "full_shard", data,
               {"written with --micro-batch 2, this run has --micro-batch 1"});
-  resume_with(fp32_training(8, kMicroBatch), "full_shard", data, {"written with --seq-len 16, this run has --seq-len 8"});
+  resume_with(fp32_training(8, kMicroBatch), "full_shard", data,
+              {"written with --seq-len 16, this run has --seq-len 8"});
   resume_with(fp32_training(kSeqLen, kMicroBatch), "full_shard", {"b.txt", 100, 0x9999},
               {"written from data file 'a.txt' (100 bytes, fnv1a64 0000000000001234), this run reads 'b.txt' (100 "
                "bytes, fnv1a64 0000000000009999) (--data)"});

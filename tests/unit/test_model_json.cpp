@@ -304,7 +304,8 @@ TEST_CASE("model_from_json: layer entry errors name the field path") {
 
   json negative_flops = small_explicit();
   negative_flops["layers"][1]["matmul_flops_per_token"] = -1;
-  CHECK(contains(load_error(negative_flops), "field 'layers[1].matmul_flops_per_token': expected a number in [0, 1e+15]"));
+  CHECK(contains(load_error(negative_flops),
+                 "field 'layers[1].matmul_flops_per_token': expected a number in [0, 1e+15]"));
 
   json empty = small_explicit();
   empty["layers"] = json::array();
