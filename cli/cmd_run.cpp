@@ -238,7 +238,9 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--ac", flags->ac, "activation checkpointing of the default plan")->capture_default_str();
   // Note [Input limits]: a million steps is days of the CPU executor's fastest step; the rest as estimate's flags.
   constexpr std::int64_t kMostSteps = 1'000'000;
-  command->add_option("--steps", flags->steps, "training steps")->capture_default_str()->check(int_range(1, kMostSteps));
+  command->add_option("--steps", flags->steps, "training steps")
+      ->capture_default_str()
+      ->check(int_range(1, kMostSteps));
   command->add_option("--data", flags->data_file, "text file (one byte per token)")->capture_default_str();
   command->add_option("--seq-len", flags->seq_len, "tokens per sequence")
       ->capture_default_str()
@@ -264,7 +266,14 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--watchdog-timeout", flags->watchdog_timeout_s,
                       "seconds a step may run before a rank aborts the job naming what it waits on (0: never; "
                       "default: 50 predicted steps, at least 60 s)")
-      ->check(finite_range(0, 1e6));
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // 0 turns the watchdog off; otherwise at least a second (the fuzzer's 1e-300 fired on a normal step)
+            // and at most 1e6 s (11 days).
+            const std::string problem = finite_range(1, 1e6)(text);
+            return problem.empty() || text == "0" ? std::string() : "expected 0 (no watchdog) or " + problem.substr(9);
+          },
+          "0 or NUMBER in [1, 1e+06]"));
   command->add_flag("--resume", flags->resume,
                     "continue from the checkpoint D/latest names (--steps stays the total step count)");
   return [flags]() { return run(*flags); };

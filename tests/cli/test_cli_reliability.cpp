@@ -210,6 +210,8 @@ TEST_CASE("reliability: run's output targets are refused before MPI starts, not 
   const TempFile regular("run-trace-parent", "x", ".txt");
   expect_input_error({"run", "--steps", "1", "--trace", regular.path() + "/t.json"}, {"--trace", "not a directory"});
   expect_input_error({"run", "--steps", "0"}, {"--steps", "1..1000000"});
+  // Found by scripts/fuzz-cli: 1e-300 was accepted, fired on the first normal step and exited 1.
+  expect_input_error({"run", "--watchdog-timeout", "1e-300"}, {"--watchdog-timeout", "0 (no watchdog) or"});
 }
 
 TEST_CASE("reliability: a resume that does not match names the differing setting once, from rank 0") {
