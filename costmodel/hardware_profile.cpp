@@ -44,29 +44,19 @@ void read_collective_fits(const JsonObjectReader& fits, HardwareProfile& profile
     const auto ranks = entry.optional_int_in_range("ranks", 0, limits::kMaxWorldSize).value_or(0);
     const auto samples =
         entry.optional_int_in_range("samples", 0, std::numeric_limits<std::int64_t>::max()).value_or(0);
-    const double latency_s = entry.optional_number_in_range("latency_s", 0, limits::kMostLatencyS).value_or(0);
+    const double latency_s =
+        entry.optional_number_in_range("latency_s", 0, limits::kLatencyS.most).value_or(0);
     const double bus_bytes_per_s =
-        entry.optional_number_in_range("bus_bytes_per_s", 0, limits::kMostBytesPerS).value_or(0);
+        entry.optional_number_in_range("bus_bytes_per_s", 0, limits::kBytesPerS.most).value_or(0);
     HardwareProfile::CollectiveFit fit{collective, static_cast<int>(ranks), entry.boolean("spans_nodes", false),
                                        latency_s, bus_bytes_per_s};
-    if (fit.ranks < 2 || samples < 2 || fit.bus_bytes_per_s < limits::kLeastBytesPerS) continue;
+    if (fit.ranks < 2 || samples < 2 || fit.bus_bytes_per_s < limits::kBytesPerS.least) continue;
     auto& fits_list = profile.collective_fits;
     std::erase_if(fits_list, [&](const HardwareProfile::CollectiveFit& other) {
       return other.collective == fit.collective && other.ranks == fit.ranks && other.spans_nodes == fit.spans_nodes;
     });
     fits_list.push_back(fit);
   }
-}
-
-// Note [Input limits]: a physical number in its range (a peak of 1e-300 FLOP/s printed "step_time_s": null).
-void read_in_range(const JsonObjectReader& reader, std::string_view key, double& field, double least, double most) {
-  if (const auto value = reader.optional_number_in_range(key, least, most)) field = *value;
-}
-void read_flops(const JsonObjectReader& reader, std::string_view key, double& field) {
-  read_in_range(reader, key, field, limits::kLeastFlopsPerS, limits::kMostFlopsPerS);
-}
-void read_bandwidth(const JsonObjectReader& reader, std::string_view key, double& field) {
-  read_in_range(reader, key, field, limits::kLeastBytesPerS, limits::kMostBytesPerS);
 }
 
 // An efficiency is a fraction of a peak: in (0, 1].
@@ -85,8 +75,8 @@ void read_tier(const JsonObjectReader& parent, std::string_view key, LinkTier& t
   reject_unknown(reader, {"name", "latency_s", "bus_bytes_per_s"});
   if (const auto name = reader.optional_string("name")) tier.name = *name;
   // α may be zero (a profile that ignores latency), never negative.
-  read_in_range(reader, "latency_s", tier.latency_s, 0, limits::kMostLatencyS);
-  read_bandwidth(reader, "bus_bytes_per_s", tier.bus_bytes_per_s);
+  reader.update("latency_s", tier.latency_s, limits::kLatencyS);
+  reader.update("bus_bytes_per_s", tier.bus_bytes_per_s, limits::kBytesPerS);
 }
 
 nlohmann::json tier_json(const LinkTier& tier) {
@@ -186,15 +176,15 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     const auto compute = root.object("compute");
     reject_unknown(compute, {"peak_bf16_flops", "peak_fp16_flops", "peak_fp32_flops", "max_compute_efficiency",
                              "half_efficiency_flops", "hbm_bytes_per_s", "memory_efficiency", "pcie_bytes_per_s"});
-    read_flops(compute, "peak_bf16_flops", profile.peak_bf16_flops);
-    read_flops(compute, "peak_fp16_flops", profile.peak_fp16_flops);
-    read_flops(compute, "peak_fp32_flops", profile.peak_fp32_flops);
+    compute.update("peak_bf16_flops", profile.peak_bf16_flops, limits::kFlopsPerS);
+    compute.update("peak_fp16_flops", profile.peak_fp16_flops, limits::kFlopsPerS);
+    compute.update("peak_fp32_flops", profile.peak_fp32_flops, limits::kFlopsPerS);
     read_fraction(compute, "max_compute_efficiency", profile.max_compute_efficiency);
     // The work at which a kernel reaches half its peak: up to a second of the fastest device's.
-    read_in_range(compute, "half_efficiency_flops", profile.half_efficiency_flops, 1, limits::kMostFlopsPerS);
-    read_bandwidth(compute, "hbm_bytes_per_s", profile.hbm_bytes_per_s);
+    compute.update("half_efficiency_flops", profile.half_efficiency_flops, {1, limits::kFlopsPerS.most});
+    compute.update("hbm_bytes_per_s", profile.hbm_bytes_per_s, limits::kBytesPerS);
     read_fraction(compute, "memory_efficiency", profile.memory_efficiency);
-    read_bandwidth(compute, "pcie_bytes_per_s", profile.pcie_bytes_per_s);
+    compute.update("pcie_bytes_per_s", profile.pcie_bytes_per_s, limits::kBytesPerS);
   }
 
   if (root.has("communication")) {
@@ -203,8 +193,8 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     read_tier(communication, "intra_node", profile.intra_node);
     read_tier(communication, "inter_node", profile.inter_node);
     // The message at which a link reaches half its bandwidth: 1 byte to 1 PiB.
-    read_in_range(communication, "comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes, 1,
-                  static_cast<double>(limits::kMostMemoryBytes));
+    communication.update("comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes,
+                         {1, static_cast<double>(limits::kMostMemoryBytes)});
     read_fraction(communication, "bus_efficiency", profile.bus_efficiency);
   }
 
@@ -222,8 +212,9 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
   }
   profile.context_overhead_bytes = root.optional_int_in_range("context_overhead_bytes", 0, limits::kMostMemoryBytes)
                                        .value_or(profile.context_overhead_bytes);
-  read_in_range(root, "op_dispatch_overhead_s", profile.op_dispatch_overhead_s, 0, limits::kMostOverheadS);
-  read_in_range(root, "collective_issue_overhead_s", profile.collective_issue_overhead_s, 0, limits::kMostOverheadS);
+  // Note [Input limits]: every physical number of a profile in its range, as the catalog's.
+  root.update("op_dispatch_overhead_s", profile.op_dispatch_overhead_s, limits::kOverheadS);
+  root.update("collective_issue_overhead_s", profile.collective_issue_overhead_s, limits::kOverheadS);
   if (root.has("fits")) read_collective_fits(root.object("fits"), profile);
   return profile;
 }

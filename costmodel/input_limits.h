@@ -1,6 +1,7 @@
 // The documented range of every count, size and physical quantity an input may give, each with its reason.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace shardplan::limits {
@@ -56,17 +57,20 @@ inline constexpr double kMaxStepBytes = 1152921504606846976.0;  // 2^60
 
 // --- hardware ------------------------------------------------------------------------------------------------------
 inline constexpr std::int64_t kMaxWorldSize = 1'000'000;  // GPUs in a cluster: 10x the largest training clusters
+// A closed range [least, most] of a physical number.
+struct Range {
+  double least = 0;
+  double most = 0;
+};
 // FLOP/s of one device: 1 kFLOP/s (slower than any CPU core) to 1e18 (400x a B200's dense bf16 peak); below the
 // floor, a step's time is not a number a double keeps (1e-300 gave "step_time_s": null).
-inline constexpr double kLeastFlopsPerS = 1e3;
-inline constexpr double kMostFlopsPerS = 1e18;
+inline constexpr Range kFlopsPerS{1e3, 1e18};
 // Bytes per second of a memory or a link: 1 kB/s to 1 PB/s (125x a B200's 8 TB/s of HBM).
-inline constexpr double kLeastBytesPerS = 1e3;
-inline constexpr double kMostBytesPerS = 1e15;
+inline constexpr Range kBytesPerS{1e3, 1e15};
 // A link's latency (alpha): 0 to 1 s; real ones are 1-20 us (1e308 printed "step inf s").
-inline constexpr double kMostLatencyS = 1.0;
+inline constexpr Range kLatencyS{0, 1.0};
 // Host overheads per op or collective issue: 0 to 1 s; measured ones are 1-100 us.
-inline constexpr double kMostOverheadS = 1.0;
+inline constexpr Range kOverheadS{0, 1.0};
 // A device's memory: 1 byte to 2^50 (1 PiB, 7000x an H200's 141 GB).
 inline constexpr std::int64_t kMostMemoryBytes = std::int64_t{1} << 50;
 // A slowdown factor (compute while communicating, a collective while computing): 1 to 100; calibration caps the

@@ -219,6 +219,10 @@ std::optional<double> JsonObjectReader::optional_number_in_range(std::string_vie
   return number_in_range(key, least, most);
 }
 
+void JsonObjectReader::update(std::string_view key, double& field, limits::Range range) const {
+  if (const auto value = optional_number_in_range(key, range.least, range.most)) field = *value;
+}
+
 std::int64_t JsonObjectReader::positive_int(std::string_view key) const {
   return int_in_range(key, 1, std::numeric_limits<std::int64_t>::max());
 }

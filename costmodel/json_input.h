@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "input_limits.h"
+
 namespace shardplan {
 
 // Parses `text`; a syntax error becomes InputError "<origin>:<line>:<column>: malformed JSON: <reason>", and so does
@@ -47,6 +49,8 @@ class JsonObjectReader {
   // A finite number in [least, most].
   double number_in_range(std::string_view key, double least, double most) const;
   std::optional<double> optional_number_in_range(std::string_view key, double least, double most) const;
+  // Sets `field` to the number at `key` when there is one, which must be in `range`; leaves it otherwise.
+  void update(std::string_view key, double& field, limits::Range range) const;
   bool boolean(std::string_view key, bool fallback) const;
   JsonObjectReader object(std::string_view key) const;
   // The elements of an array field (possibly empty when `allow_empty`).

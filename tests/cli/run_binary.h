@@ -108,6 +108,31 @@ inline RunResult run_program(const std::string& binary, const std::vector<std::s
 // Runs the shardplan binary under test (SHARDPLAN_BIN).
 inline RunResult run_shardplan(const std::vector<std::string>& args) { return run_program(shardplan_binary(), args); }
 
+// The contract for input errors: status 2, nothing on stdout, exactly one stderr line "shardplan: error: ...",
+// containing every one of `expected`. Returns the line for further checks.
+inline std::string expect_input_error(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& expected) {
+  std::string command;
+  for (const auto& arg : args) command += " '" + arg + "'";
+  INFO("shardplan" << command);
+  const RunResult result = run_shardplan(args);
+  INFO("stdout: " << result.out);
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_status == 2);
+  CHECK(result.out.empty());
+  const auto lines = result.err_lines();
+  CHECK(lines.size() == 1);
+  CHECK(result.err.ends_with("\n"));
+  if (lines.empty()) return "";
+  const std::string& line = lines.front();
+  CHECK(line.starts_with("shardplan: error: "));
+  for (const auto& part : expected) {
+    CAPTURE(part);
+    CHECK(line.find(part) != std::string::npos);
+  }
+  return line;
+}
+
 // What a test that needs mpirun says when it cannot run here.
 inline constexpr const char* kNoMpirun = "skipped: this shardplan was built without MPI, or mpirun is not on PATH";
 

@@ -20,29 +20,7 @@ using Args = std::vector<std::string>;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// The contract for input errors: status 2, nothing on stdout, exactly one stderr line "shardplan: error: ...",
-// containing every one of `expected`. Returns the line for further checks.
-std::string expect_input_error(const Args& args, const std::vector<std::string>& expected) {
-  std::string command;
-  for (const auto& arg : args) command += " '" + arg + "'";
-  INFO("shardplan" << command);
-  const RunResult result = run_shardplan(args);
-  INFO("stdout: " << result.out);
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_status == 2);
-  CHECK(result.out.empty());
-  const auto lines = result.err_lines();
-  CHECK(lines.size() == 1);
-  CHECK(result.err.ends_with("\n"));
-  if (lines.empty()) return "";
-  const std::string& line = lines.front();
-  CHECK(line.starts_with("shardplan: error: "));
-  for (const auto& part : expected) {
-    CAPTURE(part);
-    CHECK(contains(line, part));
-  }
-  return line;
-}
+using shardplan_test::expect_input_error;
 
 Args estimate(const std::string& model, const std::string& cluster, const Args& extra = {}) {
   Args args = {"estimate", "-m", model, "-c", cluster};

@@ -25,26 +25,9 @@ using shardplan_test::RunResult;
 using shardplan_test::run_shardplan;
 using shardplan_test::TempFile;
 using Args = std::vector<std::string>;
+using shardplan_test::expect_input_error;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// Exit 2 with exactly one "shardplan: error:" line holding every part of `expected`.
-void expect_input_error(const Args& args, const std::vector<std::string>& expected) {
-  std::string command;
-  for (const auto& arg : args) command += " '" + arg + "'";
-  INFO("shardplan" << command);
-  const RunResult result = run_shardplan(args);
-  INFO("stdout: " << result.out);
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_status == 2);
-  const auto lines = result.err_lines();
-  REQUIRE(lines.size() == 1);
-  CHECK(lines.front().starts_with("shardplan: error: "));
-  for (const auto& part : expected) {
-    CAPTURE(part);
-    CHECK(contains(lines.front(), part));
-  }
-}
 
 // A fresh directory under the temp directory, removed with everything in it at the end of the test.
 class ScratchDir {
