@@ -11,6 +11,8 @@
 #include "chrome_trace.h"
 #include "commands.h"
 #include "errors.h"
+#include "flag_checks.h"
+#include "input_limits.h"
 #include "inputs.h"
 #include "json_input.h"
 #include "model_source.h"
@@ -63,14 +65,6 @@ std::string host_name() {
   char host[256] = "unknown";
   ::gethostname(host, sizeof host - 1);
   return host;
-}
-
-// A missing output directory is an input error found before any measuring, not after minutes of it.
-void check_out_path(const std::string& out) {
-  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-    throw InputError("--out: directory '" + parent.string() + "' does not exist");
-  }
 }
 
 void print_link_summary(const char* name, const LinkFit& fit) {
@@ -252,7 +246,7 @@ int calibrate_from_bench(const CalibrateFlags& flags) {
     training.seq_len = flags.seq_len;
     validate_training(training, model);
   }
-  check_out_path(flags.out);
+  // --out was checked as it was parsed (output_file): before anything is measured, not after minutes of it.
   std::optional<Cluster> given_cluster;
   if (!flags.cluster.empty()) given_cluster = parse_cluster(flags.cluster, catalog);
 
@@ -319,15 +313,27 @@ Action add_calibrate_command(CLI::App& app) {
                     "run collective and kernel microbenchmarks here (under mpirun -np N for collectives)");
   command->add_option("--cluster", flags->cluster, "the cluster the runs used (default: <ranks>xcpu)");
   add_catalog_flag(*command, flags->catalog_file);
-  command->add_option("--out", flags->out, "write the fitted profile (shardplan.profile/v1)")->required();
+  command->add_option("--out", flags->out, "write the fitted profile (shardplan.profile/v1)")
+      ->required()
+      ->check(output_file("--out"));
   command->add_flag("--json", flags->json, "print the profile");
   command->add_option("--model", flags->model, "--bench: model whose layers and GEMMs to time (default tiny-llama)");
-  command->add_option("--min-bytes", flags->min_bytes, "--bench: smallest collective message S (default 1024)");
-  command->add_option("--max-bytes", flags->max_bytes, "--bench: largest collective message S (default 16 MiB)");
-  command->add_option("--step-factor", flags->step_factor, "--bench: message size multiplier (default 2)");
-  command->add_option("--iters", flags->iters, "--bench: timed iterations per measurement (default 20)");
-  command->add_option("--warmup-iters", flags->warmup_iters, "--bench: untimed iterations first (default 5)");
-  command->add_option("--seq-len", flags->seq_len, "--bench: sequence length of the kernel sweep (default: model's)");
+  // Note [Input limits]: a sweep's sizes as check_comm_sweep_options bounds them (16 GiB), and at most 10,000
+  // iterations per measurement (nccl-tests runs 20; 10,000 of a 16 MiB all-reduce already take minutes).
+  const CLI::Validator message_bytes = int_range(1, std::int64_t{1} << 34);
+  const CLI::Validator iterations = int_range(0, 10'000);
+  command->add_option("--min-bytes", flags->min_bytes, "--bench: smallest collective message S (default 1024)")
+      ->check(message_bytes);
+  command->add_option("--max-bytes", flags->max_bytes, "--bench: largest collective message S (default 16 MiB)")
+      ->check(message_bytes);
+  command->add_option("--step-factor", flags->step_factor, "--bench: message size multiplier (default 2)")
+      ->check(int_range(2, 1024));
+  command->add_option("--iters", flags->iters, "--bench: timed iterations per measurement (default 20)")
+      ->check(iterations);
+  command->add_option("--warmup-iters", flags->warmup_iters, "--bench: untimed iterations first (default 5)")
+      ->check(iterations);
+  command->add_option("--seq-len", flags->seq_len, "--bench: sequence length of the kernel sweep (default: model's)")
+      ->check(int_range(1, limits::kMaxSeqLen));
   return [flags, command]() {
     const bool traces = !flags->traces.empty();
     if (traces && flags->bench) {

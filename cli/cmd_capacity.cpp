@@ -7,6 +7,8 @@
 #include "capacity.h"
 #include "commands.h"
 #include "errors.h"
+#include "flag_checks.h"
+#include "input_limits.h"
 #include "inputs.h"
 #include "json_input.h"
 #include "model_source.h"
@@ -51,12 +53,17 @@ Action add_capacity_command(CLI::App& app) {
   command->add_option("--profile", flags->profile_files,
                       "calibrated profile (shardplan.profile/v1), applied to the GPU type it was measured on; repeatable");
   add_training_flags(*command, flags->training);
-  command->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node (default: each GPU's usual)");
-  command->add_option("--min-gpus", flags->min_gpus, "smallest count swept")->capture_default_str();
-  command->add_option("--max-gpus", flags->max_gpus, "largest count swept")->capture_default_str();
-  command->add_option("--tokens", flags->tokens, "training budget in tokens")->capture_default_str();
+  const CLI::Validator gpu_count = int_range(1, limits::kMaxWorldSize);
+  command->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node (default: each GPU's usual)")
+      ->check(gpu_count);
+  command->add_option("--min-gpus", flags->min_gpus, "smallest count swept")->capture_default_str()->check(gpu_count);
+  command->add_option("--max-gpus", flags->max_gpus, "largest count swept")->capture_default_str()->check(gpu_count);
+  command->add_option("--tokens", flags->tokens, "training budget in tokens")
+      ->capture_default_str()
+      ->check(finite_range(1, limits::kMostTokens));
   command->add_option("--global-batch-tokens", flags->global_batch_tokens,
-                      "fixed global batch in tokens (default: one micro-batch per GPU)");
+                      "fixed global batch in tokens (default: one micro-batch per GPU)")
+      ->check(int_range(1, limits::kMaxGlobalBatch * limits::kMaxSeqLen));
   command->add_flag("--json", flags->json, "print JSON");
   return [flags]() {
     const ModelSpec model = load_model(flags->model);
@@ -71,14 +78,28 @@ Action add_capacity_command(CLI::App& app) {
     options.global_batch_tokens = flags->global_batch_tokens;
     for (const std::string& path : flags->profile_files) {
       nlohmann::json document = read_json_file(path);
-      const std::string device = document.is_object() ? document.value("device", std::string()) : std::string();
+      // The whole profile is checked here, before the sweep, as `simulate --profile` checks it: a bad field is an
+      // input error naming it, whichever point would have applied it.
+      (void)apply_profile_json(HardwareProfile{}, document, path);
+      const std::string device = JsonObjectReader(document, path).optional_string("device").value_or("");
       if (std::find(options.gpus.begin(), options.gpus.end(), device) == options.gpus.end()) {
-        throw InputError(path + ": device: expected one of the swept GPU types (--gpus), got '" + device + "'");
+        throw InputError(path + ": field 'device': expected one of the swept GPU types (--gpus), got '" + device +
+                         "'");
       }
       options.profiles.emplace_back(std::move(document), path);
     }
-    if (flags->gpus_per_node < 0) throw InputError("--gpus-per-node: expected a positive integer");
-    if (flags->global_batch_tokens < 0) throw InputError("--global-batch-tokens: expected a positive integer");
+    // Note [Step work]: the sweep's largest search is at each GPU type's smallest count, where the global batch
+    // (when fixed) gives the most micro-batches per rank; refuse the request before searching anything.
+    for (const std::string& name : options.gpus) {
+      const GpuSpec& gpu = catalog.gpu(name);
+      const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node;
+      const auto counts = capacity_counts(options.min_gpus, options.max_gpus, per_node);
+      if (counts.empty()) continue;
+      TrainingConfig sized = training;
+      if (options.global_batch_tokens > 0) sized.global_batch = options.global_batch_tokens / training.seq_len;
+      check_search_work(sized, model, counts.front(),
+                        "capacity at " + std::to_string(counts.front()) + " x " + gpu.name + " (raise --min-gpus)");
+    }
     const auto started = std::chrono::steady_clock::now();
     bool drew_progress = false;
     options.progress = [&](std::size_t done, std::size_t total) {

@@ -5,7 +5,9 @@
 #include "chrome_trace.h"
 #include "commands.h"
 #include "compare.h"
+#include "flag_checks.h"
 #include "html_report.h"
+#include "input_limits.h"
 #include "inputs.h"
 
 namespace shardplan::cli {
@@ -20,8 +22,11 @@ Action add_compare_command(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   command->add_option("--predicted", flags->predicted, "Chrome trace from `simulate --trace`")->required();
   command->add_option("--measured", flags->measured, "Chrome trace from `run --trace`")->required();
-  command->add_option("--rank", flags->rank, "measured rank to compare")->capture_default_str();
-  command->add_option("--report", flags->report, "HTML report overlaying both timelines");
+  command->add_option("--rank", flags->rank, "measured rank to compare")
+      ->capture_default_str()
+      ->check(int_range(0, limits::kMaxWorldSize - 1));
+  command->add_option("--report", flags->report, "HTML report overlaying both timelines")
+      ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print JSON");
   return [flags]() {
     const Timeline predicted = read_chrome_trace(flags->predicted);

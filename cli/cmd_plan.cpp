@@ -8,9 +8,12 @@
 #include "chrome_trace.h"
 #include "commands.h"
 #include "errors.h"
+#include "flag_checks.h"
 #include "html_report.h"
+#include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
+#include "output_files.h"
 #include "name_suggest.h"
 #include "plan_export.h"
 #include "plan_json.h"
@@ -94,13 +97,21 @@ Action add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<PlanFlags>();
   add_model_cluster_flags(*command, flags->model_cluster);
   add_training_flags(*command, flags->training);
-  command->add_option("--memory-cap", flags->memory_cap_gib, "per-rank memory cap in GiB (default: the GPU's)");
+  // A cap of 0.001 GiB (1 MiB) to 2^20 GiB (1 PiB, limits::kMostMemoryBytes); 0 is "the GPU's" only by default.
+  command->add_option("--memory-cap", flags->memory_cap_gib, "per-rank memory cap in GiB (default: the GPU's)")
+      ->check(finite_range(0.001, static_cast<double>(limits::kMostMemoryBytes >> 30)));
   command->add_option("--objective", flags->objective, "time | memory")->capture_default_str();
-  command->add_option("--out", flags->out_file, "write the planned plan (shardplan.plan/v1)");
-  command->add_option("--trace", flags->trace_file, "write the planned step's predicted Chrome trace");
-  command->add_option("--report", flags->report_file, "write an HTML report of the planned step");
+  // Note [Output files]: every target is checked as it is parsed, before the search.
+  command->add_option("--out", flags->out_file, "write the planned plan (shardplan.plan/v1)")
+      ->check(output_file("--out"));
+  command->add_option("--trace", flags->trace_file, "write the planned step's predicted Chrome trace")
+      ->check(output_file("--trace"));
+  command->add_option("--report", flags->report_file, "write an HTML report of the planned step")
+      ->check(output_file("--report"));
   command->add_option("--export", flags->export_format, "fsdp2 | fsdp1 | deepspeed");
-  command->add_option("--out-dir", flags->out_dir, "directory for --export files")->capture_default_str();
+  command->add_option("--out-dir", flags->out_dir, "directory for --export files")
+      ->capture_default_str()
+      ->check(output_directory("--out-dir"));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [flags]() {
     const ModelSpec model = load_model(flags->model_cluster.model);
@@ -108,7 +119,6 @@ Action add_plan_command(CLI::App& app) {
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
     const TrainingConfig training = resolve_training(flags->training, model);
     SearchOptions options;
-    if (flags->memory_cap_gib < 0) throw InputError("--memory-cap: expected a positive number of GiB");
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
     if (flags->objective == "time") {
       options.objective = SearchObjective::time;
@@ -124,6 +134,9 @@ Action add_plan_command(CLI::App& app) {
                          did_you_mean(flags->export_format, formats));
       }
     }
+    check_distinct_outputs(
+        {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});
+    check_search_work(training, model, cluster.world_size(), "plan");
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {
       print_json(to_json(result, model));
@@ -131,31 +144,33 @@ Action add_plan_command(CLI::App& app) {
       print_text(result, model, cluster);
     }
     if (!result.feasible) return kExitInfeasible;
-    // Everything is built in memory first, then written atomically: a failure leaves no partial file.
-    std::vector<std::pair<std::string, std::string>> outputs;
-    if (!flags->out_file.empty()) outputs.emplace_back(flags->out_file, to_json(result.best.plan, model).dump(2) + "\n");
+    // Everything is built in memory first, then written together (Note [Output files]): a failure leaves no file.
+    std::vector<OutputFile> outputs;
+    if (!flags->out_file.empty()) outputs.push_back({flags->out_file, to_json(result.best.plan, model).dump(2) + "\n"});
     if (!flags->export_format.empty()) {
       for (const auto& file : export_plan(flags->export_format, result.best.plan, model, cluster.world_size(),
                                           cluster.gpus_per_node)) {
-        outputs.emplace_back((std::filesystem::path(flags->out_dir) / file.file_name).string(), file.contents);
+        outputs.push_back({(std::filesystem::path(flags->out_dir) / file.file_name).string(), file.contents});
       }
     }
     if (!flags->trace_file.empty() || !flags->report_file.empty()) {
       const StepAnalysis analysis = analyze_step(model, cluster, profile, result.best.plan, true);
       if (!flags->trace_file.empty()) {
-        outputs.emplace_back(flags->trace_file, to_chrome_trace(analysis.simulation.timeline).dump() + "\n");
+        outputs.push_back({flags->trace_file, to_chrome_trace(analysis.simulation.timeline)
+                                                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                                  "\n"});
       }
       if (!flags->report_file.empty()) {
         ReportInput report;
         report.title = "shardplan plan: " + model.name + " on " + cluster.describe();
         report.timeline = &analysis.simulation.timeline;
         report.summary = {{"plan", result.best.knobs}};
-        outputs.emplace_back(flags->report_file, render_html_report(report));
+        outputs.push_back({flags->report_file, render_html_report(report)});
       }
     }
-    for (const auto& [path, text] : outputs) {
-      write_file_atomically(path, text);
-      if (!flags->json) std::printf("wrote %s\n", path.c_str());
+    write_output_files(outputs);
+    if (!flags->json) {
+      for (const auto& output : outputs) std::printf("wrote %s\n", output.path.c_str());
     }
     return 0;
   };

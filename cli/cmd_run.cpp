@@ -13,6 +13,8 @@
 #include "commands.h"
 #include "data_parallel_batches.h"
 #include "errors.h"
+#include "flag_checks.h"
+#include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
 #include "mpi_communicator.h"
@@ -27,6 +29,9 @@
 namespace shardplan::cli {
 
 namespace {
+
+// main's status for an InputError, returned by ranks that leave the printing of an agreed error to rank 0.
+constexpr int kExitInputError = 2;
 
 // Note [Interleaved runs]: with several --plan, one launch trains every plan, step by step in turn (step 0 of each
 // plan, then step 1 of each, ...), each with its own runner, tracked memory, dataset stream and outcome. A shared
@@ -61,11 +66,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   // Set-up errors (model, plan, data) happen identically on every rank before any collective, so they propagate
   // normally (exit 2/1); once training runs, a failing rank brings the whole job down (Communicator::abort).
   const ModelSpec model = load_model(flags.model);
-  if (flags.steps < 1) throw InputError("--steps: expected at least 1, got " + std::to_string(flags.steps));
-  if (flags.checkpoint_every < 0) {
-    throw InputError("--checkpoint-every: expected 0 (only after the last step) or more, got " +
-                     std::to_string(flags.checkpoint_every));
-  }
+  // --steps and --checkpoint-every were checked in range as they were parsed (add_run_command).
   if (flags.resume && flags.checkpoint_dir.empty()) throw InputError("--resume: needs --checkpoint-dir");
   if (interleaved && (!flags.checkpoint_dir.empty() || flags.resume)) {
     throw InputError("--checkpoint-dir/--resume: checkpoint one plan at a time, got " +
@@ -74,10 +75,19 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   runner::RunnerOptions options;
   options.seed = flags.seed;
   std::vector<CpuPlanRun> runs(plan_flags.size());
+  std::vector<Plan> plans;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    runs[i].flags = plan_flags[i];
+    runs[i].plan = run_plan(runs[i].flags, model, size);
+    plans.push_back(runs[i].plan);
+  }
+  // Note [Step watchdog]: started before the runners, so the groups they split from `world` are watched too.
+  const auto watchdog =
+      start_watchdog(run_watchdog_timeout_s(flags, plans, model, "1x" + std::to_string(size) + "xcpu"), world,
+                     [](const std::string&) { MPI_Abort(MPI_COMM_WORLD, 1); });
+  const auto watched = [&](const std::string& phase) { return comm::WatchedPhase(watchdog.get(), phase); };
   for (std::size_t i = 0; i < runs.size(); ++i) {
     CpuPlanRun& run = runs[i];
-    run.flags = plan_flags[i];
-    run.plan = run_plan(run.flags, model, size);
     run.data = plan_dataset(run.flags, run.plan);
     run.runner = std::make_unique<runner::Runner>(model, run.plan, world, options);
     run.outcome.executor = "cpu";
@@ -90,10 +100,17 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   const auto position_after = [&](std::int64_t step) {
     return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(size);
   };
+  // The data a checkpoint records, so a resume with another --data says so (checkpoint_manifest.h).
+  const runner::CheckpointData data =
+      flags.checkpoint_dir.empty() ? runner::CheckpointData{} : runner::describe_data_file(flags.data_file);
   std::int64_t first_step = 0;
-  if (flags.resume) {
-    // Collective and agreed: a damaged checkpoint is an InputError on every rank, so no abort is needed here.
-    const runner::CheckpointInfo resumed = runner::load_checkpoint(runner, world, flags.checkpoint_dir);
+  if (flags.resume) try {
+    // Collective and agreed: a damaged or mismatched checkpoint is the same InputError on every rank, so no abort is
+    // needed, and rank 0 alone prints it (the others exit 2 quietly, below) instead of every rank's copy interleaved.
+    const runner::CheckpointInfo resumed = [&] {
+      const auto phase = watched("resume from " + flags.checkpoint_dir);
+      return runner::load_checkpoint(runner, world, flags.checkpoint_dir, data);
+    }();
     first_step = resumed.step;
     if (resumed.data_position != position_after(first_step)) {
       throw InputError(resumed.step_dir + ": data position " + std::to_string(resumed.data_position) +
@@ -106,12 +123,16 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     }
     if (lead && !flags.json) std::printf("resumed from %s\n", resumed.step_dir.c_str());
     runs.front().outcome.resumed_from_step = first_step;
+  } catch (const InputError&) {
+    if (!lead) return kExitInputError;  // rank 0 prints the same message
+    throw;
   }
 
   try {
     for (std::int64_t step = first_step; step < flags.steps; ++step) {
       for (CpuPlanRun& run : runs) {
         const int micro_batches = run.runner->schedule().micro_batches;
+        const auto phase = watched("step " + std::to_string(step) + (interleaved ? " of " + run.flags.plan_file : ""));
         run.outcome.add_step(
             step, run.runner->step(runner::rank_micro_batches(*run.data, step, micro_batches, size, world.rank())));
         if (lead && !flags.json) print_step_line(step, run.outcome.last, interleaved ? run.flags.plan_file : "");
@@ -119,12 +140,16 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
       const bool last_step = step + 1 == flags.steps;
       const bool periodic = flags.checkpoint_every > 0 && (step + 1) % flags.checkpoint_every == 0;
       if (!flags.checkpoint_dir.empty() && (periodic || last_step)) {
+        const auto phase = watched("checkpoint save after step " + std::to_string(step));
         runs.front().outcome.checkpoint =
-            runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1)).step_dir;
+            runner::save_checkpoint(runner, world, flags.checkpoint_dir, position_after(step + 1), data).step_dir;
         if (lead && !flags.json) std::printf("checkpoint written to %s\n", runs.front().outcome.checkpoint.c_str());
       }
     }
-    for (CpuPlanRun& run : runs) write_run_trace(run.flags, run.plan, model, run.outcome, world.native(), size);
+    for (CpuPlanRun& run : runs) {
+      const auto phase = watched("trace merge");
+      write_run_trace(run.flags, run.plan, model, run.outcome, world.native(), size);
+    }
   } catch (const std::exception& error) {
     if (size == 1) throw;
     world.abort(std::string("shardplan run: ") + error.what());
@@ -167,7 +192,7 @@ int run(const RunFlags& flags) {
     throw InputError("--device: expected auto, cpu or gpu, got '" + flags.device + "'");
   }
   const std::vector<RunFlags> runs = per_plan_flags(flags);
-  const bool interleaved = runs.size() > 1;
+  [[maybe_unused]] const bool interleaved = runs.size() > 1;  // used with the GPU executor only
 #ifdef SHARDPLAN_HAVE_GPU_EXECUTOR
   if (flags.device == "gpu") {
     if (interleaved) throw InputError("--plan: several plans run interleaved on the CPU executor only (--device cpu)");
@@ -212,19 +237,44 @@ Action add_run_command(CLI::App& app) {
   command->add_option("--units", flags->units, "wrapping of the default plan")->capture_default_str();
   command->add_option("--ac", flags->ac, "activation checkpointing of the default plan")->capture_default_str();
   command->add_option("--ac-every", flags->ac_every, "apply --ac to every k-th block only")->capture_default_str();
-  command->add_option("--steps", flags->steps, "training steps")->capture_default_str();
+  // Note [Input limits]: a million steps is days of the CPU executor's fastest step; the rest as estimate's flags.
+  constexpr std::int64_t kMostSteps = 1'000'000;
+  command->add_option("--steps", flags->steps, "training steps")
+      ->capture_default_str()
+      ->check(int_range(1, kMostSteps));
   command->add_option("--data", flags->data_file, "text file (one byte per token)")->capture_default_str();
-  command->add_option("--seq-len", flags->seq_len, "tokens per sequence")->capture_default_str();
-  command->add_option("--micro-batch", flags->micro_batch, "sequences per rank per micro-batch")->capture_default_str();
-  command->add_option("--global-batch", flags->global_batch, "sequences per step (0: one micro-batch per rank)");
+  command->add_option("--seq-len", flags->seq_len, "tokens per sequence")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxSeqLen));
+  command->add_option("--micro-batch", flags->micro_batch, "sequences per rank per micro-batch")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxMicroBatch));
+  command->add_option("--global-batch", flags->global_batch, "sequences per step (0: one micro-batch per rank)")
+      ->check(int_range(0, limits::kMaxGlobalBatch));
   command->add_option("--seed", flags->seed, "parameter init seed")->capture_default_str();
+  // Note [Output files]: checked as parsed, on every rank, before MPI starts and long before training ends.
   command->add_option("--trace", flags->trace_files,
-                      "write the median step's measured timeline (all ranks); one per --plan");
+                      "write the median step's measured timeline (all ranks); one per --plan")
+      ->check(output_file("--trace"));
   command->add_flag("--json", flags->json, "print the summary as JSON (rank 0)");
   command->add_option("--checkpoint-dir", flags->checkpoint_dir,
-                      "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them");
+                      "write sharded checkpoints to D/step-<N>/ (rank files + manifest) and point D/latest at them")
+      ->check(output_directory("--checkpoint-dir"));
   command->add_option("--checkpoint-every", flags->checkpoint_every,
-                      "checkpoint every K steps (0: only after the last step)")->capture_default_str();
+                      "checkpoint every K steps (0: only after the last step)")
+      ->capture_default_str()
+      ->check(int_range(0, kMostSteps));
+  command->add_option("--watchdog-timeout", flags->watchdog_timeout_s,
+                      "seconds a step may run before a rank aborts the job naming what it waits on (0: never; "
+                      "default: 50 predicted steps, at least 60 s)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // 0 turns the watchdog off; otherwise at least a second (the fuzzer's 1e-300 fired on a normal step)
+            // and at most 1e6 s (11 days).
+            const std::string problem = finite_range(1, 1e6)(text);
+            return problem.empty() || text == "0" ? std::string() : "expected 0 (no watchdog) or " + problem.substr(9);
+          },
+          "0 or NUMBER in [1, 1e+06]"));
   command->add_flag("--resume", flags->resume,
                     "continue from the checkpoint D/latest names (--steps stays the total step count)");
   return [flags]() { return run(*flags); };

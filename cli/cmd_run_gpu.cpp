@@ -43,6 +43,13 @@ int run_on_gpu(const RunFlags& flags) {
                      std::to_string(device.device_count) + " CUDA device(s): NCCL needs one device per rank");
   }
   gpu::NcclCommunicator world(MPI_COMM_WORLD);
+  // Note [Step watchdog]: on expiry NcclCommunicator::abort runs ncclCommAbort, so no NCCL kernel keeps spinning on a
+  // stopped peer, then MPI_Abort. The prediction uses the catalog's H100 whatever the device (CUDA names it "NVIDIA
+  // H200", not a catalog name); 50 predicted steps leave room for any slower GPU.
+  const auto watchdog = start_watchdog(
+      run_watchdog_timeout_s(flags, {plan}, model, "1x" + std::to_string(size) + "xH100-80GB"), world,
+      [&world](const std::string&) { world.abort("stopped by the watchdog (the line above)"); });
+  if (watchdog) control.set_wait_observer(watchdog);
   gpu::GpuRunnerOptions options;
   options.seed = flags.seed;
   gpu::GpuRunner runner(model, plan, world, control, options);
@@ -58,9 +65,11 @@ int run_on_gpu(const RunFlags& flags) {
   runner::StepReport& last = outcome.last;
   try {
     for (std::int64_t step = 0; step < flags.steps; ++step) {
+      const comm::WatchedPhase phase(watchdog.get(), "step " + std::to_string(step));
       outcome.add_step(step, runner.step(runner::rank_micro_batches(data, step, k, size, control.rank())));
       if (lead && !flags.json) print_step_line(step, last);
     }
+    const comm::WatchedPhase phase(watchdog.get(), "trace merge");
     write_run_trace(flags, plan, model, outcome, control.native(), size);
   } catch (const std::exception& error) {
     if (size == 1) throw;

@@ -4,9 +4,11 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "flag_checks.h"
 #include "html_report.h"
 #include "inputs.h"
 #include "model_source.h"
+#include "output_files.h"
 #include "plan_json.h"
 #include "step_analysis.h"
 
@@ -57,10 +59,14 @@ Action add_simulate_command(CLI::App& app) {
   command->add_option("--strategy", flags->strategy, "strategy of the default plan")->capture_default_str();
   command->add_option("--units", flags->units, "wrapping of the default plan: per-block | whole | N-blocks")
       ->capture_default_str();
-  command->add_option("--trace", flags->trace_file, "write the predicted timeline as Chrome trace JSON");
-  command->add_option("--report", flags->report_file, "write a self-contained HTML report");
+  // Note [Output files]: both targets are checked as they are parsed, and written together at the end.
+  command->add_option("--trace", flags->trace_file, "write the predicted timeline as Chrome trace JSON")
+      ->check(output_file("--trace"));
+  command->add_option("--report", flags->report_file, "write a self-contained HTML report")
+      ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print the summary as JSON");
   return [flags]() {
+    check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
     const ModelSpec model = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
@@ -75,14 +81,19 @@ Action add_simulate_command(CLI::App& app) {
     const bool want_timeline = !flags->trace_file.empty() || !flags->report_file.empty();
     const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
     const SimulationSummary& summary = analysis.simulation.summary;
-    if (!flags->trace_file.empty()) write_chrome_trace(analysis.simulation.timeline, flags->trace_file);
+    std::vector<OutputFile> outputs;
+    if (!flags->trace_file.empty()) {
+      outputs.push_back({flags->trace_file, to_chrome_trace(analysis.simulation.timeline)
+                                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+    }
     if (!flags->report_file.empty()) {
       ReportInput report;
       report.title = "shardplan: " + model.name + " on " + cluster.describe() + " (" + plan.name + ")";
       report.timeline = &analysis.simulation.timeline;
       report.summary = summary_rows(summary);
-      write_file_atomically(flags->report_file, render_html_report(report));
+      outputs.push_back({flags->report_file, render_html_report(report)});
     }
+    write_output_files(outputs);
     if (flags->json) {
       nlohmann::json document = to_json(summary);
       document["schema"] = "shardplan.simulation/v1";

@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "errors.h"
+#include "flag_checks.h"
+#include "input_limits.h"
 #include "json_input.h"
 #include "precision.h"
 
@@ -19,16 +21,21 @@ void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags) {
   command.add_option("--cluster,-c", flags.cluster, "e.g. 8xH100-80GB, 4x8xH100-80GB, or a cluster JSON")
       ->required();
   add_catalog_flag(command, flags.catalog_file);
-  command.add_option("--price", flags.price_per_gpu_hour, "price per GPU-hour in USD (default: the catalog's)");
+  command.add_option("--price", flags.price_per_gpu_hour, "price per GPU-hour in USD (default: the catalog's)")
+      ->check(finite_range(0, limits::kMostPricePerGpuHour));
   command.add_option("--profile", flags.profile_file, "calibrated hardware profile JSON (shardplan.profile/v1)");
 }
 
 void add_training_flags(CLI::App& command, TrainingFlags& flags) {
-  command.add_option("--seq-len", flags.seq_len, "tokens per sequence (default: the model's training length)");
+  // Note [Input limits]: ranges checked as the flags are parsed; validate_training checks their products.
+  command.add_option("--seq-len", flags.seq_len, "tokens per sequence (default: the model's training length)")
+      ->check(int_range(1, limits::kMaxSeqLen));
   command.add_option("--micro-batch", flags.micro_batch, "sequences per rank per forward/backward")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxMicroBatch));
   command.add_option("--global-batch", flags.global_batch,
-                     "sequences per optimizer step (default: one micro-batch per rank)");
+                     "sequences per optimizer step (default: one micro-batch per rank)")
+      ->check(int_range(1, limits::kMaxGlobalBatch));
   command.add_option("--precision", flags.precision, "fp32 | bf16-mixed | pure-bf16 | zero-fp16")
       ->capture_default_str();
   command.add_option("--optimizer", flags.optimizer, "adamw | sgd-momentum | sgd")->capture_default_str();
@@ -48,10 +55,7 @@ HardwareCatalog load_catalog(const std::string& catalog_file) {
 
 Cluster resolve_cluster(const ModelClusterFlags& flags) {
   Cluster cluster = parse_cluster(flags.cluster, load_catalog(flags.catalog_file));
-  if (!std::isnan(flags.price_per_gpu_hour)) {
-    if (!(flags.price_per_gpu_hour >= 0)) throw InputError("--price: expected a non-negative price per GPU-hour");
-    cluster.price_per_gpu_hour = flags.price_per_gpu_hour;
-  }
+  if (!std::isnan(flags.price_per_gpu_hour)) cluster.price_per_gpu_hour = flags.price_per_gpu_hour;  // in range
   return cluster;
 }
 
@@ -65,7 +69,6 @@ HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& c
 
 TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model) {
   TrainingConfig training;
-  if (flags.seq_len < 0) throw InputError("--seq-len: expected a positive integer");
   training.seq_len = flags.seq_len > 0 ? flags.seq_len : model.default_seq_len;
   training.micro_batch = flags.micro_batch;
   training.global_batch = flags.global_batch;
@@ -79,6 +82,9 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
   return training;
 }
 
-void print_json(const nlohmann::json& document) { std::cout << document.dump(2) << "\n"; }
+// Invalid UTF-8 (a byte string from a flag) is replaced, not thrown halfway through the output.
+void print_json(const nlohmann::json& document) {
+  std::cout << document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
 
 }  // namespace shardplan::cli

@@ -8,7 +8,9 @@
 #include "chrome_trace.h"
 #include "errors.h"
 #include "inputs.h"
+#include "lowering.h"
 #include "plan_json.h"
+#include "simulator.h"
 
 namespace shardplan::cli {
 
@@ -26,6 +28,42 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
   validate_training(training, model);
   return default_plan(model, training, parse_strategy(flags.strategy), parse_units_policy(flags.units, model),
                       world_size);
+}
+
+namespace {
+// Note [Step watchdog]: the default timeout is this many predicted steps, and never under the floor. The catalog's
+// CPU numbers predict this machine's steps within 2-5x (calibration fits 2-5x its per-op overheads), a shared
+// machine's step drifts by tens of per cent and the first step warms allocators up; 50 predicted steps never trip
+// on a slow step, and a stopped peer is still found within about a minute.
+constexpr double kWatchdogStepFactor = 50;
+constexpr double kWatchdogFloorS = 60;
+}  // namespace
+
+double run_watchdog_timeout_s(const RunFlags& flags, const std::vector<Plan>& plans, const ModelSpec& model,
+                              const std::string& cluster) {
+  if (flags.watchdog_timeout_s >= 0) return flags.watchdog_timeout_s;
+  const Cluster machine = parse_cluster(cluster, HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(machine);
+  double slowest_s = 0;
+  for (const Plan& plan : plans) {
+    const StepSchedule schedule = lower_plan(plan, model, {machine.world_size(), machine.gpus_per_node, 0});
+    slowest_s = std::max(slowest_s, simulate(schedule, profile, false).summary.step_time_s);
+  }
+  return std::max(kWatchdogFloorS, kWatchdogStepFactor * slowest_s);
+}
+
+std::shared_ptr<comm::StepWatchdog> start_watchdog(double timeout_s, comm::Communicator& world,
+                                                   std::function<void(const std::string&)> bring_down) {
+  if (!(timeout_s > 0)) return nullptr;
+  auto watchdog = std::make_shared<comm::StepWatchdog>(
+      timeout_s, world.group().world_ranks.at(static_cast<std::size_t>(world.rank())),
+      [bring_down = std::move(bring_down)](const std::string& message) {
+        std::fprintf(stderr, "shardplan: watchdog: %s\n", message.c_str());
+        std::fflush(stderr);
+        bring_down(message);
+      });
+  world.set_wait_observer(watchdog);
+  return watchdog;
 }
 
 Timeline merge_rank_timelines(const Timeline& mine, MPI_Comm comm) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "model_spec.h"
 #include "plan.h"
 #include "runner.h"
+#include "step_watchdog.h"
 #include "timeline.h"
 
 namespace shardplan::cli {
@@ -40,7 +43,18 @@ struct RunFlags {
   std::string checkpoint_dir;         // empty: no checkpoints
   std::int64_t checkpoint_every = 0;  // 0: one checkpoint after the last step
   bool resume = false;
+  double watchdog_timeout_s = -1;     // Note [Step watchdog]: < 0 the default (run_watchdog_timeout_s), 0 none
 };
+
+// Note [Step watchdog] (executor/comm/step_watchdog.h): the timeout of a run's watchdog — --watchdog-timeout when
+// given (0: no watchdog), otherwise kWatchdogStepFactor × the slowest plan's predicted step time on `cluster` (the
+// catalog's numbers), at least kWatchdogFloorS.
+double run_watchdog_timeout_s(const RunFlags& flags, const std::vector<Plan>& plans, const ModelSpec& model,
+                              const std::string& cluster);
+// The watchdog of a run (null without one), observing `world` and so every group split from it afterwards. On
+// expiry it prints "shardplan: watchdog: <message>" and calls `bring_down` (which must not return).
+std::shared_ptr<comm::StepWatchdog> start_watchdog(double timeout_s, comm::Communicator& world,
+                                                   std::function<void(const std::string&)> bring_down);
 
 // The plan file, or FSDP's usual plan for the world from the flags (attention probabilities materialised, as both
 // executors' kernels do, so predicted memory matches tracked).

@@ -31,7 +31,10 @@ RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
     times(static_cast<Eigen::Index>(i)) = usable[i].second;
   }
   const Eigen::VectorXd seconds_per_unit = weighted_solve(design, times);
-  SHARDPLAN_CHECK(seconds_per_unit(0) > 0, "a fitted rate must be positive");
+  // Positive samples give a positive rate; only durations no double divides meaningfully could not (the input's).
+  if (!(seconds_per_unit(0) > 0) || !std::isfinite(seconds_per_unit(0))) {
+    throw InputError("calibrate: the memory-bound samples do not determine a positive rate (check the trace's dur)");
+  }
   fit.per_s = 1.0 / seconds_per_unit(0);
   const Residuals residuals = relative_residuals(design, seconds_per_unit, times);
   fit.rms_relative_residual = residuals.rms;
@@ -86,7 +89,17 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
     x(0) = y(0);
     if (design.cols() == 3) x(2) = std::max(0.0, y(1));
   }
-  SHARDPLAN_CHECK(x(0) > 0, "a fitted compute rate must be positive");
+  if (!(x(0) > 0) || !std::isfinite(x(0))) {
+    // The overlap column can take the whole time of adversarial samples; the rate alone through the origin is
+    // positive for positive samples.
+    const double slope = weighted_solve(design.leftCols(1), times)(0);
+    design.conservativeResize(Eigen::NoChange, 2);
+    x = Eigen::VectorXd::Zero(2);
+    x(0) = slope;
+    if (!(x(0) > 0) || !std::isfinite(x(0))) {
+      throw InputError("calibrate: the compute samples do not determine a positive rate (check the trace's dur)");
+    }
+  }
   fit.per_s = 1.0 / x(0);
   fit.half_efficiency_flops = x(1) * fit.per_s;
   if (design.cols() == 3) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 #include "name_suggest.h"
 
@@ -18,7 +19,7 @@ namespace {
 constexpr std::string_view kClusterSchema = "shardplan.cluster/v1";
 
 // The largest clusters built so far are ~10^5 GPUs; a million means a typo (an extra digit run), not a plan.
-constexpr std::int64_t kMaxWorldSize = 1'000'000;
+constexpr std::int64_t kMaxWorldSize = limits::kMaxWorldSize;
 
 constexpr std::string_view kForms =
     "expected COUNTxTYPE (e.g. 8xH100-80GB), NODESxGPUSxTYPE (e.g. 4x8xH100-80GB) or a cluster JSON file";
@@ -218,8 +219,9 @@ Cluster cluster_from_json(const nlohmann::json& document, const std::string& ori
     throw InputError(origin + ": " + field + ": " + error.what());
   }
 
-  // Zero is allowed: hardware one already owns.
-  const double price = root.non_negative_number("price_per_gpu_hour", gpu->price_per_gpu_hour);
+  // Zero is allowed: hardware one already owns (Note [Input limits]: 1e308 gave -nan speed-ups).
+  const double price = root.optional_number_in_range("price_per_gpu_hour", 0, limits::kMostPricePerGpuHour)
+                           .value_or(gpu->price_per_gpu_hour);
   return make_cluster(nodes, gpus_per_node, *gpu, *fabric, price);
 }
 

@@ -1,6 +1,7 @@
 // Fitting collectives: α-β per link tier and per collective × group size × tier, and the slowdown of collectives
 // that run while their rank computes.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -23,13 +24,19 @@ constexpr double kMostProgressLost = 0.95;
 // nccl-tests-style sweeps (`calibrate --bench`) span 1 KiB to 16 MiB, where both are well determined.
 constexpr double kLeastSizeSpanForLatency = 16;
 
+// A sample the α-β fit can use: a collective between ranks that moved bytes and took at least a nanosecond (below
+// any clock the executors time with: std::chrono::steady_clock, CUDA events at ~0.5 us).
+bool usable_sample(const CollectiveSample& sample) {
+  return sample.ranks > 1 && sample.message_bytes > 0 && sample.time_s >= 1e-9 && std::isfinite(sample.time_s);
+}
+
 }  // namespace
 
 LinkFit fit_link(const std::vector<CollectiveSample>& samples, std::optional<double> progress_lost) {
   LinkFit fit;
   std::vector<const CollectiveSample*> usable;
   for (const auto& sample : samples) {
-    if (sample.ranks > 1 && sample.time_s > 0) usable.push_back(&sample);
+    if (usable_sample(sample)) usable.push_back(&sample);
   }
   fit.samples = usable.size();
   if (usable.empty()) return fit;
@@ -81,7 +88,13 @@ LinkFit fit_link(const std::vector<CollectiveSample>& samples, std::optional<dou
     Eigen::VectorXd slope = weighted_solve(columns.col(1), own_times);
     x = Eigen::Vector3d(0.0, slope(0), 0.0);
   }
-  SHARDPLAN_CHECK(x(1) > 0, "a fitted bandwidth must be positive");
+  // Positive samples give a positive slope through the origin; anything else is what the trace says (a duration
+  // past what a double divides meaningfully), so it is the input's fault, not an invariant of ours.
+  if (!(x(1) > 0) || !std::isfinite(x(1)) || !std::isfinite(x(0))) {
+    throw InputError("calibrate: the " + std::to_string(usable.size()) + " collective samples of " +
+                     std::string(to_string(usable.front()->kind)) + " over " + std::to_string(usable.front()->ranks) +
+                     " ranks do not determine a positive bandwidth (check the trace's ts and dur)");
+  }
   fit.latency_s = x(0);
   fit.bus_bytes_per_s = 1.0 / x(1);
   x(2) = lost;
@@ -107,9 +120,8 @@ std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& 
   // std::map orders the cells by (kind, tier, ranks): a stable, readable order for tables and JSON.
   std::map<std::tuple<int, bool, int>, std::vector<CollectiveSample>> cells;
   for (const auto& sample : samples) {
-    if (sample.ranks > 1 && sample.time_s > 0) {
-      cells[{static_cast<int>(sample.kind), sample.spans_nodes, sample.ranks}].push_back(sample);
-    }
+    if (!usable_sample(sample)) continue;
+    cells[{static_cast<int>(sample.kind), sample.spans_nodes, sample.ranks}].push_back(sample);
   }
   std::vector<CollectiveFit> fits;
   for (const auto& [key, cell] : cells) {

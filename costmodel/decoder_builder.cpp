@@ -2,6 +2,7 @@
 #include "decoder_builder.h"
 
 #include "errors.h"
+#include "input_limits.h"
 
 namespace shardplan {
 namespace {
@@ -14,20 +15,20 @@ LayerSpec make_layer(std::string name, LayerKind kind) {
 }
 
 void check_architecture(const DecoderArchitecture& arch, const std::string& origin) {
-  // Upper bounds far beyond any published model keep every parameter count and FLOP product inside 64 bits.
+  // Note [Input limits]: far beyond any published model, they keep every parameter count and FLOP product in 64 bits.
   const auto require_in_range = [&](std::int64_t value, const char* field, std::int64_t most) {
     if (value < 1 || value > most) {
       throw InputError(origin + ": field '" + field + "': expected a positive integer at most " + std::to_string(most) +
                        ", got " + std::to_string(value));
     }
   };
-  require_in_range(arch.vocab_size, "vocab_size", 100'000'000);
-  require_in_range(arch.hidden_size, "hidden_size", 1'000'000);
-  require_in_range(arch.intermediate_size, "intermediate_size", 10'000'000);
-  require_in_range(arch.num_layers, "num_layers", 100'000);
-  require_in_range(arch.num_heads, "num_heads", 100'000);
-  require_in_range(arch.num_kv_heads, "num_kv_heads", 100'000);
-  require_in_range(arch.max_position_embeddings, "max_position_embeddings", 100'000'000);
+  require_in_range(arch.vocab_size, "vocab_size", limits::kMaxVocabSize);
+  require_in_range(arch.hidden_size, "hidden_size", limits::kMaxHiddenSize);
+  require_in_range(arch.intermediate_size, "intermediate_size", limits::kMaxIntermediateSize);
+  require_in_range(arch.num_layers, "num_layers", limits::kMaxLayers);
+  require_in_range(arch.num_heads, "num_heads", limits::kMaxHeads);
+  require_in_range(arch.num_kv_heads, "num_kv_heads", limits::kMaxHeads);
+  require_in_range(arch.max_position_embeddings, "max_position_embeddings", limits::kMaxPositions);
   if (arch.hidden_size % arch.num_heads != 0) {
     throw InputError(origin + ": field 'num_heads': expected a divisor of hidden_size " +
                      std::to_string(arch.hidden_size) + ", got " + std::to_string(arch.num_heads));

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 #include "name_suggest.h"
 
@@ -91,10 +92,6 @@ void require_for_new(const JsonObjectReader& entry, std::string_view kind, const
                    "leave it out)");
 }
 
-void set_number(const JsonObjectReader& entry, std::string_view key, double& field) {
-  if (const auto value = entry.optional_positive_number(key)) field = *value;
-}
-
 void set_string(const JsonObjectReader& entry, std::string_view key, std::string& field) {
   if (const auto value = entry.optional_string(key)) field = *value;
 }
@@ -105,19 +102,21 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   if (entry.has("memory_bytes") && entry.has("memory_gib")) {
     entry.fail("memory_gib", "only one of 'memory_bytes' and 'memory_gib'");
   }
-  if (const auto bytes = entry.optional_positive_int("memory_bytes")) spec.memory_bytes = *bytes;
+  if (const auto bytes = entry.optional_int_in_range("memory_bytes", 1, limits::kMostMemoryBytes)) {
+    spec.memory_bytes = *bytes;
+  }
   if (const auto gib = entry.optional_positive_number("memory_gib")) {
     if (*gib > kMaxMemoryGib) entry.fail("memory_gib", "a size in GiB (below 1048576), not in bytes");
     spec.memory_bytes = std::llround(*gib * static_cast<double>(std::int64_t{1} << 30));
   }
-  set_number(entry, "peak_bf16_flops", spec.peak_bf16_flops);
-  set_number(entry, "peak_fp16_flops", spec.peak_fp16_flops);
-  set_number(entry, "peak_fp32_flops", spec.peak_fp32_flops);
-  set_number(entry, "hbm_bytes_per_s", spec.hbm_bytes_per_s);
+  entry.update("peak_bf16_flops", spec.peak_bf16_flops, limits::kFlopsPerS);
+  entry.update("peak_fp16_flops", spec.peak_fp16_flops, limits::kFlopsPerS);
+  entry.update("peak_fp32_flops", spec.peak_fp32_flops, limits::kFlopsPerS);
+  entry.update("hbm_bytes_per_s", spec.hbm_bytes_per_s, limits::kBytesPerS);
   set_string(entry, "intra_node_link", spec.intra_node_link);
-  set_number(entry, "intra_node_bytes_per_s", spec.intra_node_bytes_per_s);
-  set_number(entry, "intra_node_latency_s", spec.intra_node_latency_s);
-  set_number(entry, "pcie_bytes_per_s", spec.pcie_bytes_per_s);
+  entry.update("intra_node_bytes_per_s", spec.intra_node_bytes_per_s, limits::kBytesPerS);
+  entry.update("intra_node_latency_s", spec.intra_node_latency_s, limits::kLatencyS);
+  entry.update("pcie_bytes_per_s", spec.pcie_bytes_per_s, limits::kBytesPerS);
   set_string(entry, "default_fabric", spec.default_fabric);
   if (const auto count = entry.optional_positive_int("default_gpus_per_node")) {
     if (*count > kMaxGpusPerNode) entry.fail("default_gpus_per_node", "a positive integer up to 1000000");
@@ -125,8 +124,11 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   }
   // Zero is meaningful for these two: hardware one already owns costs nothing per hour, and a calibrated context may
   // be negligible.
-  spec.price_per_gpu_hour = entry.non_negative_number("price_per_gpu_hour", spec.price_per_gpu_hour);
-  spec.context_overhead_bytes = entry.non_negative_int("context_overhead_bytes", spec.context_overhead_bytes);
+  // Note [Input limits]: every physical number in its range, so no step time, speed-up or cost leaves a double's
+  // finite range (a peak of 1e-300 FLOP/s printed "step_time_s": null, a price of 1e308 -nan speed-ups).
+  entry.update("price_per_gpu_hour", spec.price_per_gpu_hour, {0, limits::kMostPricePerGpuHour});
+  spec.context_overhead_bytes = entry.optional_int_in_range("context_overhead_bytes", 0, limits::kMostMemoryBytes)
+                                    .value_or(spec.context_overhead_bytes);
 }
 
 GpuSpec new_gpu(const JsonObjectReader& entry, const std::string& name) {
@@ -152,8 +154,8 @@ GpuSpec new_gpu(const JsonObjectReader& entry, const std::string& name) {
 
 void apply_fabric_fields(const JsonObjectReader& entry, FabricSpec& spec) {
   set_string(entry, "description", spec.description);
-  set_number(entry, "bytes_per_s_per_gpu", spec.bytes_per_s_per_gpu);
-  set_number(entry, "latency_s", spec.latency_s);
+  entry.update("bytes_per_s_per_gpu", spec.bytes_per_s_per_gpu, limits::kBytesPerS);
+  entry.update("latency_s", spec.latency_s, limits::kLatencyS);
 }
 
 std::vector<std::string> gpu_keys() {

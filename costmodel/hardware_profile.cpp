@@ -2,10 +2,12 @@
 #include "hardware_profile.h"
 
 #include <cmath>
+#include <limits>
 #include <string_view>
 #include <vector>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 
 namespace shardplan {
@@ -27,33 +29,34 @@ void reject_unknown(const JsonObjectReader& reader, std::vector<std::string> kno
 }
 
 // fits.collectives (calibration.cpp's to_json): each fit with a positive bandwidth from at least two samples becomes a
-// CollectiveFit; fewer samples cannot separate α from β. A later fit of the same cell replaces an earlier one.
+// CollectiveFit; fewer samples cannot separate α from β. A later fit of the same cell replaces an earlier one. Every
+// field is read typed and in range (a string where a number belongs is an InputError naming it, not an exception).
 void read_collective_fits(const JsonObjectReader& fits, HardwareProfile& profile) {
   if (!fits.has("collectives")) return;
-  const auto& entries = fits.raw().at("collectives");
-  if (!entries.is_array()) fits.fail("collectives", "an array of fits");
-  for (const auto& entry : entries) {
-    if (!entry.is_object()) fits.fail("collectives", "an array of objects");
-    const std::string collective = entry.value("collective", std::string());
+  const auto entries = fits.array("collectives", true);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const JsonObjectReader entry = fits.element("collectives", i, entries[i]);
+    const std::string collective = entry.optional_string("collective").value_or("");
     if (collective != "all_gather" && collective != "reduce_scatter" && collective != "all_reduce") {
-      fits.fail("collectives", "entries whose collective is all_gather, reduce_scatter or all_reduce");
+      entry.fail("collective", "all_gather, reduce_scatter or all_reduce");
     }
-    HardwareProfile::CollectiveFit fit{collective, entry.value("ranks", 0), entry.value("spans_nodes", false),
-                                       entry.value("latency_s", 0.0), entry.value("bus_bytes_per_s", 0.0)};
-    if (fit.ranks < 2 || entry.value("samples", 0) < 2 || !(fit.bus_bytes_per_s > 0) || !(fit.latency_s >= 0) ||
-        !std::isfinite(fit.bus_bytes_per_s) || !std::isfinite(fit.latency_s)) {
-      continue;
-    }
+    // Calibration writes more per fit (residuals, the tier's name); those are for people and ignored here.
+    const auto ranks = entry.optional_int_in_range("ranks", 0, limits::kMaxWorldSize).value_or(0);
+    const auto samples =
+        entry.optional_int_in_range("samples", 0, std::numeric_limits<std::int64_t>::max()).value_or(0);
+    const double latency_s =
+        entry.optional_number_in_range("latency_s", 0, limits::kLatencyS.most).value_or(0);
+    const double bus_bytes_per_s =
+        entry.optional_number_in_range("bus_bytes_per_s", 0, limits::kBytesPerS.most).value_or(0);
+    HardwareProfile::CollectiveFit fit{collective, static_cast<int>(ranks), entry.boolean("spans_nodes", false),
+                                       latency_s, bus_bytes_per_s};
+    if (fit.ranks < 2 || samples < 2 || fit.bus_bytes_per_s < limits::kBytesPerS.least) continue;
     auto& fits_list = profile.collective_fits;
     std::erase_if(fits_list, [&](const HardwareProfile::CollectiveFit& other) {
       return other.collective == fit.collective && other.ranks == fit.ranks && other.spans_nodes == fit.spans_nodes;
     });
     fits_list.push_back(fit);
   }
-}
-
-void read_positive(const JsonObjectReader& reader, std::string_view key, double& field) {
-  if (const auto value = reader.optional_positive_number(key)) field = *value;
 }
 
 // An efficiency is a fraction of a peak: in (0, 1].
@@ -72,8 +75,8 @@ void read_tier(const JsonObjectReader& parent, std::string_view key, LinkTier& t
   reject_unknown(reader, {"name", "latency_s", "bus_bytes_per_s"});
   if (const auto name = reader.optional_string("name")) tier.name = *name;
   // α may be zero (a profile that ignores latency), never negative.
-  tier.latency_s = reader.non_negative_number("latency_s", tier.latency_s);
-  read_positive(reader, "bus_bytes_per_s", tier.bus_bytes_per_s);
+  reader.update("latency_s", tier.latency_s, limits::kLatencyS);
+  reader.update("bus_bytes_per_s", tier.bus_bytes_per_s, limits::kBytesPerS);
 }
 
 nlohmann::json tier_json(const LinkTier& tier) {
@@ -162,21 +165,26 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
   (void)root.optional_string("source");  // validated, but the file it came from is the source now
   profile.source = origin;
   if (const auto device = root.optional_string("device")) profile.device = *device;
-  if (const auto gpus = root.optional_positive_int("gpus_per_node")) profile.gpus_per_node = static_cast<int>(*gpus);
-  if (const auto nodes = root.optional_positive_int("nodes")) profile.nodes = static_cast<int>(*nodes);
+  if (const auto gpus = root.optional_int_in_range("gpus_per_node", 1, limits::kMaxWorldSize)) {
+    profile.gpus_per_node = static_cast<int>(*gpus);
+  }
+  if (const auto nodes = root.optional_int_in_range("nodes", 1, limits::kMaxWorldSize)) {
+    profile.nodes = static_cast<int>(*nodes);
+  }
 
   if (root.has("compute")) {
     const auto compute = root.object("compute");
     reject_unknown(compute, {"peak_bf16_flops", "peak_fp16_flops", "peak_fp32_flops", "max_compute_efficiency",
                              "half_efficiency_flops", "hbm_bytes_per_s", "memory_efficiency", "pcie_bytes_per_s"});
-    read_positive(compute, "peak_bf16_flops", profile.peak_bf16_flops);
-    read_positive(compute, "peak_fp16_flops", profile.peak_fp16_flops);
-    read_positive(compute, "peak_fp32_flops", profile.peak_fp32_flops);
+    compute.update("peak_bf16_flops", profile.peak_bf16_flops, limits::kFlopsPerS);
+    compute.update("peak_fp16_flops", profile.peak_fp16_flops, limits::kFlopsPerS);
+    compute.update("peak_fp32_flops", profile.peak_fp32_flops, limits::kFlopsPerS);
     read_fraction(compute, "max_compute_efficiency", profile.max_compute_efficiency);
-    read_positive(compute, "half_efficiency_flops", profile.half_efficiency_flops);
-    read_positive(compute, "hbm_bytes_per_s", profile.hbm_bytes_per_s);
+    // The work at which a kernel reaches half its peak: up to a second of the fastest device's.
+    compute.update("half_efficiency_flops", profile.half_efficiency_flops, {1, limits::kFlopsPerS.most});
+    compute.update("hbm_bytes_per_s", profile.hbm_bytes_per_s, limits::kBytesPerS);
     read_fraction(compute, "memory_efficiency", profile.memory_efficiency);
-    read_positive(compute, "pcie_bytes_per_s", profile.pcie_bytes_per_s);
+    compute.update("pcie_bytes_per_s", profile.pcie_bytes_per_s, limits::kBytesPerS);
   }
 
   if (root.has("communication")) {
@@ -184,7 +192,9 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     reject_unknown(communication, {"intra_node", "inter_node", "comm_half_efficiency_bytes", "bus_efficiency"});
     read_tier(communication, "intra_node", profile.intra_node);
     read_tier(communication, "inter_node", profile.inter_node);
-    read_positive(communication, "comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes);
+    // The message at which a link reaches half its bandwidth: 1 byte to 1 PiB.
+    communication.update("comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes,
+                         {1, static_cast<double>(limits::kMostMemoryBytes)});
     read_fraction(communication, "bus_efficiency", profile.bus_efficiency);
   }
 
@@ -195,15 +205,16 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
                                                                       &profile.overlap_collective_slowdown}}) {
     if (!root.has(key)) continue;
     const auto& value = root.raw().at(key);
-    if (!value.is_number() || !(value.get<double>() >= 1.0) || !std::isfinite(value.get<double>())) {
-      root.fail(key, "a number >= 1");
+    if (!value.is_number() || !(value.get<double>() >= 1.0) || !(value.get<double>() <= limits::kMostSlowdown)) {
+      root.fail(key, "a number in [1, 100]");
     }
     *slowdown = value.get<double>();
   }
-  profile.context_overhead_bytes = root.non_negative_int("context_overhead_bytes", profile.context_overhead_bytes);
-  profile.op_dispatch_overhead_s = root.non_negative_number("op_dispatch_overhead_s", profile.op_dispatch_overhead_s);
-  profile.collective_issue_overhead_s =
-      root.non_negative_number("collective_issue_overhead_s", profile.collective_issue_overhead_s);
+  profile.context_overhead_bytes = root.optional_int_in_range("context_overhead_bytes", 0, limits::kMostMemoryBytes)
+                                       .value_or(profile.context_overhead_bytes);
+  // Note [Input limits]: every physical number of a profile in its range, as the catalog's.
+  root.update("op_dispatch_overhead_s", profile.op_dispatch_overhead_s, limits::kOverheadS);
+  root.update("collective_issue_overhead_s", profile.collective_issue_overhead_s, limits::kOverheadS);
   if (root.has("fits")) read_collective_fits(root.object("fits"), profile);
   return profile;
 }

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 
 namespace shardplan {
@@ -61,17 +62,24 @@ HfKind detect_kind(const JsonObjectReader& config) {
                    model_type + "' (supported: " + supported_list(&KnownArchitecture::model_type) + ")");
 }
 
-// Optional integer keys that transformers serialises as null when unset (num_key_value_heads, n_inner, head_dim).
-std::optional<std::int64_t> optional_nullable_int(const JsonObjectReader& config, std::string_view key) {
+// Optional integer keys that transformers serialises as null when unset (num_key_value_heads, n_inner, head_dim), in
+// 1..most (Note [Input limits]: read in range, so no product of them can overflow before build_decoder checks it).
+std::optional<std::int64_t> optional_nullable_int(const JsonObjectReader& config, std::string_view key,
+                                                  std::int64_t most) {
   if (!config.has(key) || config.raw().at(std::string(key)).is_null()) return std::nullopt;
-  return config.positive_int(key);
+  return config.int_in_range(key, 1, most);
+}
+
+// A required size, named by its Hugging Face key when out of range.
+std::int64_t size_field(const JsonObjectReader& config, std::string_view key, std::int64_t most) {
+  return config.int_in_range(key, 1, most);
 }
 
 // Keys that change the parameter count in ways DecoderArchitecture cannot express: refusing them beats silently
 // planning for the wrong model size.
 void reject_inexpressible(const JsonObjectReader& config, const DecoderArchitecture& arch) {
   // Newer llama configs carry head_dim; only hidden_size / num_attention_heads is representable (Mistral-Nemo isn't).
-  if (const auto head_dim = optional_nullable_int(config, "head_dim");
+  if (const auto head_dim = optional_nullable_int(config, "head_dim", limits::kMaxHiddenSize);
       head_dim && *head_dim * arch.num_heads != arch.hidden_size) {
     config.fail("head_dim", "hidden_size / num_attention_heads (a decoupled head_dim is not supported)");
   }
@@ -81,15 +89,16 @@ void reject_inexpressible(const JsonObjectReader& config, const DecoderArchitect
 DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   DecoderArchitecture arch;
   arch.family = DecoderArchitecture::Family::llama;
-  arch.vocab_size = config.positive_int("vocab_size");
-  arch.hidden_size = config.positive_int("hidden_size");
-  arch.intermediate_size = config.positive_int("intermediate_size");
-  arch.num_layers = config.positive_int("num_hidden_layers");
-  arch.num_heads = config.positive_int("num_attention_heads");
+  arch.vocab_size = size_field(config, "vocab_size", limits::kMaxVocabSize);
+  arch.hidden_size = size_field(config, "hidden_size", limits::kMaxHiddenSize);
+  arch.intermediate_size = size_field(config, "intermediate_size", limits::kMaxIntermediateSize);
+  arch.num_layers = size_field(config, "num_hidden_layers", limits::kMaxLayers);
+  arch.num_heads = size_field(config, "num_attention_heads", limits::kMaxHeads);
   // transformers' LlamaConfig: num_key_value_heads None → num_attention_heads (plain multi-head attention).
-  arch.num_kv_heads = optional_nullable_int(config, "num_key_value_heads").value_or(arch.num_heads);
+  arch.num_kv_heads = optional_nullable_int(config, "num_key_value_heads", limits::kMaxHeads).value_or(arch.num_heads);
   // 2048 is LlamaConfig's default; it only bounds the sequence length, not the parameter count.
-  arch.max_position_embeddings = config.optional_positive_int("max_position_embeddings").value_or(2048);
+  arch.max_position_embeddings =
+      config.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(2048);
   arch.tie_word_embeddings = config.boolean("tie_word_embeddings", false);
   // Qwen2Attention hard-codes bias=True on q/k/v and its config has no key for it; LlamaConfig has attention_bias
   // (default false); MistralAttention has no biases at all.
@@ -106,14 +115,16 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
 DecoderArchitecture gpt2(const JsonObjectReader& config) {
   DecoderArchitecture arch;
   arch.family = DecoderArchitecture::Family::gpt2;
-  arch.vocab_size = config.positive_int("vocab_size");
-  arch.hidden_size = config.positive_int("n_embd");
-  arch.num_layers = config.positive_int("n_layer");
-  arch.num_heads = config.positive_int("n_head");
+  arch.vocab_size = size_field(config, "vocab_size", limits::kMaxVocabSize);
+  arch.hidden_size = size_field(config, "n_embd", limits::kMaxHiddenSize);
+  arch.num_layers = size_field(config, "n_layer", limits::kMaxLayers);
+  arch.num_heads = size_field(config, "n_head", limits::kMaxHeads);
   arch.num_kv_heads = arch.num_heads;  // GPT-2 is plain multi-head attention
-  arch.max_position_embeddings = config.optional_positive_int("n_positions").value_or(1024);  // GPT2Config default
+  // GPT2Config default 1024.
+  arch.max_position_embeddings = config.optional_int_in_range("n_positions", 1, limits::kMaxPositions).value_or(1024);
   // GPT2MLP: inner_dim = n_inner if set else 4 * n_embd.
-  arch.intermediate_size = optional_nullable_int(config, "n_inner").value_or(4 * arch.hidden_size);
+  arch.intermediate_size =
+      optional_nullable_int(config, "n_inner", limits::kMaxIntermediateSize).value_or(4 * arch.hidden_size);
   // GPT2LMHeadModel ties lm_head to wte unless the config says otherwise (PretrainedConfig default true).
   arch.tie_word_embeddings = config.boolean("tie_word_embeddings", true);
   arch.attention_bias = false;  // GPT-2's biases are part of its block layout (family gpt2), not this flag

@@ -2,11 +2,15 @@
 #include "json_input.h"
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "name_suggest.h"
 
 namespace shardplan {
@@ -26,9 +30,42 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
   return {line, column};
 }
 
+// The byte offset where `text` first nests deeper than `most_depth` arrays and objects, if it does. Brackets inside
+// strings do not count; the scan does not validate (the parser does that next), it only keeps the parser's result
+// shallow enough for nlohmann's recursive copy, dump and comparison (Note [JSON depth] in input_limits.h).
+std::optional<std::size_t> first_too_deep(std::string_view text, std::size_t most_depth) {
+  std::size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > most_depth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin) {
+  if (const auto offset = first_too_deep(text, limits::kMaxJsonDepth)) {
+    const auto [line, column] = line_and_column(text, *offset);
+    throw InputError(origin + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                     ": JSON nested too deep: expected at most " + std::to_string(limits::kMaxJsonDepth) +
+                     " levels of arrays and objects");
+  }
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& error) {
@@ -63,9 +100,27 @@ std::string read_text_file(const std::string& path) {
 
 nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
 
+namespace {
+std::string counted(std::size_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+}  // namespace
+
 std::string describe_json_value(const nlohmann::json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  // Short flat values are shown whole ("[1000,0]"); a nested or long array or object only by its size, so an error
+  // message never serialises an unbounded value (and never recurses into a deep one).
+  constexpr std::size_t kMostShownElements = 8;
+  constexpr std::size_t kShownChars = 40;
+  if (value.is_structured()) {
+    bool flat = value.size() <= kMostShownElements;
+    for (const auto& element : value) flat = flat && !element.is_structured();
+    if (!flat) {
+      return value.is_array() ? "an array of " + counted(value.size(), "element")
+                              : "an object with " + counted(value.size(), "field");
+    }
+  }
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > kShownChars) text = text.substr(0, kShownChars - 3) + "...";
   return text;
 }
 
@@ -107,10 +162,69 @@ std::optional<std::string> JsonObjectReader::optional_string(std::string_view ke
   return string(key);
 }
 
+std::optional<std::int64_t> JsonObjectReader::integer_in(const nlohmann::json& value, std::int64_t least,
+                                                          std::int64_t most) {
+  if (!value.is_number_integer()) return std::nullopt;
+  // nlohmann keeps integers past 2^63 - 1 as unsigned; get<std::int64_t>() would wrap them to negative numbers.
+  if (value.is_number_unsigned() &&
+      value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    return std::nullopt;
+  }
+  const auto number = value.get<std::int64_t>();
+  if (number < least || number > most) return std::nullopt;
+  return number;
+}
+
+namespace {
+std::string integer_range_text(std::int64_t least, std::int64_t most) {
+  if (most == std::numeric_limits<std::int64_t>::max()) {
+    return least == 1 ? "a positive integer" : "an integer >= " + std::to_string(least);
+  }
+  return "an integer in " + std::to_string(least) + ".." + std::to_string(most);
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+}  // namespace
+
+std::int64_t JsonObjectReader::int_in_range(std::string_view key, std::int64_t least, std::int64_t most) const {
+  const std::string expected = integer_range_text(least, most);
+  const auto number = integer_in(required(key, expected), least, most);
+  if (!number) fail(key, expected);
+  return *number;
+}
+
+std::optional<std::int64_t> JsonObjectReader::optional_int_in_range(std::string_view key, std::int64_t least,
+                                                                    std::int64_t most) const {
+  if (!has(key)) return std::nullopt;
+  return int_in_range(key, least, most);
+}
+
+double JsonObjectReader::number_in_range(std::string_view key, double least, double most) const {
+  const std::string expected = "a number in [" + number_text(least) + ", " + number_text(most) + "]";
+  const auto& value = required(key, expected);
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || !(value.get<double>() >= least) ||
+      !(value.get<double>() <= most)) {
+    fail(key, expected);
+  }
+  return value.get<double>();
+}
+
+std::optional<double> JsonObjectReader::optional_number_in_range(std::string_view key, double least,
+                                                                 double most) const {
+  if (!has(key)) return std::nullopt;
+  return number_in_range(key, least, most);
+}
+
+void JsonObjectReader::update(std::string_view key, double& field, limits::Range range) const {
+  if (const auto value = optional_number_in_range(key, range.least, range.most)) field = *value;
+}
+
 std::int64_t JsonObjectReader::positive_int(std::string_view key) const {
-  const auto& value = required(key, "a positive integer");
-  if (!value.is_number_integer() || value.get<std::int64_t>() < 1) fail(key, "a positive integer");
-  return value.get<std::int64_t>();
+  return int_in_range(key, 1, std::numeric_limits<std::int64_t>::max());
 }
 
 std::optional<std::int64_t> JsonObjectReader::optional_positive_int(std::string_view key) const {
@@ -120,9 +234,9 @@ std::optional<std::int64_t> JsonObjectReader::optional_positive_int(std::string_
 
 std::int64_t JsonObjectReader::non_negative_int(std::string_view key, std::int64_t fallback) const {
   if (!has(key)) return fallback;
-  const auto& value = object_.at(std::string(key));
-  if (!value.is_number_integer() || value.get<std::int64_t>() < 0) fail(key, "a non-negative integer");
-  return value.get<std::int64_t>();
+  const auto number = integer_in(object_.at(std::string(key)), 0, std::numeric_limits<std::int64_t>::max());
+  if (!number) fail(key, "a non-negative integer");
+  return *number;
 }
 
 double JsonObjectReader::positive_number(std::string_view key) const {

@@ -9,9 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "input_limits.h"
+
 namespace shardplan {
 
-// Parses `text`; a syntax error becomes InputError "<origin>:<line>:<column>: malformed JSON: <reason>".
+// Parses `text`; a syntax error becomes InputError "<origin>:<line>:<column>: malformed JSON: <reason>", and so does
+// nesting deeper than kMaxJsonDepth (input_limits.h), found before parsing.
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
 
 // Reads and parses a file; an unreadable file is an InputError naming it.
@@ -39,6 +42,15 @@ class JsonObjectReader {
   double positive_number(std::string_view key) const;  // > 0, finite
   std::optional<double> optional_positive_number(std::string_view key) const;
   double non_negative_number(std::string_view key, double fallback) const;
+  // An integer in [least, most]: a float, a string or a value outside the range (an unsigned one past 2^63 included)
+  // fails naming the range, so no count is ever narrowed silently into a smaller type.
+  std::int64_t int_in_range(std::string_view key, std::int64_t least, std::int64_t most) const;
+  std::optional<std::int64_t> optional_int_in_range(std::string_view key, std::int64_t least, std::int64_t most) const;
+  // A finite number in [least, most].
+  double number_in_range(std::string_view key, double least, double most) const;
+  std::optional<double> optional_number_in_range(std::string_view key, double least, double most) const;
+  // Sets `field` to the number at `key` when there is one, which must be in `range`; leaves it otherwise.
+  void update(std::string_view key, double& field, limits::Range range) const;
   bool boolean(std::string_view key, bool fallback) const;
   JsonObjectReader object(std::string_view key) const;
   // The elements of an array field (possibly empty when `allow_empty`).
@@ -51,6 +63,8 @@ class JsonObjectReader {
   void reject_unknown_keys(const std::vector<std::string>& allowed) const;
 
   [[noreturn]] void fail(std::string_view key, std::string_view expected) const;
+  // The integer at `value` when it is one in [least, most]; std::nullopt otherwise.
+  static std::optional<std::int64_t> integer_in(const nlohmann::json& value, std::int64_t least, std::int64_t most);
 
   const std::string& origin() const { return origin_; }
   const std::string& path() const { return path_; }
@@ -63,7 +77,8 @@ class JsonObjectReader {
   std::string path_;
 };
 
-// "42", "\"abc\"", "[...]" — a short rendering of a bad value for an error message.
+// "42", "\"abc\"", "an array of 30 elements": a short rendering of a bad value for an error message, whatever its
+// size or depth.
 std::string describe_json_value(const nlohmann::json& value);
 
 }  // namespace shardplan

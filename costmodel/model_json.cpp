@@ -5,6 +5,7 @@
 
 #include "decoder_builder.h"
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 #include "name_suggest.h"
 
@@ -35,15 +36,16 @@ DecoderArchitecture read_architecture(const JsonObjectReader& block) {
     block.fail("family", "\"llama\" or \"gpt2\"");
   }
   const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
-  arch.vocab_size = block.positive_int("vocab_size");
-  arch.hidden_size = block.positive_int("hidden_size");
-  // GPT's 4h default; an absurd hidden size is left for build_decoder's range check to name (no overflow here).
-  arch.intermediate_size = block.optional_positive_int("intermediate_size")
-                               .value_or(arch.hidden_size <= 1'000'000 ? 4 * arch.hidden_size : arch.hidden_size);
-  arch.num_layers = block.positive_int("num_layers");
-  arch.num_heads = block.positive_int("num_heads");
-  arch.num_kv_heads = block.optional_positive_int("num_kv_heads").value_or(arch.num_heads);
-  arch.max_position_embeddings = block.optional_positive_int("max_position_embeddings").value_or(4096);
+  // Note [Input limits]: each size in range as it is read, so the field named is the one in the file.
+  arch.vocab_size = block.int_in_range("vocab_size", 1, limits::kMaxVocabSize);
+  arch.hidden_size = block.int_in_range("hidden_size", 1, limits::kMaxHiddenSize);
+  arch.intermediate_size = block.optional_int_in_range("intermediate_size", 1, limits::kMaxIntermediateSize)
+                               .value_or(4 * arch.hidden_size);  // GPT's 4h default
+  arch.num_layers = block.int_in_range("num_layers", 1, limits::kMaxLayers);
+  arch.num_heads = block.int_in_range("num_heads", 1, limits::kMaxHeads);
+  arch.num_kv_heads = block.optional_int_in_range("num_kv_heads", 1, limits::kMaxHeads).value_or(arch.num_heads);
+  arch.max_position_embeddings =
+      block.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(4096);
   arch.tie_word_embeddings = block.boolean("tie_word_embeddings", gpt2);
   arch.attention_bias = block.boolean("attention_bias", false);
   arch.dropout = block.non_negative_number("dropout", gpt2 ? 0.1 : 0.0);
@@ -134,20 +136,24 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
     LayerSpec layer = layer_with_defaults(kind, params, model.hidden_size, model.num_heads);
     layer.tensors = tied_to ? std::vector<TensorSpec>{} : tensors;
     layer.tied_to_layer = tied_to;
-    if (entry.has("matmul_flops_per_token")) {
-      layer.flops.matmul_flops_per_token = entry.non_negative_number("matmul_flops_per_token", 0);
-    }
-    layer.flops.attention_flops_per_token_per_position = entry.non_negative_number(
-        "attention_flops_per_token_per_position", layer.flops.attention_flops_per_token_per_position);
-    layer.activations.elements_per_token =
-        entry.non_negative_number("activation_elements_per_token", layer.activations.elements_per_token);
-    layer.activations.score_elements_per_token_per_position = entry.non_negative_number(
-        "activation_score_elements_per_token_per_position", layer.activations.score_elements_per_token_per_position);
+    // Note [Input limits]: per-token work and activations in a range that keeps a step's totals finite.
+    const auto per_token = [&](const char* key, double most, double fallback) {
+      return entry.optional_number_in_range(key, 0, most).value_or(fallback);
+    };
+    layer.flops.matmul_flops_per_token =
+        per_token("matmul_flops_per_token", limits::kMaxLayerFlopsPerToken, layer.flops.matmul_flops_per_token);
+    layer.flops.attention_flops_per_token_per_position =
+        per_token("attention_flops_per_token_per_position", limits::kMaxLayerFlopsPerToken,
+                  layer.flops.attention_flops_per_token_per_position);
+    layer.activations.elements_per_token = per_token(
+        "activation_elements_per_token", limits::kMaxActivationElementsPerToken, layer.activations.elements_per_token);
+    layer.activations.score_elements_per_token_per_position =
+        per_token("activation_score_elements_per_token_per_position", limits::kMaxActivationElementsPerToken,
+                  layer.activations.score_elements_per_token_per_position);
 
-    const std::int64_t repeat = entry.optional_positive_int("repeat").value_or(1);
-    if (repeat > 100000) entry.fail("repeat", "at most 100000");
-    if (model.layers.size() + static_cast<std::size_t>(repeat) > 100000) {
-      entry.fail("repeat", "at most 100000 layers in all");
+    const std::int64_t repeat = entry.optional_int_in_range("repeat", 1, limits::kMaxLayers).value_or(1);
+    if (model.layers.size() + static_cast<std::size_t>(repeat) > static_cast<std::size_t>(limits::kMaxLayers)) {
+      entry.fail("repeat", "at most " + std::to_string(limits::kMaxLayers) + " layers in all");
     }
     for (std::int64_t copy = 0; copy < repeat; ++copy) {
       LayerSpec instance = layer;
@@ -172,14 +178,16 @@ ModelSpec model_from_json(const nlohmann::json& document, const std::string& ori
   if (root.has("architecture")) {
     root.reject_unknown_keys({"schema", "name", "architecture", "default_seq_len"});
     model = build_decoder(model.name, read_architecture(root.object("architecture")), origin);
-    model.default_seq_len = root.optional_positive_int("default_seq_len").value_or(model.default_seq_len);
+    model.default_seq_len =
+        root.optional_int_in_range("default_seq_len", 1, limits::kMaxSeqLen).value_or(model.default_seq_len);
     return model;
   }
   root.reject_unknown_keys({"schema", "name", "layers", "hidden_size", "num_heads", "vocab_size", "default_seq_len"});
-  model.hidden_size = root.positive_int("hidden_size");
-  model.num_heads = root.positive_int("num_heads");
-  model.vocab_size = root.optional_positive_int("vocab_size").value_or(0);
-  model.default_seq_len = root.optional_positive_int("default_seq_len").value_or(2048);
+  // Note [Input limits]: the same ranges as an architecture block (2^63 - 1 printed a negative memory bound).
+  model.hidden_size = root.int_in_range("hidden_size", 1, limits::kMaxHiddenSize);
+  model.num_heads = root.int_in_range("num_heads", 1, limits::kMaxHeads);
+  model.vocab_size = root.optional_int_in_range("vocab_size", 1, limits::kMaxVocabSize).value_or(0);
+  model.default_seq_len = root.optional_int_in_range("default_seq_len", 1, limits::kMaxSeqLen).value_or(2048);
   read_explicit_layers(root, model);
   validate_model(model, origin);
   return model;

@@ -2,8 +2,10 @@
 #include "training.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "name_suggest.h"
 
 namespace shardplan {
@@ -16,7 +18,14 @@ std::int64_t TrainingConfig::grad_accumulation_steps(int data_parallel_ranks) co
                      "data-parallel ranks = " + std::to_string(micro_batch) + " × " +
                      std::to_string(data_parallel_ranks) + " = " + std::to_string(per_step));
   }
-  return global_batch / per_step;
+  const std::int64_t steps = global_batch / per_step;
+  // Note [Step work] (input_limits.h): a step of more micro-batches than that cannot be simulated, even of one layer.
+  if (steps > limits::kMaxLayerPassesPerStep) {
+    throw InputError("--global-batch " + std::to_string(global_batch) + ": " + std::to_string(steps) +
+                     " micro-batches per step (global batch / (micro-batch x data-parallel ranks)), expected at most " +
+                     std::to_string(limits::kMaxLayerPassesPerStep));
+  }
+  return steps;
 }
 
 ActivationCheckpointing checkpointing_from_string(const std::string& text) {
@@ -41,17 +50,61 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
     throw InputError("--ac-every: expected a whole number of blocks from 1 to the model's " +
                      std::to_string(model.block_count()));
   }
-  // Bounds far beyond any real run keep every product below (micro-batch × seq × ranks) well inside 64 bits.
-  constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 32;
-  if (training.seq_len > (std::int64_t{1} << 24)) throw InputError("--seq-len: expected at most 16777216 tokens");
-  if (training.micro_batch > (std::int64_t{1} << 20) ||
-      training.micro_batch * training.seq_len > kMaxTokensPerMicroBatch) {
+  // Note [Input limits]: far beyond any real run, they keep every product (micro-batch × seq × ranks) inside 64 bits.
+  if (training.seq_len > limits::kMaxSeqLen) throw InputError("--seq-len: expected at most 16777216 tokens");
+  if (training.micro_batch > limits::kMaxMicroBatch ||
+      training.micro_batch * training.seq_len > limits::kMaxTokensPerMicroBatch) {
     throw InputError("--micro-batch: expected at most 2^32 tokens per micro-batch (micro-batch × seq-len)");
   }
-  if (training.global_batch > (std::int64_t{1} << 32)) throw InputError("--global-batch: expected at most 2^32");
+  if (training.global_batch > limits::kMaxGlobalBatch) throw InputError("--global-batch: expected at most 2^32");
   if (model.architecture && training.seq_len > model.architecture->max_position_embeddings) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
                      std::to_string(model.architecture->max_position_embeddings) + " positions");
+  }
+  check_step_bytes(training, model, 1, "--micro-batch");
+}
+
+double step_bytes_bound(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches) {
+  double activation_bytes = 0;
+  for (const LayerSpec& layer : model.layers) {
+    activation_bytes += layer.activation_bytes_per_token(training.seq_len, 4, training.flash_attention,
+                                                        ActivationCheckpointing::none);
+  }
+  const double per_micro_batch = 2.0 * activation_bytes * static_cast<double>(training.tokens_per_micro_batch()) +
+                                 32.0 * static_cast<double>(model.param_count());
+  return per_micro_batch * static_cast<double>(micro_batches);
+}
+
+void check_step_bytes(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches,
+                      const std::string& where) {
+  const double bytes = step_bytes_bound(training, model, micro_batches);
+  if (bytes <= limits::kMaxStepBytes) return;  // NaN or inf fail too
+  char text[48];
+  std::snprintf(text, sizeof text, "%.3g", bytes);
+  throw InputError(where + ": a step of model '" + model.name + "' at seq-len " + std::to_string(training.seq_len) +
+                   ", micro-batch " + std::to_string(training.micro_batch) + " x " + std::to_string(micro_batches) +
+                   " could allocate " + text + " bytes: expected at most 2^60 (1 EiB)");
+}
+
+void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
+                       const std::string& where) {
+  const auto layers = static_cast<std::int64_t>(model.layers.size());
+  // The search tries every micro-batch dividing a fixed global batch, 1 included (planner/knob_settings.cpp).
+  const std::int64_t micro_batches =
+      training.global_batch > 0 ? std::max<std::int64_t>(1, training.global_batch / std::max<std::int64_t>(
+                                                                                     1, data_parallel_ranks))
+                                : 1;
+  const std::int64_t work = layers * (2 + micro_batches);  // both at most 2^32 and 10^4: no overflow
+  // The search's candidates cover every micro-batch up to all of a rank's sequences in one; the floors and schedules
+  // of the largest must stay exact too (wrap_memory_floor.h rounds its bytes to int64).
+  TrainingConfig largest = training;
+  largest.micro_batch = std::max(training.micro_batch, micro_batches * training.micro_batch);
+  check_step_bytes(largest, model, 1, where);
+  if (work > limits::kMaxSearchWork) {
+    throw InputError(where + ": the search would simulate " + std::to_string(layers) + " layers x (2 + " +
+                     std::to_string(micro_batches) + " micro-batches per step) = " + std::to_string(work) +
+                     " layer passes per candidate, expected at most " + std::to_string(limits::kMaxSearchWork) +
+                     " (a smaller --global-batch, or more GPUs)");
   }
 }
 

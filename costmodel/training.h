@@ -37,8 +37,24 @@ ActivationCheckpointing checkpointing_from_string(const std::string& text);  // 
 // checkpoint_every_blocks-th block, none on the others.
 ActivationCheckpointing block_checkpointing(const TrainingConfig& training, std::size_t block);
 
-// Checks positivity and that the sequence fits the model's positions (when the model says). InputError names the flag.
+// Checks positivity, the ranges of Note [Input limits], that the sequence fits the model's positions (when the model
+// says) and that one micro-batch's step stays below limits::kMaxStepBytes. InputError names the flag.
 void validate_training(const TrainingConfig& training, const ModelSpec& model);
+
+// Every byte a step of `micro_batches` micro-batches could allocate, summed in a double (it cannot overflow): each
+// micro-batch's activations without recompute, in fp32, twice over (a recompute allocates them again), and the model
+// states several times over (sharded, gathered, gradients, optimizer states: at most 32 bytes per parameter per
+// micro-batch). Below limits::kMaxStepBytes (2^60) every int64 byte count of a schedule and their sums are exact.
+double step_bytes_bound(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches);
+// InputError naming `where` and the settings when step_bytes_bound(...) is past limits::kMaxStepBytes.
+void check_step_bytes(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches,
+                      const std::string& where);
+
+// Note [Step work] (input_limits.h): InputError when a plan search over `data_parallel_ranks` ranks would simulate
+// candidates past limits::kMaxSearchWork: layers x (2 + micro-batches per step of its largest candidate, micro-batch
+// 1 when the global batch is fixed). `where` names the request in the message ("plan", "capacity at 1 GPU").
+void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
+                       const std::string& where);
 
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks);
 

@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include "errors.h"
+#include "input_limits.h"
 
 namespace shardplan {
 
@@ -116,6 +117,22 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
   if (plan.grad_accumulation_steps < 1) throw InputError("plan: grad_accumulation_steps: expected at least 1");
   if (plan.max_inflight_all_gathers < 0) throw InputError("plan: max_inflight_all_gathers: expected >= 0");
   validate_training(plan.training, model);
+  validate_step_size(plan, model);
+}
+
+void validate_step_size(const Plan& plan, const ModelSpec& model) {
+  // Note [Step work] (input_limits.h): checked before the lowering allocates a single op.
+  const auto layers = static_cast<std::int64_t>(model.layers.size());
+  const std::int64_t passes = std::int64_t{plan.grad_accumulation_steps} * layers;
+  if (passes > limits::kMaxLayerPassesPerStep) {
+    throw InputError("plan: grad_accumulation_steps " + std::to_string(plan.grad_accumulation_steps) + " x " +
+                     std::to_string(layers) + " layers = " + std::to_string(passes) +
+                     " layer passes per step: expected at most " + std::to_string(limits::kMaxLayerPassesPerStep) +
+                     " (the simulated step's limit)");
+  }
+  // Every byte the step could allocate below 2^60, so the schedule's int64 byte counts and the simulator's sums of
+  // them are exact (the UBSan overflow at simulator.cpp:278 for huge num_heads / hidden_size).
+  check_step_bytes(plan.training, model, plan.grad_accumulation_steps, "plan");
 }
 
 }  // namespace shardplan

@@ -61,6 +61,10 @@ Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const st
 // shard groups divide the world, the checkpointing list has one entry per layer. InputError names the unit.
 void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
 
+// The part of validate_plan that bounds the work and memory one step implies (Note [Step work] in input_limits.h):
+// micro-batches x layers, and every byte the step could allocate below 2^60. InputError naming the limit.
+void validate_step_size(const Plan& plan, const ModelSpec& model);
+
 // The plan's units as the memory model sees them (root first).
 std::vector<UnitInfo> plan_units(const Plan& plan, const ModelSpec& model);
 

@@ -2,6 +2,7 @@
 #include "plan_json.h"
 
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 
 namespace shardplan {
@@ -15,12 +16,15 @@ std::string strategy_text(const ShardingStrategy& strategy) {
   return text;
 }
 
+// Unit ids as written: an id past the units (4294967298, which an int would read as 2) reaches validate_plan intact
+// and is named there; only ids beyond any possible unit count are refused here.
 std::vector<int> read_ids(const JsonObjectReader& unit, const char* key) {
   std::vector<int> ids;
   if (!unit.has(key)) return ids;
   for (const auto& value : unit.array(key, true)) {
-    if (!value.is_number_integer()) unit.fail(key, "an array of unit ids");
-    ids.push_back(value.get<int>());
+    const auto id = JsonObjectReader::integer_in(value, 0, limits::kMaxLayers);
+    if (!id) unit.fail(key, "an array of unit ids in 0.." + std::to_string(limits::kMaxLayers));
+    ids.push_back(static_cast<int>(*id));
   }
   return ids;
 }
@@ -37,9 +41,11 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
   block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
                              "flash_attention", "no_sync"});
   TrainingConfig training;
-  training.seq_len = block.positive_int("seq_len");
-  training.micro_batch = block.optional_positive_int("micro_batch").value_or(1);
-  accumulation_steps = static_cast<int>(block.optional_positive_int("grad_accumulation_steps").value_or(1));
+  // Note [Input limits]: in range as read; validate_training and validate_plan check the products.
+  training.seq_len = block.int_in_range("seq_len", 1, limits::kMaxSeqLen);
+  training.micro_batch = block.optional_int_in_range("micro_batch", 1, limits::kMaxMicroBatch).value_or(1);
+  accumulation_steps = static_cast<int>(
+      block.optional_int_in_range("grad_accumulation_steps", 1, limits::kMaxLayerPassesPerStep).value_or(1));
   try {
     training.precision = precision_recipe(block.optional_string("precision").value_or("bf16-mixed"));
   } catch (const InputError&) {
@@ -64,13 +70,10 @@ PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpe
   unit.name = entry.optional_string("name").value_or(unit.is_root ? "root" : "unit " + std::to_string(id));
   if (entry.has("id") && entry.raw().at("id") != static_cast<int>(id)) entry.fail("id", std::to_string(id) + " (its position)");
   if (!unit.is_root) {
-    const std::int64_t first = entry.non_negative_int("first_layer", -1);
     if (!entry.has("first_layer")) entry.fail("first_layer", "the index of the unit's first layer");
-    const std::int64_t last = entry.non_negative_int("last_layer", first);
-    if (last < first || last >= static_cast<std::int64_t>(model.layers.size())) {
-      entry.fail("last_layer", "a layer index in " + std::to_string(first) + ".." +
-                                   std::to_string(model.layers.size() - 1));
-    }
+    const auto layers = static_cast<std::int64_t>(model.layers.size());
+    const std::int64_t first = entry.int_in_range("first_layer", 0, layers - 1);
+    const std::int64_t last = entry.optional_int_in_range("last_layer", first, layers - 1).value_or(first);
     unit.layers = {static_cast<std::size_t>(first), static_cast<std::size_t>(last) + 1};
   }
   try {
@@ -82,8 +85,8 @@ PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpe
     const auto& value = entry.raw().at("reshard_after_forward");
     if (value.is_boolean()) {
       unit.reshard_after_forward.enabled = value.get<bool>();
-    } else if (value.is_number_integer() && value.get<int>() >= 1) {
-      unit.reshard_after_forward.group_size = value.get<int>();
+    } else if (const auto group = JsonObjectReader::integer_in(value, 1, limits::kMaxWorldSize)) {
+      unit.reshard_after_forward.group_size = static_cast<int>(*group);
     } else {
       entry.fail("reshard_after_forward", "true, false or a positive shard group size");
     }
@@ -121,7 +124,8 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   plan.name = root.optional_string("name").value_or("plan");
   plan.model = root.optional_string("model").value_or(model.name);
   plan.training = read_training(root.object("training"), plan.grad_accumulation_steps);
-  plan.max_inflight_all_gathers = static_cast<int>(root.non_negative_int("max_inflight_all_gathers", 2));
+  plan.max_inflight_all_gathers = static_cast<int>(
+      root.optional_int_in_range("max_inflight_all_gathers", 0, limits::kMaxInflightAllGathers).value_or(2));
   if (root.has("offload")) {
     const JsonObjectReader offload = root.object("offload");
     offload.reject_unknown_keys({"params", "optimizer"});

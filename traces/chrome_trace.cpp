@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "json_input.h"
 
 namespace shardplan {
@@ -39,14 +40,21 @@ struct ReadContext {
   std::map<std::pair<long long, std::string>, std::string> thread_names;  // (pid, tid as JSON text) → name
 };
 
-double required_time(const JsonObjectReader& event, std::string_view key, bool non_negative) {
-  const char* expected = non_negative ? "a non-negative number (microseconds)" : "a number (microseconds)";
+// Note [Input limits] for traces: a timestamp within ±1e18 us (31,700 years: absolute epoch microseconds, 1.7e15,
+// fit) and a duration of at most 1e12 us (11.6 days, far past any op); 1e308 made calibrate's fit fail as an
+// internal error, and ts + dur must stay finite.
+constexpr double kMostAbsTimestampUs = 1e18;
+constexpr double kMostDurationUs = 1e12;
+
+double required_time(const JsonObjectReader& event, std::string_view key, bool duration) {
+  const char* expected = duration ? "a duration in [0, 1e12] (microseconds)"
+                                  : "a timestamp in [-1e18, 1e18] (microseconds)";
   if (!event.has(key)) event.fail(key, expected);
   const json& value = event.raw().at(std::string(key));
-  if (!value.is_number() || !std::isfinite(value.get<double>()) || (non_negative && value.get<double>() < 0)) {
-    event.fail(key, expected);
-  }
-  return value.get<double>();
+  const double number = value.is_number() ? value.get<double>() : NAN;
+  const bool in_range = duration ? number >= 0 && number <= kMostDurationUs : std::fabs(number) <= kMostAbsTimestampUs;
+  if (!in_range) event.fail(key, expected);
+  return number;
 }
 
 // An integer field that fits an int; `fallback` when absent (or, in a foreign trace, when it has another type).
@@ -63,27 +71,28 @@ int int_field(const JsonObjectReader& reader, std::string_view key, int fallback
   return fallback;
 }
 
+// Bytes of one op or one memory category: at most 2^50 (1 PiB, limits::kMostMemoryBytes), so the sums a Timeline
+// and a comparison take over categories and events stay exact in 64 bits.
 std::int64_t bytes_field(const JsonObjectReader& reader, std::string_view key, bool strict) {
   if (!reader.has(key)) return 0;
   const json& value = reader.raw().at(std::string(key));
-  if (value.is_number_integer() && !value.is_number_unsigned() && value.get<std::int64_t>() >= 0) {
-    return value.get<std::int64_t>();
-  }
-  if (value.is_number_unsigned() && value.get<std::uint64_t>() <= std::uint64_t{INT64_MAX}) {
-    return static_cast<std::int64_t>(value.get<std::uint64_t>());
-  }
-  if (!strict && value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0) {
+  if (const auto bytes = JsonObjectReader::integer_in(value, 0, limits::kMostMemoryBytes)) return *bytes;
+  if (!strict && value.is_number() && value.get<double>() >= 0 &&
+      value.get<double>() <= static_cast<double>(limits::kMostMemoryBytes)) {
     return std::llround(value.get<double>());
   }
-  if (strict) reader.fail(key, "a non-negative integer (bytes)");
+  if (strict) reader.fail(key, "an integer in 0..2^50 (bytes)");
   return 0;
 }
+
+// FLOPs of one op: at most 1e30 (10^12 s of the fastest device), so sums over events stay finite.
+constexpr double kMostOpFlops = 1e30;
 
 double number_field(const JsonObjectReader& reader, std::string_view key, bool strict) {
   if (!reader.has(key)) return 0;
   const json& value = reader.raw().at(std::string(key));
-  if (value.is_number() && std::isfinite(value.get<double>())) return value.get<double>();
-  if (strict) reader.fail(key, "a finite number");
+  if (value.is_number() && std::fabs(value.get<double>()) <= kMostOpFlops) return value.get<double>();
+  if (strict) reader.fail(key, "a number in [-1e30, 1e30]");
   return 0;
 }
 
@@ -278,41 +287,5 @@ void write_chrome_trace(const Timeline& timeline, const std::string& path) {
 }
 
 Timeline read_chrome_trace(const std::string& path) { return from_chrome_trace(read_json_file(path), path); }
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  // Same directory as the target, so the rename stays on one file system and is atomic; the pid keeps two processes
-  // writing the same path from sharing a temporary.
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  bool created = false;
-  const auto fail = [&](const std::string& reason) {
-    if (created) {
-      std::error_code ignored;
-      fs::remove(temporary, ignored);
-    }
-    throw InputError(path + ": cannot write (" + reason + ")");
-  };
-  const auto errno_reason = [](const char* fallback) {
-    return errno != 0 ? std::generic_category().message(errno) : std::string(fallback);
-  };
-  {
-    errno = 0;
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) fail(errno_reason("cannot create a temporary file"));
-    created = true;
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      const std::string reason = errno_reason("write failed");
-      out.close();
-      fail(reason);
-    }
-    out.close();
-    if (out.fail()) fail(errno_reason("close failed"));
-  }
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) fail(error.message());
-}
 
 }  // namespace shardplan

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "output_files.h"
 #include "timeline.h"
 
 namespace shardplan {
@@ -16,11 +17,8 @@ namespace shardplan {
 nlohmann::json to_chrome_trace(const Timeline& timeline);
 Timeline from_chrome_trace(const nlohmann::json& document, const std::string& origin);
 
-// Writes to `path` atomically (a temporary name, then rename), so a failure never leaves a half-written trace.
+// Writes to `path` by Note [Output files] (a temporary name, then rename): a failure never leaves a half-written trace.
 void write_chrome_trace(const Timeline& timeline, const std::string& path);
 Timeline read_chrome_trace(const std::string& path);  // InputError naming the file and field on bad input
-
-// Writes `text` to `path` through a temporary file and a rename; InputError when the directory is not writable.
-void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace shardplan

@@ -35,6 +35,42 @@ bool CommHandle::test() {
   return true;
 }
 
+namespace {
+
+// A collective whose wait is reported to a WaitObserver (Note [Step watchdog]); test() never blocks, so it is not.
+class ObservedCollective final : public PendingCollective {
+ public:
+  ObservedCollective(std::unique_ptr<PendingCollective> inner, std::shared_ptr<WaitObserver> observer,
+                     std::string label)
+      : inner_(std::move(inner)), observer_(std::move(observer)), label_(std::move(label)) {}
+  bool test() override { return inner_->test(); }
+  void wait() override {
+    observer_->waiting_on(label_);
+    try {
+      inner_->wait();
+    } catch (...) {
+      observer_->done_waiting();
+      throw;
+    }
+    observer_->done_waiting();
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  std::shared_ptr<WaitObserver> observer_;
+  std::string label_;
+};
+
+}  // namespace
+
+CommHandle CommHandle::observed(std::shared_ptr<WaitObserver> observer, std::string label) && {
+  if (!observer || !pending_) return std::move(*this);
+  CommHandle wrapped;
+  wrapped.pending_ = std::make_unique<ObservedCollective>(std::move(pending_), std::move(observer), std::move(label));
+  wrapped.error_ = std::move(error_);
+  return wrapped;
+}
+
 CommHandle& CommHandle::operator=(CommHandle&& other) {
   if (this != &other) {
     if (pending_) wait();

@@ -3,8 +3,17 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 
 namespace shardplan::comm {
+
+// Told what the rank blocks on around each blocking wait (Note [Step watchdog] in step_watchdog.h).
+class WaitObserver {
+ public:
+  virtual ~WaitObserver() = default;
+  virtual void waiting_on(const std::string& what) = 0;
+  virtual void done_waiting() = 0;
+};
 
 // What a backend implements for one in-flight collective. test() may drive progress (for MPI non-blocking collectives
 // it calls MPI_Test — Note [Progress] in mpi_communicator.h); wait() blocks until the collective is complete. Both throw
@@ -41,6 +50,8 @@ class CommHandle {
   bool test();
   // True once completion was observed through wait() or test(); does not touch the backend.
   bool done() const noexcept { return pending_ == nullptr; }
+  // The same collective, whose blocking wait tells `observer` (when not null) it waits on `label`.
+  CommHandle observed(std::shared_ptr<WaitObserver> observer, std::string label) &&;
 
  private:
   void finish_with(std::exception_ptr error);

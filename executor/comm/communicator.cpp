@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "errors.h"
 
@@ -46,6 +48,35 @@ void Communicator::fail(const std::string& message, std::source_location where) 
                       where, world_rank());
 }
 
+std::string Communicator::describe_group() const {
+  std::string text = "ranks ";
+  const Group& members = group();
+  for (std::size_t i = 0; i < members.world_ranks.size(); ++i) {
+    // A long group is named by its ends: the line must stay one readable line.
+    if (members.world_ranks.size() > 8 && i == 3) {
+      text += ",...";
+      i = members.world_ranks.size() - 2;
+      continue;
+    }
+    text += (i == 0 ? "" : ",") + std::to_string(members.world_ranks[i]);
+  }
+  return text;
+}
+
+std::string Communicator::take_label(const char* kind, std::size_t count) {
+  if (!wait_observer_) {  // nobody reads it: no string work per collective
+    next_label_.clear();
+    return {};
+  }
+  std::string label = std::move(next_label_);
+  if (label.empty()) {
+    label = std::string(kind) == "barrier" ? std::string("a barrier")
+                                           : std::string(kind) + " of " + std::to_string(count) + " elements";
+  }
+  next_label_.clear();
+  return label + " over " + describe_group();
+}
+
 void Communicator::count(Collective kind, std::size_t elements) {
   count_issued(kind, static_cast<std::uint64_t>(elements) * sizeof(float));
 }
@@ -64,9 +95,10 @@ CommHandle Communicator::all_gather(const float* send, std::size_t count_per_ran
   if (!in_place && overlaps(send, count_per_rank, recv, total)) {
     fail("all_gather: send overlaps recv other than at this rank's slot (in place)");
   }
+  std::string label = take_label("all_gather", total);
   CommHandle handle = start_all_gather(send, count_per_rank, recv);
   this->count(Collective::all_gather, total);  // counted once it was issued
-  return handle;
+  return std::move(handle).observed(wait_observer_, std::move(label));
 }
 
 CommHandle Communicator::reduce_scatter(const float* send, float* recv, std::size_t count, ReduceOp op) {
@@ -75,16 +107,18 @@ CommHandle Communicator::reduce_scatter(const float* send, float* recv, std::siz
   if (count > 0 && (send == nullptr || recv == nullptr)) fail("reduce_scatter: null buffer with a non-zero count");
   // MPI forbids aliased arguments (MPI 3.1 §2.3); the in-place form of MPI_Reduce_scatter_block means something else.
   if (overlaps(send, total, recv, count)) fail("reduce_scatter: send and recv overlap");
+  std::string label = take_label("reduce_scatter", total);
   CommHandle handle = start_reduce_scatter(send, recv, count, op);
   this->count(Collective::reduce_scatter, total);  // counted once it was issued
-  return handle;
+  return std::move(handle).observed(wait_observer_, std::move(label));
 }
 
 CommHandle Communicator::all_reduce(float* buffer, std::size_t count, ReduceOp op) {
   if (count > 0 && buffer == nullptr) fail("all_reduce: null buffer with a non-zero count");
+  std::string label = take_label("all_reduce", count);
   CommHandle handle = start_all_reduce(buffer, count, op);
   this->count(Collective::all_reduce, count);  // counted once it was issued
-  return handle;
+  return std::move(handle).observed(wait_observer_, std::move(label));
 }
 
 CommHandle Communicator::broadcast(float* buffer, std::size_t count, int root) {
@@ -92,19 +126,29 @@ CommHandle Communicator::broadcast(float* buffer, std::size_t count, int root) {
     fail("broadcast: root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(size()));
   }
   if (count > 0 && buffer == nullptr) fail("broadcast: null buffer with a non-zero count");
+  std::string label = take_label("broadcast", count);
   CommHandle handle = start_broadcast(buffer, count, root);
   this->count(Collective::broadcast, count);  // counted once it was issued
-  return handle;
+  return std::move(handle).observed(wait_observer_, std::move(label));
 }
 
 void Communicator::barrier() {
-  run_barrier();
+  if (wait_observer_) wait_observer_->waiting_on(take_label("barrier", 0));
+  try {
+    run_barrier();
+  } catch (...) {
+    if (wait_observer_) wait_observer_->done_waiting();
+    throw;
+  }
+  if (wait_observer_) wait_observer_->done_waiting();
   count(Collective::barrier, 0);
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   if (color < 0) fail("split: colour must be >= 0 (every rank joins some group), got " + std::to_string(color));
-  return make_split(color, key);
+  std::unique_ptr<Communicator> child = make_split(color, key);
+  child->set_wait_observer(wait_observer_);  // Note [Step watchdog]: the groups of a run are watched too
+  return child;
 }
 
 }  // namespace shardplan::comm

@@ -62,6 +62,14 @@ class Communicator {
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = CommCounters{}; }
 
+  // Note [Step watchdog] (step_watchdog.h): told what this rank blocks on in each wait of a collective started here
+  // or on a communicator split from this one afterwards. Null: nobody is told.
+  void set_wait_observer(std::shared_ptr<WaitObserver> observer) { wait_observer_ = std::move(observer); }
+  const std::shared_ptr<WaitObserver>& wait_observer() const { return wait_observer_; }
+  // Names the next collective issued here in what the observer is told ("all_gather of unit 'model.layers.3'");
+  // otherwise it is the collective's kind, size and group.
+  void label_next(std::string label) { next_label_ = std::move(label); }
+
  protected:
   // Hooks for a backend. Arguments are already validated; zero counts reach the backend too, because every rank must
   // take part in every collective whatever its count.
@@ -77,6 +85,11 @@ class Communicator {
   void count_issued(Collective kind, std::uint64_t bytes);
   // This rank's world rank, for the rank every error carries.
   int world_rank() const;
+  // The label of the collective being issued: label_next's, once, or "<kind> of <count> elements over ranks a,b,c";
+  // empty without an observer.
+  std::string take_label(const char* kind, std::size_t count);
+  // The members as text ("ranks 0,1,2"), for messages.
+  std::string describe_group() const;
   // Throws InternalError carrying this rank and the caller's file:line.
   [[noreturn]] void fail(const std::string& message,
                          std::source_location where = std::source_location::current()) const;
@@ -85,6 +98,8 @@ class Communicator {
   void count(Collective kind, std::size_t elements);
 
   CommCounters counters_;
+  std::shared_ptr<WaitObserver> wait_observer_;
+  std::string next_label_;
 };
 
 }  // namespace shardplan::comm

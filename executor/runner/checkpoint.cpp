@@ -18,7 +18,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_manifest.h"
 #include "errors.h"
+#include "json_input.h"
+#include "output_files.h"
 #include "plan_json.h"
 
 namespace shardplan::runner {
@@ -34,7 +37,8 @@ std::string errno_text() { return errno != 0 ? std::generic_category().message(e
 
 // write + fsync + rename, so the name only ever refers to a complete file (a crash leaves at most a stray temporary).
 void write_durably(const std::string& path, const std::string& bytes, int rank) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temporaries(path);  // Note [Output files]: what a writer killed mid-save left of this file
+  const std::string temporary = temporary_path_for(path);
   const auto fail = [&](const std::string& reason) {
     ::unlink(temporary.c_str());
     throw InputError(path + ": cannot write (" + reason + ")", std::source_location::current(), rank);
@@ -78,12 +82,6 @@ bool read_whole_file(const std::string& path, std::string& bytes) {
   return !in.bad();
 }
 
-std::string hex64(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 template <typename T>
 void put(std::string& out, const T& value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof value);
@@ -116,11 +114,6 @@ struct Cursor {
   }
 };
 
-// A fingerprint of the plan as its JSON says it: a checkpoint of another wrapping or strategy has other shards.
-std::string plan_fingerprint(const Runner& runner) {
-  return hex64(fnv1a64(to_json(runner.plan(), runner.model()).dump()));
-}
-
 std::string rank_file_name(int rank) { return "rank-" + std::to_string(rank) + ".bin"; }
 
 std::string serialize(Runner& runner, int rank, int world, std::uint64_t data_position) {
@@ -142,19 +135,39 @@ std::string serialize(Runner& runner, int rank, int world, std::uint64_t data_po
   return out;
 }
 
-// Every rank learns whether any rank failed; the failing ranks throw their own message, the others one naming them,
-// so an error on one rank never leaves the rest waiting in the next collective.
+// Every rank learns whether any rank failed and, from the first failing rank, why: every rank then throws that one
+// message (so rank 0 alone can print it, and it names the file), and an error on one rank never leaves the rest
+// waiting in the next collective. The Communicator moves floats only, so the message travels as one float per byte
+// (exact), at most kSharedMessageBytes of it.
+constexpr std::size_t kSharedMessageBytes = 1000;
+
 void agree(comm::Communicator& world, int rank, const std::string& local_error, const std::string& what) {
   std::vector<float> failed(static_cast<std::size_t>(world.size()), 0.0f);
   if (!local_error.empty()) failed[static_cast<std::size_t>(world.rank())] = 1.0f;
   world.all_reduce(failed.data(), failed.size(), comm::ReduceOp::sum).wait();
+  int first = -1;
   std::string failing;
   for (std::size_t r = 0; r < failed.size(); ++r) {
-    if (failed[r] != 0.0f) failing += (failing.empty() ? "" : ", ") + std::to_string(r);
+    if (failed[r] == 0.0f) continue;
+    if (first < 0) first = static_cast<int>(r);
+    failing += (failing.empty() ? "" : ", ") + std::to_string(r);
   }
-  if (failing.empty()) return;
-  if (!local_error.empty()) throw InputError(local_error, std::source_location::current(), rank);
-  throw InputError(what + ": failed on rank(s) " + failing + " (their error names the file)",
+  if (first < 0) return;
+  std::vector<float> text(1 + kSharedMessageBytes, 0.0f);
+  if (world.rank() == first) {
+    const std::size_t length = std::min(local_error.size(), kSharedMessageBytes);
+    text[0] = static_cast<float>(length);
+    for (std::size_t i = 0; i < length; ++i) text[1 + i] = static_cast<unsigned char>(local_error[i]);
+  }
+  world.broadcast(text.data(), text.size(), first).wait();
+  std::string message;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(text[0]); ++i) {
+    message += static_cast<char>(static_cast<unsigned char>(text[1 + i]));
+  }
+  // Which ranks found a problem, unless all did (another world size, model or plan fails everywhere alike).
+  const bool all = std::count(failed.begin(), failed.end(), 1.0f) == static_cast<std::ptrdiff_t>(failed.size());
+  const bool one = failing.find(',') == std::string::npos;
+  throw InputError(what + ": " + message + (all ? "" : one ? " (rank " + failing + ")" : " (ranks " + failing + ")"),
                    std::source_location::current(), rank);
 }
 
@@ -185,7 +198,7 @@ std::uint64_t fnv1a64(std::string_view bytes) {
 }
 
 CheckpointInfo save_checkpoint(Runner& runner, comm::Communicator& world, const std::string& dir,
-                               std::uint64_t data_position) {
+                               std::uint64_t data_position, const CheckpointData& data) {
   const int rank = runner.rank();
   const int index = world.rank(), size = world.size();
   CheckpointInfo info;
@@ -225,10 +238,9 @@ CheckpointInfo save_checkpoint(Runner& runner, comm::Communicator& world, const 
         ranks.push_back({{"rank", r}, {"file", rank_file_name(r)}, {"bytes", decode(entry)},
                          {"fnv1a64", hex64(decode(entry + 4))}});
       }
-      const nlohmann::json manifest = {{"schema", kCheckpointSchema}, {"world_size", size},
-                                       {"model", runner.model().name}, {"plan", runner.plan().name},
-                                       {"plan_fingerprint", plan_fingerprint(runner)}, {"step", info.step},
-                                       {"data_position", data_position}, {"checksum", "fnv1a64"}, {"ranks", ranks}};
+      nlohmann::json manifest = run_record(size, runner.model(), runner.plan(), data);
+      manifest.update({{"schema", kCheckpointSchema}, {"step", info.step}, {"data_position", data_position},
+                       {"checksum", "fnv1a64"}, {"ranks", ranks}});
       write_durably((fs::path(info.step_dir) / "manifest.json").string(), manifest.dump(2) + "\n", rank);
       sync_directory(info.step_dir);
       write_durably((fs::path(dir) / "latest").string(), step_name + "\n", rank);
@@ -249,7 +261,7 @@ struct Staged {
   std::vector<std::vector<float>> params, exp_avg, exp_avg_sq;
 };
 
-Staged read_and_verify(Runner& runner, int index, int size, const std::string& dir) {
+Staged read_and_verify(Runner& runner, int index, int size, const std::string& dir, const CheckpointData& data) {
   const int rank = runner.rank();
   const auto input_error = [rank](const std::string& message) {
     return InputError(message, std::source_location::current(), rank);
@@ -275,21 +287,13 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
   std::uint64_t expected_bytes = 0;
   std::string expected_sum;
   try {
-    const nlohmann::json manifest = nlohmann::json::parse(text);
+    const nlohmann::json manifest = parse_json_text(text, manifest_path);
     if (manifest.at("schema").get<std::string>() != kCheckpointSchema) {
       throw input_error(manifest_path + ": schema '" + manifest.at("schema").get<std::string>() + "', expected " +
                         kCheckpointSchema);
     }
-    const int world = manifest.at("world_size").get<int>();
-    if (world != size) {
-      throw input_error(manifest_path + ": written by " + std::to_string(world) + " ranks, this run has " +
-                        std::to_string(size));
-    }
-    const auto model = manifest.at("model").get<std::string>();
-    const auto plan = manifest.at("plan").get<std::string>();
-    if (model != runner.model().name || manifest.at("plan_fingerprint").get<std::string>() != plan_fingerprint(runner)) {
-      throw input_error(manifest_path + ": model '" + model + "', plan '" + plan + "' differ from this run's model '" +
-                        runner.model().name + "', plan '" + runner.plan().name + "'");
+    if (const auto mismatch = resume_mismatch(manifest, size, runner.model(), runner.plan(), data)) {
+      throw input_error(manifest_path + ": " + *mismatch);
     }
     staged.info.step = manifest.at("step").get<std::int64_t>();
     staged.info.data_position = manifest.at("data_position").get<std::uint64_t>();
@@ -302,6 +306,7 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
   }
 
   // Size and checksum first: not one byte of a damaged file reaches the runner.
+  remove_stale_temporaries(file_path);  // a save of this step killed before its rename
   std::string bytes;
   if (!read_whole_file(file_path, bytes)) throw input_error(file_path + ": missing");
   if (bytes.size() < expected_bytes) {
@@ -354,11 +359,13 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
 
 }  // namespace
 
-CheckpointInfo load_checkpoint(Runner& runner, comm::Communicator& world, const std::string& dir) {
+CheckpointInfo load_checkpoint(Runner& runner, comm::Communicator& world, const std::string& dir,
+                               const CheckpointData& data) {
   Staged staged;
   std::string error;
   try {
-    staged = read_and_verify(runner, world.rank(), world.size(), dir);
+    if (world.rank() == 0) remove_stale_temporaries((fs::path(dir) / "latest").string());
+    staged = read_and_verify(runner, world.rank(), world.size(), dir, data);
   } catch (const std::exception& e) {
     error = e.what();
   }

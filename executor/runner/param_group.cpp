@@ -18,6 +18,7 @@ comm::CommHandle ParamGroup::unshard() {
   FlatParam& param = *param_;
   const std::span<float> gathered = param.allocate_unsharded();
   comm::Communicator& group = groups_->shard(param.sizes().param_group);
+  group.label_next("all_gather of unit '" + param.sizes().name + "'");  // Note [Step watchdog]
   return group.all_gather(param.shard().data(), static_cast<std::size_t>(param.sizes().shard_elements),
                           gathered.data());
 }
@@ -29,6 +30,7 @@ comm::CommHandle ParamGroup::reduce_scatter_grads() {
   // The comm buffer is tracked by the same allocator as the gradient (the FlatParam's).
   reduce_output_ = param.make_buffer(MemoryCategory::comm_buffers, param.sizes().grad_shard_elements);
   comm::Communicator& group = groups_->shard(param.sizes().grad_group);
+  group.label_next("reduce_scatter of unit '" + param.sizes().name + "'");
   return group.reduce_scatter(param.unsharded_grad().data(), reduce_output_.data(),
                               static_cast<std::size_t>(param.sizes().grad_shard_elements));
 }
@@ -36,6 +38,7 @@ comm::CommHandle ParamGroup::reduce_scatter_grads() {
 comm::CommHandle ParamGroup::all_reduce_replicas() {
   SHARDPLAN_CHECK(reduce_output_.allocated(), "unit '" + param_->sizes().name + "' all-reduced before its reduce-scatter");
   comm::Communicator& group = groups_->replica(param_->sizes().grad_group);
+  group.label_next("all_reduce (replicas) of unit '" + param_->sizes().name + "'");
   return group.all_reduce(reduce_output_.data(), static_cast<std::size_t>(reduce_output_.size()));
 }
 
@@ -44,6 +47,7 @@ comm::CommHandle ParamGroup::all_reduce_world() {
   world_reduced_ = true;
   // With a full-size gradient copy the copy is reduced (then accumulated); otherwise the replicated gradient itself.
   const std::span<float> grads = param.grad_copies() ? param.unsharded_grad() : param.shard_grad();
+  groups_->world().label_next("all_reduce of unit '" + param.sizes().name + "'");
   return groups_->world().all_reduce(grads.data(), grads.size());
 }
 

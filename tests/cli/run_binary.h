@@ -110,6 +110,31 @@ inline RunResult run_shardplan(const std::vector<std::string>& args) { return ru
 
 // True when this shardplan has `run` (built with MPI); --bench needs the same executor.
 inline bool mpi_build() { return run_shardplan({"run", "--help"}).exit_status == 0; }
+// The contract for input errors: status 2, nothing on stdout, exactly one stderr line "shardplan: error: ...",
+// containing every one of `expected`. Returns the line for further checks.
+inline std::string expect_input_error(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& expected) {
+  std::string command;
+  for (const auto& arg : args) command += " '" + arg + "'";
+  INFO("shardplan" << command);
+  const RunResult result = run_shardplan(args);
+  INFO("stdout: " << result.out);
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_status == 2);
+  CHECK(result.out.empty());
+  const auto lines = result.err_lines();
+  CHECK(lines.size() == 1);
+  CHECK(result.err.ends_with("\n"));
+  if (lines.empty()) return "";
+  const std::string& line = lines.front();
+  CHECK(line.starts_with("shardplan: error: "));
+  for (const auto& part : expected) {
+    CAPTURE(part);
+    CHECK(line.find(part) != std::string::npos);
+  }
+  return line;
+}
+
 
 // Why a test that needs mpirun cannot run here, or "" when it can; when it can, lets Open MPI run as root, as CI does
 // (the developers' guide: OMPI_ALLOW_RUN_AS_ROOT and its confirmation). Use as

@@ -20,29 +20,7 @@ using Args = std::vector<std::string>;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// The contract for input errors: status 2, nothing on stdout, exactly one stderr line "shardplan: error: ...",
-// containing every one of `expected`. Returns the line for further checks.
-std::string expect_input_error(const Args& args, const std::vector<std::string>& expected) {
-  std::string command;
-  for (const auto& arg : args) command += " '" + arg + "'";
-  INFO("shardplan" << command);
-  const RunResult result = run_shardplan(args);
-  INFO("stdout: " << result.out);
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_status == 2);
-  CHECK(result.out.empty());
-  const auto lines = result.err_lines();
-  CHECK(lines.size() == 1);
-  CHECK(result.err.ends_with("\n"));
-  if (lines.empty()) return "";
-  const std::string& line = lines.front();
-  CHECK(line.starts_with("shardplan: error: "));
-  for (const auto& part : expected) {
-    CAPTURE(part);
-    CHECK(contains(line, part));
-  }
-  return line;
-}
+using shardplan_test::expect_input_error;
 
 Args estimate(const std::string& model, const std::string& cluster, const Args& extra = {}) {
   Args args = {"estimate", "-m", model, "-c", cluster};
@@ -95,7 +73,7 @@ TEST_CASE("model JSON with a missing, negative or misspelt field names the field
   const TempFile negative(
       "negative-field", R"({"architecture": {"vocab_size": 100, "hidden_size": 64, "num_layers": -2, "num_heads": 4}})");
   expect_input_error(estimate(negative.path(), "8xH100-80GB"),
-                     {negative.path(), "'architecture.num_layers'", "positive integer", "got -2"});
+                     {negative.path(), "'architecture.num_layers'", "an integer in 1..10000", "got -2"});
   const TempFile typo(
       "typo-field", R"({"architecture": {"vocab_size": 100, "hiden_size": 64, "num_layers": 2, "num_heads": 4}})");
   expect_input_error(estimate(typo.path(), "8xH100-80GB"), {typo.path(), "'architecture.hiden_size'", "'hidden_size'"});

@@ -55,8 +55,10 @@ Outcome run_layer(const ModelSpec& model, std::size_t index, ActivationCheckpoin
   return outcome;
 }
 
+// Empty vectors may hold null data(), and memcmp's pointers must be valid even for 0 bytes (C11 7.24.1p2; UBSan
+// reported it here): compare only what exists.
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace

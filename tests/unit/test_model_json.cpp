@@ -296,15 +296,16 @@ TEST_CASE("model_from_json: layer entry errors name the field path") {
 
   json repeat_zero = small_explicit();
   repeat_zero["layers"][1]["repeat"] = 0;
-  CHECK(load_error(repeat_zero) == "m.json: field 'layers[1].repeat': expected a positive integer, got 0");
+  CHECK(load_error(repeat_zero) == "m.json: field 'layers[1].repeat': expected an integer in 1..10000, got 0");
 
   json repeat_huge = small_explicit();
-  repeat_huge["layers"][1]["repeat"] = 100001;
-  CHECK(load_error(repeat_huge) == "m.json: field 'layers[1].repeat': expected at most 100000, got 100001");
+  repeat_huge["layers"][1]["repeat"] = 10001;
+  CHECK(load_error(repeat_huge) == "m.json: field 'layers[1].repeat': expected an integer in 1..10000, got 10001");
 
   json negative_flops = small_explicit();
   negative_flops["layers"][1]["matmul_flops_per_token"] = -1;
-  CHECK(contains(load_error(negative_flops), "field 'layers[1].matmul_flops_per_token': expected a non-negative number"));
+  CHECK(contains(load_error(negative_flops),
+                 "field 'layers[1].matmul_flops_per_token': expected a number in [0, 1e+15]"));
 
   json empty = small_explicit();
   empty["layers"] = json::array();
@@ -318,20 +319,20 @@ TEST_CASE("model_from_json: layer entry errors name the field path") {
 TEST_CASE("model_from_json: explicit form needs hidden_size and num_heads") {
   json document = small_explicit();
   document.erase("hidden_size");
-  CHECK(load_error(document) == "m.json: missing field 'hidden_size' (expected a positive integer)");
+  CHECK(load_error(document) == "m.json: missing field 'hidden_size' (expected an integer in 1..1000000)");
   json no_heads = small_explicit();
   no_heads["num_heads"] = 0;
-  CHECK(load_error(no_heads) == "m.json: field 'num_heads': expected a positive integer, got 0");
+  CHECK(load_error(no_heads) == "m.json: field 'num_heads': expected an integer in 1..100000, got 0");
 }
 
 TEST_CASE("model_from_json: architecture errors") {
   json missing = small_llama();
   missing["architecture"].erase("hidden_size");
-  CHECK(load_error(missing) == "m.json: missing field 'architecture.hidden_size' (expected a positive integer)");
+  CHECK(load_error(missing) == "m.json: missing field 'architecture.hidden_size' (expected an integer in 1..1000000)");
 
   json negative = small_llama();
   negative["architecture"]["num_layers"] = -2;
-  CHECK(load_error(negative) == "m.json: field 'architecture.num_layers': expected a positive integer, got -2");
+  CHECK(load_error(negative) == "m.json: field 'architecture.num_layers': expected an integer in 1..10000, got -2");
 
   json family = small_llama();
   family["architecture"]["family"] = "bert";

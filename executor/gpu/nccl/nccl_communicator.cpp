@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "cuda_check.h"
 #include "errors.h"
@@ -306,9 +307,10 @@ comm::CommHandle NcclCommunicator::all_gather(const void* send, std::size_t coun
   if (!in_place && overlaps(send, count_per_rank * element, recv, total * element)) {
     fail("all_gather: send overlaps recv other than at this rank's slot (in place)");
   }
+  std::string label = take_label("all_gather", total);  // Note [Step watchdog], as the float overload does
   comm::CommHandle handle = issue_all_gather(send, count_per_rank, recv, nccl_type(type));
   count_issued(comm::Collective::all_gather, static_cast<std::uint64_t>(total) * element);
-  return handle;
+  return std::move(handle).observed(wait_observer(), std::move(label));
 }
 
 comm::CommHandle NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count,
@@ -321,9 +323,10 @@ comm::CommHandle NcclCommunicator::reduce_scatter(const void* send, void* recv, 
   const std::size_t total = count * static_cast<std::size_t>(size());
   if (count > 0 && (send == nullptr || recv == nullptr)) fail("reduce_scatter: null buffer with a non-zero count");
   if (overlaps(send, total * element, recv, count * element)) fail("reduce_scatter: send and recv overlap");
+  std::string label = take_label("reduce_scatter", total);
   comm::CommHandle handle = issue_reduce_scatter(send, recv, count, nccl_type(type), op);
   count_issued(comm::Collective::reduce_scatter, static_cast<std::uint64_t>(total) * element);
-  return handle;
+  return std::move(handle).observed(wait_observer(), std::move(label));
 }
 
 void NcclCommunicator::abort(const std::string& message) {
