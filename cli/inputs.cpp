@@ -36,8 +36,10 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
   command.add_option("--global-batch", flags.global_batch,
                      "sequences per optimizer step (default: one micro-batch per rank)")
       ->check(int_range(1, limits::kMaxGlobalBatch));
-  command.add_option("--precision", flags.precision, "fp32 | bf16-mixed | pure-bf16 | zero-fp16")
-      ->capture_default_str();
+  // Every recipe precision_recipe() accepts, from its own table, so the list cannot fall behind it.
+  std::string recipes;
+  for (const std::string& name : precision_recipe_names()) recipes += (recipes.empty() ? "" : " | ") + name;
+  command.add_option("--precision", flags.precision, recipes)->capture_default_str();
   command.add_option("--optimizer", flags.optimizer, "adamw | sgd-momentum | sgd")->capture_default_str();
   command.add_option("--ac", flags.ac, "activation checkpointing: none | full | selective")->capture_default_str();
   command.add_option("--ac-every", flags.ac_every,

@@ -36,8 +36,10 @@ PrecisionRecipe precision_recipe(const std::string& name) {
   for (const auto& recipe : recipes()) {
     if (recipe.name == name) return recipe;
   }
-  throw InputError("unknown precision '" + name + "'" + did_you_mean(name, precision_recipe_names()) +
-                   " (known: fp32, bf16-mixed, bf16-mixed-fp32-reduce, pure-bf16, zero-fp16)");
+  std::string known;
+  for (const std::string& recipe : precision_recipe_names()) known += (known.empty() ? "" : ", ") + recipe;
+  throw InputError("unknown precision '" + name + "'" + did_you_mean(name, precision_recipe_names()) + " (known: " +
+                   known + ")");
 }
 
 OptimizerKind optimizer_from_string(const std::string& name) {

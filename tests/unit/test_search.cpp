@@ -220,9 +220,9 @@ TEST_CASE("search: the planned plan equals exhaustive search over partitions and
                       << planned.fallback_settings);
     REQUIRE(truth.fits);
     REQUIRE(planned.feasible);
-    // Every knob setting was searched exactly — by the exact step model, or by branch and bound on its lower bound
-    // (HSDP, accumulation that reduces every micro-batch): the searches never gave up here (6 exact-model settings
-    // did before the memory floor's turn and held terms), and none was left to the per-cap DPs alone.
+    // Every knob setting was searched exactly — by the DP where its fragments are exact, or by branch and bound on
+    // their lower bound (accumulation that reduces every micro-batch): no search gave up and fell back to the
+    // per-cap DPs alone.
     CHECK(planned.fallback_settings == 0);
 
     // So the planned plan is the optimum (Note [Wrap search]).
