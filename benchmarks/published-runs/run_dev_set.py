@@ -40,7 +40,7 @@ def edit_plan(plan, edits):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shardplan", default="/work/ref-bin/shardplan")
+    ap.add_argument("--shardplan", default=os.path.join(HERE, "..", "..", "build", "shardplan"))
     ap.add_argument("--csv", default=os.path.join(HERE, "dev-runs.csv"))
     ap.add_argument("--rows", default="")
     ap.add_argument("--json", default="")
