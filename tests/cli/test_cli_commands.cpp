@@ -296,7 +296,7 @@ TEST_CASE("--help and --version exit 0 on stdout") {
     line >> flag_name >> default_value;
     while (line >> word) listed.insert(word);
     CAPTURE(line.str());
-    // Mutation tried: the help leaving out bf16-mixed (also the default, which the old substring check matched):
+    // Mutation tried: the help leaving out bf16-mixed (also the default value, which a substring search of the line would find):
     // fails here, CHECK( 0 == 1 ) for each command.
     for (const std::string recipe : {"fp32", "bf16-mixed", "bf16-mixed-fp32-reduce", "pure-bf16", "zero-fp16"}) {
       CAPTURE(recipe);
