@@ -22,9 +22,27 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return previous[b.size()];
 }
 
+namespace {
+
+bool starts_with_ignoring_case(std::string_view name, std::string_view prefix) {
+  if (prefix.empty() || prefix.size() > name.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(name[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<std::string> closest_names(std::string_view wanted, const std::vector<std::string>& known) {
+  // A name that `wanted` begins is what a user who typed a shortened name means ("bf16" for bf16-mixed, "h100" for
+  // H100-80GB), however many characters it lacks: such names score 0, ahead of every edit-distance match.
   std::vector<std::pair<std::size_t, std::string>> scored;
-  for (const auto& name : known) scored.emplace_back(edit_distance(wanted, name), name);
+  for (const auto& name : known) {
+    scored.emplace_back(starts_with_ignoring_case(name, wanted) ? 0 : edit_distance(wanted, name), name);
+  }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<std::string> result;
   for (const auto& [distance, name] : scored) {

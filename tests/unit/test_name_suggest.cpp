@@ -66,11 +66,23 @@ TEST_CASE("closest_names: best first, at most three, only those within a third o
 
 TEST_CASE("closest_names falls back to the single closest name when none is close") {
   CHECK(closest_names("zzzzzzzz", {"gpt2", "llama2-7b"}) == Names{"gpt2"});  // 8 vs 9 edits
-  // Plain edit distance misses a shortened name: "h100" is 2 edits from B200 but 5 from H100-80GB. The catalog's
-  // GPU lookup compensates with prefix matching (next test); closest_names alone offers B200.
   const auto gpus = shardplan::HardwareCatalog::builtin().gpu_names();
-  CHECK(closest_names("h100", gpus) == Names{"B200"});
   CHECK(closest_names("H100-80G", gpus).front() == "H100-80GB");
+}
+
+TEST_CASE("closest_names: names that begin with the wanted text come first, however short it is") {
+  // Plain edit distance misses a shortened name: "h100" is 2 edits from B200 but 5 from H100-80GB, and "bf16" is
+  // 3 from fp32 but 6 from bf16-mixed. Mutation tried: without the prefix rule every check below fails (CHECK( B200
+  // != B200 )).
+  const auto gpus = shardplan::HardwareCatalog::builtin().gpu_names();
+  const auto h100 = closest_names("h100", gpus);
+  REQUIRE(!h100.empty());
+  CHECK(h100.front().starts_with("H100"));
+  for (const auto& name : h100) CHECK(name != "B200");
+  CHECK(closest_names("bf16", {"fp32", "bf16-mixed", "bf16-mixed-fp32-reduce", "pure-bf16", "zero-fp16"}) ==
+        Names{"bf16-mixed", "bf16-mixed-fp32-reduce"});
+  // An empty text begins every name; it is scored by edit distance like any other.
+  CHECK(closest_names("", {"ab", "abc"}) == Names{"ab"});
 }
 
 TEST_CASE("closest_names of an empty list is empty") {
