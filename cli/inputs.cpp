@@ -8,6 +8,7 @@
 #include "flag_checks.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "name_suggest.h"
 #include "precision.h"
 
 namespace shardplan::cli {
@@ -46,6 +47,9 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
                      "apply --ac to every k-th block only (blocks k, 2k, ...; torchtitan's selective_ac_option k)")
       ->capture_default_str();
   command.add_flag("--no-flash-attention", flags.no_flash_attention, "materialise attention scores (s² memory)");
+  command.add_option("--attention", flags.attention,
+                     "attention kernel: flash (FlashAttention-2, SDPA) | triton (Triton FlashAttention) | eager "
+                     "(materialised scores, as --no-flash-attention)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
 }
 
@@ -79,6 +83,21 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
   training.checkpointing = checkpointing_from_string(flags.ac);
   training.checkpoint_every_blocks = flags.ac_every;
   training.flash_attention = !flags.no_flash_attention;
+  if (!flags.attention.empty()) {
+    if (flags.no_flash_attention && flags.attention != "eager") {
+      throw InputError("--attention " + flags.attention + " contradicts --no-flash-attention");
+    }
+    if (flags.attention == "eager") {
+      training.flash_attention = false;
+    } else {
+      try {
+        training.attention_kernel = attention_kernel_from_string(flags.attention);
+      } catch (const InputError&) {
+        throw InputError("--attention '" + flags.attention + "': expected flash, triton or eager" +
+                         did_you_mean(flags.attention, {"flash", "triton", "eager"}));
+      }
+    }
+  }
   training.no_sync_accumulation = flags.no_sync;
   validate_training(training, model);
   return training;

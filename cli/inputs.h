@@ -31,6 +31,7 @@ struct TrainingFlags {
   std::string ac = "none";
   std::int64_t ac_every = 1;
   bool no_flash_attention = false;
+  std::string attention;  // flash | triton | eager ("" : flash unless --no-flash-attention)
   bool no_sync = false;
 };
 

@@ -2,8 +2,10 @@
 #include "calibration.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include <Eigen/Dense>
@@ -44,6 +46,24 @@ RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
 
 }  // namespace
 
+namespace {
+
+// The columns of the compute fit (fit_compute_rate): which are in the design and where.
+enum ComputeColumn { kGemmFlops, kGemmCount, kAttention, kOverlap, kComputeColumns };
+
+double column_value(ComputeColumn column, const ComputeSample& sample, bool attention_separate) {
+  switch (column) {
+    case kGemmFlops: return attention_separate ? sample.flops - sample.attention_flops : sample.flops;
+    case kGemmCount: return sample.gemm_count;
+    case kAttention: return sample.attention_flops;
+    case kOverlap: return sample.overlap_s;
+    case kComputeColumns: break;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   std::vector<const ComputeSample*> usable;
   for (const auto& sample : samples) {
@@ -52,67 +72,105 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   RateFit fit;
   fit.samples = usable.size();
   if (usable.empty()) return fit;
-  // Columns: flops (× 1/R), 1 (× f½/R) and the op's overlap with collectives (× (s − 1)): t = f / (R · f/(f + f½))
-  // + (s − 1) · overlap = (f + f½) / R + (s − 1) · overlap (compute_cost.cpp's efficiency curve with
-  // max_compute_efficiency folded into R; simulator.cpp's stretch of the overlapped part). The overlap column is
-  // there only when the overlaps differ between samples (a sweep has none: the slowdown is not seen there).
+  // t = GEMM FLOPs / R + GEMMs · f½ / R + attention / R_attention + (s − 1) · overlap (compute_cost.cpp's kernels;
+  // simulator.cpp's stretch of the overlapped part). A column is in only when the samples can tell it: the overlap
+  // when overlaps differ (a sweep has none: the slowdown is not seen there), attention when some ops have flash
+  // attention and its share of their FLOPs differs. A coefficient that comes out negative is dropped and the rest
+  // refitted (a fixed cost, a slowdown or a rate cannot be negative).
   double least_overlap = usable.front()->overlap_s, most_overlap = least_overlap;
+  double least_share = 1, most_share = 0;
+  std::size_t with_attention = 0;
   for (const auto* sample : usable) {
     least_overlap = std::min(least_overlap, sample->overlap_s);
     most_overlap = std::max(most_overlap, sample->overlap_s);
+    const double share = sample->attention_flops / sample->flops;
+    least_share = std::min(least_share, share);
+    most_share = std::max(most_share, share);
+    with_attention += sample->attention_flops > 0 ? 1 : 0;
   }
-  const bool with_overlap = most_overlap > least_overlap && usable.size() >= 3;
-  Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), with_overlap ? 3 : 2);
-  Eigen::VectorXd times(static_cast<Eigen::Index>(usable.size()));
-  for (std::size_t i = 0; i < usable.size(); ++i) {
-    design(static_cast<Eigen::Index>(i), 0) = usable[i]->flops;
-    design(static_cast<Eigen::Index>(i), 1) = 1.0;
-    if (with_overlap) design(static_cast<Eigen::Index>(i), 2) = usable[i]->overlap_s;
-    times(static_cast<Eigen::Index>(i)) = usable[i]->time_s;
-  }
-  Eigen::VectorXd x = weighted_solve(design, times);
+  std::array<bool, kComputeColumns> in{true, usable.size() >= 2, with_attention >= 2 && most_share > least_share + 1e-3,
+                                       most_overlap > least_overlap && usable.size() >= 3};
   bool overlap_seen_free = false;
-  if (with_overlap && x(2) < 0) {
-    // Overlap made nothing slower: no slowdown column (s = 1). That is still a fitted s: the rate below is fitted
-    // assuming it, so a profile that kept the catalog's s > 1 would stretch overlapped ops a second time.
-    design.conservativeResize(Eigen::NoChange, 2);
+  Eigen::VectorXd x;
+  std::vector<ComputeColumn> columns;
+  for (int attempt = 0; attempt <= kComputeColumns; ++attempt) {
+    columns.clear();
+    for (int c = 0; c < kComputeColumns; ++c) {
+      if (in[static_cast<std::size_t>(c)]) columns.push_back(static_cast<ComputeColumn>(c));
+    }
+    Eigen::MatrixXd design(static_cast<Eigen::Index>(usable.size()), static_cast<Eigen::Index>(columns.size()));
+    Eigen::VectorXd times(static_cast<Eigen::Index>(usable.size()));
+    for (std::size_t i = 0; i < usable.size(); ++i) {
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        design(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(c)) =
+            column_value(columns[c], *usable[i], in[kAttention]);
+      }
+      times(static_cast<Eigen::Index>(i)) = usable[i]->time_s;
+    }
     x = weighted_solve(design, times);
-    overlap_seen_free = true;
-  }
-  if (x(1) < 0 || x(0) <= 0 || usable.size() < 2) {
-    // No fixed cost visible (or too few samples): the rate (and slowdown) without the constant column.
-    Eigen::MatrixXd reduced(design.rows(), design.cols() - 1);
-    reduced.col(0) = design.col(0);
-    if (design.cols() == 3) reduced.col(1) = design.col(2);
-    const Eigen::VectorXd y = weighted_solve(reduced, times);
-    x.setZero();
-    x(0) = y(0);
-    if (design.cols() == 3) x(2) = std::max(0.0, y(1));
+    // Drop the first column that came out negative (or a non-positive rate), most doubtful first.
+    std::optional<ComputeColumn> drop;
+    for (ComputeColumn candidate : {kOverlap, kAttention, kGemmCount}) {
+      const auto at = std::find(columns.begin(), columns.end(), candidate);
+      if (at == columns.end()) continue;
+      const double value = x(static_cast<Eigen::Index>(at - columns.begin()));
+      if (value < 0 || (candidate == kAttention && !(value > 0))) {
+        drop = candidate;
+        break;
+      }
+    }
+    if (!drop) break;
+    // Overlap made nothing slower: no slowdown column (s = 1). That is still a fitted s: the rate is fitted assuming
+    // it, so a profile that kept the catalog's s > 1 would stretch overlapped ops a second time.
+    if (*drop == kOverlap) overlap_seen_free = true;
+    in[static_cast<std::size_t>(*drop)] = false;
   }
   if (!(x(0) > 0) || !std::isfinite(x(0))) {
-    // The overlap column can take the whole time of adversarial samples; the rate alone through the origin is
-    // positive for positive samples.
-    const double slope = weighted_solve(design.leftCols(1), times)(0);
-    design.conservativeResize(Eigen::NoChange, 2);
-    x = Eigen::VectorXd::Zero(2);
-    x(0) = slope;
-    if (!(x(0) > 0) || !std::isfinite(x(0))) {
-      throw InputError("calibrate: the compute samples do not determine a positive rate (check the trace's dur)");
-    }
+    throw InputError("calibrate: the compute samples do not determine a positive rate (check the trace's dur)");
   }
+  const auto coefficient = [&](ComputeColumn column) {
+    const auto at = std::find(columns.begin(), columns.end(), column);
+    return at == columns.end() ? 0.0 : x(static_cast<Eigen::Index>(at - columns.begin()));
+  };
   fit.per_s = 1.0 / x(0);
-  fit.half_efficiency_flops = x(1) * fit.per_s;
-  if (design.cols() == 3) {
+  fit.half_efficiency_flops = coefficient(kGemmCount) * fit.per_s;
+  fit.attention_per_s = in[kAttention] ? 1.0 / coefficient(kAttention) : 0.0;
+  if (in[kOverlap]) {
     fit.overlap_fitted = true;
-    fit.overlap_slowdown = 1.0 + x(2);
+    fit.overlap_slowdown = 1.0 + coefficient(kOverlap);
   } else if (overlap_seen_free) {
     fit.overlap_fitted = true;
     fit.overlap_slowdown = 1.0;
   }
-  const Residuals residuals = relative_residuals(design, x, times);
-  fit.rms_relative_residual = residuals.rms;
-  fit.max_relative_residual = residuals.max;
+  double squares = 0;
+  for (const auto* sample : usable) {
+    const double relative = (predicted_compute_s(fit, *sample) - sample->time_s) / sample->time_s;
+    squares += relative * relative;
+    fit.max_relative_residual = std::max(fit.max_relative_residual, std::abs(relative));
+  }
+  fit.rms_relative_residual = std::sqrt(squares / static_cast<double>(usable.size()));
   return fit;
+}
+
+ComputeSample compute_sample(const PassKernels& kernels, double time_s, const HardwareProfile& base) {
+  ComputeSample sample;
+  sample.time_s = time_s;
+  double attention = 0;
+  for (const AttentionCall& call : kernels.attention) attention += call.flops / attention_rate_share(call, base);
+  sample.flops = kernels.gemm_flops() + attention;
+  sample.attention_flops = attention;
+  sample.gemm_count = static_cast<double>(kernels.gemms.size());
+  sample.memory_bytes = kernels.memory_bytes;
+  return sample;
+}
+
+double predicted_compute_s(const RateFit& fit, const ComputeSample& sample) {
+  if (!(fit.per_s > 0)) return 0.0;
+  const bool separate = fit.attention_per_s > 0;
+  const double gemm_flops = separate ? sample.flops - sample.attention_flops : sample.flops;
+  return (gemm_flops + sample.gemm_count * fit.half_efficiency_flops) / fit.per_s +
+         (separate ? sample.attention_flops / fit.attention_per_s : 0.0) +
+         (fit.overlap_slowdown - 1.0) * sample.overlap_s;
 }
 
 RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples) {
@@ -185,37 +243,47 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
   calibration.issue = fit_issue_overhead(samples.issue_gaps);
   if (calibration.issue.fitted) profile.collective_issue_overhead_s = calibration.issue.per_collective_s;
   // Fitted rates are what the kernels and collectives achieved: efficiencies 1, no small-size curve on top.
+  // The fitted α is per ring step and B the busbw reached: NCCL's per-call latency, NVLS and the size curve are in them.
   if (calibration.intra_node.samples > 0 || calibration.inter_node.samples > 0) {
-    profile.bus_efficiency = 1.0;
     profile.comm_half_efficiency_bytes = 1.0;  // one byte: the curve is flat at the sizes that occur
+    profile.collective_base_latency_s = 0;
+    profile.nvls_bus_bytes_per_s = 0;
   }
   if (calibration.intra_node.samples > 0) {
     profile.intra_node.latency_s = calibration.intra_node.latency_s;
     profile.intra_node.bus_bytes_per_s = calibration.intra_node.bus_bytes_per_s;
+    profile.intra_node.efficiency = 1.0;
   }
   if (calibration.inter_node.samples > 0) {
     profile.inter_node.latency_s = calibration.inter_node.latency_s;
     profile.inter_node.bus_bytes_per_s = calibration.inter_node.bus_bytes_per_s;
+    profile.inter_node.efficiency = 1.0;
   }
   if (calibration.memory.samples > 0) {
     profile.hbm_bytes_per_s = calibration.memory.per_s;
     profile.memory_efficiency = 1.0;
   }
-  // Compute ops that zero-filled a buffer first: their fill at the (fitted) memory rate is not compute.
+  // Compute ops: their zero-fill and memory-bound kernels run at the (fitted) memory rate; the rest is GEMMs and
+  // attention (compute_cost.h), what the compute fit sees.
   std::vector<ComputeSample> compute_samples;
   for (ComputeSample sample : samples.compute) {
-    if (sample.zeroed_bytes > 0) {
-      sample.time_s -= buffer_fill_time_s(sample.zeroed_bytes, profile);
-      if (!(sample.time_s > 0)) continue;  // all fill (or noise): nothing left to fit the compute rate with
-    }
+    sample.time_s -= buffer_fill_time_s(sample.zeroed_bytes, profile) + memory_time_s(sample.memory_bytes, profile);
+    if (!(sample.time_s > 0)) continue;  // all memory traffic (or noise): nothing left to fit the compute rate with
     compute_samples.push_back(sample);
   }
   calibration.compute = fit_compute_rate(compute_samples);
   if (calibration.compute.samples > 0) {
+    // Fitted rates are what the kernels achieved: the peak becomes the fitted plateau, efficiencies and clock 1.
     profile.peak_bf16_flops = profile.peak_fp16_flops = profile.peak_fp32_flops = calibration.compute.per_s;
     profile.max_compute_efficiency = 1.0;
+    profile.clock_fraction = 1.0;
     // At least one FLOP: the profile reader wants a positive size (a flat curve at every size that occurs).
     profile.half_efficiency_flops = std::max(1.0, calibration.compute.half_efficiency_flops);
+    // Attention at its own fitted rate, or at the GEMMs' when the samples could not tell them apart.
+    const double attention_rate =
+        calibration.compute.attention_per_s > 0 ? calibration.compute.attention_per_s : calibration.compute.per_s;
+    profile.attention_forward_efficiency = profile.attention_backward_efficiency =
+        std::min(1.0, attention_rate / calibration.compute.per_s);
     if (calibration.compute.overlap_fitted) profile.overlap_compute_slowdown = calibration.compute.overlap_slowdown;
   }
   // Each collective × group size × tier with enough samples is timed by its own fit (HardwareProfile::CollectiveFit):
@@ -249,6 +317,7 @@ nlohmann::json rate_json(const RateFit& fit, bool compute) {
                              {"max_relative_residual", fit.max_relative_residual},
                              {"samples", fit.samples}};
   if (compute) document["half_efficiency_flops"] = fit.half_efficiency_flops;
+  if (fit.attention_per_s > 0) document["attention_per_s"] = fit.attention_per_s;
   if (fit.overlap_fitted) document["overlap_slowdown"] = fit.overlap_slowdown;
   return document;
 }
@@ -287,9 +356,12 @@ nlohmann::json compute_samples_json(const std::vector<ComputeSample>& samples, c
     nlohmann::json row = {{"name", sample.name}, {"flops", sample.flops}, {"time_s", sample.time_s}};
     if (sample.overlap_s > 0) row["overlap_s"] = sample.overlap_s;
     if (sample.zeroed_bytes > 0) row["zeroed_bytes"] = sample.zeroed_bytes;
+    if (sample.memory_bytes > 0) row["memory_bytes"] = sample.memory_bytes;
+    row["gemms"] = sample.gemm_count;
+    if (sample.attention_flops > 0) row["attention_flops"] = sample.attention_flops;
     if (sample.flops > 0 && sample.time_s > 0 && fit.samples > 0) {
-      const double predicted_s =
-          predicted_time_s(fit, sample.flops, sample.overlap_s) + buffer_fill_time_s(sample.zeroed_bytes, profile);
+      const double predicted_s = predicted_compute_s(fit, sample) + buffer_fill_time_s(sample.zeroed_bytes, profile) +
+                                 memory_time_s(sample.memory_bytes, profile);
       row["flops_per_s"] = sample.flops / sample.time_s;
       row["predicted_s"] = predicted_s;
       row["relative_residual"] = relative_residual(predicted_s, sample.time_s);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collective_cost.h"
+#include "compute_cost.h"
 #include "hardware_profile.h"
 
 namespace shardplan {
@@ -24,8 +25,10 @@ struct CollectiveSample {
   double compute_overlap_s = 0;
 };
 
+// One timed compute op (a layer pass, or a GEMM of a sweep) with the kernels the op-level model says it ran
+// (pass_kernels.h).
 struct ComputeSample {
-  double flops = 0;
+  double flops = 0;  // GEMM + attention FLOPs
   double time_s = 0;
   std::string name = {};  // what ran ("decoder_block backward, 512 tokens"); empty for trace ops
   // Seconds of the op during which a collective of its rank was in flight (the simulator's rule: the busiest
@@ -34,7 +37,14 @@ struct ComputeSample {
   // Bytes the op zero-filled before its work (a unit's first backward op fills its gradient buffer: Op::zeroed_bytes);
   // calibrate() takes their fill time at the fitted memory rate off before fitting the compute rate.
   std::int64_t zeroed_bytes = 0;
+  double gemm_count = 1;        // GEMM kernels in the op: each pays the fixed cost f½ / R
+  double attention_flops = 0;   // of `flops`, flash attention's, in its length- and head-dimension-scaled work
+  double memory_bytes = 0;      // the memory-bound kernels' traffic, taken off at the memory rate before the fit
 };
+
+// A compute sample of an op whose kernels are `kernels` (pass_kernels.h), measured at `time_s`: its GEMM FLOPs and
+// count, its flash attention work scaled to the plateau (attention_rate_share under `base`) and its memory traffic.
+ComputeSample compute_sample(const PassKernels& kernels, double time_s, const HardwareProfile& base);
 
 struct MemorySample1D {  // memory-bound work (the optimizer step)
   double bytes = 0;
@@ -75,12 +85,14 @@ std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& 
 // The cell of `sample`, or nullptr when `fits` has none.
 const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits, const CollectiveSample& sample);
 
-// Memory-bound work: t = bytes / R (through the origin, weights 1/t). Compute: t = (flops + f½) / R, which is the cost
-// model's efficiency curve flops / (R · flops / (flops + f½)) with full efficiency at large sizes — linear in flops,
-// so R and the half-efficiency size f½ come out of one least-squares fit (compute_cost.h, HardwareProfile).
+// Memory-bound work: t = bytes / R (through the origin, weights 1/t). Compute (the op-level model, compute_cost.h):
+// t = (GEMM FLOPs + GEMMs × f½) / R + attention work / R_attention, each GEMM's fixed cost f½ / R — linear in the
+// unknowns, so R, f½ and R_attention come out of one least-squares fit. Attention gets its own rate only when the
+// samples separate it (flash kernels in some ops and not in proportion to their GEMMs); otherwise it runs at R.
 struct RateFit {
   double per_s = 0;                  // FLOP/s, or bytes/s for memory-bound work
-  double half_efficiency_flops = 0;  // compute only: f½
+  double half_efficiency_flops = 0;  // compute only: f½ per GEMM
+  double attention_per_s = 0;        // compute only: flash attention's plateau rate, 0 when not separated
   // Compute only: t = (f + f½) / R + (s − 1) · overlap, the simulator's stretch of the part of an op that overlaps a
   // collective (HardwareProfile::overlap_compute_slowdown). Fitted when the samples' overlaps differ (1 when the fit
   // finds overlap no slower; overlap_fitted still, since the rate assumes it); not fitted when they do not (a sweep).
@@ -92,8 +104,12 @@ struct RateFit {
 };
 RateFit fit_compute_rate(const std::vector<ComputeSample>& samples);
 RateFit fit_memory_rate(const std::vector<MemorySample1D>& samples);
-// (work + f½) / R + (s − 1) · overlap: the fitted time of `work` FLOPs (or bytes, with f½ = 0, no overlap term).
+// (work + f½) / R + (s − 1) · overlap: the fitted time of `work` FLOPs in one GEMM (or bytes, with f½ = 0, no
+// overlap term).
 double predicted_time_s(const RateFit& fit, double work, double overlap_s = 0.0);
+// The fitted time of a compute sample's FLOPs (its GEMMs, their count, its attention work) and overlap; its memory
+// traffic and fill are not included.
+double predicted_compute_s(const RateFit& fit, const ComputeSample& sample);
 // The fraction of the fitted rate that work of this size reaches: f / (f + f½) (HardwareProfile's efficiency curve
 // with the maximum folded into the rate).
 double fitted_efficiency(const RateFit& fit, double work);

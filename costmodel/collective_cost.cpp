@@ -38,30 +38,45 @@ CollectiveCost collective_cost(CollectiveKind kind, std::int64_t message_bytes, 
     return cost;
   }
 
-  // Hierarchy (DESIGN, "Collectives"): a ring that crosses nodes is paced by its slowest link — normally the NIC per
-  // GPU, but a fabric faster than the intra-node link (PCIe-only boxes) leaves the intra-node link the bottleneck.
-  // Its per-step latency is the fabric's α.
-  double latency_s = profile.intra_node.latency_s;
-  double bus_bytes_per_s = profile.intra_node.bus_bytes_per_s;
-  cost.tier = profile.intra_node.name;
-  if (group.spans_nodes) {
-    latency_s = profile.inter_node.latency_s;
-    bus_bytes_per_s = std::min(profile.intra_node.bus_bytes_per_s, profile.inter_node.bus_bytes_per_s);
-    cost.tier = profile.inter_node.name;
-  }
-
   const auto bytes = static_cast<double>(message_bytes);
   const int ranks = group.ranks;
-  // α-β ring model (Thakur, Rabenseifner & Gropp 2005; nccl-tests doc/PERFORMANCE.md for the per-link share):
-  // time = steps(n)·α + bus_factor(n)·S / (busbw_peak · eff(S)).
-  cost.time_s = algorithm.latency_steps(ranks) * latency_s;
+  const int ranks_per_node =
+      group.ranks_per_node > 0 ? group.ranks_per_node : std::min(ranks, std::max(1, profile.gpus_per_node));
+  // Latency (NCCL's ring model, src/graph/tuning.cc: baseLat + (nsteps − nInterSteps)·intraLat + nInterSteps·interLat):
+  // of a ring's steps, those that cross a node boundary pay the network's per-hop latency — nodes − 1 of the n − 1
+  // steps of an all-gather or reduce-scatter, twice that for an all-reduce.
+  const double steps = algorithm.latency_steps(ranks);
+  const int nodes = group.spans_nodes ? std::max(2, (ranks + ranks_per_node - 1) / ranks_per_node) : 1;
+  const double inter_steps = ranks > 1 ? steps * static_cast<double>(nodes - 1) / static_cast<double>(ranks - 1) : 0.0;
+  cost.time_s = profile.collective_base_latency_s + (steps - inter_steps) * profile.intra_node.latency_s +
+                inter_steps * profile.inter_node.latency_s;
+
+  // Note [Rails]: a ring that crosses nodes is not paced by one GPU's NIC. NCCL builds one ring (channel) per rail and
+  // runs them in parallel, each through its own NIC, so a ring over every GPU of each node reaches the node's whole
+  // network bandwidth as bus bandwidth (nccl-tests on multi-node DGX A100, 8 × HDR 200 Gb/s: 192 GB/s all-reduce
+  // busbw, NVIDIA/nccl#812; 4 × HDR for 8 GPUs: 85-96 GB/s, NVIDIA/nccl-tests#119; NDR: 46-48 GB/s per NIC,
+  // NVIDIA/nccl-tests#290), capped by the intra-node links its channels also cross. A group with fewer ranks per node
+  // (HSDP's replica groups: one per node) runs beside the node's other groups and gets its share of the NICs.
+  const double intra_bus = profile.intra_node.bus_bytes_per_s * profile.intra_node.efficiency;
+  double bus_bytes_per_s = intra_bus;
+  cost.tier = profile.intra_node.name;
+  if (group.spans_nodes) {
+    const double node_share =
+        std::min(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(std::max(1, profile.gpus_per_node)));
+    const double network_bus = profile.inter_node.bus_bytes_per_s * profile.inter_node.efficiency * node_share;
+    bus_bytes_per_s = ranks_per_node > 1 ? std::min(intra_bus, network_bus) : network_bus;
+    cost.tier = profile.inter_node.name;
+  } else if (kind == CollectiveKind::all_reduce && profile.nvls_bus_bytes_per_s > bus_bytes_per_s && ranks > 2) {
+    // NCCL picks NVLink SHARP for all-reduce within an NVSwitch node where the switch can reduce (Hopper and later):
+    // ≈ 480 GB/s busbw on 8 × H100 against the ring's ≈ 370 (NVIDIA/nccl-tests#212).
+    bus_bytes_per_s = profile.nvls_bus_bytes_per_s;
+    cost.tier = profile.intra_node.name + " (NVLS)";
+  }
   if (message_bytes > 0) {
-    SHARDPLAN_CHECK(bus_bytes_per_s > 0 && profile.bus_efficiency > 0,
-                    "link tier '" + cost.tier + "' has no bandwidth or efficiency");
-    // eff(S) = bus_efficiency · S / (S + S½): the saturating shape of nccl-tests' busbw-vs-size curves
-    // (HardwareProfile::comm_half_efficiency_bytes).
-    const double efficiency = profile.bus_efficiency * bytes / (bytes + profile.comm_half_efficiency_bytes);
-    cost.time_s += algorithm.bus_factor(ranks) * bytes / (bus_bytes_per_s * efficiency);
+    SHARDPLAN_CHECK(bus_bytes_per_s > 0, "link tier '" + cost.tier + "' has no bandwidth or efficiency");
+    // (S + S½) / busbw: below S½ a message reaches under half the bandwidth even after its latency (the shape of
+    // measured busbw-vs-size curves; HardwareProfile::comm_half_efficiency_bytes).
+    cost.time_s += algorithm.bus_factor(ranks) * (bytes + profile.comm_half_efficiency_bytes) / bus_bytes_per_s;
   }
   cost.algbw_bytes_per_s = algorithm_bandwidth(message_bytes, cost.time_s);
   cost.busbw_bytes_per_s = cost.algbw_bytes_per_s * algorithm.bus_factor(ranks);

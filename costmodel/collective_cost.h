@@ -25,10 +25,12 @@ const CollectiveAlgorithm& reduce_scatter_algorithm();
 const CollectiveAlgorithm& all_reduce_algorithm();
 const CollectiveAlgorithm& collective_algorithm(CollectiveKind kind);
 
-// Where a group's ranks sit: a group whose ranks span nodes is limited by the inter-node tier (the NIC per GPU).
+// Where a group's ranks sit: a group whose ranks span nodes is limited by the network (Note [Rails] in
+// collective_cost.cpp), of which it gets the share its ranks per node are of the node's GPUs.
 struct GroupPlacement {
   int ranks = 1;
   bool spans_nodes = false;
+  int ranks_per_node = 0;  // 0: as many as fit, min(ranks, HardwareProfile::gpus_per_node)
 };
 
 struct CollectiveCost {
@@ -39,8 +41,9 @@ struct CollectiveCost {
 };
 
 // `message_bytes` is S in nccl-tests' convention: the full gathered output for all-gather, the full input for
-// reduce-scatter, the buffer for all-reduce. time = steps(n)·α + bus_factor(n)·S / (busbw_peak · eff(S)), where
-// eff(S) = bus_efficiency · S / (S + comm_half_efficiency_bytes). A group of one rank costs nothing.
+// reduce-scatter, the buffer for all-reduce. time = latency + bus_factor(n)·(S + S½) / busbw, NCCL's ring model:
+// latency = base + intra-node steps·α_intra + inter-node steps·α_inter (NCCL's src/graph/tuning.cc), busbw the tier's
+// achievable bus bandwidth (Note [Rails]), S½ = comm_half_efficiency_bytes. A group of one rank costs nothing.
 CollectiveCost collective_cost(CollectiveKind kind, std::int64_t message_bytes, const GroupPlacement& group,
                                const HardwareProfile& profile);
 

@@ -1,4 +1,4 @@
-// Compute cost: a layer's FLOPs and HBM traffic per pass for one micro-batch, and their roofline × efficiency time.
+// Compute cost: each kernel of a pass timed from the profile's kernel rates, and the memory-bound steps around them.
 #include "compute_cost.h"
 
 #include <algorithm>
@@ -6,73 +6,95 @@
 #include "errors.h"
 
 namespace shardplan {
+namespace {
 
-LayerWork layer_work(const LayerSpec& layer, const TrainingConfig& training, ComputePass pass) {
-  const auto tokens = static_cast<double>(training.tokens_per_micro_batch());
-  // Flash kernels skip the masked upper triangle of causal attention (FlashAttention-2, §3.1); the eager path
-  // (softmax over a materialised s×s score matrix) computes all of it.
-  const bool causal_skip = training.flash_attention;
-  const double forward_flops = layer.forward_flops_per_token(training.seq_len, causal_skip) * tokens;
-  // Note [Activation traffic]: the non-GEMM work (norms, activations, dropout, softmax) is bandwidth-bound and its
-  // traffic scales with what the layer keeps for backward, so we charge those bytes — in the compute dtype, as if
-  // nothing were checkpointed, since forward and recompute materialise the full set whatever is kept afterwards.
-  // Forward and recompute write them once (1×). Backward reads them and writes gradient activations of the same size
-  // (2×). Reads of inputs inside fused kernels are not counted: a lower bound, which calibration's memory_efficiency
-  // absorbs.
-  const double activation_bytes =
-      layer.activation_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
-                                       training.flash_attention, ActivationCheckpointing::none) *
-      tokens;
-  switch (pass) {
-    case ComputePass::forward: return {forward_flops, activation_bytes};
-    // Backward = 2× forward: weight and input gradients each cost one forward (Narayanan et al. 2021, §5.1).
-    case ComputePass::backward: return {2.0 * forward_flops, 2.0 * activation_bytes};
-    // Recompute (activation checkpointing) reruns the forward (Korthikanti et al. 2022, §4).
-    case ComputePass::recompute: return {forward_flops, activation_bytes};
-  }
-  throw InternalError("unknown ComputePass " + std::to_string(static_cast<int>(pass)));
+// FlashAttention-2 on H100 SXM runs head dimension 64 at 0.89 of its head-dimension-128 rate (FlashAttention-3
+// paper, Fig. 5/6, FA2 bars at 16k: forward causal 299 vs 335 TFLOP/s, non-causal 324 vs 370; backward 291 vs 322;
+// docs/research/kernel_rates.md §a): fewer FLOPs per byte of Q, K and V loaded.
+constexpr double kSmallHeadDimFactor = 0.89;
+constexpr std::int64_t kSmallHeadDim = 64;
+
+double tensor_rate(int element_bytes, const HardwareProfile& profile) {
+  const double peak = profile.peak_flops_for_bytes(element_bytes);
+  SHARDPLAN_CHECK(peak > 0 && profile.max_compute_efficiency > 0 && profile.clock_fraction > 0,
+                  "profile has no compute peak");
+  return peak * profile.clock_fraction;
 }
 
-double compute_time_s(const LayerWork& work, int compute_element_bytes, const HardwareProfile& profile) {
-  SHARDPLAN_CHECK(work.flops >= 0 && work.memory_bytes >= 0, "negative FLOPs or bytes in a LayerWork");
-  double flop_time_s = 0;
-  if (work.flops > 0) {
-    const double peak_flops_per_s = profile.peak_flops_for_bytes(compute_element_bytes);
-    SHARDPLAN_CHECK(peak_flops_per_s > 0 && profile.max_compute_efficiency > 0, "profile has no compute peak");
-    // eff(f) = max_efficiency · f / (f + f½): small GEMMs cannot fill the machine (HardwareProfile; NVIDIA "GPU
-    // Performance Background", wave quantisation and tile efficiency).
-    const double efficiency =
-        profile.max_compute_efficiency * work.flops / (work.flops + profile.half_efficiency_flops);
-    flop_time_s = work.flops / (peak_flops_per_s * efficiency);
+}  // namespace
+
+double memory_time_s(double bytes, const HardwareProfile& profile) {
+  if (bytes <= 0) return 0;
+  SHARDPLAN_CHECK(profile.hbm_bytes_per_s > 0 && profile.memory_efficiency > 0, "profile has no HBM bandwidth");
+  return bytes / (profile.hbm_bytes_per_s * profile.memory_efficiency);
+}
+
+double gemm_time_s(const GemmCall& gemm, int element_bytes, const HardwareProfile& profile) {
+  const double flops = gemm.flops();
+  if (flops <= 0) return 0;
+  // (F + f½) / R: the plateau rate R with a fixed cost of f½ / R per kernel (wave quantisation, prologue and tail),
+  // fitted with R on XLA's measured H100 table (XLA default_matmul_perf_table, sm_90: R = 0.79 of peak, f½ = 4.8
+  // GFLOP ≈ 6 µs; rms error 6% over its GEMMs of m ≥ 1024, n, k ≥ 512; docs/research/xla_gemm_table.md).
+  const double rate = tensor_rate(element_bytes, profile) * profile.max_compute_efficiency;
+  const double compute_s = (flops + profile.half_efficiency_flops) / rate;
+  // A GEMM with a short dimension moves more bytes than it computes on (arithmetic intensity 1/(1/m + 1/n + 1/k)
+  // FLOP per element): then A, B and C stream at the memory rate (the roofline, Williams, Waterman & Patterson 2009).
+  const double m = static_cast<double>(gemm.m), n = static_cast<double>(gemm.n), k = static_cast<double>(gemm.k);
+  const double bytes = gemm.batch * element_bytes * (m * k + k * n + m * n);
+  return std::max(compute_s, memory_time_s(bytes, profile));
+}
+
+double attention_rate_share(const AttentionCall& attention, const HardwareProfile& profile) {
+  SHARDPLAN_CHECK(profile.attention_half_seq_len > 0, "profile has no attention rate");
+  // s / (s + s½): short sequences leave a flash kernel's tiles underfilled (FlashAttention-2/3 benchmarks rise with
+  // sequence length at a fixed token count; HardwareProfile::attention_half_seq_len).
+  const auto s = static_cast<double>(attention.seq_len);
+  const double half = attention.triton ? profile.triton_attention_half_seq_len : profile.attention_half_seq_len;
+  const double length_share = s / (s + half);
+  return length_share * (attention.head_dim <= kSmallHeadDim ? kSmallHeadDimFactor : 1.0);
+}
+
+double attention_time_s(const AttentionCall& attention, int element_bytes, const HardwareProfile& profile) {
+  if (attention.flops <= 0) return 0;
+  const double plateau = attention.triton     ? profile.triton_attention_efficiency
+                         : attention.backward ? profile.attention_backward_efficiency
+                                              : profile.attention_forward_efficiency;
+  SHARDPLAN_CHECK(plateau > 0, "profile has no attention rate");
+  return attention.flops / (tensor_rate(element_bytes, profile) * plateau * attention_rate_share(attention, profile));
+}
+
+PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile) {
+  PassTime time;
+  for (const GemmCall& gemm : kernels.gemms) time.gemm_s += gemm_time_s(gemm, compute_element_bytes, profile);
+  for (const AttentionCall& call : kernels.attention) {
+    time.attention_s += attention_time_s(call, compute_element_bytes, profile);
   }
-  double memory_time_s = 0;
-  if (work.memory_bytes > 0) {
-    SHARDPLAN_CHECK(profile.hbm_bytes_per_s > 0 && profile.memory_efficiency > 0, "profile has no HBM bandwidth");
-    memory_time_s = work.memory_bytes / (profile.hbm_bytes_per_s * profile.memory_efficiency);
-  }
-  // Roofline (Williams, Waterman & Patterson 2009): the slower of the compute and memory bounds.
-  return std::max(flop_time_s, memory_time_s);
+  time.memory_s = memory_time_s(kernels.memory_bytes, profile);
+  time.dispatch_s = kernels.kernel_count() * profile.kernel_dispatch_s;
+  // Kernels on one stream add up; the device idles only when the host cannot launch them as fast as they run.
+  time.total_s = std::max(time.gemm_s + time.attention_s + time.memory_s, time.dispatch_s);
+  return time;
+}
+
+double pass_time_s(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile) {
+  return pass_time(kernels, compute_element_bytes, profile).total_s;
 }
 
 double optimizer_step_time_s(std::int64_t shard_elements, const PrecisionRecipe& precision, OptimizerKind optimizer,
                              const HardwareProfile& profile) {
   SHARDPLAN_CHECK(shard_elements >= 0, "negative shard size " + std::to_string(shard_elements));
   if (shard_elements == 0) return 0;
-  SHARDPLAN_CHECK(profile.hbm_bytes_per_s > 0 && profile.memory_efficiency > 0, "profile has no HBM bandwidth");
   // A fused optimizer (apex FusedAdam, torch `fused=True`) touches each byte once per element of the shard:
   // read + write the parameter, read the gradient, read + write the master copy and the states (ZeRO's K bytes).
   // bf16-mixed AdamW: 2·4 + 4 + 2·8 = 28 bytes.
   const double bytes_per_element = 2.0 * precision.param_storage_bytes + precision.grad_storage_bytes +
                                    2.0 * optimizer_bytes_per_param(precision, optimizer);
-  return static_cast<double>(shard_elements) * bytes_per_element /
-         (profile.hbm_bytes_per_s * profile.memory_efficiency);
+  return memory_time_s(static_cast<double>(shard_elements) * bytes_per_element, profile);
 }
 
 double buffer_fill_time_s(std::int64_t bytes, const HardwareProfile& profile) {
   SHARDPLAN_CHECK(bytes >= 0, "negative buffer size " + std::to_string(bytes));
-  if (bytes == 0) return 0;
-  SHARDPLAN_CHECK(profile.hbm_bytes_per_s > 0 && profile.memory_efficiency > 0, "profile has no HBM bandwidth");
-  return static_cast<double>(bytes) / (profile.hbm_bytes_per_s * profile.memory_efficiency);
+  return memory_time_s(static_cast<double>(bytes), profile);
 }
 
 double host_copy_time_s(std::int64_t bytes, const HardwareProfile& profile) {

@@ -1,29 +1,41 @@
-// Compute cost: layer FLOPs for a micro-batch, and their time under the roofline × efficiency-by-size model.
+// Compute cost, op by op: a layer pass's kernels (pass_kernels.h) timed as PyTorch runs them on one stream — GEMMs by
+// shape, flash attention by sequence length, memory-bound kernels at the achievable HBM bandwidth — plus the optimizer
+// step, buffer fills and host copies.
 #pragma once
 
 #include <cstdint>
 
 #include "hardware_profile.h"
-#include "model_spec.h"
+#include "pass_kernels.h"
 #include "training.h"
 
 namespace shardplan {
 
-enum class ComputePass { forward, backward, recompute };
+// One GEMM (HardwareProfile's compute notes): max((F + f½) / (peak × max_compute_efficiency × clock_fraction),
+// bytes of A, B and C / memory rate) — a roofline per GEMM with a fixed cost per kernel that small GEMMs cannot hide.
+double gemm_time_s(const GemmCall& gemm, int element_bytes, const HardwareProfile& profile);
 
-struct LayerWork {
-  double flops = 0;          // hardware FLOPs of this pass
-  double memory_bytes = 0;   // HBM traffic of the pass's non-GEMM work (activations written or read)
+// One flash attention kernel: FLOPs / (peak × efficiency × clock_fraction × s / (s + s½)), the forward or backward
+// plateau, lower for head dimensions of 64 and below.
+double attention_time_s(const AttentionCall& attention, int element_bytes, const HardwareProfile& profile);
+
+// The share of attention's plateau rate a kernel reaches: s / (s + s½), lower for head dimensions of 64 and below.
+double attention_rate_share(const AttentionCall& attention, const HardwareProfile& profile);
+
+// Memory-bound work: bytes / (hbm_bytes_per_s × memory_efficiency).
+double memory_time_s(double bytes, const HardwareProfile& profile);
+
+// A pass's time, term by term. Kernels on one stream run one after another, so their times add (no per-layer
+// roofline max); the host must also launch them, so the pass takes at least kernels × kernel_dispatch_s.
+struct PassTime {
+  double gemm_s = 0;
+  double attention_s = 0;
+  double memory_s = 0;
+  double dispatch_s = 0;  // the host's launch time for the pass's kernels
+  double total_s = 0;     // max(gemm + attention + memory, dispatch)
 };
-
-// Forward FLOPs = forward_flops_per_token × tokens; backward = 2× forward (Narayanan et al. 2021, §5.1: the weight
-// and input gradients each cost one forward); recompute = one forward. Memory traffic: the activations the layer keeps
-// are written in forward and read back in backward.
-LayerWork layer_work(const LayerSpec& layer, const TrainingConfig& training, ComputePass pass);
-
-// max(FLOPs / (peak × efficiency(FLOPs)), bytes / (HBM × memory_efficiency)): a roofline with a size-dependent
-// compute efficiency (HardwareProfile).
-double compute_time_s(const LayerWork& work, int compute_element_bytes, const HardwareProfile& profile);
+PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile);
+double pass_time_s(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile);
 
 // The optimizer step on this rank's shard is bound by HBM bandwidth: it reads and writes parameters and states and
 // reads gradients (fused AdamW touches each byte once: apex FusedAdam, torch `fused=True`).

@@ -1,6 +1,8 @@
 // Builds llama-family and GPT-2 decoders layer by layer: tensors as in the Hugging Face modules, FLOPs, activations.
 #include "decoder_builder.h"
 
+#include "block_kernels.h"
+
 #include "errors.h"
 #include "input_limits.h"
 
@@ -40,11 +42,14 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
   if (arch.dropout < 0 || arch.dropout >= 1) throw InputError(origin + ": field 'dropout': expected 0 <= p < 1");
 }
 
-LayerSpec embedding_layer(const std::string& name, std::int64_t rows, std::int64_t hidden, double dropout) {
+// `adds_to_input`: GPT-2's position embedding, added onto the token embedding.
+LayerSpec embedding_layer(const std::string& name, std::int64_t rows, std::int64_t hidden, double dropout,
+                          bool adds_to_input) {
   LayerSpec layer = make_layer(name, LayerKind::embedding);
   layer.tensors = {{"weight", {rows, hidden}}};
   // A lookup, no matmul; GPT-2's embedding dropout keeps a 1-byte mask per element (Korthikanti §4.2).
   layer.activations.mask_bytes_per_token = dropout > 0 ? static_cast<double>(hidden) : 0.0;
+  layer.kernels = embedding_kernels(hidden, adds_to_input, dropout);
   return layer;
 }
 
@@ -77,6 +82,8 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   layer.activations.score_elements_per_token_per_position = static_cast<double>(arch.num_heads);  // softmax output
   layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(arch.num_heads);  // fp32 log-sum-exp
   layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
+  layer.kernels = llama_block_kernels(arch);
+  layer.activations.selective_op_elements_per_token = selective_op_kept_elements(*layer.kernels, h);
   return layer;
 }
 
@@ -101,6 +108,8 @@ LayerSpec gpt2_block(const DecoderArchitecture& arch, std::int64_t index) {
   layer.activations.score_mask_bytes_per_token_per_position = has_dropout ? static_cast<double>(heads) : 0.0;
   layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(heads);
   layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
+  layer.kernels = gpt2_block_kernels(arch);
+  layer.activations.selective_op_elements_per_token = selective_op_kept_elements(*layer.kernels, h);
   return layer;
 }
 
@@ -109,6 +118,7 @@ LayerSpec final_norm(const std::string& name, std::int64_t hidden, bool with_bia
   layer.tensors = {{"weight", {hidden}}};
   if (with_bias) layer.tensors.push_back({"bias", {hidden}});
   layer.activations.elements_per_token = static_cast<double>(hidden);  // its input
+  layer.kernels = final_norm_kernels(hidden, with_bias);
   return layer;
 }
 
@@ -122,6 +132,7 @@ LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> ti
   // (Korthikanti §4.3: 4sbv bytes for the loss).
   layer.activations.elements_per_token = static_cast<double>(h + vocab);
   layer.activations.fp32_bytes_per_token = 4.0 * static_cast<double>(vocab);
+  layer.kernels = lm_head_kernels(h, vocab);
   return layer;
 }
 
@@ -139,11 +150,11 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
   model.architecture = arch;
   const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
   if (gpt2) {
-    model.layers.push_back(embedding_layer("transformer.wte", arch.vocab_size, arch.hidden_size, 0.0));
+    model.layers.push_back(embedding_layer("transformer.wte", arch.vocab_size, arch.hidden_size, 0.0, false));
     model.layers.push_back(
-        embedding_layer("transformer.wpe", arch.max_position_embeddings, arch.hidden_size, arch.dropout));
+        embedding_layer("transformer.wpe", arch.max_position_embeddings, arch.hidden_size, arch.dropout, true));
   } else {
-    model.layers.push_back(embedding_layer("model.embed_tokens", arch.vocab_size, arch.hidden_size, 0.0));
+    model.layers.push_back(embedding_layer("model.embed_tokens", arch.vocab_size, arch.hidden_size, 0.0, false));
   }
   for (std::int64_t index = 0; index < arch.num_layers; ++index) {
     model.layers.push_back(gpt2 ? gpt2_block(arch, index) : llama_block(arch, index));

@@ -24,9 +24,21 @@ constexpr std::int64_t kGpuContextOverheadBytes = gib(1);
 // Note [Intra-node bandwidth]: NVIDIA quotes NVLink as total bidirectional bandwidth per GPU; a ring step pushes one
 // direction, so the catalog stores half. Same for PCIe ("64 GB/s" Gen4 x16 bidirectional = 32 GB/s per direction).
 
-// Note [Latency α]: per ring step, not the wire latency: NCCL's per-step overhead is a few microseconds on NVLink
-// (nccl-tests small-message all_gather at 8 GPUs ≈ 20–25 µs for 7 steps), a little more over PCIe through the CPU root
-// complex. Calibration fits α from measured small-message collectives.
+// Note [Latency α]: per ring step, not the wire latency (Note [NCCL latency] for the intra-node links). Calibration
+// fits α from measured small-message collectives.
+
+// Note [NCCL latency]: NCCL's own ring model (NVIDIA/nccl src/graph/tuning.cc, baseLat and hwLat for the Simple
+// protocol that carries large messages): 8.4 µs per collective call, 3.4 µs per step over NVLink, 5.7 µs over PCIe.
+constexpr double kNcclBaseLatencyS = 8.4e-6;
+constexpr double kNvlinkHopLatencyS = 3.4e-6;
+constexpr double kPcieHopLatencyS = 5.7e-6;
+// Note [Collective size curve]: XLA's measured 8 × H100 all-gather busbw (default_collective_perf_table, sm_90: 113,
+// 179, 275, 322, 337 GB/s at 8, 16, 64, 256, 512 MB) is fitted within 2% by NCCL's latency above plus
+// (S + 4 MiB) / busbw: a message reaches half the bandwidth left after its latency at 4 MiB.
+constexpr double kCommHalfEfficiencyBytes = 4.0 * (1 << 20);
+// Note [Eager dispatch]: PyTorch's host time per eager op with autograd is 5-7 µs (pytorch/pytorch#41383: a scalar op
+// with autograd; ~2 µs without), so a pass cannot run faster than its kernel count × 5 µs.
+constexpr double kEagerDispatchS = 5e-6;
 
 void add_nvidia_ampere(HardwareCatalog& catalog) {
   // NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): BF16/FP16 Tensor Core 312 TFLOPS
@@ -41,12 +53,31 @@ void add_nvidia_ampere(HardwareCatalog& catalog) {
   a100_40.hbm_bytes_per_s = 1.555e12;      // datasheet, A100 40GB HBM2: 1,555 GB/s
   a100_40.intra_node_link = "NVLink3";
   a100_40.intra_node_bytes_per_s = 300e9;  // 600 GB/s bidirectional / 2, Note [Intra-node bandwidth]
-  a100_40.intra_node_latency_s = 3e-6;     // Note [Latency α]
+  a100_40.intra_node_latency_s = kNvlinkHopLatencyS;  // Note [NCCL latency]
   a100_40.pcie_bytes_per_s = 32e9;         // PCIe Gen4 x16, 64 GB/s bidirectional / 2
   a100_40.default_fabric = "ib-hdr";       // DGX A100: 8× ConnectX-6 HDR 200 Gb/s, one per GPU
   a100_40.default_gpus_per_node = 8;       // DGX/HGX A100 8-GPU baseboard
   a100_40.price_per_gpu_hour = 1.29;       // Note [Prices]
   a100_40.context_overhead_bytes = kGpuContextOverheadBytes;
+  // Kernel rates (docs/research/kernel_rates.md): cuBLASLt on A100-SXM4-80GB after 10,000 warm-up iterations (so at
+  // sustained clocks, clock_fraction 1): 256.5 TFLOP/s at 16384³ (0.82 of peak), 253.7 at 8192³; 1024³ and 2048³ take
+  // ≈10 µs beyond the plateau rate (119.4 and 221.8 TFLOP/s) — Azure/AI-benchmarking-guide ND A100 v4 results.
+  a100_40.max_compute_efficiency = 0.82;
+  a100_40.half_efficiency_flops = 10e-6 * 0.82 * 312e12;
+  a100_40.clock_fraction = 1.0;
+  // FlashAttention-2 on A100 80GB, forward + backward, causal, head dim 64 (FlashAttention-2 paper Fig. 4c: 88, 119,
+  // 140, 156, 165, 171 TFLOP/s at 512 ... 16k): 197 TFLOP/s (0.63) at head dim 128 and s½ = 500 fit them within 1%.
+  a100_40.attention_forward_efficiency = 0.63;
+  a100_40.attention_backward_efficiency = 0.63;
+  a100_40.attention_half_seq_len = 500;
+  // The Triton FlashAttention (flash_attn_triton) in the same figure: 59, 75, 79, 76, 79, 67 TFLOP/s, i.e. 87 TFLOP/s
+  // (0.28) at head dim 128 with s½ = 120 (rms 8%; HardwareProfile::triton_attention_half_seq_len).
+  a100_40.triton_attention_efficiency = 87.0 / 312.0;
+  a100_40.memory_efficiency = 0.83;  // BabelStream Triad 1,700 of 2,039 GB/s (Azure ND A100 v4 results)
+  a100_40.kernel_dispatch_s = kEagerDispatchS;
+  a100_40.intra_node_bus_efficiency = 230.0 / 300.0;  // nccl-tests busbw ≈ 230 GB/s on 8 × A100 (NVIDIA/nccl-tests#149)
+  a100_40.collective_base_latency_s = kNcclBaseLatencyS;
+  a100_40.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
   catalog.add_gpu(a100_40);
 
   GpuSpec a100_80 = a100_40;
@@ -72,12 +103,31 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.hbm_bytes_per_s = 3.35e12;       // datasheet, H100 SXM HBM3
   h100.intra_node_link = "NVLink4";
   h100.intra_node_bytes_per_s = 450e9;  // 900 GB/s bidirectional / 2, Note [Intra-node bandwidth]
-  h100.intra_node_latency_s = 3e-6;     // Note [Latency α]
+  h100.intra_node_latency_s = kNvlinkHopLatencyS;  // Note [NCCL latency]
   h100.pcie_bytes_per_s = 64e9;         // PCIe Gen5 x16, 128 GB/s bidirectional / 2
   h100.default_fabric = "ib-ndr";       // DGX H100: 8× ConnectX-7 NDR 400 Gb/s, one per GPU
   h100.default_gpus_per_node = 8;       // DGX/HGX H100 8-GPU baseboard
   h100.price_per_gpu_hour = 2.99;       // Note [Prices]
   h100.context_overhead_bytes = kGpuContextOverheadBytes;
+  // Kernel rates (docs/research/kernel_rates.md, xla_gemm_table.md): GEMMs 0.80 of peak at the best shape (Bekman's
+  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%); both from short
+  // runs, while an SXM part at 700 W sustains ≈ 1,500-1,575 of its 1,830 MHz under tensor load (tile-ai/TileOPs#1588,
+  // deepseek-ai/DeepGEMM#120): clock_fraction 0.85.
+  h100.max_compute_efficiency = 0.80;
+  h100.half_efficiency_flops = 4.8e9;
+  h100.clock_fraction = 0.85;
+  // FlashAttention-2 (what SDPA runs on Hopper) at the locked 1,830 MHz (FlashAttention-3 paper, Figs. 5-6, head dim
+  // 128): forward causal 191 ... 335 TFLOP/s and backward 214 ... 322 from 512 to 16k, fitted by 350 and 328 TFLOP/s
+  // plateaus with s½ 400 and 270 (rms 2%, 0.4%).
+  h100.attention_forward_efficiency = 350.0 / 989.4;
+  h100.attention_backward_efficiency = 328.0 / 989.4;
+  h100.attention_half_seq_len = 350;
+  h100.memory_efficiency = 0.89;  // BabelStream Triad 2,970 of 3,350 GB/s (Azure ND H100 v5 results)
+  h100.kernel_dispatch_s = kEagerDispatchS;
+  h100.intra_node_bus_efficiency = 370.0 / 450.0;  // ring busbw ≈ 370 GB/s on 8 × H100 (NVIDIA/nccl-tests#212)
+  h100.nvls_bus_bytes_per_s = 480e9;  // NVLS all-reduce busbw ≈ 480 GB/s (nccl-tests#212; 476 measured in #290)
+  h100.collective_base_latency_s = kNcclBaseLatencyS;
+  h100.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
   catalog.add_gpu(h100);
 
   // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): same GH100 compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s,
@@ -88,6 +138,8 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h200.memory_bytes = mib(143771);  // nvidia-smi "NVIDIA H200" total: 143771MiB
   h200.hbm_bytes_per_s = 4.8e12;    // datasheet, HBM3e
   h200.price_per_gpu_hour = 3.79;   // Note [Prices]
+  h200.memory_efficiency = 0.86;    // BabelStream Triad 4,150 of 4,800 GB/s (Azure ND H200 v5 results)
+  h200.clock_fraction = 1500.0 / 1830.0;  // 700 W cannot hold 1,830 MHz under load; 1,500 sustained (TileOPs#1588)
   catalog.add_gpu(h200);
 
   // NVIDIA HGX B200 specifications (per GPU of the 8-GPU board): FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity → 2.25
@@ -108,6 +160,20 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   // such a cluster should name "fabric": "ib-ndr".
   b200.default_fabric = "ib-xdr";
   b200.price_per_gpu_hour = 5.99;  // Note [Prices]
+  // Kernel rates: GEMMs 0.776 of peak at the best shape (MAMF: 1,745 TFLOP/s), ≈ 6 µs fixed per GEMM (XLA's
+  // sm_100_B200 table fitted: f½ 9 GFLOP); sustained clocks not published (clock_fraction 1, unverified). Attention:
+  // SDPA forward, head dim 128, 330-375 TFLOP/s from 1k to 16k (meta-pytorch/tritonbench#1014; s½ ≈ 150), backward
+  // FlashAttention-2 334 TFLOP/s at head dim 64 (Dao-AILab/flash-attention#1589), i.e. 375 at 128. Triad unmeasured:
+  // the driver's 7.67 TB/s peak (pytorch/ao#4002) at H100's 0.89 of it.
+  b200.max_compute_efficiency = 0.776;
+  b200.half_efficiency_flops = 9e9;
+  b200.clock_fraction = 1.0;
+  b200.attention_forward_efficiency = 375.0 / 2250.0;
+  b200.attention_backward_efficiency = 375.0 / 2250.0;
+  b200.attention_half_seq_len = 150;
+  b200.memory_efficiency = 0.89 * 7.672 / 8.0;
+  b200.intra_node_bus_efficiency = 0.70;  // XLA's 8 × B200 table: all-gather 616, reduce-scatter 642 GB/s at 2 GB
+  b200.nvls_bus_bytes_per_s = 0;          // its all-reduce (614 GB/s) is no faster there
   catalog.add_gpu(b200);
 }
 
@@ -124,12 +190,17 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   l40s.hbm_bytes_per_s = 864e9;         // datasheet, GDDR6
   l40s.intra_node_link = "PCIe Gen4 x16";
   l40s.intra_node_bytes_per_s = 32e9;   // PCIe Gen4 x16, 64 GB/s bidirectional / 2
-  l40s.intra_node_latency_s = 5e-6;     // Note [Latency α]
+  l40s.intra_node_latency_s = kPcieHopLatencyS;  // Note [NCCL latency]
   l40s.pcie_bytes_per_s = 32e9;         // same Gen4 x16 link to the host
   l40s.default_fabric = "roce-200g";    // typical L40S cloud nodes: 200 Gb/s RoCE NICs
   l40s.default_gpus_per_node = 8;       // common 4U 8-GPU PCIe servers
   l40s.price_per_gpu_hour = 1.25;       // Note [Prices]
   l40s.context_overhead_bytes = kGpuContextOverheadBytes;
+  // No published L40S GEMM, attention or STREAM measurement was found (docs/research/kernel_rates.md): the profile's
+  // defaults stand (unverified), with NCCL's latencies and the eager dispatch floor.
+  l40s.kernel_dispatch_s = kEagerDispatchS;
+  l40s.collective_base_latency_s = kNcclBaseLatencyS;
+  l40s.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
   catalog.add_gpu(l40s);
 
   // NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090): peak BF16 and FP16 Tensor TFLOPS with FP32
@@ -145,6 +216,12 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   rtx4090.hbm_bytes_per_s = 1008e9;      // Ada whitepaper, GDDR6X
   rtx4090.default_fabric = "ethernet-100g";  // consumer-GPU rentals rarely have RDMA NICs
   rtx4090.price_per_gpu_hour = 0.69;     // Note [Prices]
+  // flash_attn on an RTX 4090 at 2k, head dim 128 (apache/tvm tl_doc/flash_perf.md): forward 169.3 TFLOP/s (at or
+  // above the 165.2 reference peak: boost clocks), backward 124.6; global-memory bandwidth 904-922 of 1,008 GB/s
+  // (xytpai/nvbench).
+  rtx4090.attention_forward_efficiency = 1.0;
+  rtx4090.attention_backward_efficiency = 124.6 / 165.2;
+  rtx4090.memory_efficiency = 0.90;
   catalog.add_gpu(rtx4090);
 
   // AMD Instinct MI300X accelerator datasheet: peak BF16/FP16 1,307.4 TFLOPS dense (2,614.9 with sparsity), FP32 163.4
@@ -160,12 +237,24 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   mi300x.hbm_bytes_per_s = 5.3e12;         // datasheet, HBM3
   mi300x.intra_node_link = "Infinity Fabric";
   mi300x.intra_node_bytes_per_s = 448e9;   // 7 links × 64 GB/s per direction (fully connected 8-GPU mesh)
-  mi300x.intra_node_latency_s = 3e-6;      // Note [Latency α]; RCCL on xGMI is comparable to NCCL on NVLink
+  mi300x.intra_node_latency_s = kNvlinkHopLatencyS;  // Note [NCCL latency]; RCCL on xGMI taken as NCCL on NVLink
   mi300x.pcie_bytes_per_s = 64e9;          // PCIe Gen5 x16, 128 GB/s bidirectional / 2
   mi300x.default_fabric = "roce-400g";     // MI300X platforms ship 400 Gb/s RoCE NICs, one per GPU
   mi300x.default_gpus_per_node = 8;        // AMD Instinct MI300X platform: 8 OAM modules
   mi300x.price_per_gpu_hour = 2.49;        // Note [Prices]
   mi300x.context_overhead_bytes = kGpuContextOverheadBytes;
+  // Kernel rates: GEMMs 0.51-0.60 of peak at the best shape (MAMF: 668.4 TFLOP/s with TunableOp, 781.9 on ROCm 6.2),
+  // 0.55 taken; a ≈ 14 µs fixed cost per GEMM (XLA's gfx942 table, fitted, rms 26%: weak). FlashAttention-2 (ROCm)
+  // 328.6 TFLOP/s at head dim 64, s = 8192 (Azure ND MI300X v5 results), i.e. 0.28 of peak at 128 (direction not
+  // stated: both). BabelStream Triad 4,090 of 5,300 GB/s.
+  mi300x.max_compute_efficiency = 0.55;
+  mi300x.half_efficiency_flops = 14e-6 * 0.55 * 1307.4e12;
+  mi300x.attention_forward_efficiency = 0.28;
+  mi300x.attention_backward_efficiency = 0.28;
+  mi300x.memory_efficiency = 0.77;
+  mi300x.kernel_dispatch_s = kEagerDispatchS;
+  mi300x.collective_base_latency_s = kNcclBaseLatencyS;
+  mi300x.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
   catalog.add_gpu(mi300x);
 }
 
@@ -209,13 +298,15 @@ void add_cpu(HardwareCatalog& catalog) {
 }
 
 void add_fabrics(HardwareCatalog& catalog) {
-  // Bandwidths are the NIC line rate / 8 per GPU (one NIC per GPU, rail-optimised), per direction. Latencies are per
-  // ring step as NCCL sees them (Note [Latency α]): InfiniBand ~5 µs, RoCE ~8 µs (PFC/ECN Ethernet switches), and kernel
-  // TCP sockets ~20 µs.
-  // NVIDIA ConnectX-6 InfiniBand HDR 200 Gb/s (Quantum HDR switches).
-  catalog.add_fabric({"ib-hdr", "InfiniBand HDR 200 Gb/s", 25e9, 5e-6});
-  // NVIDIA ConnectX-7 InfiniBand NDR 400 Gb/s (Quantum-2 switches).
-  catalog.add_fabric({"ib-ndr", "InfiniBand NDR 400 Gb/s", 50e9, 5e-6});
+  // Bandwidths are the NIC line rate / 8 per GPU (one NIC per GPU, rail-optimised), per direction; a node's network is
+  // its GPUs' NICs together (Note [Rails] in collective_cost.cpp). Latencies are per ring step as NCCL sees them (Note
+  // [Latency α]): InfiniBand ~5 µs, RoCE ~8 µs (PFC/ECN Ethernet switches), and kernel TCP sockets ~20 µs. NIC
+  // efficiency: nccl-tests busbw per NIC over its line rate; unmeasured fabrics take the profile's 0.95.
+  // NVIDIA ConnectX-6 InfiniBand HDR 200 Gb/s (Quantum HDR switches): 192 of 200 GB/s all-reduce busbw on multi-node
+  // DGX A100 with 8 of them (NVIDIA/nccl#812).
+  catalog.add_fabric({"ib-hdr", "InfiniBand HDR 200 Gb/s", 25e9, 5e-6, 0, 0, 0.96});
+  // NVIDIA ConnectX-7 InfiniBand NDR 400 Gb/s (Quantum-2 switches): 46-48 GB/s per NIC (NVIDIA/nccl-tests#290).
+  catalog.add_fabric({"ib-ndr", "InfiniBand NDR 400 Gb/s", 50e9, 5e-6, 0, 0, 0.94});
   // NVIDIA ConnectX-8 SuperNIC InfiniBand XDR 800 Gb/s (Quantum-X800 switches).
   catalog.add_fabric({"ib-xdr", "InfiniBand XDR 800 Gb/s", 100e9, 5e-6});
   // RoCE v2 over 200 GbE (ConnectX-6 Dx class NICs).

@@ -129,6 +129,21 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   entry.update("price_per_gpu_hour", spec.price_per_gpu_hour, {0, limits::kMostPricePerGpuHour});
   spec.context_overhead_bytes = entry.optional_int_in_range("context_overhead_bytes", 0, limits::kMostMemoryBytes)
                                     .value_or(spec.context_overhead_bytes);
+  // Kernel-level rates (the op-level compute model): fractions of a peak, a FLOP count, a length and a host time.
+  entry.update("max_compute_efficiency", spec.max_compute_efficiency, limits::kFraction);
+  entry.update("half_efficiency_flops", spec.half_efficiency_flops, {1, limits::kFlopsPerS.most});
+  entry.update("attention_forward_efficiency", spec.attention_forward_efficiency, limits::kFraction);
+  entry.update("attention_backward_efficiency", spec.attention_backward_efficiency, limits::kFraction);
+  entry.update("attention_half_seq_len", spec.attention_half_seq_len, limits::kSeqLenRange);
+  entry.update("triton_attention_efficiency", spec.triton_attention_efficiency, limits::kFraction);
+  entry.update("memory_efficiency", spec.memory_efficiency, limits::kFraction);
+  entry.update("clock_fraction", spec.clock_fraction, limits::kFraction);
+  entry.update("kernel_dispatch_s", spec.kernel_dispatch_s, limits::kOverheadS);
+  entry.update("intra_node_bus_efficiency", spec.intra_node_bus_efficiency, limits::kFraction);
+  entry.update("nvls_bus_bytes_per_s", spec.nvls_bus_bytes_per_s, limits::kBytesPerS);
+  entry.update("collective_base_latency_s", spec.collective_base_latency_s, limits::kLatencyS);
+  entry.update("comm_half_efficiency_bytes", spec.comm_half_efficiency_bytes,
+               {1, static_cast<double>(limits::kMostMemoryBytes)});
 }
 
 GpuSpec new_gpu(const JsonObjectReader& entry, const std::string& name) {
@@ -156,16 +171,28 @@ void apply_fabric_fields(const JsonObjectReader& entry, FabricSpec& spec) {
   set_string(entry, "description", spec.description);
   entry.update("bytes_per_s_per_gpu", spec.bytes_per_s_per_gpu, limits::kBytesPerS);
   entry.update("latency_s", spec.latency_s, limits::kLatencyS);
+  if (const auto nics = entry.optional_int_in_range("nics_per_node", 1, limits::kMaxNicsPerNode)) {
+    spec.nics_per_node = static_cast<int>(*nics);
+  }
+  entry.update("bytes_per_s_per_nic", spec.bytes_per_s_per_nic, limits::kBytesPerS);
+  entry.update("nic_efficiency", spec.nic_efficiency, limits::kFraction);
 }
 
 std::vector<std::string> gpu_keys() {
   return {"name", "description", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp16_flops",
           "peak_fp32_flops", "hbm_bytes_per_s", "intra_node_link", "intra_node_bytes_per_s", "intra_node_latency_s",
           "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
-          "context_overhead_bytes"};
+          "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "attention_forward_efficiency",
+          "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
+          "clock_fraction",
+          "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s", "collective_base_latency_s",
+          "comm_half_efficiency_bytes"};
 }
 
-std::vector<std::string> fabric_keys() { return {"name", "description", "bytes_per_s_per_gpu", "latency_s"}; }
+std::vector<std::string> fabric_keys() {
+  return {"name", "description", "bytes_per_s_per_gpu", "latency_s", "nics_per_node", "bytes_per_s_per_nic",
+          "nic_efficiency"};
+}
 
 }  // namespace
 
@@ -262,7 +289,7 @@ void HardwareCatalog::add_fabric(FabricSpec spec) {
 }
 
 nlohmann::json to_json(const GpuSpec& gpu) {
-  return {
+  nlohmann::json document = {
       {"name", gpu.name},
       {"description", gpu.description},
       {"memory_bytes", gpu.memory_bytes},
@@ -279,15 +306,46 @@ nlohmann::json to_json(const GpuSpec& gpu) {
       {"price_per_gpu_hour", gpu.price_per_gpu_hour},
       {"context_overhead_bytes", gpu.context_overhead_bytes},
   };
+  // Kernel rates only where the entry sets them; unset ones are the profile's defaults (and would not read back).
+  const std::pair<const char*, double> rates[] = {
+      {"max_compute_efficiency", gpu.max_compute_efficiency},
+      {"half_efficiency_flops", gpu.half_efficiency_flops},
+      {"attention_forward_efficiency", gpu.attention_forward_efficiency},
+      {"attention_backward_efficiency", gpu.attention_backward_efficiency},
+      {"attention_half_seq_len", gpu.attention_half_seq_len},
+      {"triton_attention_efficiency", gpu.triton_attention_efficiency},
+      {"memory_efficiency", gpu.memory_efficiency},
+      {"clock_fraction", gpu.clock_fraction},
+      {"intra_node_bus_efficiency", gpu.intra_node_bus_efficiency},
+      {"nvls_bus_bytes_per_s", gpu.nvls_bus_bytes_per_s},
+      {"collective_base_latency_s", gpu.collective_base_latency_s},
+      {"comm_half_efficiency_bytes", gpu.comm_half_efficiency_bytes},
+  };
+  for (const auto& [key, value] : rates) {
+    if (value > 0) document[key] = value;
+  }
+  if (gpu.kernel_dispatch_s >= 0) document["kernel_dispatch_s"] = gpu.kernel_dispatch_s;
+  return document;
 }
 
 nlohmann::json to_json(const FabricSpec& fabric) {
-  return {
+  nlohmann::json document = {
       {"name", fabric.name},
       {"description", fabric.description},
       {"bytes_per_s_per_gpu", fabric.bytes_per_s_per_gpu},
       {"latency_s", fabric.latency_s},
   };
+  if (fabric.nics_per_node > 0) document["nics_per_node"] = fabric.nics_per_node;
+  if (fabric.bytes_per_s_per_nic > 0) document["bytes_per_s_per_nic"] = fabric.bytes_per_s_per_nic;
+  if (fabric.nic_efficiency > 0) document["nic_efficiency"] = fabric.nic_efficiency;
+  return document;
+}
+
+double FabricSpec::node_bytes_per_s(int gpus_per_node) const {
+  if (nics_per_node > 0) {
+    return static_cast<double>(nics_per_node) * (bytes_per_s_per_nic > 0 ? bytes_per_s_per_nic : bytes_per_s_per_gpu);
+  }
+  return static_cast<double>(gpus_per_node) * bytes_per_s_per_gpu;
 }
 
 }  // namespace shardplan

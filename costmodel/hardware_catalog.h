@@ -26,17 +26,34 @@ struct GpuSpec {
   int default_gpus_per_node = 8;
   double price_per_gpu_hour = 0;      // USD, a default the user can override
   std::int64_t context_overhead_bytes = 0;  // runtime context + library workspaces that training cannot use
-  // The compute efficiency curve (HardwareProfile: max_efficiency × f / (f + f½)) where this device's kernels differ
-  // from GPU GEMMs'; 0 keeps HardwareProfile's defaults.
-  double max_compute_efficiency = 0;
-  double half_efficiency_flops = 0;
+  // Kernel-level rates (the op-level compute model, compute_cost.h; HardwareProfile says what each means), each from a
+  // published kernel measurement cited where the entry sets it; 0 keeps HardwareProfile's default.
+  double max_compute_efficiency = 0;         // large-GEMM plateau, fraction of the dense peak
+  double half_efficiency_flops = 0;          // per GEMM: the FLOPs at which one reaches half the plateau
+  double attention_forward_efficiency = 0;   // flash attention's plateau, fraction of the dense peak
+  double attention_backward_efficiency = 0;
+  double attention_half_seq_len = 0;         // the sequence length at which attention reaches half its plateau
+  double triton_attention_efficiency = 0;    // the Triton FlashAttention kernel's plateau (0: 0.44 of the flash one)
+  double memory_efficiency = 0;              // memory-bound kernels: fraction of hbm_bytes_per_s (STREAM Triad)
+  double clock_fraction = 0;                 // sustained tensor clock under training load / the peak's clock
+  double kernel_dispatch_s = -1;             // host time per eager kernel launch; -1 keeps the default
+  double intra_node_bus_efficiency = 0;      // nccl-tests busbw / intra_node_bytes_per_s for ring collectives
+  double nvls_bus_bytes_per_s = 0;           // NVLink SHARP all-reduce busbw within a node (0: no NVLS)
+  double collective_base_latency_s = 0;      // per collective call, before the per-hop latencies (NCCL's baseLat)
+  double comm_half_efficiency_bytes = 0;     // message size at half the tier's bandwidth beyond the latency
 };
 
 struct FabricSpec {
   std::string name;                 // "ib-ndr"
   std::string description;          // "InfiniBand NDR 400 Gb/s"
-  double bytes_per_s_per_gpu = 0;   // one NIC per GPU, per direction
+  double bytes_per_s_per_gpu = 0;   // network bandwidth per GPU per direction (one NIC per GPU unless nics_per_node)
   double latency_s = 0;             // per ring step across nodes (α)
+  // Rails (Note [Rails] in collective_cost.cpp): NICs per node and each one's rate per direction; 0 = one NIC per GPU
+  // at bytes_per_s_per_gpu. A node's network bandwidth is nics_per_node × bytes_per_s_per_nic.
+  int nics_per_node = 0;
+  double bytes_per_s_per_nic = 0;
+  double nic_efficiency = 0;        // nccl-tests busbw per NIC / its line rate; 0 keeps the default
+  double node_bytes_per_s(int gpus_per_node) const;
 };
 
 // All known GPUs and fabrics. `builtin()` holds the published numbers (each with its source at the definition);

@@ -72,15 +72,29 @@ void read_fraction(const JsonObjectReader& reader, std::string_view key, double&
 void read_tier(const JsonObjectReader& parent, std::string_view key, LinkTier& tier) {
   if (!parent.has(key)) return;
   const auto reader = parent.object(key);
-  reject_unknown(reader, {"name", "latency_s", "bus_bytes_per_s"});
+  reject_unknown(reader, {"name", "latency_s", "bus_bytes_per_s", "efficiency"});
   if (const auto name = reader.optional_string("name")) tier.name = *name;
   // α may be zero (a profile that ignores latency), never negative.
   reader.update("latency_s", tier.latency_s, limits::kLatencyS);
   reader.update("bus_bytes_per_s", tier.bus_bytes_per_s, limits::kBytesPerS);
+  read_fraction(reader, "efficiency", tier.efficiency);
 }
 
 nlohmann::json tier_json(const LinkTier& tier) {
-  return {{"name", tier.name}, {"latency_s", tier.latency_s}, {"bus_bytes_per_s", tier.bus_bytes_per_s}};
+  return {{"name", tier.name},
+          {"latency_s", tier.latency_s},
+          {"bus_bytes_per_s", tier.bus_bytes_per_s},
+          {"efficiency", tier.efficiency}};
+}
+
+// Note [Catalog defaults]: where the catalog gives no kernel rate or link efficiency for a device (a user's GPU),
+// the profile keeps HardwareProfile's defaults; a fabric without a measured NIC efficiency gets nccl-tests' ≈ 0.95 of
+// the line rate per NIC (DGX A100 8 × HDR: 192 GB/s of 200, NVIDIA/nccl#812; NDR: 46-48 GB/s of 50 per NIC,
+// NVIDIA/nccl-tests#290).
+constexpr double kDefaultNicEfficiency = 0.95;
+
+void set_if_given(double given, double& field) {
+  if (given > 0) field = given;
 }
 
 }  // namespace
@@ -105,11 +119,29 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   profile.hbm_bytes_per_s = gpu.hbm_bytes_per_s;
   profile.pcie_bytes_per_s = gpu.pcie_bytes_per_s;
   profile.context_overhead_bytes = gpu.context_overhead_bytes;
-  if (gpu.max_compute_efficiency > 0) profile.max_compute_efficiency = gpu.max_compute_efficiency;
-  if (gpu.half_efficiency_flops > 0) profile.half_efficiency_flops = gpu.half_efficiency_flops;
-  // The catalog's link numbers are per GPU and per direction — what one ring step pushes (nccl-tests' busbw peak).
-  profile.intra_node = {gpu.intra_node_link, gpu.intra_node_latency_s, gpu.intra_node_bytes_per_s};
-  profile.inter_node = {cluster.fabric.name, cluster.fabric.latency_s, cluster.fabric.bytes_per_s_per_gpu};
+  set_if_given(gpu.max_compute_efficiency, profile.max_compute_efficiency);
+  set_if_given(gpu.half_efficiency_flops, profile.half_efficiency_flops);
+  set_if_given(gpu.attention_forward_efficiency, profile.attention_forward_efficiency);
+  set_if_given(gpu.attention_backward_efficiency, profile.attention_backward_efficiency);
+  set_if_given(gpu.attention_half_seq_len, profile.attention_half_seq_len);
+  // Note [Triton attention]: measured only on A100 (FlashAttention-2 paper, Fig. 4c: 0.44 of FlashAttention-2's
+  // plateau); elsewhere that ratio of the device's flash rate.
+  profile.triton_attention_efficiency = gpu.triton_attention_efficiency > 0
+                                            ? gpu.triton_attention_efficiency
+                                            : 0.44 * profile.attention_forward_efficiency;
+  set_if_given(gpu.memory_efficiency, profile.memory_efficiency);
+  set_if_given(gpu.clock_fraction, profile.clock_fraction);
+  if (gpu.kernel_dispatch_s >= 0) profile.kernel_dispatch_s = gpu.kernel_dispatch_s;
+  profile.nvls_bus_bytes_per_s = gpu.nvls_bus_bytes_per_s;
+  profile.collective_base_latency_s = gpu.collective_base_latency_s;
+  set_if_given(gpu.comm_half_efficiency_bytes, profile.comm_half_efficiency_bytes);
+  // The catalog's intra-node link is per GPU and per direction — what one ring step pushes (nccl-tests' busbw peak);
+  // the inter-node tier is the node's whole network, NCCL's rings spread over its rails (Note [Rails]).
+  profile.intra_node = {gpu.intra_node_link, gpu.intra_node_latency_s, gpu.intra_node_bytes_per_s,
+                        gpu.intra_node_bus_efficiency > 0 ? gpu.intra_node_bus_efficiency : 0.8};
+  const FabricSpec& fabric = cluster.fabric;
+  profile.inter_node = {fabric.name, fabric.latency_s, fabric.node_bytes_per_s(cluster.gpus_per_node),
+                        fabric.nic_efficiency > 0 ? fabric.nic_efficiency : kDefaultNicEfficiency};
   return profile;
 }
 
@@ -126,6 +158,13 @@ nlohmann::json to_json(const HardwareProfile& profile) {
         {"peak_fp32_flops", profile.peak_fp32_flops},
         {"max_compute_efficiency", profile.max_compute_efficiency},
         {"half_efficiency_flops", profile.half_efficiency_flops},
+        {"clock_fraction", profile.clock_fraction},
+        {"attention_forward_efficiency", profile.attention_forward_efficiency},
+        {"attention_backward_efficiency", profile.attention_backward_efficiency},
+        {"attention_half_seq_len", profile.attention_half_seq_len},
+        {"triton_attention_efficiency", profile.triton_attention_efficiency},
+        {"triton_attention_half_seq_len", profile.triton_attention_half_seq_len},
+        {"kernel_dispatch_s", profile.kernel_dispatch_s},
         {"hbm_bytes_per_s", profile.hbm_bytes_per_s},
         {"memory_efficiency", profile.memory_efficiency},
         {"pcie_bytes_per_s", profile.pcie_bytes_per_s}}},
@@ -133,7 +172,8 @@ nlohmann::json to_json(const HardwareProfile& profile) {
        {{"intra_node", tier_json(profile.intra_node)},
         {"inter_node", tier_json(profile.inter_node)},
         {"comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes},
-        {"bus_efficiency", profile.bus_efficiency}}},
+        {"collective_base_latency_s", profile.collective_base_latency_s},
+        {"nvls_bus_bytes_per_s", profile.nvls_bus_bytes_per_s}}},
       {"overlap_compute_slowdown", profile.overlap_compute_slowdown},
       {"overlap_collective_slowdown", profile.overlap_collective_slowdown},
       {"context_overhead_bytes", profile.context_overhead_bytes},
@@ -175,13 +215,23 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
   if (root.has("compute")) {
     const auto compute = root.object("compute");
     reject_unknown(compute, {"peak_bf16_flops", "peak_fp16_flops", "peak_fp32_flops", "max_compute_efficiency",
-                             "half_efficiency_flops", "hbm_bytes_per_s", "memory_efficiency", "pcie_bytes_per_s"});
+                             "half_efficiency_flops", "clock_fraction", "attention_forward_efficiency",
+                             "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency",
+                             "triton_attention_half_seq_len", "kernel_dispatch_s",
+                             "hbm_bytes_per_s", "memory_efficiency", "pcie_bytes_per_s"});
     compute.update("peak_bf16_flops", profile.peak_bf16_flops, limits::kFlopsPerS);
     compute.update("peak_fp16_flops", profile.peak_fp16_flops, limits::kFlopsPerS);
     compute.update("peak_fp32_flops", profile.peak_fp32_flops, limits::kFlopsPerS);
     read_fraction(compute, "max_compute_efficiency", profile.max_compute_efficiency);
     // The work at which a kernel reaches half its peak: up to a second of the fastest device's.
     compute.update("half_efficiency_flops", profile.half_efficiency_flops, {1, limits::kFlopsPerS.most});
+    read_fraction(compute, "clock_fraction", profile.clock_fraction);
+    read_fraction(compute, "attention_forward_efficiency", profile.attention_forward_efficiency);
+    read_fraction(compute, "attention_backward_efficiency", profile.attention_backward_efficiency);
+    compute.update("attention_half_seq_len", profile.attention_half_seq_len, limits::kSeqLenRange);
+    read_fraction(compute, "triton_attention_efficiency", profile.triton_attention_efficiency);
+    compute.update("triton_attention_half_seq_len", profile.triton_attention_half_seq_len, limits::kSeqLenRange);
+    compute.update("kernel_dispatch_s", profile.kernel_dispatch_s, limits::kOverheadS);
     compute.update("hbm_bytes_per_s", profile.hbm_bytes_per_s, limits::kBytesPerS);
     read_fraction(compute, "memory_efficiency", profile.memory_efficiency);
     compute.update("pcie_bytes_per_s", profile.pcie_bytes_per_s, limits::kBytesPerS);
@@ -189,13 +239,19 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
 
   if (root.has("communication")) {
     const auto communication = root.object("communication");
-    reject_unknown(communication, {"intra_node", "inter_node", "comm_half_efficiency_bytes", "bus_efficiency"});
+    reject_unknown(communication, {"intra_node", "inter_node", "comm_half_efficiency_bytes", "bus_efficiency",
+                                   "collective_base_latency_s", "nvls_bus_bytes_per_s"});
+    // Profiles written before the tiers carried their own efficiency give one for both; a tier's own wins.
+    double both_tiers = 0;
+    read_fraction(communication, "bus_efficiency", both_tiers);
+    if (both_tiers > 0) profile.intra_node.efficiency = profile.inter_node.efficiency = both_tiers;
     read_tier(communication, "intra_node", profile.intra_node);
     read_tier(communication, "inter_node", profile.inter_node);
     // The message at which a link reaches half its bandwidth: 1 byte to 1 PiB.
     communication.update("comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes,
                          {1, static_cast<double>(limits::kMostMemoryBytes)});
-    read_fraction(communication, "bus_efficiency", profile.bus_efficiency);
+    communication.update("collective_base_latency_s", profile.collective_base_latency_s, limits::kLatencyS);
+    communication.update("nvls_bus_bytes_per_s", profile.nvls_bus_bytes_per_s, {0, limits::kBytesPerS.most});
   }
 
   // A slowdown below 1 would make compute or a collective faster while the other runs beside it.

@@ -15,8 +15,11 @@ namespace shardplan {
 // One level of the interconnect hierarchy, as a ring collective sees it.
 struct LinkTier {
   std::string name;             // "nvlink4", "ib-ndr"
-  double latency_s = 0;         // α: per ring step
-  double bus_bytes_per_s = 0;   // peak bus bandwidth per GPU (nccl-tests' busbw convention)
+  double latency_s = 0;         // α: per ring step over this tier (NCCL's per-hop latency)
+  // Peak bus bandwidth (nccl-tests' busbw convention) of a ring over this tier: per GPU for the intra-node link; for
+  // the inter-node tier, the node's whole network (Note [Rails] in collective_cost.cpp).
+  double bus_bytes_per_s = 0;
+  double efficiency = 0.8;      // the fraction of bus_bytes_per_s NCCL reaches at large messages (nccl-tests)
 };
 
 struct HardwareProfile {
@@ -25,28 +28,44 @@ struct HardwareProfile {
   int gpus_per_node = 1;
   int nodes = 1;
 
-  // Compute: time = FLOPs / (peak × efficiency(FLOPs)), efficiency(f) = max_efficiency × f / (f + half_efficiency_flops)
-  // — a saturating curve: small GEMMs cannot fill the machine (cf. NVIDIA's "GPU Performance Background" guide, the
-  // wave-quantisation and tile-efficiency sections). Memory-bound work runs at hbm_bytes_per_s × memory_efficiency.
+  // Compute: the op-level model (compute_cost.h). A pass's kernels run one after another on the stream:
+  // - a GEMM of F FLOPs takes (F + half_efficiency_flops) / (peak × max_compute_efficiency × clock_fraction), or its
+  //   operands' bytes at the memory rate when that is longer (a roofline per GEMM);
+  // - flash attention runs at peak × attention_{forward,backward}_efficiency × clock_fraction × s / (s + s½);
+  // - memory-bound kernels move their bytes at hbm_bytes_per_s × memory_efficiency;
+  // - and a pass takes at least its kernel count × kernel_dispatch_s, the host's time to launch them.
   double peak_bf16_flops = 0;
   double peak_fp16_flops = 0;
   double peak_fp32_flops = 0;
-  double max_compute_efficiency = 0.75;  // large bf16 GEMMs reach ~70-80% of dense peak on A100/H100 (cuBLAS)
-  double half_efficiency_flops = 2e9;    // a GEMM of ~2 GFLOP reaches half of the maximum efficiency
+  double max_compute_efficiency = 0.75;  // large GEMMs' plateau (cuBLAS: 0.8 of the dense peak on A100/H100)
+  double half_efficiency_flops = 4.5e9;  // per GEMM: ≈ 6 µs of the plateau rate (XLA's H100 GEMM table)
+  double clock_fraction = 1.0;           // sustained tensor clock under training load / the clock the peak assumes
+  double attention_forward_efficiency = 0.34;   // FlashAttention-2 on H100 (the FlashAttention-3 paper, Fig. 5)
+  double attention_backward_efficiency = 0.32;
+  double attention_half_seq_len = 350;
+  // The older Triton FlashAttention (flash_attn_triton; TrainingConfig::attention_kernel), forward and backward alike:
+  // 0.44 of FlashAttention-2's rate on A100 (FlashAttention-2 paper, Fig. 4c), the ratio taken where unmeasured.
+  double triton_attention_efficiency = 0.44 * 0.34;
+  double triton_attention_half_seq_len = 120;
+  double kernel_dispatch_s = 0;          // host time per kernel launch (eager PyTorch); 0 for CPU ranks
   double hbm_bytes_per_s = 0;
-  double memory_efficiency = 0.8;        // STREAM-like kernels reach ~80% of the HBM datasheet bandwidth
+  double memory_efficiency = 0.8;        // STREAM Triad reaches ~0.8-0.9 of the HBM datasheet bandwidth
   double pcie_bytes_per_s = 0;           // host ↔ device copies (CPU offload)
 
-  // Communication: α-β per tier; messages smaller than comm_half_efficiency_bytes reach under half the bus bandwidth
-  // (the shape of nccl-tests' busbw-vs-size curves); bus_efficiency is the fraction of link peak NCCL reaches.
+  // Communication: NCCL's ring model per tier (collective_cost.h); messages smaller than comm_half_efficiency_bytes
+  // reach under half the tier's bus bandwidth beyond what the latency explains (the shape of nccl-tests' and XLA's
+  // measured busbw-vs-size curves).
   LinkTier intra_node;
   LinkTier inter_node;
   double comm_half_efficiency_bytes = 1 << 20;
-  double bus_efficiency = 0.8;
+  double collective_base_latency_s = 0;  // per collective call (NCCL's baseLat), before the per-hop latencies
+  double nvls_bus_bytes_per_s = 0;       // NVLink SHARP all-reduce within a node (0: none)
 
-  // Overlap: compute runs this much slower while a collective runs beside it (NCCL kernels take SMs and HBM
-  // bandwidth; e.g. PyTorch FSDP2 notes and the Megatron-LM overlap studies report 5-20%).
-  double overlap_compute_slowdown = 1.10;
+  // Overlap: compute runs this much slower while a collective runs beside it: NCCL's kernels hold 16-32 of an H100's
+  // 132 SMs (one CTA per channel) and take HBM bandwidth; measured over GPT and Llama training kernels on A100, H100,
+  // MI250 and MI210, overlapped compute took 18.9% longer on average (Lee et al. 2025, "Characterizing
+  // Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114).
+  double overlap_compute_slowdown = 1.189;
   // And a collective progresses this much slower while its rank computes (Note [Collective slowdown] in
   // planner/simulator.cpp). 1 in the catalog: NCCL's slowdown under overlap depends on the kernels beside it; fitted
   // by `calibrate --trace` (on 2 CPU ranks sharing 2 cores, measured collectives ran 2-7x slower beside compute).

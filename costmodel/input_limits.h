@@ -71,6 +71,12 @@ inline constexpr Range kBytesPerS{1e3, 1e15};
 inline constexpr Range kLatencyS{0, 1.0};
 // Host overheads per op or collective issue: 0 to 1 s; measured ones are 1-100 us.
 inline constexpr Range kOverheadS{0, 1.0};
+// An efficiency or fraction of a peak: (0, 1], with a floor that keeps every time it divides finite.
+inline constexpr Range kFraction{1e-6, 1.0};
+// A sequence length in a kernel-rate curve (attention's half-efficiency length): 1 to 2^30 tokens.
+inline constexpr Range kSeqLenRange{1, 1073741824.0};
+// NICs per node: 1 to 1024 (AWS p5 nodes have 32).
+inline constexpr std::int64_t kMaxNicsPerNode = 1024;
 // A device's memory: 1 byte to 2^50 (1 PiB, 7000x an H200's 141 GB).
 inline constexpr std::int64_t kMostMemoryBytes = std::int64_t{1} << 50;
 // A slowdown factor (compute while communicating, a collective while computing): 1 to 100; calibration caps the

@@ -1,13 +1,16 @@
 // Reader for `shardplan.model/v1` model files: an architecture block built by the decoder builder, or explicit layers.
 #include "model_json.h"
 
+#include <algorithm>
 #include <map>
 
+#include "block_kernels.h"
 #include "decoder_builder.h"
 #include "errors.h"
 #include "input_limits.h"
 #include "json_input.h"
 #include "name_suggest.h"
+#include "pass_kernels.h"
 
 namespace shardplan {
 namespace {
@@ -150,6 +153,13 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
     layer.activations.score_elements_per_token_per_position =
         per_token("activation_score_elements_per_token_per_position", limits::kMaxActivationElementsPerToken,
                   layer.activations.score_elements_per_token_per_position);
+    if (kind == LayerKind::transformer_block) {
+      // Selective-op checkpointing keeps the input, every other derived projection's output and attention's output
+      // (Note [Derived kernels] in pass_kernels.cpp), never more than the layer keeps without checkpointing.
+      layer.activations.selective_op_elements_per_token =
+          std::min(layer.activations.elements_per_token,
+                   selective_op_kept_elements(effective_kernel_spec(model, layer), model.hidden_size));
+    }
 
     const std::int64_t repeat = entry.optional_int_in_range("repeat", 1, limits::kMaxLayers).value_or(1);
     if (model.layers.size() + static_cast<std::size_t>(repeat) > static_cast<std::size_t>(limits::kMaxLayers)) {

@@ -33,6 +33,7 @@ const char* to_string(ActivationCheckpointing mode) {
     case ActivationCheckpointing::none: return "none";
     case ActivationCheckpointing::selective: return "selective";
     case ActivationCheckpointing::full: return "full";
+    case ActivationCheckpointing::selective_op: return "selective-op";
   }
   return "none";
 }
@@ -65,6 +66,12 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::full) {
     // Full recompute keeps only the block input: 2sbh bytes in 16-bit (Korthikanti et al. 2022, §4.1).
     return a.checkpoint_elements_per_token * activation_element_bytes;
+  }
+  if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::selective_op) {
+    // Note [Selective-op checkpointing] (pass_kernels.h): the block input, the saved matmuls' outputs and attention's
+    // output, with the flash kernel's log-sum-exp (or, eager, nothing of the scores: they are recomputed).
+    return a.selective_op_elements_per_token * activation_element_bytes +
+           (flash_attention ? a.flash_stat_bytes_per_token : 0.0);
   }
   // The fp32 copy (logits upcast for the loss) exists only when activations are narrower than fp32.
   const double upcast = activation_element_bytes < 4 ? a.fp32_bytes_per_token : 0.0;

@@ -6,16 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "kernel_spec.h"
+
 namespace shardplan {
 
 enum class LayerKind { embedding, transformer_block, norm, lm_head, other };
 const char* to_string(LayerKind kind);
 LayerKind layer_kind_from_string(const std::string& text);  // throws InputError naming the known kinds
 
-// Activation checkpointing of a transformer block (Korthikanti et al. 2022, "Reducing Activation Recomputation in
-// Large Transformer Models", §4–5): none keeps every tensor backward needs; selective recomputes the attention core
-// (drops the s² terms); full keeps only the block input and recomputes the rest during backward.
-enum class ActivationCheckpointing { none, selective, full };
+// Activation checkpointing of a transformer block, as PyTorch users apply it: none keeps every tensor backward needs;
+// selective is Korthikanti et al. 2022's attention-core recompute ("Reducing Activation Recomputation in Large
+// Transformer Models", §5: drops the s² terms, nearly a no-op with flash kernels); full keeps only the block input and
+// recomputes the rest during backward (§4; HF gradient checkpointing, checkpoint_wrapper); selective_op is torchtitan's
+// op-level policy (Note [Selective-op checkpointing] in pass_kernels.h).
+enum class ActivationCheckpointing { none, selective, full, selective_op };
+inline constexpr int kCheckpointingModes = 4;
 const char* to_string(ActivationCheckpointing mode);
 
 struct TensorSpec {
@@ -43,6 +48,9 @@ struct ActivationFootprint {
   double fp32_bytes_per_token = 0;        // an extra fp32 copy kept when activations are narrower (logits upcast for
                                           // the loss); absent in fp32 training, where the tensor already is fp32
   double checkpoint_elements_per_token = 0;  // what full recompute keeps: the block input (2sbh bytes in bf16)
+  // What torchtitan's selective-op policy keeps (activation-dtype elements; flash_stat_bytes_per_token on top): the
+  // block input, every other matmul's output and attention's output (block_kernels.h selective_op_kept_elements).
+  double selective_op_elements_per_token = 0;
 };
 
 struct LayerSpec {
@@ -53,6 +61,9 @@ struct LayerSpec {
   std::optional<std::size_t> tied_to_layer;
   LayerFlops flops;
   ActivationFootprint activations;
+  // The kernels its forward launches (the op-level compute model, pass_kernels.h); absent for layers of explicit model
+  // files, which get kernels derived from their FLOPs and activation sizes.
+  std::optional<LayerKernelSpec> kernels;
 
   std::int64_t param_count() const;
   double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;

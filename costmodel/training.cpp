@@ -28,12 +28,23 @@ std::int64_t TrainingConfig::grad_accumulation_steps(int data_parallel_ranks) co
   return steps;
 }
 
+const char* to_string(AttentionKernel kernel) { return kernel == AttentionKernel::triton ? "triton" : "flash"; }
+
+AttentionKernel attention_kernel_from_string(const std::string& text) {
+  if (text == "flash") return AttentionKernel::flash;
+  if (text == "triton") return AttentionKernel::triton;
+  throw InputError("attention kernel '" + text + "': expected flash or triton" +
+                   did_you_mean(text, {"flash", "triton"}));
+}
+
 ActivationCheckpointing checkpointing_from_string(const std::string& text) {
   if (text == "none") return ActivationCheckpointing::none;
   if (text == "full") return ActivationCheckpointing::full;
-  if (text == "selective") return ActivationCheckpointing::selective;
-  throw InputError("--ac '" + text + "': expected none, full or selective" +
-                   did_you_mean(text, {"none", "full", "selective"}));
+  // "selective" keeps its meaning (Korthikanti's attention-core recompute); "attention-core" names it plainly.
+  if (text == "selective" || text == "attention-core") return ActivationCheckpointing::selective;
+  if (text == "selective-op") return ActivationCheckpointing::selective_op;
+  throw InputError("--ac '" + text + "': expected none, full, selective-op or selective (attention-core)" +
+                   did_you_mean(text, {"none", "full", "selective-op", "selective", "attention-core"}));
 }
 
 ActivationCheckpointing block_checkpointing(const TrainingConfig& training, std::size_t block) {
@@ -119,6 +130,7 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
           {"activation_checkpointing", to_string(training.checkpointing)},
           {"checkpoint_every_blocks", training.checkpoint_every_blocks},
           {"flash_attention", training.flash_attention},
+          {"attention_kernel", to_string(training.attention_kernel)},
           {"no_sync_accumulation", training.no_sync_accumulation}};
 }
 

@@ -11,6 +11,12 @@
 
 namespace shardplan {
 
+// The fused attention kernel a run uses when flash_attention is set: FlashAttention-2 (flash-attn 2.x, and what
+// PyTorch's SDPA runs on sm80/sm90) or the older Triton FlashAttention (flash_attn_triton, MPT's attn_impl: triton).
+enum class AttentionKernel { flash, triton };
+const char* to_string(AttentionKernel kernel);
+AttentionKernel attention_kernel_from_string(const std::string& text);  // flash | triton
+
 struct TrainingConfig {
   std::int64_t seq_len = 2048;
   std::int64_t micro_batch = 1;   // sequences per rank per forward/backward
@@ -22,6 +28,7 @@ struct TrainingConfig {
   // selective AC (`selective_ac_option = "k"`: its _apply_layer_sac wraps a block when count % k == 0). 1 = all.
   std::int64_t checkpoint_every_blocks = 1;
   bool flash_attention = true;  // no s² activations; causal kernels skip the masked half of the work
+  AttentionKernel attention_kernel = AttentionKernel::flash;  // which fused kernel, when flash_attention
   // Gradient accumulation: intermediate micro-batches skip the reduce-scatter and keep unsharded gradients (FSDP's
   // no_sync); costs memory, saves communication.
   bool no_sync_accumulation = false;
@@ -31,7 +38,8 @@ struct TrainingConfig {
   std::int64_t grad_accumulation_steps(int data_parallel_ranks) const;
 };
 
-ActivationCheckpointing checkpointing_from_string(const std::string& text);  // none | full | selective
+// none | full | selective-op | selective (= attention-core)
+ActivationCheckpointing checkpointing_from_string(const std::string& text);
 
 // The mode of the transformer block with index `block` (0-based, among blocks): `checkpointing` on every
 // checkpoint_every_blocks-th block, none on the others.

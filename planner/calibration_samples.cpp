@@ -131,7 +131,13 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
       case OpKind::forward:
       case OpKind::backward:
       case OpKind::recompute:
-        samples.compute.push_back({op.flops, seconds, {}, overlap_s(event), op.zeroed_bytes});
+      {
+        SHARDPLAN_CHECK(op.kernels != nullptr, "a compute op without kernels");
+        ComputeSample sample = compute_sample(*op.kernels, seconds, base);
+        sample.overlap_s = overlap_s(event);
+        sample.zeroed_bytes = op.zeroed_bytes;
+        samples.compute.push_back(std::move(sample));
+      }
         break;
       case OpKind::optimizer_step:
         samples.memory.push_back({op.memory_bytes, seconds});

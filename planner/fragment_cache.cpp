@@ -23,7 +23,8 @@ bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
          x.score_elements_per_token_per_position == y.score_elements_per_token_per_position &&
          x.score_mask_bytes_per_token_per_position == y.score_mask_bytes_per_token_per_position &&
          x.flash_stat_bytes_per_token == y.flash_stat_bytes_per_token && x.fp32_bytes_per_token == y.fp32_bytes_per_token &&
-         x.checkpoint_elements_per_token == y.checkpoint_elements_per_token;
+         x.checkpoint_elements_per_token == y.checkpoint_elements_per_token &&
+         x.selective_op_elements_per_token == y.selective_op_elements_per_token && a.kernels == b.kernels;
 }
 
 std::int64_t total_bytes(const MemoryByCategory& bytes) {
@@ -40,6 +41,7 @@ LayerSpec lean_layer(const LayerSpec& layer) {
   lean.tied_to_layer = layer.tied_to_layer;
   lean.flops = layer.flops;
   lean.activations = layer.activations;
+  lean.kernels = layer.kernels;
   if (const std::int64_t params = layer.param_count(); params > 0) lean.tensors.push_back({"", {params}});
   return lean;
 }
@@ -58,7 +60,8 @@ bool same_knobs(const Plan& a, const Plan& b) {
          a.max_inflight_all_gathers == b.max_inflight_all_gathers && a.offload.params == b.offload.params &&
          a.offload.optimizer == b.offload.optimizer && x.seq_len == y.seq_len && x.micro_batch == y.micro_batch &&
          x.precision.name == y.precision.name && x.optimizer == y.optimizer &&
-         x.flash_attention == y.flash_attention && x.no_sync_accumulation == y.no_sync_accumulation;
+         x.flash_attention == y.flash_attention && x.attention_kernel == y.attention_kernel &&
+         x.no_sync_accumulation == y.no_sync_accumulation;
 }
 
 }  // namespace

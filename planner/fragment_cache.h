@@ -17,8 +17,6 @@
 
 namespace shardplan {
 
-constexpr int kCheckpointingModes = 3;  // ActivationCheckpointing: none, selective, full
-
 // A lowered window: its schedule, each op's base duration, what is certainly live in it.
 struct Window {
   StepSchedule schedule;

@@ -2,6 +2,7 @@
 #include "lowering.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 
 #include "compute_cost.h"
@@ -125,6 +126,7 @@ class Lowerer {
     gather.group = from_partial ? GroupKind::partial_reshard : GroupKind::shard;
     gather.group_size = from_partial ? layout.partial_group : layout.param_group;
     gather.group_spans_nodes = gather.group_size > options_.gpus_per_node;
+    gather.group_ranks_per_node = std::min(gather.group_size, options_.gpus_per_node);
     if (limiter_dep >= 0) gather.deps.push_back(limiter_dep);
     // Issue point: the all-gather stream waits for the compute stream where the gather was issued (FSDP2's copy-in
     // waits on the current stream), so a prefetch overlaps the compute issued after it, not earlier work.
@@ -224,18 +226,33 @@ class Lowerer {
     return layer_checkpointing_of(plan_, model_, layer);
   }
 
+  // The pass's kernels, built once per layer, pass and checkpointing mode of this lowering and shared by its ops.
+  std::shared_ptr<const PassKernels> kernels_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode) {
+    auto& slot = kernel_cache_[static_cast<std::size_t>(pass) * kCheckpointingModes + static_cast<std::size_t>(mode)];
+    if (slot.empty()) slot.resize(model_.layers.size());
+    auto& kernels = slot[layer];
+    if (!kernels) kernels = std::make_shared<const PassKernels>(pass_kernels(model_, layer, plan_.training, pass, mode));
+    return kernels;
+  }
+
   int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
-    const LayerWork work = layer_work(model_.layers[layer], plan_.training, pass);
     Op op;
     op.kind = kind;
     op.unit = unit;
     op.layer = static_cast<int>(layer);
     op.micro_batch = micro;
     op.checkpointing = checkpointing(layer);
-    op.flops = work.flops;
-    op.memory_bytes = work.memory_bytes;
-    schedule_.hardware_flops_per_rank += work.flops;
-    if (pass != ComputePass::recompute) schedule_.model_flops_per_rank += work.flops;
+    op.kernels = kernels_of(layer, pass, op.checkpointing);
+    op.flops = op.kernels->flops();
+    schedule_.hardware_flops_per_rank += op.flops;
+    if (pass != ComputePass::recompute) {
+      // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
+      // FLOPs, whatever the kernels do beyond that (a flash backward's recompute, activation recompute).
+      const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch());
+      const double forward_flops =
+          model_.layers[layer].forward_flops_per_token(plan_.training.seq_len, plan_.training.flash_attention) * tokens;
+      schedule_.model_flops_per_rank += pass == ComputePass::forward ? forward_flops : 2.0 * forward_flops;
+    }
     if (kind == OpKind::forward) {
       op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer)});
     }
@@ -379,6 +396,7 @@ class Lowerer {
   int last_backward_ = -1;
   MemoryChange pending_alloc_{MemoryCategory::activations, 0};
   ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
+  std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
 };
 
 void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
@@ -394,6 +412,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     scatter.group = GroupKind::shard;
     scatter.group_size = layout.grad_group;
     scatter.group_spans_nodes = layout.grad_group > options_.gpus_per_node;
+    scatter.group_ranks_per_node = std::min(layout.grad_group, options_.gpus_per_node);
     scatter.deps.push_back(last_backward_);
     const std::int64_t output_bytes = layout.grad_shard_elements * precision.reduce_bytes;
     scatter.allocates.push_back({MemoryCategory::comm_buffers, output_bytes});
@@ -415,6 +434,9 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
       across.group = GroupKind::replica;
       across.group_size = layout.replicas;
       across.group_spans_nodes = options_.world_size > options_.gpus_per_node;
+      // A replica group takes one rank of every shard group: gpus_per_node / shard group of them share a node.
+      across.group_ranks_per_node =
+          std::min(layout.replicas, std::max(1, options_.gpus_per_node / std::max(1, layout.grad_group)));
       across.deps.push_back(last);
       handover_.hand_over(StreamKind::all_reduce, across);
       last = emit(std::move(across));
@@ -439,6 +461,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   everywhere.group = GroupKind::world;
   everywhere.group_size = options_.world_size;
   everywhere.group_spans_nodes = options_.world_size > options_.gpus_per_node;
+  everywhere.group_ranks_per_node = std::min(options_.world_size, options_.gpus_per_node);
   everywhere.deps.push_back(last_backward_);
   if (grad_copy > 0) everywhere.frees.push_back({MemoryCategory::unsharded_grads, grad_copy});
   if (options_.world_size > 1 || grad_copy > 0) {

@@ -14,7 +14,7 @@ bool does_compute_work(OpKind kind) {
 }
 
 double base_duration_s(const Op& op, int compute_element_bytes, const HardwareProfile& profile) {
-  const GroupPlacement group{op.group_size, op.group_spans_nodes};
+  const GroupPlacement group{op.group_size, op.group_spans_nodes, op.group_ranks_per_node};
   switch (op.kind) {
     case OpKind::wait:
     case OpKind::free_unsharded:
@@ -22,12 +22,12 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
     case OpKind::forward:
     case OpKind::backward:
     case OpKind::recompute:
-      return compute_time_s(LayerWork{op.flops, op.memory_bytes}, compute_element_bytes, profile) +
+      return (op.kernels ? pass_time_s(*op.kernels, compute_element_bytes, profile) : 0.0) +
              buffer_fill_time_s(op.zeroed_bytes, profile);
     case OpKind::optimizer_step:
       // In host memory (offload) the step streams its bytes at roughly host-link speed; on the device at HBM speed.
       return op.on_host ? host_copy_time_s(static_cast<std::int64_t>(op.memory_bytes), profile)
-                        : compute_time_s(LayerWork{0.0, op.memory_bytes}, compute_element_bytes, profile);
+                        : memory_time_s(op.memory_bytes, profile);
     case OpKind::all_gather:
       return collective_cost(CollectiveKind::all_gather, op.bytes, group, profile).time_s;
     case OpKind::reduce_scatter:

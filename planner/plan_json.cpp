@@ -39,7 +39,7 @@ ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::strin
 
 TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_steps) {
   block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
-                             "flash_attention", "no_sync"});
+                             "flash_attention", "attention_kernel", "no_sync"});
   TrainingConfig training;
   // Note [Input limits]: in range as read; validate_training and validate_plan check the products.
   training.seq_len = block.int_in_range("seq_len", 1, limits::kMaxSeqLen);
@@ -57,6 +57,11 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
     block.fail("optimizer", "adamw, sgd-momentum or sgd");
   }
   training.flash_attention = block.boolean("flash_attention", true);
+  try {
+    training.attention_kernel = attention_kernel_from_string(block.optional_string("attention_kernel").value_or("flash"));
+  } catch (const InputError&) {
+    block.fail("attention_kernel", "\"flash\" or \"triton\"");
+  }
   training.no_sync_accumulation = block.boolean("no_sync", false);
   return training;
 }
@@ -178,6 +183,7 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
             {"precision", plan.training.precision.name},
             {"optimizer", to_string(plan.training.optimizer)},
             {"flash_attention", plan.training.flash_attention},
+            {"attention_kernel", to_string(plan.training.attention_kernel)},
             {"no_sync", plan.training.no_sync_accumulation}}},
           {"max_inflight_all_gathers", plan.max_inflight_all_gathers},
           {"offload", {{"params", plan.offload.params}, {"optimizer", plan.offload.optimizer}}},

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "memory_category.h"
 #include "model_spec.h"
+#include "pass_kernels.h"
 
 namespace shardplan {
 
@@ -58,6 +60,7 @@ struct Op {
   GroupKind group = GroupKind::none;
   int group_size = 1;
   bool group_spans_nodes = false;
+  int group_ranks_per_node = 0;  // how many of the group's ranks share a node (0: as many as fit)
   int element_bytes = 0;   // the dtype a collective moves (2: bf16, 4: fp32), or a copy's elements
   // Reductions (Note [Reduction buffers]): the reduction on this op's stream whose held buffers this one frees at its
   // start (-1: none), and whether it is the unit's last reduction of its micro-batch (an HSDP reduce-scatter is
@@ -67,8 +70,11 @@ struct Op {
   bool finishes_reduction = false;
   // Compute.
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;  // the layer's mode for this pass
-  double flops = 0;         // hardware FLOPs (recompute included)
-  double memory_bytes = 0;  // HBM traffic of the op's non-GEMM work
+  // The kernels of a forward, backward or recompute op (the op-level compute model, costmodel/pass_kernels.h), shared
+  // by the ops of one layer and pass; null for other ops.
+  std::shared_ptr<const PassKernels> kernels;
+  double flops = 0;         // hardware FLOPs of the kernels (recompute included)
+  double memory_bytes = 0;  // the optimizer step's HBM traffic
   std::int64_t zeroed_bytes = 0;  // a fresh buffer zero-filled before the op's work: its unit's full-size gradient,
                                   // at the unit's first backward op of a micro-batch (both runners fill it)
   std::int64_t optimizer_elements = 0;  // optimizer_step: shard elements updated

@@ -13,12 +13,19 @@ CalibrationSamples bench_samples(const std::vector<CommRow>& comm_rows, const st
   }
   for (const KernelRow& row : kernel_rows) {
     switch (row.kind) {
-      case KernelClass::layer:
-        samples.compute.push_back({row.flops, row.time_s, row.name + ", " + std::to_string(row.size) + " tokens"});
+      case KernelClass::layer: {
+        ComputeSample sample{row.flops, row.time_s, row.name + ", " + std::to_string(row.size) + " tokens"};
+        sample.gemm_count = row.gemm_count;
+        sample.memory_bytes = row.bytes;
+        samples.compute.push_back(std::move(sample));
         break;
-      case KernelClass::gemm:
-        samples.gemm.push_back({row.flops, row.time_s, row.name});
+      }
+      case KernelClass::gemm: {
+        ComputeSample sample{row.flops, row.time_s, row.name};
+        sample.gemm_count = row.gemm_count;
+        samples.gemm.push_back(std::move(sample));
         break;
+      }
       case KernelClass::memory:
         samples.memory.push_back({row.bytes, row.time_s, row.name + ", " + std::to_string(row.size) + " elements"});
         break;

@@ -87,10 +87,10 @@ void sweep_layer(const ModelSpec& model, const runtime::ModelLayout& model_layou
   training.flash_attention = false;               // and materialises attention (no causal skipping)
   const std::string kind = to_string(layer.kind);
   const auto add = [&](const char* pass, ComputePass compute_pass, const std::function<void()>& body) {
-    // FLOPs and bytes as the simulator charges this pass (compute_cost.h: backward = 2× forward).
-    const LayerWork work = layer_work(layer, training, compute_pass);
-    rows.push_back({kind + " " + pass, KernelClass::layer, shape.tokens(), work.flops, work.memory_bytes,
-                    time_iterations_s(world, options.timing, body)});
+    // The pass's kernels as the simulator charges them (pass_kernels.h).
+    const PassKernels kernels = pass_kernels(model, index, training, compute_pass, ActivationCheckpointing::none);
+    rows.push_back({kind + " " + pass, KernelClass::layer, shape.tokens(), kernels.flops(), kernels.memory_bytes,
+                    time_iterations_s(world, options.timing, body), static_cast<double>(kernels.gemms.size())});
   };
   add("fwd", ComputePass::forward,
       [&] { (void)kernel->forward(bound, batch, input, ActivationCheckpointing::none); });
@@ -116,12 +116,14 @@ void sweep_gemm(const GemmShape& gemm, std::int64_t rows_m, comm::Communicator& 
   rows.push_back({"gemm " + dims + " fwd" + label, KernelClass::gemm, rows_m, forward_flops, 0,
                   time_iterations_s(world, options.timing, [&] {
                     runtime::linear_forward(shape, x.data(), weight.data(), nullptr, y.data());
-                  })});
+                  }),
+                  1.0});
   rows.push_back({"gemm " + dims + " bwd" + label, KernelClass::gemm, rows_m, 2.0 * forward_flops, 0,
                   time_iterations_s(world, options.timing, [&] {
                     runtime::linear_backward(shape, x.data(), weight.data(), dy.data(), dx.data(), false,
                                              dweight.data(), nullptr);
-                  })});
+                  }),
+                  2.0});
 }
 
 }  // namespace

@@ -22,9 +22,10 @@ struct KernelRow {
   std::string name;        // "transformer_block backward", "gemm 128x384x128 fwd (mlp.gate_proj, mlp.up_proj)"
   KernelClass kind = KernelClass::layer;
   std::int64_t size = 0;   // tokens (layers, GEMM rows M) or elements (memory-bound work)
-  double flops = 0;        // from the model spec (layer_work), or 2·M·N·K per GEMM
-  double bytes = 0;        // memory-bound work: bytes moved
+  double flops = 0;        // the pass's kernels (pass_kernels.h), or 2·M·N·K per GEMM
+  double bytes = 0;        // memory-bound work (or a layer pass's memory-bound kernels): bytes moved
   double time_s = 0;       // mean per iteration, slowest rank
+  double gemm_count = 0;   // GEMM kernels the row ran (a layer pass's, or 1 forward and 2 backward per GEMM)
 };
 
 struct KernelSweepOptions {

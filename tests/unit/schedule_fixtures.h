@@ -38,10 +38,9 @@ inline HardwareProfile round_profile() {
   profile.hbm_bytes_per_s = 1e15;
   profile.memory_efficiency = 1.0;
   profile.pcie_bytes_per_s = 1e6;
-  profile.intra_node = {"link", 0.0, 1e6};
-  profile.inter_node = {"fabric", 0.0, 1e6};
+  profile.intra_node = {"link", 0.0, 1e6, 1.0};
+  profile.inter_node = {"fabric", 0.0, 1e6, 1.0};
   profile.comm_half_efficiency_bytes = 0.0;
-  profile.bus_efficiency = 1.0;
   profile.overlap_compute_slowdown = 1.0;
   profile.context_overhead_bytes = 0;
   return profile;

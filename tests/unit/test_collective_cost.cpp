@@ -31,9 +31,8 @@ std::string input_error(const std::function<void()>& action) {
 // Round numbers so every expected time can be worked out by hand.
 HardwareProfile hand_profile() {
   HardwareProfile profile;
-  profile.intra_node = {"hand-link", 1e-6, 100e9};  // α = 1 µs, 100 GB/s
-  profile.inter_node = {"hand-nic", 4e-6, 10e9};    // α = 4 µs, 10 GB/s
-  profile.bus_efficiency = 0.5;
+  profile.intra_node = {"hand-link", 1e-6, 100e9, 0.5};  // α = 1 µs, 100 GB/s, half of it reached
+  profile.inter_node = {"hand-nic", 4e-6, 10e9, 0.5};    // α = 4 µs, 10 GB/s per node, half of it reached
   profile.comm_half_efficiency_bytes = 1e6;
   return profile;
 }
@@ -109,22 +108,28 @@ TEST_CASE("collective: ring all-reduce is reduce-scatter plus all-gather (α = 0
 }
 
 TEST_CASE("collective: a group spanning nodes runs on the inter-node tier and is slower") {
-  const auto profile = hand_profile();
+  auto profile = hand_profile();
+  profile.gpus_per_node = 4;
   const std::int64_t bytes = 64 << 20;
+  const double s = static_cast<double>(bytes);
   const auto inside = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, {4, false}, profile);
-  const auto across = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, {4, true}, profile);
+  // Two nodes of four: of the ring's 7 steps one crosses between them (NCCL's nInterSteps = nodes − 1).
+  const auto across = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, {8, true}, profile);
   CHECK(inside.tier == "hand-link");
   CHECK(across.tier == "hand-nic");
   CHECK(across.time_s > inside.time_s);
-  // By hand: 3·4 µs + (3/4)·S / (10e9 · 0.5 · S/(S + 1e6)).
-  const double s = static_cast<double>(bytes);
-  CHECK(across.time_s == doctest::Approx(3 * 4e-6 + 0.75 * s / (10e9 * 0.5 * s / (s + 1e6))).epsilon(1e-12));
+  // By hand (Note [Rails]): 6·1 µs + 1·4 µs + (7/8)·(S + 1e6) / min(100e9·0.5, 10e9·0.5 for the whole node).
+  CHECK(across.time_s == doctest::Approx(6e-6 + 4e-6 + 0.875 * (s + 1e6) / 5e9).epsilon(1e-12));
+
+  // One rank per node (HSDP's replica groups): every step crosses, and the group gets a quarter of the node's NICs.
+  const auto replica = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, {2, true, 1}, profile);
+  CHECK(replica.time_s == doctest::Approx(4e-6 + 0.5 * (s + 1e6) / 1.25e9).epsilon(1e-12));
 
   // A fabric faster than the intra-node link leaves the intra-node link the bottleneck.
   auto fast_fabric = profile;
   fast_fabric.inter_node.bus_bytes_per_s = 1e12;
-  const auto bounded = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, {4, true}, fast_fabric);
-  CHECK(bounded.time_s == doctest::Approx(3 * 4e-6 + 0.75 * s / (100e9 * 0.5 * s / (s + 1e6))).epsilon(1e-12));
+  const auto bounded = shardplan::collective_cost(CollectiveKind::reduce_scatter, bytes, {8, true}, fast_fabric);
+  CHECK(bounded.time_s == doctest::Approx(6e-6 + 4e-6 + 0.875 * (s + 1e6) / 50e9).epsilon(1e-12));
 }
 
 TEST_CASE("collective: algbw and busbw definitions round-trip") {
@@ -152,7 +157,7 @@ TEST_CASE("collective: small messages reach lower busbw than large ones") {
     CAPTURE(bytes);
     const auto cost = shardplan::collective_cost(CollectiveKind::all_gather, bytes, {8, false}, profile);
     CHECK(cost.busbw_bytes_per_s > previous);
-    CHECK(cost.busbw_bytes_per_s < profile.intra_node.bus_bytes_per_s * profile.bus_efficiency);
+    CHECK(cost.busbw_bytes_per_s < profile.intra_node.bus_bytes_per_s * profile.intra_node.efficiency);
     previous = cost.busbw_bytes_per_s;
   }
 }
@@ -170,7 +175,8 @@ TEST_CASE("collective: profile_from_cluster takes the GPU's link for intra-node 
   CHECK(profile.intra_node.bus_bytes_per_s == gpu.intra_node_bytes_per_s);
   CHECK(profile.intra_node.latency_s == gpu.intra_node_latency_s);
   CHECK(profile.inter_node.name == "ib-ndr");
-  CHECK(profile.inter_node.bus_bytes_per_s == catalog.fabric("ib-ndr").bytes_per_s_per_gpu);
+  // The node's network: one NDR NIC per GPU, eight of them (Note [Rails]).
+  CHECK(profile.inter_node.bus_bytes_per_s == 8 * catalog.fabric("ib-ndr").bytes_per_s_per_gpu);
   CHECK(profile.inter_node.latency_s == catalog.fabric("ib-ndr").latency_s);
   CHECK(profile.peak_bf16_flops == gpu.peak_bf16_flops);
   CHECK(profile.peak_fp32_flops == gpu.peak_fp32_flops);
@@ -209,7 +215,16 @@ TEST_CASE("collective: profile JSON round-trips through to_json and apply_profil
   CHECK(back.inter_node.latency_s == original.inter_node.latency_s);
   CHECK(back.inter_node.bus_bytes_per_s == original.inter_node.bus_bytes_per_s);
   CHECK(back.comm_half_efficiency_bytes == original.comm_half_efficiency_bytes);
-  CHECK(back.bus_efficiency == original.bus_efficiency);
+  CHECK(back.intra_node.efficiency == original.intra_node.efficiency);
+  CHECK(back.inter_node.efficiency == original.inter_node.efficiency);
+  CHECK(back.collective_base_latency_s == original.collective_base_latency_s);
+  CHECK(back.nvls_bus_bytes_per_s == original.nvls_bus_bytes_per_s);
+  CHECK(back.clock_fraction == original.clock_fraction);
+  CHECK(back.attention_forward_efficiency == original.attention_forward_efficiency);
+  CHECK(back.attention_backward_efficiency == original.attention_backward_efficiency);
+  CHECK(back.attention_half_seq_len == original.attention_half_seq_len);
+  CHECK(back.triton_attention_efficiency == original.triton_attention_efficiency);
+  CHECK(back.kernel_dispatch_s == original.kernel_dispatch_s);
   CHECK(back.overlap_compute_slowdown == 1.25);
   CHECK(back.overlap_collective_slowdown == 2.5);
   CHECK(back.context_overhead_bytes == original.context_overhead_bytes);

@@ -122,9 +122,22 @@ TEST_CASE("schedule: recompute ops for checkpointed layers and the FLOPs they ad
   const StepSchedule schedule = lower_plan(plan, model, toy_options(2));
   CHECK(schedule.count(OpKind::recompute) == model.block_count());
   CHECK(schedule.hardware_flops_per_rank > schedule.model_flops_per_rank);
-  double recompute_flops = 0;
-  for (const Op& op : schedule.ops) recompute_flops += op.kind == OpKind::recompute ? op.flops : 0.0;
-  CHECK(schedule.hardware_flops_per_rank - schedule.model_flops_per_rank == doctest::Approx(recompute_flops));
+  // Hardware FLOPs are the kernels'; model FLOPs count forward once and backward as twice the forward (Korthikanti
+  // et al. 2022 App. A). The difference: every recompute, and what a flash backward does beyond twice its forward
+  // (2.5× the attention, FlashAttention-2 §4.1).
+  std::map<int, double> forward_flops;
+  for (const Op& op : schedule.ops) {
+    if (op.kind == OpKind::forward) forward_flops[op.layer] = op.flops;
+  }
+  double extra_flops = 0, recompute_flops = 0;
+  for (const Op& op : schedule.ops) {
+    if (op.kind == OpKind::recompute) recompute_flops += op.flops;
+    if (op.kind == OpKind::backward) extra_flops += op.flops - 2.0 * forward_flops.at(op.layer);
+  }
+  CHECK(recompute_flops > 0);
+  CHECK(extra_flops > 0);
+  CHECK(schedule.hardware_flops_per_rank - schedule.model_flops_per_rank ==
+        doctest::Approx(recompute_flops + extra_flops));
 }
 
 TEST_CASE("schedule: bad plans name the unit") {

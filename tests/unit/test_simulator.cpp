@@ -197,9 +197,10 @@ TEST_CASE("simulator: estimate and simulate both give llama3-8b's hand-derived p
   // Unsharded bf16 gradients: the root's (its embedding's backward comes last, so it reduces last), layers.31's,
   // whose reduction holds it until the next reduction starts (Note [Reduction buffers]), and layers.30's own.
   const long long unsharded_grads = 2 * root + 2 * (2 * block);
-  // Comm buffers, a unit's shard in bf16 each: layers.31's reduce-scatter output (held with its input), and the bf16
-  // cast of layers.29's fp32 shard that feeds its prefetched all-gather (FSDP1's _mp_shard).
-  const long long comm_buffers = 2 * (block / n) + 2 * (block / n);
+  // Comm buffers: layers.31's reduce-scatter output, a unit's shard in bf16 (held with its input). The bf16 cast of
+  // layers.29's fp32 shard that feeds its prefetched all-gather (FSDP1's _mp_shard) is gone by then: over the four
+  // nodes' rails that gather (1.3 ms) ends during layers.30's recompute, before its backward starts.
+  const long long comm_buffers = 2 * (block / n);
   // Activations in bf16. Full recompute keeps each block's input, 2sbh bytes (Korthikanti et al. 2022 §4.1), for the
   // 30 blocks before layers.30; layers.30's recompute rebuilds what PyTorch eager saves for its backward: per token
   // the two norm inputs, the q/k/v and o_proj inputs and q after RoPE (6h), k and v (2kv), and in the MLP the gate
@@ -328,7 +329,7 @@ TEST_CASE("simulator: a unit's first backward op also zero-fills its gradient bu
     const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
     if (op.kind != OpKind::forward && op.kind != OpKind::backward) continue;
     // The slowdown is 1, so an op lasts its work plus its fill: the gradient's bytes once at the memory rate.
-    const double work_s = compute_time_s(LayerWork{op.flops, op.memory_bytes}, schedule.compute_element_bytes, profile);
+    const double work_s = pass_time_s(*op.kernels, schedule.compute_element_bytes, profile);
     CHECK(event.duration_s() == doctest::Approx(work_s + static_cast<double>(op.zeroed_bytes) / 1e6));
     filled += op.zeroed_bytes > 0 ? 1 : 0;
   }

@@ -1,0 +1,64 @@
+// LayerKernelSpec: the kernels one layer's forward launches as PyTorch eager runs it — its projections (GEMMs), its
+// attention core and its memory-bound kernels — from which pass_kernels.h builds each pass of the op-level model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardplan {
+
+// y = x·Wᵀ (nn.Linear, HF Conv1D): forward is one GEMM of tokens × out_features × in_features; backward two of the
+// same FLOPs (input gradient and weight gradient, Narayanan et al. 2021 §5.1).
+struct ProjectionSpec {
+  std::string name;  // "q_proj", "c_attn": the module's name in the reference implementation
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  // torchtitan's selective-op checkpointing saves the output of every other matmul of the forward (the 1st, 3rd, ...:
+  // `mm_count % 2 == 0` is recomputed) and recomputes the rest (Note [Selective-op checkpointing] in pass_kernels.h).
+  bool saved_by_op_policy = false;
+  bool operator==(const ProjectionSpec&) const = default;
+};
+
+// softmax(QKᵀ/√d)·V over `heads` query heads of `head_dim` (grouped-query attention shares K and V among heads but
+// does the same FLOPs per query head).
+struct AttentionSpec {
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+  bool causal = true;
+  bool operator==(const AttentionSpec&) const = default;
+};
+
+// A family of memory-bound kernels (a norm, a residual add, RoPE, an activation function, the loss): the elements per
+// token they read plus write in the activation dtype and in fp32, one-byte elements (dropout masks), and how many
+// kernels that takes, for forward and backward. Bytes per token = act_elements × activation bytes + fp32_elements × 4 +
+// byte_elements.
+struct ElementwiseTraffic {
+  double act_elements = 0;
+  double fp32_elements = 0;
+  double byte_elements = 0;
+  int kernels = 0;
+  bool operator==(const ElementwiseTraffic&) const = default;
+};
+struct ElementwiseSpec {
+  std::string name;
+  ElementwiseTraffic forward;
+  ElementwiseTraffic backward;
+  // Recomputed by torchtitan's selective-op policy (everything but the saved ops up to the last tensor backward needs;
+  // the block's final residual add is not recomputed: torch.utils.checkpoint stops early once backward has what it
+  // needs).
+  bool recomputed_by_op_policy = true;
+  bool operator==(const ElementwiseSpec&) const = default;
+};
+
+struct LayerKernelSpec {
+  std::vector<ProjectionSpec> projections;  // in forward order (the order torchtitan's policy counts matmuls in)
+  std::optional<AttentionSpec> attention;
+  std::vector<ElementwiseSpec> elementwise;
+  // A lookup (nn.Embedding): no GEMM; its backward scatter-adds the token gradients into the weight gradient.
+  bool embedding_lookup = false;
+  bool operator==(const LayerKernelSpec&) const = default;
+};
+
+}  // namespace shardplan

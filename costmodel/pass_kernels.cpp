@@ -1,0 +1,187 @@
+// PassKernels of a layer pass: GEMM shapes from the projections, the attention core (flash or eager), memory traffic.
+#include "pass_kernels.h"
+
+#include "block_kernels.h"
+#include "errors.h"
+
+namespace shardplan {
+
+double GemmCall::flops() const {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * batch;
+}
+
+double PassKernels::gemm_flops() const {
+  double total = 0;
+  for (const GemmCall& gemm : gemms) total += gemm.flops();
+  return total;
+}
+
+double PassKernels::attention_flops() const {
+  double total = 0;
+  for (const AttentionCall& call : attention) total += call.flops;
+  return total;
+}
+
+double PassKernels::flops() const { return gemm_flops() + attention_flops(); }
+
+double PassKernels::kernel_count() const {
+  return memory_kernels + static_cast<double>(attention.size()) + static_cast<double>(gemms.size());
+}
+
+namespace {
+
+// Note [Derived kernels]: a layer from an explicit model file has FLOPs and activation sizes but no kernel list. Its
+// matmul FLOPs become hidden × hidden GEMMs (a what-if layer's parameters are square projections of the model
+// width), its attention FLOPs an attention core of the model's heads, and its memory-bound traffic the elements it
+// keeps for backward, written once in forward and read back with their gradients in backward (Korthikanti et al.
+// 2022's accounting of a GPT block's non-GEMM tensors), in eight kernels a block (a GPT-2 block's count).
+LayerKernelSpec derived_kernel_spec(const ModelSpec& model, const LayerSpec& layer) {
+  LayerKernelSpec spec;
+  const std::int64_t hidden = std::max<std::int64_t>(1, model.hidden_size);
+  const double square_params = static_cast<double>(hidden) * static_cast<double>(hidden);
+  double projections = layer.flops.matmul_flops_per_token / (2.0 * square_params);
+  // Whole projections, and the remainder as one of a narrower output.
+  while (projections >= 1.0) {
+    spec.projections.push_back({"derived", hidden, hidden, spec.projections.size() % 2 == 0});
+    projections -= 1.0;
+  }
+  if (projections > 0) {
+    const auto out = static_cast<std::int64_t>(std::max(1.0, projections * static_cast<double>(hidden)));
+    spec.projections.push_back({"derived", hidden, out, spec.projections.size() % 2 == 0});
+  }
+  if (layer.flops.attention_flops_per_token_per_position > 0 && model.num_heads > 0) {
+    // 4·h FLOPs per token per position for h = heads × head_dim (LayerFlops).
+    const auto width = static_cast<std::int64_t>(layer.flops.attention_flops_per_token_per_position / 4.0);
+    const std::int64_t heads = model.num_heads;
+    spec.attention = AttentionSpec{heads, std::max<std::int64_t>(1, width / heads), true};
+  }
+  const double kept = layer.activations.elements_per_token;
+  if (kept > 0) {
+    ElementwiseSpec traffic;
+    traffic.name = "derived";
+    const int kernels = layer.kind == LayerKind::transformer_block ? 8 : 1;
+    traffic.forward = {kept, 0.0, layer.activations.mask_bytes_per_token, kernels};
+    traffic.backward = {2.0 * kept, 0.0, layer.activations.mask_bytes_per_token, 2 * kernels};
+    spec.elementwise.push_back(traffic);
+  }
+  if (layer.kind == LayerKind::embedding) spec.embedding_lookup = true;
+  return spec;
+}
+
+double element_bytes(const ElementwiseTraffic& traffic, int activation_bytes) {
+  return traffic.act_elements * activation_bytes + traffic.fp32_elements * 4.0 + traffic.byte_elements;
+}
+
+struct PassShape {
+  std::int64_t tokens = 0;
+  std::int64_t sequences = 0;
+  std::int64_t seq_len = 0;
+  int activation_bytes = 2;
+  bool flash = true;
+  bool triton = false;
+};
+
+// softmax(QKᵀ)·V of one micro-batch. Flash: one kernel each way (FLOPs as in AttentionCall). Eager (the math path
+// that materialises the scores, e.g. HF's eager attention and the CPU runtime): QKᵀ and P·V as batched GEMMs over
+// sequences × heads, and the score tensor's traffic — scale, mask, softmax in fp32 and the cast back (HF
+// eager_attention_forward): 6 activation-dtype and 2 fp32 elements per score in 4 kernels; backward four GEMMs (dP,
+// dV, dQ, dK) and twice the score traffic.
+void add_attention(const AttentionSpec& attention, const PassShape& shape, bool backward, PassKernels& kernels) {
+  const double s = static_cast<double>(shape.seq_len);
+  const double batch_heads = static_cast<double>(shape.sequences * attention.heads);
+  if (shape.flash) {
+    const double causal_share = attention.causal ? 0.5 : 1.0;  // FlashAttention-2 §3.1: masked blocks skipped
+    const double forward = 4.0 * s * s * static_cast<double>(attention.head_dim) * batch_heads * causal_share;
+    kernels.attention.push_back(
+        {backward ? 2.5 * forward : forward, shape.seq_len, attention.head_dim, backward, shape.triton});
+    return;
+  }
+  const std::int64_t d = attention.head_dim, sl = shape.seq_len;
+  const double scores = s * s * batch_heads;
+  if (!backward) {
+    kernels.gemms.push_back({sl, sl, d, batch_heads});  // Q·Kᵀ
+    kernels.gemms.push_back({sl, d, sl, batch_heads});  // P·V
+    kernels.memory_bytes += scores * (6.0 * shape.activation_bytes + 8.0);
+    kernels.memory_kernels += 4;
+  } else {
+    kernels.gemms.push_back({sl, sl, d, batch_heads});  // dP = dO·Vᵀ
+    kernels.gemms.push_back({sl, d, sl, batch_heads});  // dV = Pᵀ·dO
+    kernels.gemms.push_back({sl, d, sl, batch_heads});  // dQ = dS·K
+    kernels.gemms.push_back({sl, d, sl, batch_heads});  // dK = dSᵀ·Q
+    kernels.memory_bytes += scores * (12.0 * shape.activation_bytes + 16.0);
+    kernels.memory_kernels += 8;
+  }
+}
+
+void add_elementwise(const ElementwiseTraffic& traffic, const PassShape& shape, PassKernels& kernels) {
+  kernels.memory_bytes += element_bytes(traffic, shape.activation_bytes) * static_cast<double>(shape.tokens);
+  kernels.memory_kernels += traffic.kernels;
+}
+
+// The forward kernels, all of them or (for a selective-op recompute) those the policy reruns.
+void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_recomputed_by_op_policy,
+                 PassKernels& kernels) {
+  for (const ProjectionSpec& projection : spec.projections) {
+    if (only_recomputed_by_op_policy && projection.saved_by_op_policy) continue;
+    kernels.gemms.push_back({shape.tokens, projection.out_features, projection.in_features, 1.0});
+  }
+  if (spec.attention && !only_recomputed_by_op_policy) add_attention(*spec.attention, shape, false, kernels);
+  for (const ElementwiseSpec& elementwise : spec.elementwise) {
+    if (only_recomputed_by_op_policy && !elementwise.recomputed_by_op_policy) continue;
+    add_elementwise(elementwise.forward, shape, kernels);
+  }
+}
+
+}  // namespace
+
+LayerKernelSpec effective_kernel_spec(const ModelSpec& model, const LayerSpec& layer) {
+  if (layer.kernels) return *layer.kernels;
+  return derived_kernel_spec(model, layer);
+}
+
+PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const TrainingConfig& training,
+                         ComputePass pass, ActivationCheckpointing checkpointing) {
+  SHARDPLAN_CHECK(layer_index < model.layers.size(), "pass_kernels: layer index out of range");
+  const LayerSpec& layer = model.layers[layer_index];
+  LayerKernelSpec derived;
+  if (!layer.kernels) derived = derived_kernel_spec(model, layer);
+  const LayerKernelSpec& spec = layer.kernels ? *layer.kernels : derived;
+  PassShape shape;
+  shape.tokens = training.tokens_per_micro_batch();
+  shape.sequences = training.micro_batch;
+  shape.seq_len = training.seq_len;
+  shape.activation_bytes = training.precision.param_compute_bytes;
+  shape.flash = training.flash_attention;
+  shape.triton = training.attention_kernel == AttentionKernel::triton;
+  PassKernels kernels;
+  switch (pass) {
+    case ComputePass::forward:
+      add_forward(spec, shape, false, kernels);
+      return kernels;
+    case ComputePass::recompute:
+      // Only transformer blocks are checkpointed (LayerSpec::activation_bytes_per_token).
+      if (layer.kind != LayerKind::transformer_block) return kernels;
+      switch (checkpointing) {
+        case ActivationCheckpointing::none: return kernels;
+        case ActivationCheckpointing::full: add_forward(spec, shape, false, kernels); return kernels;
+        case ActivationCheckpointing::selective:
+          // Korthikanti et al. 2022 §5: the attention core only; a flash kernel's backward recomputes it anyway.
+          if (spec.attention && !shape.flash) add_attention(*spec.attention, shape, false, kernels);
+          return kernels;
+        case ActivationCheckpointing::selective_op: add_forward(spec, shape, true, kernels); return kernels;
+      }
+      return kernels;
+    case ComputePass::backward:
+      for (const ProjectionSpec& projection : spec.projections) {
+        // dX = dY·W (tokens × in × out) and dW = dYᵀ·X (out × in × tokens).
+        kernels.gemms.push_back({shape.tokens, projection.in_features, projection.out_features, 1.0});
+        kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0});
+      }
+      if (spec.attention) add_attention(*spec.attention, shape, true, kernels);
+      for (const ElementwiseSpec& elementwise : spec.elementwise) add_elementwise(elementwise.backward, shape, kernels);
+      return kernels;
+  }
+  throw InternalError("unknown ComputePass " + std::to_string(static_cast<int>(pass)));
+}
+
+}  // namespace shardplan

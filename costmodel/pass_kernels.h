@@ -1,0 +1,70 @@
+// PassKernels: the kernels one pass (forward, backward, recompute) of one layer launches for one micro-batch — GEMMs
+// with their shapes, the attention core, memory-bound traffic — built from the layer's LayerKernelSpec.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model_spec.h"
+#include "training.h"
+
+namespace shardplan {
+
+enum class ComputePass { forward, backward, recompute };
+
+// C[m×n] = A[m×k]·B[k×n] for `batch` independent matrices in one kernel (a batched GEMM: eager attention's scores
+// over sequences × heads).
+struct GemmCall {
+  std::int64_t m = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  double batch = 1;
+  double flops() const;  // 2·m·n·k per matrix (one multiply-add = 2 FLOPs)
+  bool operator==(const GemmCall&) const = default;
+};
+
+// A fused attention kernel (FlashAttention / SDPA's flash backend) over one micro-batch. FLOPs in the FlashAttention
+// papers' convention, so their measured rates apply: forward 4·s²·d·heads per sequence, halved with a causal mask;
+// backward 2.5× forward (FlashAttention-2 §4.1: "2 matmuls in the forward pass and 5 matmuls in the backward pass").
+struct AttentionCall {
+  double flops = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t head_dim = 0;
+  bool backward = false;
+  bool triton = false;  // the Triton FlashAttention kernel (TrainingConfig::attention_kernel), at its own rate
+  bool operator==(const AttentionCall&) const = default;
+};
+
+struct PassKernels {
+  std::vector<GemmCall> gemms;
+  std::vector<AttentionCall> attention;  // flash kernels; the eager (math) path is GEMMs and softmax traffic instead
+  double memory_bytes = 0;               // HBM traffic of the memory-bound kernels
+  double memory_kernels = 0;             // how many memory-bound kernels that is
+  double flops() const;                  // GEMM + attention FLOPs (what the pass does on the hardware)
+  double gemm_flops() const;
+  double attention_flops() const;
+  double kernel_count() const;           // GEMMs + attention kernels + memory-bound kernels
+  bool empty() const { return gemms.empty() && attention.empty() && memory_bytes == 0 && memory_kernels == 0; }
+  bool operator==(const PassKernels&) const = default;
+};
+
+// Note [Selective-op checkpointing]: torchtitan's default selective activation checkpointing (`mode = "selective"`,
+// `selective_ac_option = "op"`, torchtitan/models/llama3/infra/parallelize.py `_save_list` and `_custom_policy`)
+// saves the outputs of every other matmul (aten.mm, counted in forward order; the 2nd, 4th, ... are recomputed) and of
+// SDPA, and recomputes every other op. The backward pass then reruns, before the layer's backward, the block's forward
+// but the saved matmuls and attention — up to the last tensor backward needs (torch.utils.checkpoint stops its
+// recompute early), so the final residual add is not rerun. Kept per token: the block input, the saved matmuls'
+// outputs, and attention's output and log-sum-exp (ActivationFootprint::selective_op_elements_per_token).
+
+// The kernels of `pass` of model.layers[layer_index] for one micro-batch of `training`. `checkpointing` is the layer's
+// mode: it decides what a recompute pass reruns (full: the whole forward; selective: the attention core when the
+// scores are materialised, nothing with flash kernels, whose backward recomputes them anyway; selective_op: Note
+// [Selective-op checkpointing]; none: nothing). Layers given without a kernel spec (explicit model files) get one
+// derived from their FLOPs and activation sizes (Note [Derived kernels] in pass_kernels.cpp).
+PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const TrainingConfig& training,
+                         ComputePass pass, ActivationCheckpointing checkpointing);
+
+// The spec pass_kernels uses for a layer: its own, or the derived one.
+LayerKernelSpec effective_kernel_spec(const ModelSpec& model, const LayerSpec& layer);
+
+}  // namespace shardplan
