@@ -132,6 +132,12 @@ LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> ti
   // (Korthikanti §4.3: 4sbv bytes for the loss).
   layer.activations.elements_per_token = static_cast<double>(h + vocab);
   layer.activations.fp32_bytes_per_token = 4.0 * static_cast<double>(vocab);
+  // The loss in fp32 (HF ForCausalLMLoss, torchtitan's cross_entropy_loss: cross_entropy(logits.float(), ...)): the
+  // upcast copy lives beside log_softmax's output until log_softmax has run. In backward nll_loss's gradient (a
+  // zero-filled fp32 V per token with one entry set) and log_softmax's (fp32) are alive together while the latter is
+  // computed; the cast of the result back to the activation dtype comes after the first is freed, and is smaller.
+  layer.activations.forward_workspace_fp32_per_token = static_cast<double>(vocab);
+  layer.activations.backward_workspace_fp32_per_token = 2.0 * static_cast<double>(vocab);
   layer.kernels = lm_head_kernels(h, vocab);
   return layer;
 }

@@ -89,6 +89,17 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
   return bytes;
 }
 
+double LayerSpec::forward_workspace_bytes_per_token(int activation_element_bytes) const {
+  return activation_element_bytes < 4 ? 4.0 * activations.forward_workspace_fp32_per_token : 0.0;
+}
+
+double LayerSpec::backward_workspace_bytes_per_token(int activation_element_bytes) const {
+  const double cast = activation_element_bytes < 4
+                          ? activations.backward_workspace_elements_per_token * activation_element_bytes
+                          : 0.0;
+  return 4.0 * activations.backward_workspace_fp32_per_token + cast;
+}
+
 std::int64_t ModelSpec::param_count() const {
   std::int64_t total = 0;
   for (const auto& layer : layers) total += layer.param_count();

@@ -51,6 +51,12 @@ struct ActivationFootprint {
   // What torchtitan's selective-op policy keeps (activation-dtype elements; flash_stat_bytes_per_token on top): the
   // block input, every other matmul's output and attention's output (block_kernels.h selective_op_kept_elements).
   double selective_op_elements_per_token = 0;
+  // Working memory alive only while the layer's forward or backward op runs (Note [Workspaces] in unit_layout.h):
+  // fp32 elements when activations are narrower than fp32 (the loss's upcast of the logits beside log_softmax's
+  // output), and in backward fp32 gradients plus their cast to the activation dtype (the logits' gradient).
+  double forward_workspace_fp32_per_token = 0;
+  double backward_workspace_fp32_per_token = 0;
+  double backward_workspace_elements_per_token = 0;
 };
 
 struct LayerSpec {
@@ -70,6 +76,10 @@ struct LayerSpec {
   // Bytes kept for backward per token under the given checkpointing (only transformer blocks are checkpointed).
   double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
                                     ActivationCheckpointing checkpointing) const;
+  // The workspaces per token (ActivationFootprint): forward's upcast exists only when activations are narrower than
+  // fp32, as does backward's cast of its fp32 gradient.
+  double forward_workspace_bytes_per_token(int activation_element_bytes) const;
+  double backward_workspace_bytes_per_token(int activation_element_bytes) const;
 };
 
 // The architecture a model was built from, kept for the executor (which builds real layers) and for exports.

@@ -74,6 +74,9 @@ nlohmann::json to_json(const EstimateResult& result) {
   memory_json["model_states_only"] = request.model_states_only;
   memory_json["peak_op"] = result.simulation.peak_op;
   memory_json["closed_form_total_bytes"] = result.closed_form.total_bytes();
+  // Note [Reserved memory] (planner/simulator.cpp): beside the allocated total (what `fits` compares).
+  memory_json["reserved_peak_bytes"] = result.simulation.reserved_peak_bytes;
+  memory_json["device_peak_bytes"] = result.simulation.device_peak_bytes;
   nlohmann::json strategy = {{"name", to_string(memory.layout.kind)},
                              {"param_shard_group", memory.layout.param_group},
                              {"grad_shard_group", memory.layout.grad_group},
@@ -126,6 +129,13 @@ std::string render_text(const EstimateResult& result) {
   std::snprintf(total, sizeof total, "  %-18s %s   of %s capacity: %s\n", "total", gib(breakdown.total_bytes()).c_str(),
                 gib(memory.capacity_bytes).c_str(), memory.fits() ? "FITS" : "DOES NOT FIT");
   out << total << "  dominant term: " << breakdown.dominant_term() << "\n";
+  if (!request.model_states_only) {
+    // Note [Reserved memory] (simulator.cpp): the fits test compares the allocated total above.
+    std::snprintf(total, sizeof total, "  caching allocator reserved ≈ %s (torch.cuda.max_memory_reserved), device ≈ %s "
+                  "(nvidia-smi)\n", gib(result.simulation.reserved_peak_bytes).c_str(),
+                  gib(result.simulation.device_peak_bytes).c_str());
+    out << total;
+  }
   if (!request.model_states_only) {
     out << "  peak at: " << (result.simulation.peak_op.empty() ? "step start" : result.simulation.peak_op)
         << " (simulated step " << result.simulation.step_time_s << " s; closed-form bound "

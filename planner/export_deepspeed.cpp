@@ -149,6 +149,13 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
                     std::to_string(world_size) + " ranks, not within groups of " + std::to_string(layout.param_group));
   }
   if (partial_group > 0 && stage == 3) zero["zero_hpz_partition_size"] = partial_group;  // ZeRO++ secondary copy
+  if (std::find(plan.layer_checkpointing.begin(), plan.layer_checkpointing.end(),
+                ActivationCheckpointing::selective_op) != plan.layer_checkpointing.end()) {
+    // deepspeed.checkpointing recomputes whole functions; an op-level policy is torch.utils.checkpoint's.
+    notes.push_back("selective-op checkpointing (torchtitan's op policy) has no DeepSpeed setting: wrap the blocks "
+                    "listed under activation_checkpointing.selective_op with torch.utils.checkpoint and "
+                    "create_selective_checkpoint_contexts (the fsdp2 export's _selective_op_checkpoint_context)");
+  }
   const nlohmann::ordered_json cpu = {{"device", "cpu"}, {"pin_memory", true}};
   if (plan.offload.params) zero["offload_param"] = cpu;
   if (plan.offload.optimizer || plan.offload.params) zero["offload_optimizer"] = cpu;
@@ -189,7 +196,8 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
       {"units", trace_units},
       {"activation_checkpointing",
        {{"full", layer_names(plan, model, ActivationCheckpointing::full)},
-        {"selective", layer_names(plan, model, ActivationCheckpointing::selective)}}},
+        {"selective", layer_names(plan, model, ActivationCheckpointing::selective)},
+        {"selective_op", layer_names(plan, model, ActivationCheckpointing::selective_op)}}},
       {"notes", notes},
   };
   return {"ds_config.json", config.dump(2) + "\n"};

@@ -211,6 +211,8 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "FULL_CHECKPOINT_LAYERS = " << python_checkpointed_layers(plan, model, ActivationCheckpointing::full) << "\n"
      << "SELECTIVE_CHECKPOINT_LAYERS = "
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective) << "\n"
+     << "SELECTIVE_OP_CHECKPOINT_LAYERS = "
+     << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective_op) << "\n"
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
      << "PLANNED_WORLD_SIZE = " << world_size << "\n\n\n"
      << python_module_helpers() << "\n\n" << kRegroupHelper << "\n\n"
@@ -257,6 +259,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
   py << "    # Modules to checkpoint, found by path before regrouping moves them.\n"
      << "    full = {model.get_submodule(path) for path in FULL_CHECKPOINT_LAYERS}\n"
      << "    selective = {model.get_submodule(path) for path in SELECTIVE_CHECKPOINT_LAYERS}\n"
+     << "    selective_op = {model.get_submodule(path) for path in SELECTIVE_OP_CHECKPOINT_LAYERS}\n"
      << "    _regroup_layers(model)\n"
      << "    targets = {model.get_submodule(path) for path in FSDP1_WRAP_TARGETS}\n"
      << "    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: module in targets)\n"
@@ -272,6 +275,11 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "            model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper,\n"
      << "                                                           context_fn=_selective_checkpoint_context),\n"
      << "            check_fn=lambda module: module in selective)\n"
+     << "    if selective_op:\n"
+     << "        apply_activation_checkpointing(\n"
+     << "            model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper,\n"
+     << "                                                           context_fn=_selective_op_checkpoint_context),\n"
+     << "            check_fn=lambda module: module in selective_op)\n"
      << "    return model\n";
   return {"fsdp1_plan.py", py.str()};
 }

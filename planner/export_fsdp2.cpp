@@ -125,7 +125,7 @@ std::string python_checkpointed_layers(const Plan& plan, const ModelSpec& model,
   for (std::size_t layer = 0; layer < model.layers.size() && layer < plan.layer_checkpointing.size(); ++layer) {
     if (plan.layer_checkpointing[layer] == mode) names.push_back(python_string(model.layers[layer].name));
   }
-  return python_list(names, 0, 30);  // after "SELECTIVE_CHECKPOINT_LAYERS = "
+  return python_list(names, 0, 33);  // after "SELECTIVE_OP_CHECKPOINT_LAYERS = "
 }
 
 std::string python_header(const std::string& format, const Plan& plan, const ModelSpec& model, int world_size,
@@ -178,6 +178,32 @@ def _selective_checkpoint_context():
 
     def policy(ctx, op, *args, **kwargs):
         return CheckpointPolicy.PREFER_RECOMPUTE if op in core else CheckpointPolicy.MUST_SAVE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def _selective_op_checkpoint_context():
+    # torchtitan's selective op checkpointing (torchtitan/models/llama3/infra/parallelize.py, _save_list and
+    # _custom_policy): save SDPA's outputs and every other matmul's output (counted in forward order, the same count
+    # in the recompute), recompute every other op in backward.
+    import collections
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save = {torch.ops.aten.mm.default}
+    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention"):
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is not None:
+            save.add(packet.default)
+    counts = collections.defaultdict(int)
+
+    def policy(ctx, op, *args, **kwargs):
+        key = "recompute_mm_count" if ctx.is_recompute else "forward_mm_count"
+        if op == torch.ops.aten.mm.default:
+            counts[key] += 1
+        keep = op in save and not (op == torch.ops.aten.mm.default and counts[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
 )PY";
@@ -327,6 +353,8 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << "FULL_CHECKPOINT_LAYERS = " << python_checkpointed_layers(plan, model, ActivationCheckpointing::full) << "\n"
      << "SELECTIVE_CHECKPOINT_LAYERS = "
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective) << "\n"
+     << "SELECTIVE_OP_CHECKPOINT_LAYERS = "
+     << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective_op) << "\n"
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
      << "PLANNED_WORLD_SIZE = " << world_size << "\n\n\n"
      << python_module_helpers() << "\n\n"
@@ -338,7 +366,10 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << "        _replace_module(model, path, checkpoint_wrapper(model.get_submodule(path)))\n"
      << "    for path in SELECTIVE_CHECKPOINT_LAYERS:\n"
      << "        _replace_module(model, path, checkpoint_wrapper(model.get_submodule(path),\n"
-     << "                                                        context_fn=_selective_checkpoint_context))\n\n\n"
+     << "                                                        context_fn=_selective_checkpoint_context))\n"
+     << "    for path in SELECTIVE_OP_CHECKPOINT_LAYERS:\n"
+     << "        _replace_module(model, path, checkpoint_wrapper(model.get_submodule(path),\n"
+     << "                                                        context_fn=_selective_op_checkpoint_context))\n\n\n"
      << "def apply_plan(model, device_type=\"cuda\"):\n"
      << "    import torch\n"
      << "    from torch.distributed.device_mesh import init_device_mesh\n"

@@ -24,7 +24,10 @@ bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
          x.score_mask_bytes_per_token_per_position == y.score_mask_bytes_per_token_per_position &&
          x.flash_stat_bytes_per_token == y.flash_stat_bytes_per_token && x.fp32_bytes_per_token == y.fp32_bytes_per_token &&
          x.checkpoint_elements_per_token == y.checkpoint_elements_per_token &&
-         x.selective_op_elements_per_token == y.selective_op_elements_per_token && a.kernels == b.kernels;
+         x.selective_op_elements_per_token == y.selective_op_elements_per_token &&
+         x.forward_workspace_fp32_per_token == y.forward_workspace_fp32_per_token &&
+         x.backward_workspace_fp32_per_token == y.backward_workspace_fp32_per_token &&
+         x.backward_workspace_elements_per_token == y.backward_workspace_elements_per_token && a.kernels == b.kernels;
 }
 
 std::int64_t total_bytes(const MemoryByCategory& bytes) {

@@ -43,9 +43,10 @@ std::vector<ShardingStrategy> strategies_for(const Cluster& cluster) {
   return result;
 }
 
-// Checkpointing patterns: none, selective (only when the scores are materialised), full, and partial ones — full
-// recompute on the first quarter, half or three quarters of the blocks ("25%", "50%", "75%"), since every block
-// saves the same memory and checkpointing only as many as the cap needs costs the least recompute.
+// Checkpointing patterns: none, selective (only when the scores are materialised), full, torchtitan's selective-op
+// policy on every block, and partial ones — full recompute on the first quarter, half or three quarters of the
+// blocks ("25%", "50%", "75%"), since every block saves the same memory and checkpointing only as many as the cap
+// needs costs the least recompute.
 void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& pattern) {
   std::size_t blocks_seen = 0;
   std::size_t checkpointed = 0;
@@ -58,6 +59,7 @@ void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& 
     ActivationCheckpointing mode = ActivationCheckpointing::none;
     if (blocks_seen < checkpointed) mode = ActivationCheckpointing::full;
     if (pattern == "selective") mode = ActivationCheckpointing::selective;
+    if (pattern == "selective-op") mode = ActivationCheckpointing::selective_op;
     plan.layer_checkpointing[layer] = mode;
     ++blocks_seen;
   }
@@ -81,7 +83,7 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
     }
     if (micro_batches.empty()) micro_batches.push_back(1);  // the global-batch error surfaces in lowering
   }
-  std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full"};
+  std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full", "selective-op"};
   if (!training.flash_attention) patterns.push_back("selective");
   std::vector<KnobSetting> settings;
   for (const auto& strategy : strategies_for(cluster)) {

@@ -254,7 +254,10 @@ class Lowerer {
       schedule_.model_flops_per_rank += pass == ComputePass::forward ? forward_flops : 2.0 * forward_flops;
     }
     if (kind == OpKind::forward) {
-      op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer)});
+      // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
+      const std::int64_t workspace = forward_workspace_bytes(plan_, model_, layer);
+      op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer) + workspace});
+      if (workspace > 0) op.frees.push_back({MemoryCategory::activations, workspace});
     }
     return emit(std::move(op));
   }
@@ -331,7 +334,9 @@ class Lowerer {
         const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
         auto& op = schedule_.ops[static_cast<std::size_t>(id)];
         take_pending_alloc(op);
-        op.frees.push_back({MemoryCategory::activations, kept + rebuilt});
+        const std::int64_t workspace = backward_workspace_bytes(plan_, model_, layer);
+        if (workspace > 0) op.allocates.push_back({MemoryCategory::activations, workspace});
+        op.frees.push_back({MemoryCategory::activations, kept + rebuilt + workspace});
         if (!grads_produced_[unit]) {
           // The unit's first gradient write of this micro-batch reuses the buffer its previous reduction reads
           // (FSDP makes the compute stream wait for that reduction before backward touches it again).

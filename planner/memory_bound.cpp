@@ -17,9 +17,10 @@ namespace shardplan {
 //  - Model states and overhead: persistent_memory, what the schedule starts the step with. The lowering allocates
 //    nothing else in those categories, so these terms equal the simulated peak's.
 //  - Activations, exactly: compute ops run one at a time in issue order, a layer's forward allocates what it keeps
-//    and its backward frees that and its recompute working set. At layer l's backward the layers before it, l itself
-//    and l's recompute are alive: max over l of (Σ_{l' <= l} kept(l') + recomputed(l)) (unit_layout.h's two
-//    functions, which the lowering calls).
+//    (and a workspace freed at its end), its backward frees that and its recompute working set and workspace. At
+//    layer l's forward or backward the layers before it and l itself are alive, with l's forward workspace or its
+//    recompute and backward workspace: max over l of (Σ_{l' <= l} kept(l') + max(fw(l), recomputed(l) + bw(l)))
+//    (unit_layout.h's functions, which the lowering calls; Note [Workspaces]).
 //  - Root unit: its G. A unit is gathered again only after its free, and a gather waits for the compute op issued
 //    before it (lowering.cpp, emit_gather), so one copy of a unit at a time.
 //  - Unsharded params: (a) every non-root unit kept gathered after forward (reshard_after_forward false) — all are
@@ -173,12 +174,17 @@ InFlight pass_in_flight(const Plan& plan, const std::vector<UnitLayout>& layouts
   return peak;
 }
 
-// Activations, exactly (Note [Closed-form bound]): the largest of the kept bytes up to a layer plus its recompute.
+// Activations, exactly (Note [Closed-form bound]): the largest of the kept bytes up to a layer plus its workspace or
+// its recompute.
 std::int64_t activation_peak_bytes(const Plan& plan, const ModelSpec& model) {
   std::int64_t kept_so_far = 0, peak = 0;
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     kept_so_far += kept_activation_bytes(model, plan.training, layer, layer_checkpointing_of(plan, model, layer));
-    peak = std::max(peak, kept_so_far + recomputed_activation_bytes(plan, model, layer));
+    // Its forward's workspace beside what it and the layers before keep, or its backward's recompute and workspace
+    // (Note [Workspaces] in unit_layout.h).
+    peak = std::max(peak, kept_so_far + std::max(forward_workspace_bytes(plan, model, layer),
+                                                 recomputed_activation_bytes(plan, model, layer) +
+                                                     backward_workspace_bytes(plan, model, layer)));
   }
   return peak;
 }

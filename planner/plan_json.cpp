@@ -33,7 +33,7 @@ ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::strin
   try {
     return checkpointing_from_string(text);
   } catch (const InputError&) {
-    reader.fail(key, "\"none\", \"full\" or \"selective\"");
+    reader.fail(key, "\"none\", \"full\", \"selective-op\" or \"selective\"");
   }
 }
 
@@ -58,7 +58,8 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
   }
   training.flash_attention = block.boolean("flash_attention", true);
   try {
-    training.attention_kernel = attention_kernel_from_string(block.optional_string("attention_kernel").value_or("flash"));
+    training.attention_kernel =
+        attention_kernel_from_string(block.optional_string("attention_kernel").value_or("flash"));
   } catch (const InputError&) {
     block.fail("attention_kernel", "\"flash\" or \"triton\"");
   }

@@ -36,6 +36,23 @@ std::string describe_op(const Op& op, const StepSchedule& schedule, const std::v
 
 namespace {
 
+// Note [Reserved memory]: PyTorch's caching allocator keeps freed blocks cached for the stream that allocated them
+// and never hands them to another stream's allocations, so FSDP's reserved memory is each stream pool's own peak,
+// summed: "the outstanding fragmentation for fsdp2 is only inter-stream fragmentation: 1) all-gather stream has its
+// own memory pool, 2) default stream has its own memory pool" (verl-project/verl#3020, FSDP2's maintainer). Gathered
+// parameters come from the all-gather stream, reduction buffers from the reduction streams, everything else from
+// the default stream; the overhead term (CUDA context, NCCL, library workspaces) is outside the allocator.
+constexpr std::size_t kAllocatorPools = 3;
+int allocator_pool(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::unsharded_params:
+    case MemoryCategory::root_unit: return 1;
+    case MemoryCategory::comm_buffers: return 2;
+    case MemoryCategory::overhead: return -1;
+    default: return 0;
+  }
+}
+
 // One pass of the timing walk: every op's start and end, and each stream's busy time.
 struct Placement {
   std::vector<double> start, end;
@@ -150,6 +167,16 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
   for (auto bytes : current) total += bytes;
   summary.peak_memory_bytes = total;
   summary.memory_at_peak = current;
+  std::array<long long, kAllocatorPools> pool_bytes{}, pool_peaks{};
+  const auto track_pools = [&] {
+    pool_bytes.fill(0);
+    for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+      const auto pool = allocator_pool(static_cast<MemoryCategory>(category));
+      if (pool >= 0) pool_bytes[static_cast<std::size_t>(pool)] += current[category];
+    }
+    for (std::size_t pool = 0; pool < kAllocatorPools; ++pool) pool_peaks[pool] = std::max(pool_peaks[pool], pool_bytes[pool]);
+  };
+  track_pools();
   const auto sample = [&](double time_s) {
     if (!record_timeline) return;
     if (!result.timeline.memory.empty() && result.timeline.memory.back().time_s == time_s) {
@@ -178,8 +205,12 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
       summary.memory_at_peak = current;
       summary.peak_op_id = event.op_id;
     }
+    track_pools();
     sample(event.time_s);
   }
+  for (long long peak : pool_peaks) summary.reserved_peak_bytes += peak;
+  summary.device_peak_bytes =
+      summary.reserved_peak_bytes + schedule.persistent[static_cast<std::size_t>(MemoryCategory::overhead)];
   if (summary.peak_op_id >= 0) {
     summary.peak_op = describe_op(schedule.ops[static_cast<std::size_t>(summary.peak_op_id)], schedule, nullptr);
   }
@@ -230,6 +261,8 @@ nlohmann::json to_json(const SimulationSummary& summary) {
           {"compute_time_s", summary.compute_time_s},
           {"exposed_comm_s", summary.exposed_comm_s},
           {"peak_memory_bytes", summary.peak_memory_bytes},
+          {"reserved_peak_bytes", summary.reserved_peak_bytes},
+          {"device_peak_bytes", summary.device_peak_bytes},
           {"memory_at_peak", std::move(memory)},
           {"peak_op", summary.peak_op},
           {"tokens_per_step", summary.tokens_per_step},

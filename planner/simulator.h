@@ -26,8 +26,12 @@ struct SimulationSummary {
   double exposed_comm_s = 0;   // step time the compute stream spends waiting (on communication or copies)
   std::vector<std::pair<std::string, double>> stream_busy_s;  // per stream, in StreamKind order
   std::vector<CollectiveTotals> collectives;
-  std::int64_t peak_memory_bytes = 0;
+  std::int64_t peak_memory_bytes = 0;  // allocated (what the "fits" test compares with the device's memory)
   MemoryByCategory memory_at_peak{};
+  // Note [Reserved memory] (simulator.cpp): the caching allocator's reserved peak, torch.cuda.max_memory_reserved()
+  // (the overhead term, outside PyTorch's allocator, left out), and the device's (nvidia-smi's) = reserved + overhead.
+  std::int64_t reserved_peak_bytes = 0;
+  std::int64_t device_peak_bytes = 0;
   int peak_op_id = -1;
   std::string peak_op;         // "backward model.layers.31 (micro-batch 0)"
   std::int64_t tokens_per_step = 0;

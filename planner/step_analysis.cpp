@@ -67,6 +67,12 @@ std::string render_simulation_text(const SimulationSummary& summary, const StepS
                 summary.peak_memory_bytes <= cluster.gpu.memory_bytes ? "fits" : "DOES NOT FIT",
                 summary.peak_op.empty() ? "step start" : summary.peak_op.c_str());
   out << line;
+  // Note [Reserved memory] (simulator.cpp): what PyTorch and nvidia-smi would show beside the allocated peak, which
+  // is what the fits test compares (it includes the overhead term).
+  std::snprintf(line, sizeof line,
+                "  (allocated; the fits test) caching allocator reserved ≈ %.2f GiB, device (nvidia-smi) ≈ %.2f GiB\n",
+                gib(summary.reserved_peak_bytes), gib(summary.device_peak_bytes));
+  out << line;
   for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
     if (summary.memory_at_peak[category] == 0) continue;
     std::snprintf(line, sizeof line, "  %-18s %9.2f GiB\n", std::string(kMemoryCategoryNames[category]).c_str(),

@@ -102,6 +102,25 @@ std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& mode
   return std::max<std::int64_t>(rebuilt, 0);
 }
 
+namespace {
+
+std::int64_t per_micro_batch(double bytes_per_token, const TrainingConfig& training) {
+  return static_cast<std::int64_t>(std::llround(bytes_per_token * static_cast<double>(training.tokens_per_micro_batch())));
+}
+
+}  // namespace
+
+std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
+  const int element_bytes = plan.training.precision.param_compute_bytes;
+  return recomputed_activation_bytes(plan, model, layer) +
+         per_micro_batch(model.layers[layer].forward_workspace_bytes_per_token(element_bytes), plan.training);
+}
+
+std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
+  const int element_bytes = plan.training.precision.param_compute_bytes;
+  return per_micro_batch(model.layers[layer].backward_workspace_bytes_per_token(element_bytes), plan.training);
+}
+
 std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {
   return 2 * precision.param_storage_bytes + precision.grad_storage_bytes +
          2 * optimizer_bytes_per_param(precision, optimizer);

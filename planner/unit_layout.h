@@ -61,6 +61,14 @@ ActivationCheckpointing layer_checkpointing_of(const Plan& plan, const ModelSpec
 // keeps without checkpointing, less what it kept.
 std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 
+// Note [Workspaces]: memory a layer's op holds only while it runs, allocated at its start and freed at its end.
+// Forward: a checkpointed block materialises its whole working set before the checkpoint drops what it does not
+// keep (torch.utils.checkpoint runs the block's ordinary forward), so all it would keep without checkpointing, less
+// what it keeps, is alive until the op ends; and the loss's fp32 upcast (LayerSpec workspaces). Backward: the
+// loss's fp32 logits gradient and its cast.
+std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
+std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
+
 // HBM bytes a fused optimizer step moves per shard element: parameters read and written, gradients read, master
 // weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)).
 std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer);

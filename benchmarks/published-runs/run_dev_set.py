@@ -70,10 +70,14 @@ def main():
         pred_step = sim["step_time_s"]
         pred_tok = int(row["global_batch"]) * int(row["seq_len"]) / (pred_step * gpus)
         err = pred_step / pub_step - 1
-        mem = sim["peak_memory_bytes"] / 2**30
+        # torchtitan logs the caching allocator's reserved peak (torch.cuda.max_memory_reserved): compare with the
+        # simulator's estimate of it (Note [Reserved memory] in planner/simulator.cpp).
+        mem = sim["reserved_peak_bytes"] / 2**30
         results.append({"row_id": row["row_id"], "gpu": row["gpu"], "err": err, "pred_tok_s_gpu": pred_tok,
                         "pred_mfu": sim["mfu"], "exposed_comm_s": sim["exposed_comm_s"], "pred_step_s": pred_step,
-                        "pub_step_s": pub_step, "pred_mem_gib": mem, "scope": row["scope"]})
+                        "pub_step_s": pub_step, "pred_mem_gib": mem, "scope": row["scope"],
+                        "pub_mem_gib": float(row["pub_mem_gib"]) if row.get("pub_mem_gib") else None,
+                        "alloc_mem_gib": sim["peak_memory_bytes"] / 2**30})
         print(f"{row['row_id']:6} {row['gpu']:10} {gpus:4} {row['model']:14} {row['seq_len']:>6} "
               f"{float(row['pub_tok_s_gpu']):13.0f} {pred_tok:9.0f} {err:+7.1%} {sim['mfu']:8.3f} "
               f"{row['pub_mfu'] or '':>7.7} {sim['exposed_comm_s'] / pred_step:8.1%} {mem:8.1f} "
@@ -85,6 +89,11 @@ def main():
         for gpu in sorted({r["gpu"] for r in results}):
             g = [abs(r["err"]) for r in results if r["gpu"] == gpu]
             print(f"  {gpu:12} n={len(g):3} median |err| {statistics.median(g):.1%}")
+        with_memory = [r for r in results if r["pub_mem_gib"]]
+        if with_memory:
+            mem_err = [r["pred_mem_gib"] / r["pub_mem_gib"] - 1 for r in with_memory]
+            print(f"  memory (reserved peak) where published: n={len(mem_err)}, errors "
+                  + ", ".join(f"{r['row_id']} {e:+.1%}" for r, e in zip(with_memory, mem_err)))
     if args.json:
         json.dump(results, open(args.json, "w"), indent=1)
     return 1 if errors else 0

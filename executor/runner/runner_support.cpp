@@ -49,6 +49,15 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
       reject(unit + " shards parameters, gradients and optimizer states over different groups (ZeRO-1/2)", support, rank);
     }
   }
+  // torchtitan's selective-op policy is a PyTorch checkpoint context (exports apply it); the runtime's layer kernels
+  // keep or drop a block's activations whole (Note [Kernel driver]).
+  for (std::size_t layer = 0; layer < plan.layer_checkpointing.size(); ++layer) {
+    if (plan.layer_checkpointing[layer] == ActivationCheckpointing::selective_op) {
+      reject("layer " + std::to_string(layer) +
+                 " uses selective-op checkpointing; plan it with --ac full or none to run it",
+             support, rank);
+    }
+  }
 }
 
 void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank) {

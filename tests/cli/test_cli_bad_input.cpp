@@ -139,7 +139,7 @@ TEST_CASE("training flag errors") {
                      {"unknown precision 'bf16-mix'", "'bf16-mixed'"});
   expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--optimizer", "adamx"}), {"'adamx'", "'adamw'"});
   expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--ac", "ful"}), {"--ac 'ful'", "'full'"});
-  expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--ac", "partial"}), {"none, full or selective"});
+  expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--ac", "partial"}), {"none, full, selective-op or selective"});
   expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--micro-batch", "0"}), {"--micro-batch"});
   expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--micro-batch", "-1"}), {"--micro-batch"});
   expect_input_error(estimate("llama3-8b", "8xH100-80GB", {"--global-batch", "12"}),

@@ -36,7 +36,7 @@ inline std::vector<ReferenceSetting> reference_settings(const Cluster& cluster, 
     strategies.push_back("hybrid_shard:" + std::to_string(group));
     strategies.push_back("hybrid_shard_zero2:" + std::to_string(group));
   }
-  std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full"};
+  std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full", "selective-op"};
   if (!training.flash_attention) patterns.push_back("selective");
   std::vector<std::int64_t> micro_batches;
   if (training.global_batch > 0) {
@@ -119,6 +119,7 @@ inline Plan reference_plan(const ModelSpec& model, const TrainingConfig& trainin
     if (model.layers[layer].kind != LayerKind::transformer_block) continue;
     if (block < checkpointed) plan.layer_checkpointing[layer] = ActivationCheckpointing::full;
     if (setting.ac == "selective") plan.layer_checkpointing[layer] = ActivationCheckpointing::selective;
+    if (setting.ac == "selective-op") plan.layer_checkpointing[layer] = ActivationCheckpointing::selective_op;
     ++block;
   }
   return plan;

@@ -44,7 +44,9 @@ TEST_CASE("plan: JSON round trip") {
   Plan plan = default_plan(model, training, parse_strategy("hybrid_shard:2"), wrap_blocks(model, 2), 4);
   plan.units[1].reshard_after_forward.enabled = false;
   plan.layer_checkpointing[2] = ActivationCheckpointing::selective;
+  plan.layer_checkpointing[3] = ActivationCheckpointing::selective_op;
   plan.offload.params = true;
+  plan.training.attention_kernel = AttentionKernel::triton;
   const nlohmann::json document = to_json(plan, model);
   CHECK(document.at("schema") == "shardplan.plan/v1");
   const Plan back = plan_from_json(document, "p.json", model);
@@ -52,6 +54,8 @@ TEST_CASE("plan: JSON round trip") {
   CHECK(back.grad_accumulation_steps == 2);
   CHECK(back.units[1].strategy.shard_group_size == 2);
   CHECK(back.layer_checkpointing[2] == ActivationCheckpointing::selective);
+  CHECK(back.layer_checkpointing[3] == ActivationCheckpointing::selective_op);
+  CHECK(back.training.attention_kernel == AttentionKernel::triton);
   CHECK(back.offload.params);
 }
 

@@ -173,12 +173,21 @@ TEST_CASE("export: FSDP2 renders strategies, reshard_after_forward, precision, o
     Plan plan = make_plan(model, 1);
     plan.layer_checkpointing[1] = plan.layer_checkpointing[2] = ActivationCheckpointing::full;
     plan.layer_checkpointing[3] = ActivationCheckpointing::selective;
+    plan.layer_checkpointing[4] = ActivationCheckpointing::selective_op;
     plan.training.precision = precision_recipe("pure-bf16");
     plan.offload.params = true;
     const auto file = export_fsdp2(plan, model, 8, 8);
     CHECK(contains(file.contents, "FULL_CHECKPOINT_LAYERS = [\"model.layers.0\", \"model.layers.1\"]"));
     CHECK(contains(file.contents, "SELECTIVE_CHECKPOINT_LAYERS = [\"model.layers.2\"]"));
     CHECK(contains(file.contents, "context_fn=_selective_checkpoint_context"));
+    // torchtitan's op policy: every other aten.mm and SDPA saved, the rest recomputed.
+    CHECK(contains(file.contents, "SELECTIVE_OP_CHECKPOINT_LAYERS = [\"model.layers.3\"]"));
+    CHECK(contains(file.contents, "context_fn=_selective_op_checkpoint_context"));
+    CHECK(contains(file.contents, "counts[key] % 2 == 0"));
+    CHECK(contains(export_fsdp1(plan, model, 8, 8).contents, "context_fn=_selective_op_checkpoint_context"));
+    const std::string deepspeed = export_deepspeed(plan, model, 8, 8).contents;
+    CHECK(contains(deepspeed, "\"selective_op\": [\n"));
+    CHECK(contains(deepspeed, "has no DeepSpeed setting"));
     CHECK(contains(file.contents, "model.to(torch.bfloat16)"));
     CHECK(contains(file.contents, "mp_policy = MixedPrecisionPolicy()"));
     CHECK(contains(file.contents, "offload_policy = CPUOffloadPolicy(pin_memory=True)"));

@@ -174,12 +174,12 @@ TEST_CASE("simulator: peak memory by category equals the hand computation") {
 // analyze_step), so comparing the two compares the simulator with itself. Both are compared here with the peak of
 // Llama 3 8B (meta-llama/Meta-Llama-3-8B config.json: h 4096, f 14336, 32 layers, 32 heads, 8 KV heads of 128, vocab
 // 128256, untied head) on 4 × 8 H100 (N = 32), bf16-mixed, AdamW, full AC, s = 2048, b = 1, one unit per block,
-// written term by term from the formulas, not from ModelSpec's fields. The peak is the start of layers.30's backward:
-// the first where a finished unit's reduction (layers.31's) still holds its buffers beside the unit in backward.
-// Mutations tried: a Llama block's saved inventory 5h + 2kv + 4f instead of 6h + 2kv + 4f (decoder_builder.cpp) fails
-// here (activations 830734336 vs 847511552, and the totals) while the old estimate == simulate comparison passed it;
-// a fully recomputed block keeping twice its input (model_spec.cpp) fails seven of the terms (the peak moves to the
-// lm_head's backward).
+// written term by term from the formulas, not from ModelSpec's fields. With full AC the peak is the lm_head's
+// backward, where the loss's fp32 gradient joins everything kept; without AC (the second case) every block's saved
+// inventory is there too. Mutations tried: a Llama block's saved inventory 5h + 2kv + 4f instead of 6h + 2kv + 4f
+// (decoder_builder.cpp) fails the second case (activations 13662945280 vs 14199816192) while the old estimate ==
+// simulate comparison passed it; the loss's backward workspace left out (unit_layout.cpp) fails five terms of the
+// first, the peak moving to layers.30's backward (activations 847511552 vs 3722444800).
 TEST_CASE("simulator: estimate and simulate both give llama3-8b's hand-derived peak, term by term") {
   const std::int64_t h = 4096, f = 14336, kv = 8 * 128, vocab = 128256, layers = 32, heads = 32, n = 32;
   const std::int64_t s = 2048, b = 1;
@@ -191,23 +191,20 @@ TEST_CASE("simulator: estimate and simulate both give llama3-8b's hand-derived p
   REQUIRE(psi == 8'030'261'248);  // the published parameter count
   // bf16-mixed (FSDP1 MixedPrecision): fp32 sharded parameters and gradients, AdamW's m and v in fp32: 16Ψ/N.
   const long long sharded_params = 4 * psi / n, sharded_grads = 4 * psi / n, optimizer = 8 * psi / n;
-  // Gathered in bf16: the unit in backward and the one prefetched (backward_prefetch of one), and the root unit,
-  // kept gathered from forward to the end of backward.
-  const long long unsharded_params = 2 * (2 * block), root_unit = 2 * root;
-  // Unsharded bf16 gradients: the root's (its embedding's backward comes last, so it reduces last), layers.31's,
-  // whose reduction holds it until the next reduction starts (Note [Reduction buffers]), and layers.30's own.
-  const long long unsharded_grads = 2 * root + 2 * (2 * block);
-  // Comm buffers: layers.31's reduce-scatter output, a unit's shard in bf16 (held with its input). The bf16 cast of
-  // layers.29's fp32 shard that feeds its prefetched all-gather (FSDP1's _mp_shard) is gone by then: over the four
-  // nodes' rails that gather (1.3 ms) ends during layers.30's recompute, before its backward starts.
+  // The peak is the lm_head's backward, the first op of backward: the loss's fp32 logits are largest there.
+  // Gathered in bf16: layers.31, prefetched for the backward that follows (the root's backward_prefetch), and the root
+  // unit, kept gathered from forward to the end of backward.
+  const long long unsharded_params = 2 * block, root_unit = 2 * root;
+  // Unsharded bf16 gradients: only the root's yet (its lm_head is the first layer to produce gradients).
+  const long long unsharded_grads = 2 * root;
+  // Comm buffers: the bf16 cast of layers.31's fp32 shard that feeds its prefetched all-gather (FSDP1's _mp_shard).
   const long long comm_buffers = 2 * (block / n);
-  // Activations in bf16. Full recompute keeps each block's input, 2sbh bytes (Korthikanti et al. 2022 §4.1), for the
-  // 30 blocks before layers.30; layers.30's recompute rebuilds what PyTorch eager saves for its backward: per token
-  // the two norm inputs, the q/k/v and o_proj inputs and q after RoPE (6h), k and v (2kv), and in the MLP the gate
-  // and up outputs, the SiLU output and the down_proj input (4f), all bf16; plus FlashAttention's fp32 log-sum-exp
-  // per head (4·heads bytes). No s² term with flash attention. The root's activations are freed by then (the
-  // lm_head's backward ran first).
-  const long long activations = 30 * (2 * s * b * h) + s * b * (2 * (6 * h + 2 * kv + 4 * f) + 4 * heads);
+  // Activations in bf16. Full recompute keeps each block's input, 2sbh bytes (Korthikanti et al. 2022 §4.1), for all
+  // 32 blocks; the final norm keeps its input (2sh). The lm_head keeps its input and the logits (2s(h + V)) and the
+  // fp32 log-softmax output (4sV, Korthikanti §4.3), and its backward makes nll_loss's and log_softmax's fp32
+  // gradients, 8sV more, alive while it runs (Note [Workspaces] in planner/unit_layout.h).
+  const long long activations = 32 * (2 * s * b * h) + 2 * s * b * h + s * b * (2 * (h + vocab) + 4 * vocab) +
+                                s * b * (8 * vocab);
   // The H100's CUDA context and allocator reserve (the catalog's context_overhead_bytes, 1 GiB).
   const long long overhead = 1LL << 30;
   const long long total = sharded_params + sharded_grads + optimizer + unsharded_params + root_unit +
@@ -234,7 +231,7 @@ TEST_CASE("simulator: estimate and simulate both give llama3-8b's hand-derived p
   CHECK(got.activation_bytes == activations);
   CHECK(got.overhead_bytes == overhead);
   CHECK(got.total_bytes() == total);
-  CHECK(estimate.simulation.peak_op == "backward model.layers.30");
+  CHECK(estimate.simulation.peak_op == "backward lm_head");
   // simulate's own path (the plan's schedule simulated directly) peaks at the same bytes.
   const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, 32);
   const StepAnalysis simulated = analyze_step(request.model, request.cluster, request.profile, plan, false);
@@ -242,6 +239,16 @@ TEST_CASE("simulator: estimate and simulate both give llama3-8b's hand-derived p
   // The closed form bounds the schedule's peak from above, with identical model states.
   CHECK(estimate.closed_form.total_bytes() >= total);
   CHECK(estimate.closed_form.model_states_bytes() == sharded_params + sharded_grads + optimizer);
+
+  // Without checkpointing every block keeps, per token: the two norm inputs, the q/k/v and o_proj inputs and q after
+  // RoPE (6h), k and v (2kv), the MLP's gate and up outputs, the SiLU output and the down_proj input (4f), all bf16,
+  // and FlashAttention's fp32 log-sum-exp per head (4·heads bytes); no s² term with flash attention.
+  request.training.checkpointing = ActivationCheckpointing::none;
+  const EstimateResult uncheckpointed = run_estimate(request);
+  CHECK(uncheckpointed.simulation.peak_op == "backward lm_head");
+  CHECK(uncheckpointed.memory.breakdown.activation_bytes ==
+        32 * s * b * (2 * (6 * h + 2 * kv + 4 * f) + 4 * heads) + 2 * s * b * h +
+            s * b * (2 * (h + vocab) + 4 * vocab) + s * b * (8 * vocab));
 }
 
 TEST_CASE("simulator: the trace parses back with one track per stream and a memory counter; the report is offline") {

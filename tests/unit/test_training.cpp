@@ -32,6 +32,12 @@ TEST_CASE("training: validation names the flag") {
   CHECK_THROWS_WITH_AS(validate_training(training, model), doctest::Contains("--micro-batch"), InputError);
   CHECK_THROWS_WITH_AS(checkpointing_from_string("ful"), doctest::Contains("'full'"), InputError);
   CHECK(checkpointing_from_string("selective") == ActivationCheckpointing::selective);
+  CHECK(checkpointing_from_string("attention-core") == ActivationCheckpointing::selective);
+  CHECK(checkpointing_from_string("selective-op") == ActivationCheckpointing::selective_op);
+  CHECK(std::string(to_string(ActivationCheckpointing::selective_op)) == "selective-op");
+  CHECK_THROWS_WITH_AS(checkpointing_from_string("selective_op"), doctest::Contains("'selective-op'"), InputError);
+  CHECK(attention_kernel_from_string("triton") == AttentionKernel::triton);
+  CHECK_THROWS_WITH_AS(attention_kernel_from_string("flash3"), doctest::Contains("'flash'"), InputError);
 }
 
 TEST_CASE("training: precision recipes and the ZeRO K") {
