@@ -206,6 +206,11 @@ class Runner::StepWalker {
         r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, op.checkpointing);
     hidden_ = std::move(result.output);
     keep(layer, std::move(result.saved));
+    // What the forward held beside what it kept, charged where it was alive (Note [Workspaces]).
+    if (result.workspace_bytes > 0) {
+      r_.tracker_.allocate(MemoryCategory::activations, result.workspace_bytes);
+      r_.tracker_.release(MemoryCategory::activations, result.workspace_bytes);
+    }
     if (layer + 1 == r_.kernels_.size()) loss_sum_ += hidden_.values.at(0);
   }
 
@@ -232,7 +237,10 @@ class Runner::StepWalker {
     }
     const runtime::LayerParams params = params_of(op, false);
     const runtime::LayerParams grads = params_of(op, true);
+    const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[layer]);
+    if (workspace > 0) r_.tracker_.allocate(MemoryCategory::activations, workspace);
     grad_ = r_.kernels_[layer]->backward(params, saved_[layer], grad_, grads);
+    if (workspace > 0) r_.tracker_.release(MemoryCategory::activations, workspace);
     keep(layer, runtime::SavedActivations{});
   }
 

@@ -87,7 +87,11 @@ LayerForward LayerKernel::forward(const LayerParams& params, const Batch& batch,
   // output is bitwise that of the un-checkpointed run.
   const bool full = checkpointing == ActivationCheckpointing::full;
   result.output = run_forward(params, in, full ? ActivationCheckpointing::none : checkpointing, saved);
-  if (full) saved.keep_only_inputs();
+  if (full) {
+    const std::int64_t complete = saved.bytes();
+    saved.keep_only_inputs();
+    result.workspace_bytes = complete - saved.bytes();
+  }
   return result;
 }
 

@@ -44,6 +44,9 @@ struct LayerInput {
 struct LayerForward {
   Activations output;      // next layer's input; for the loss layer a scalar holding the mean loss
   SavedActivations saved;  // what backward needs (only the input under full checkpointing)
+  // Bytes the forward held beside `saved` and released before returning: under full checkpointing, the complete
+  // saved state it built before dropping all but the input (the planner's Note [Workspaces]).
+  std::int64_t workspace_bytes = 0;
 };
 
 // Note [Kernel driver]: forward() and backward() are the same for every kind; each kind implements run_forward (which
@@ -72,6 +75,12 @@ class LayerKernel {
   // Rebuilds the complete saved state from a checkpointed one by running forward again. An executor that schedules
   // recompute as its own op calls this and then backward() with the result, which then does not recompute again.
   SavedActivations recompute(const LayerParams& params, const SavedActivations& checkpointed) const;
+  // Bytes of the temporary buffers backward holds at once beside `saved` (the planner's Note [Workspaces]): the
+  // loss's fp32 gradients. An executor that tracks memory charges them for the duration of the backward op.
+  virtual std::int64_t backward_workspace_bytes(const SavedActivations& saved) const {
+    (void)saved;
+    return 0;
+  }
 
   // Note [Progress hook]: an executor whose collectives advance only while the host calls into the communication
   // library (MPI without an asynchronous progress thread: Note [Progress] in mpi_communicator.h) installs a hook here;

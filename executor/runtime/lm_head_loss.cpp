@@ -19,6 +19,11 @@ class LmHeadLoss final : public LayerKernel {
   const char* kernel_name() const override { return "lm_head_loss"; }
   InputIds input_ids() const override { return InputIds::targets; }
   std::int64_t output_width() const override { return 1; }
+  // nll_loss's and log_softmax's fp32 gradients (run_backward), V floats per token each.
+  std::int64_t backward_workspace_bytes(const SavedActivations& saved) const override {
+    return 2 * static_cast<std::int64_t>(saved.micro_batch) * saved.seq_len * dims_.vocab_size *
+           static_cast<std::int64_t>(sizeof(float));
+  }
 
  protected:
   std::int64_t input_width() const override { return dims_.hidden_size; }
@@ -52,10 +57,17 @@ class LmHeadLoss final : public LayerKernel {
                            const LayerParams& grads) const override {
     const std::int64_t rows = static_cast<std::int64_t>(saved.micro_batch) * saved.seq_len;
     const std::int64_t vocab = dims_.vocab_size, width = dims_.hidden_size;
+    // As PyTorch eager's cross_entropy backward (Note [Workspaces] in planner/unit_layout.h): nll_loss's gradient, a
+    // zero-filled fp32 row per token with -g/N at its target, then log_softmax's, g/N · p + that, both alive at once.
+    const float scale = grad_output.values[0] / static_cast<float>(rows);
+    std::vector<float> grad_nll(static_cast<std::size_t>(rows * vocab), 0.0f);
+    MatrixView dN(grad_nll.data(), rows, vocab);
+    for (std::int64_t t = 0; t < rows; ++t) dN(t, saved.ids[static_cast<std::size_t>(t)]) = -scale;
     std::vector<float> grad_logits = saved.get("probs");
     MatrixView dZ(grad_logits.data(), rows, vocab);
-    for (std::int64_t t = 0; t < rows; ++t) dZ(t, saved.ids[static_cast<std::size_t>(t)]) -= 1.0f;
-    dZ *= grad_output.values[0] / static_cast<float>(rows);
+    dZ *= scale;
+    dZ += dN;
+    grad_nll = {};
     Activations grad_input = Activations::zeros(saved.micro_batch, saved.seq_len, width);
     linear_backward({rows, width, vocab}, saved.input.data(), params.tensor("weight"), grad_logits.data(),
                     grad_input.values.data(), false, grads.tensor("weight"), nullptr);
