@@ -76,8 +76,9 @@ Action add_capacity_command(CLI::App& app) {
     options.max_gpus = flags->max_gpus;
     options.tokens = flags->tokens;
     options.global_batch_tokens = flags->global_batch_tokens;
-    for (const std::string& path : flags->profile_files) {
-      nlohmann::json document = read_json_file(path);
+    for (const std::string& argument : flags->profile_files) {
+      const std::string path = json_argument_origin(argument, "profile");  // Note [Inline JSON]
+      nlohmann::json document = read_json_argument(argument, "profile");
       // The whole profile is checked here, before the sweep, as `simulate --profile` checks it: a bad field is an
       // input error naming it, whichever point would have applied it.
       (void)apply_profile_json(HardwareProfile{}, document, path);

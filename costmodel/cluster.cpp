@@ -174,6 +174,10 @@ std::string Cluster::describe() const {
 }
 
 Cluster parse_cluster(const std::string& text_or_path, const HardwareCatalog& catalog) {
+  if (is_inline_json(text_or_path)) {  // Note [Inline JSON]
+    return cluster_from_json(read_json_argument(text_or_path, "cluster"), json_argument_origin(text_or_path, "cluster"),
+                             catalog);
+  }
   if (ends_with_json(text_or_path) || names_existing_file(text_or_path)) {
     return cluster_from_json(read_json_file(text_or_path), text_or_path, catalog);
   }
