@@ -96,6 +96,23 @@ void set_string(const JsonObjectReader& entry, std::string_view key, std::string
   if (const auto value = entry.optional_string(key)) field = *value;
 }
 
+}  // namespace
+
+void apply_host_memory_fields(const JsonObjectReader& entry, std::int64_t& bytes_per_node) {
+  if (entry.has("host_memory_bytes_per_node") && entry.has("host_memory_gib_per_node")) {
+    entry.fail("host_memory_gib_per_node", "only one of 'host_memory_bytes_per_node' and 'host_memory_gib_per_node'");
+  }
+  if (const auto bytes = entry.optional_int_in_range("host_memory_bytes_per_node", 1, limits::kMostMemoryBytes)) {
+    bytes_per_node = *bytes;
+  }
+  if (const auto gib = entry.optional_positive_number("host_memory_gib_per_node")) {
+    if (*gib > kMaxMemoryGib) entry.fail("host_memory_gib_per_node", "a size in GiB (below 1048576), not in bytes");
+    bytes_per_node = std::llround(*gib * static_cast<double>(std::int64_t{1} << 30));
+  }
+}
+
+namespace {
+
 // Applies the fields an entry gives to `spec`, leaving the others as they are (an override changes only what it names).
 void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   set_string(entry, "description", spec.description);
@@ -129,6 +146,7 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   entry.update("price_per_gpu_hour", spec.price_per_gpu_hour, {0, limits::kMostPricePerGpuHour});
   spec.context_overhead_bytes = entry.optional_int_in_range("context_overhead_bytes", 0, limits::kMostMemoryBytes)
                                     .value_or(spec.context_overhead_bytes);
+  apply_host_memory_fields(entry, spec.host_memory_bytes_per_node);
 }
 
 GpuSpec new_gpu(const JsonObjectReader& entry, const std::string& name) {
@@ -162,7 +180,7 @@ std::vector<std::string> gpu_keys() {
   return {"name", "description", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp16_flops",
           "peak_fp32_flops", "hbm_bytes_per_s", "intra_node_link", "intra_node_bytes_per_s", "intra_node_latency_s",
           "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
-          "context_overhead_bytes"};
+          "context_overhead_bytes", "host_memory_bytes_per_node", "host_memory_gib_per_node"};
 }
 
 std::vector<std::string> fabric_keys() { return {"name", "description", "bytes_per_s_per_gpu", "latency_s"}; }
@@ -278,6 +296,7 @@ nlohmann::json to_json(const GpuSpec& gpu) {
       {"default_gpus_per_node", gpu.default_gpus_per_node},
       {"price_per_gpu_hour", gpu.price_per_gpu_hour},
       {"context_overhead_bytes", gpu.context_overhead_bytes},
+      {"host_memory_bytes_per_node", gpu.host_memory_bytes_per_node},
   };
 }
 

@@ -26,6 +26,9 @@ struct GpuSpec {
   int default_gpus_per_node = 8;
   double price_per_gpu_hour = 0;      // USD, a default the user can override
   std::int64_t context_overhead_bytes = 0;  // runtime context + library workspaces that training cannot use
+  // Host (CPU) memory of one node of this GPU's usual system, for CPU offload (Note [Host memory] in
+  // planner/host_memory.h); 0: unknown, offload plans are then not checked against it.
+  std::int64_t host_memory_bytes_per_node = 0;
   // The compute efficiency curve (HardwareProfile: max_efficiency × f / (f + f½)) where this device's kernels differ
   // from GPU GEMMs'; 0 keeps HardwareProfile's defaults.
   double max_compute_efficiency = 0;
@@ -68,6 +71,11 @@ class HardwareCatalog {
   std::vector<GpuSpec> gpus_;
   std::vector<FabricSpec> fabrics_;
 };
+
+class JsonObjectReader;
+// Reads "host_memory_bytes_per_node" or "host_memory_gib_per_node" (not both) of a catalog GPU entry or a cluster
+// file into `bytes_per_node`, leaving it as it is when neither is given. InputError naming the field.
+void apply_host_memory_fields(const JsonObjectReader& entry, std::int64_t& bytes_per_node);
 
 nlohmann::json to_json(const GpuSpec& gpu);
 nlohmann::json to_json(const FabricSpec& fabric);
