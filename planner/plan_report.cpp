@@ -30,15 +30,17 @@ std::vector<int> unit_of_layers(const Plan& plan, const ModelSpec& model) {
   return owner;
 }
 
+// Short enough for the note column: "10.455 s, 153.0 GiB, no fit".
 std::string row_note(const PlanCandidate& candidate) {
-  return svg::format("%.4f s, ", candidate.summary.step_time_s) + gib(candidate.summary.peak_memory_bytes) +
-         (candidate.fits ? "" : ", does not fit");
+  return svg::format("%.3f s, ", candidate.summary.step_time_s) +
+         svg::format("%.1f GiB", static_cast<double>(candidate.summary.peak_memory_bytes) / kGiB) +
+         (candidate.fits ? "" : ", no fit");
 }
 
 }  // namespace
 
 std::string render_wrapping_svg(const std::vector<WrappingRow>& rows, const ModelSpec& model) {
-  constexpr double kLabel = 250, kNote = 260, kPlot = 860, kRow = 30, kGap = 14, kTop = 40;
+  constexpr double kLabel = 230, kNote = 250, kPlot = 840, kRow = 30, kGap = 14, kTop = 40;
   const double layers = static_cast<double>(std::max<std::size_t>(model.layers.size(), 1));
   const double cell = kPlot / layers;
   const double height = kTop + static_cast<double>(rows.size()) * (kRow + kGap) + 34;
@@ -136,7 +138,7 @@ std::string render_plan_report(const SearchResult& result, const ModelSpec& mode
   for (const auto& baseline : result.baselines) {
     std::string note = row_note(baseline.candidate);
     if (baseline.candidate.summary.step_time_s > 0) {
-      note += svg::format(", %.2fx", baseline.candidate.summary.step_time_s / best.summary.step_time_s);
+      note += svg::format(", %.2fx", baseline.candidate.summary.step_time_s / best.summary.step_time_s);  // speed-up
     }
     rows.push_back({baseline.name, &baseline.candidate.plan, note});
   }
