@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "capacity.h"
+#include "capacity_report.h"
 #include "commands.h"
 #include "errors.h"
 #include "flag_checks.h"
@@ -12,6 +13,7 @@
 #include "inputs.h"
 #include "json_input.h"
 #include "model_source.h"
+#include "output_files.h"
 
 namespace shardplan::cli {
 
@@ -27,6 +29,7 @@ struct CapacityFlags {
   int max_gpus = 4096;
   double tokens = 1e12;
   std::int64_t global_batch_tokens = 0;
+  std::string report_file;
   bool json = false;
 };
 
@@ -44,7 +47,7 @@ std::vector<std::string> split_names(const std::string& text) {
 }
 }  // namespace
 
-Action add_capacity_command(CLI::App& app) {
+Action add_capacity_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("capacity", "sweep GPU types and counts: fits, speed, days and cost to train");
   auto flags = std::make_shared<CapacityFlags>();
   command->add_option("--model,-m", flags->model, "preset name, model JSON, or Hugging Face config.json")->required();
@@ -64,8 +67,13 @@ Action add_capacity_command(CLI::App& app) {
   command->add_option("--global-batch-tokens", flags->global_batch_tokens,
                       "fixed global batch in tokens (default: one micro-batch per GPU)")
       ->check(int_range(1, limits::kMaxGlobalBatch * limits::kMaxSeqLen));
+  // Note [Output files]: checked as parsed, written at the end through a temporary.
+  command->add_option("--report", flags->report_file,
+                      "write an HTML report: days vs cost per GPU type with the Pareto front, throughput vs GPU "
+                      "count, what limits each point")
+      ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print JSON");
-  return [flags]() {
+  return [flags, output]() {
     const ModelSpec model = load_model(flags->model);
     const HardwareCatalog catalog = load_catalog(flags->catalog_file);
     const TrainingConfig training = resolve_training(flags->training, model);
@@ -76,8 +84,9 @@ Action add_capacity_command(CLI::App& app) {
     options.max_gpus = flags->max_gpus;
     options.tokens = flags->tokens;
     options.global_batch_tokens = flags->global_batch_tokens;
-    for (const std::string& path : flags->profile_files) {
-      nlohmann::json document = read_json_file(path);
+    for (const std::string& argument : flags->profile_files) {
+      const std::string path = json_argument_origin(argument, "profile");  // Note [Inline JSON]
+      nlohmann::json document = read_json_argument(argument, "profile");
       // The whole profile is checked here, before the sweep, as `simulate --profile` checks it: a bad field is an
       // input error naming it, whichever point would have applied it.
       (void)apply_profile_json(HardwareProfile{}, document, path);
@@ -110,8 +119,13 @@ Action add_capacity_command(CLI::App& app) {
     };
     const CapacityResult result = capacity_sweep(model, catalog, training, options);
     if (drew_progress) std::fprintf(stderr, "\n");
+    if (!flags->report_file.empty()) {
+      char detail[64];
+      std::snprintf(detail, sizeof detail, ", %.3g tokens", options.tokens);
+      write_output_files({{flags->report_file, render_capacity_report(result, model.name + detail)}});
+    }
     if (flags->json) {
-      print_json(to_json(result));
+      output.json(to_json(result));
       return 0;
     }
     std::printf("%s, %.3g tokens\n%-11s %6s %5s %10s %11s %6s %9s %12s  %s\n", model.name.c_str(), options.tokens,
@@ -131,6 +145,7 @@ Action add_capacity_command(CLI::App& app) {
       std::printf("  %s %s", gpu.c_str(), count > 0 ? std::to_string(count).c_str() : "none");
     }
     std::printf("\nswept %zu configurations in %.2f s\n", result.points.size(), result.seconds);
+    if (!flags->report_file.empty()) std::printf("wrote %s\n", flags->report_file.c_str());
     return 0;
   };
 }

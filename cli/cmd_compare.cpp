@@ -12,7 +12,7 @@
 
 namespace shardplan::cli {
 
-Action add_compare_command(CLI::App& app) {
+Action add_compare_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("compare", "predicted vs measured: op kinds, streams, step time, peak memory");
   struct Flags {
     std::string predicted, measured, report;
@@ -28,7 +28,7 @@ Action add_compare_command(CLI::App& app) {
   command->add_option("--report", flags->report, "HTML report overlaying both timelines")
       ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print JSON");
-  return [flags]() {
+  return [flags, output]() {
     const Timeline predicted = read_chrome_trace(flags->predicted);
     const Timeline measured = read_chrome_trace(flags->measured);
     const Comparison comparison = compare_timelines(predicted, measured, flags->rank);
@@ -40,7 +40,7 @@ Action add_compare_command(CLI::App& app) {
       write_file_atomically(flags->report, render_html_report(report));
     }
     if (flags->json) {
-      print_json(to_json(comparison));
+      output.json(to_json(comparison));
     } else {
       std::cout << render_text(comparison);
     }

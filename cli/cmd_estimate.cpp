@@ -20,7 +20,7 @@ struct EstimateFlags {
 };
 }  // namespace
 
-Action add_estimate_command(CLI::App& app) {
+Action add_estimate_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("estimate", "per-rank memory breakdown: does the model fit?");
   auto flags = std::make_shared<EstimateFlags>();
   add_model_cluster_flags(*command, flags->model_cluster);
@@ -33,7 +33,7 @@ Action add_estimate_command(CLI::App& app) {
   command->add_flag("--model-states-only", flags->model_states_only,
                     "only parameters, gradients and optimizer states (the ZeRO paper's model states)");
   command->add_flag("--json", flags->json, "print JSON (bytes) instead of the table (GiB)");
-  return [flags]() {
+  return [flags, output]() {
     EstimateRequest request;
     request.model = load_model(flags->model_cluster.model);
     request.cluster = resolve_cluster(flags->model_cluster);
@@ -45,7 +45,7 @@ Action add_estimate_command(CLI::App& app) {
     request.model_states_only = flags->model_states_only;
     const EstimateResult result = run_estimate(request);
     if (flags->json) {
-      print_json(to_json(result));
+      output.json(to_json(result));
     } else {
       std::cout << render_text(result);
     }

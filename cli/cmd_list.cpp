@@ -10,11 +10,11 @@
 
 namespace shardplan::cli {
 
-Action add_models_command(CLI::App& app) {
+Action add_models_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("models", "list the model presets");
   auto json = std::make_shared<bool>(false);
   command->add_flag("--json", *json, "print JSON");
-  return [json]() {
+  return [json, output]() {
     nlohmann::json list = nlohmann::json::array();
     if (!*json) std::printf("%-15s %17s %7s %7s  %s\n", "name", "parameters", "blocks", "seq", "source");
     for (const auto& preset : model_presets()) {
@@ -32,33 +32,34 @@ Action add_models_command(CLI::App& app) {
                     static_cast<long long>(model.default_seq_len), preset.description.c_str());
       }
     }
-    if (*json) print_json({{"schema", "shardplan.models/v1"}, {"models", list}});
+    if (*json) output.json({{"schema", "shardplan.models/v1"}, {"models", list}});
     return 0;
   };
 }
 
-Action add_gpus_command(CLI::App& app) {
+Action add_gpus_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("gpus", "list the GPU and fabric catalog");
   auto json = std::make_shared<bool>(false);
   auto catalog_file = std::make_shared<std::string>();
   command->add_flag("--json", *json, "print JSON");
   add_catalog_flag(*command, *catalog_file);
-  return [json, catalog_file]() {
+  return [json, catalog_file, output]() {
     const HardwareCatalog catalog = load_catalog(*catalog_file);
     if (*json) {
       nlohmann::json gpus = nlohmann::json::array(), fabrics = nlohmann::json::array();
       for (const auto& gpu : catalog.gpus()) gpus.push_back(to_json(gpu));
       for (const auto& fabric : catalog.fabrics()) fabrics.push_back(to_json(fabric));
-      print_json({{"schema", "shardplan.catalog/v1"}, {"gpus", gpus}, {"fabrics", fabrics}});
+      output.json({{"schema", "shardplan.catalog/v1"}, {"gpus", gpus}, {"fabrics", fabrics}});
       return 0;
     }
-    std::printf("%-11s %9s %10s %10s %9s  %-16s %9s %8s %-14s\n", "name", "mem GiB", "bf16 TF/s", "fp32 TF/s",
-                "HBM TB/s", "intra-node link", "GB/s/dir", "$/GPU-h", "default fabric");
+    std::printf("%-11s %9s %10s %10s %9s  %-16s %9s %8s %-14s %14s\n", "name", "mem GiB", "bf16 TF/s",
+                "fp32 TF/s", "HBM TB/s", "intra-node link", "GB/s/dir", "$/GPU-h", "default fabric", "host GiB/node");
     for (const auto& gpu : catalog.gpus()) {
-      std::printf("%-11s %9.1f %10.1f %10.1f %9.2f  %-16s %9.0f %8.2f %-14s\n", gpu.name.c_str(),
+      std::printf("%-11s %9.1f %10.1f %10.1f %9.2f  %-16s %9.0f %8.2f %-14s %14.0f\n", gpu.name.c_str(),
                   static_cast<double>(gpu.memory_bytes) / (1 << 30), gpu.peak_bf16_flops / 1e12,
                   gpu.peak_fp32_flops / 1e12, gpu.hbm_bytes_per_s / 1e12, gpu.intra_node_link.c_str(),
-                  gpu.intra_node_bytes_per_s / 1e9, gpu.price_per_gpu_hour, gpu.default_fabric.c_str());
+                  gpu.intra_node_bytes_per_s / 1e9, gpu.price_per_gpu_hour, gpu.default_fabric.c_str(),
+                  static_cast<double>(gpu.host_memory_bytes_per_node) / (1 << 30));
     }
     std::printf("\n%-15s %12s %12s  %s\n", "fabric", "GB/s/GPU", "latency us", "description");
     for (const auto& fabric : catalog.fabrics()) {

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "errors.h"
 #include "flag_checks.h"
-#include "html_report.h"
+#include "plan_report.h"
 #include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
@@ -72,6 +72,10 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s (at %s)\n", best.summary.step_time_s,
                 best.summary.tokens_per_s, 100 * best.summary.mfu, gib(best.summary.peak_memory_bytes).c_str(),
                 best.summary.peak_op.c_str());
+    if (result.host_memory.offloads()) std::printf("  %s\n", describe(result.host_memory).c_str());
+  } else if (result.diagnosis.host_memory_limited) {
+    std::printf("NO PLAN FITS. Dominant memory term: host memory per node (pinned, for CPU offload's states)\n");
+    for (const auto& suggestion : result.diagnosis.suggestions) std::printf("  - %s\n", suggestion.c_str());
   } else {
     std::printf("NO PLAN FITS. Dominant memory term: %s\n", result.diagnosis.dominant_term.c_str());
     for (const auto& suggestion : result.diagnosis.suggestions) std::printf("  - %s\n", suggestion.c_str());
@@ -92,7 +96,7 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
 
 }  // namespace
 
-Action add_plan_command(CLI::App& app) {
+Action add_plan_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("plan", "search the fastest FSDP plan that fits (exit 3 when none does)");
   auto flags = std::make_shared<PlanFlags>();
   add_model_cluster_flags(*command, flags->model_cluster);
@@ -106,14 +110,16 @@ Action add_plan_command(CLI::App& app) {
       ->check(output_file("--out"));
   command->add_option("--trace", flags->trace_file, "write the planned step's predicted Chrome trace")
       ->check(output_file("--trace"));
-  command->add_option("--report", flags->report_file, "write an HTML report of the planned step")
+  command->add_option("--report", flags->report_file,
+                      "write an HTML report: the planned units against the baselines' wrappings, memory at the peak, "
+                      "the timeline")
       ->check(output_file("--report"));
   command->add_option("--export", flags->export_format, "fsdp2 | fsdp1 | deepspeed");
   command->add_option("--out-dir", flags->out_dir, "directory for --export files")
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
-  return [flags]() {
+  return [flags, output]() {
     const ModelSpec model = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
@@ -139,7 +145,7 @@ Action add_plan_command(CLI::App& app) {
     check_search_work(training, model, cluster.world_size(), "plan");
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {
-      print_json(to_json(result, model));
+      output.json(to_json(result, model));
     } else {
       print_text(result, model, cluster);
     }
@@ -161,11 +167,8 @@ Action add_plan_command(CLI::App& app) {
                                                   "\n"});
       }
       if (!flags->report_file.empty()) {
-        ReportInput report;
-        report.title = "shardplan plan: " + model.name + " on " + cluster.describe();
-        report.timeline = &analysis.simulation.timeline;
-        report.summary = {{"plan", result.best.knobs}};
-        outputs.push_back({flags->report_file, render_html_report(report)});
+        outputs.push_back(
+            {flags->report_file, render_plan_report(result, model, cluster, analysis.simulation.timeline)});
       }
     }
     write_output_files(outputs);

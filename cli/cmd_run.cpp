@@ -14,6 +14,7 @@
 #include "data_parallel_batches.h"
 #include "errors.h"
 #include "flag_checks.h"
+#include "gpu_executor.h"
 #include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
@@ -22,9 +23,6 @@
 #include "plan_json.h"
 #include "run_support.h"
 #include "runner.h"
-#ifdef SHARDPLAN_HAVE_GPU_EXECUTOR
-#include "device_probe.h"
-#endif
 
 namespace shardplan::cli {
 
@@ -192,28 +190,25 @@ int run(const RunFlags& flags) {
     throw InputError("--device: expected auto, cpu or gpu, got '" + flags.device + "'");
   }
   const std::vector<RunFlags> runs = per_plan_flags(flags);
-  [[maybe_unused]] const bool interleaved = runs.size() > 1;  // used with the GPU executor only
-#ifdef SHARDPLAN_HAVE_GPU_EXECUTOR
+  const bool interleaved = runs.size() > 1;
+  // Note [GPU plugin]: the GPU executor is loaded here, and only here.
   if (flags.device == "gpu") {
     if (interleaved) throw InputError("--plan: several plans run interleaved on the CPU executor only (--device cpu)");
-    return run_on_gpu(runs.front());
+    return GpuExecutor::load().run(runs.front());
   }
-  if (flags.device == "auto" && !interleaved) {
+  if (flags.device == "auto" && !interleaved && nvidia_device_nodes_present()) {
     // The GPU when every rank on this host can have its own device (Note [Device per rank] in nccl_bootstrap.h);
     // the launcher says how many ranks share the host (Open MPI, MPICH/Hydra), a plain process is one.
-    const gpu::DeviceProbe probe = gpu::probe_devices();
-    int local_ranks = 1;
-    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-      if (const char* value = std::getenv(name)) local_ranks = std::max(1, std::atoi(value));
+    if (const std::optional<GpuExecutor> gpu = GpuExecutor::try_load()) {
+      std::string reason;
+      const int devices = gpu->device_count(reason);
+      int local_ranks = 1;
+      for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+        if (const char* value = std::getenv(name)) local_ranks = std::max(1, std::atoi(value));
+      }
+      if (devices > 0 && local_ranks <= devices) return gpu->run(runs.front());
     }
-    if (probe.usable() && local_ranks <= probe.device_count) return run_on_gpu(runs.front());
   }
-#else
-  if (flags.device == "gpu") {
-    throw InputError("--device gpu: this shardplan was built without the GPU executor (needs CUDA, cuBLAS, NCCL and "
-                     "MPI at `meson setup`)");
-  }
-#endif
   return run_on_cpu(runs);
 }
 
@@ -228,7 +223,8 @@ Action add_run_command(CLI::App& app) {
                       "plan JSON; default: FSDP's usual plan for the world. Several: one launch trains them all, "
                       "their steps interleaved (CPU executor), so every plan meets the same machine");
   command->add_option("--device", flags->device,
-                      "auto (the GPU when built with it and each rank on the host has a device), cpu or gpu")
+                      "auto (the GPU when its executor is installed and each rank on the host has a device), cpu "
+                      "or gpu")
       ->capture_default_str();
   command->add_option("--precision", flags->precision,
                       "precision of the default plan: fp32 (CPU and GPU) or bf16-mixed-fp32-reduce (GPU)")

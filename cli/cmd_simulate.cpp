@@ -5,6 +5,7 @@
 #include "chrome_trace.h"
 #include "commands.h"
 #include "flag_checks.h"
+#include "host_memory.h"
 #include "html_report.h"
 #include "inputs.h"
 #include "model_source.h"
@@ -50,7 +51,7 @@ std::vector<ReportSummaryRow> summary_rows(const SimulationSummary& summary) {
 }
 }  // namespace
 
-Action add_simulate_command(CLI::App& app) {
+Action add_simulate_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("simulate", "simulate one training step of a plan: time, overlap, memory");
   auto flags = std::make_shared<SimulateFlags>();
   add_model_cluster_flags(*command, flags->model_cluster);
@@ -65,7 +66,7 @@ Action add_simulate_command(CLI::App& app) {
   command->add_option("--report", flags->report_file, "write a self-contained HTML report")
       ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print the summary as JSON");
-  return [flags]() {
+  return [flags, output]() {
     check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
     const ModelSpec model = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
@@ -81,6 +82,7 @@ Action add_simulate_command(CLI::App& app) {
     const bool want_timeline = !flags->trace_file.empty() || !flags->report_file.empty();
     const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
     const SimulationSummary& summary = analysis.simulation.summary;
+    const HostMemoryUse host_memory = host_memory_use(plan, model, cluster);  // Note [Host memory]
     std::vector<OutputFile> outputs;
     if (!flags->trace_file.empty()) {
       outputs.push_back({flags->trace_file, to_chrome_trace(analysis.simulation.timeline)
@@ -100,11 +102,13 @@ Action add_simulate_command(CLI::App& app) {
       document["model"] = model.name;
       document["cluster"] = to_json(cluster);
       document["plan"] = to_json(plan, model);
-      print_json(document);
+      document["host_memory"] = to_json(host_memory);
+      output.json(document);
     } else {
       std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
                 << plan.units.size() << " units)\n";
       std::cout << render_simulation_text(summary, analysis.schedule, cluster);
+      if (host_memory.offloads()) std::cout << describe(host_memory) << "\n";
       if (!flags->trace_file.empty()) std::cout << "trace written to " << flags->trace_file << "\n";
       if (!flags->report_file.empty()) std::cout << "report written to " << flags->report_file << "\n";
     }

@@ -4,20 +4,26 @@
 #include <functional>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 namespace shardplan::cli {
 
 // The action a subcommand runs after parsing; returns the process exit status.
 using Action = std::function<int()>;
 
-Action add_models_command(CLI::App& app);
-Action add_gpus_command(CLI::App& app);
-Action add_estimate_command(CLI::App& app);
-Action add_simulate_command(CLI::App& app);
-Action add_plan_command(CLI::App& app);
-Action add_capacity_command(CLI::App& app);
-Action add_compare_command(CLI::App& app);
-Action add_calibrate_command(CLI::App& app);
-Action add_run_command(CLI::App& app);  // only built with MPI (SHARDPLAN_HAVE_MPI)
+// Where a command's --json document goes: printed by the binary, kept by the Python module (app.h).
+struct Output {
+  std::function<void(const nlohmann::json&)> json;
+};
+
+Action add_models_command(CLI::App& app, const Output& output);
+Action add_gpus_command(CLI::App& app, const Output& output);
+Action add_estimate_command(CLI::App& app, const Output& output);
+Action add_simulate_command(CLI::App& app, const Output& output);
+Action add_plan_command(CLI::App& app, const Output& output);
+Action add_capacity_command(CLI::App& app, const Output& output);
+Action add_compare_command(CLI::App& app, const Output& output);
+Action add_calibrate_command(CLI::App& app);  // prints its own JSON (rank 0 under mpirun)
+Action add_run_command(CLI::App& app);        // only built with MPI (SHARDPLAN_HAVE_MPI); prints on rank 0
 
 }  // namespace shardplan::cli

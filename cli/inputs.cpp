@@ -55,7 +55,9 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
 
 HardwareCatalog load_catalog(const std::string& catalog_file) {
   HardwareCatalog catalog = HardwareCatalog::builtin();
-  if (!catalog_file.empty()) catalog.merge_user_file(catalog_file);
+  if (!catalog_file.empty()) {  // a file, or the catalog inline (Note [Inline JSON])
+    catalog.merge_user_json(read_json_argument(catalog_file, "catalog"), json_argument_origin(catalog_file, "catalog"));
+  }
   return catalog;
 }
 
@@ -68,7 +70,8 @@ Cluster resolve_cluster(const ModelClusterFlags& flags) {
 HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& cluster) {
   HardwareProfile profile = profile_from_cluster(cluster);
   if (!flags.profile_file.empty()) {
-    profile = apply_profile_json(profile, read_json_file(flags.profile_file), flags.profile_file);
+    profile = apply_profile_json(profile, read_json_argument(flags.profile_file, "profile"),
+                                 json_argument_origin(flags.profile_file, "profile"));
   }
   return profile;
 }

@@ -111,7 +111,7 @@ void print_run_outcome(const RunFlags& flags, const ModelSpec& model, const Plan
 void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& model, RunOutcome& outcome,
                      MPI_Comm comm, int world_size);
 
-// The GPU executor's `run` (cmd_run_gpu.cpp), built when the GPU executor is (SHARDPLAN_HAVE_GPU_EXECUTOR).
+// The GPU executor's `run` (cmd_run_gpu.cpp): built into the GPU plugin only (Note [GPU plugin] in gpu_executor.h).
 int run_on_gpu(const RunFlags& flags);
 
 }  // namespace shardplan::cli

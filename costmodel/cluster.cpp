@@ -104,6 +104,7 @@ Cluster make_cluster(std::int64_t nodes, std::int64_t gpus_per_node, const GpuSp
   cluster.gpu = gpu;
   cluster.fabric = fabric;
   cluster.price_per_gpu_hour = price_per_gpu_hour;
+  cluster.host_memory_bytes_per_node = gpu.host_memory_bytes_per_node;
   return cluster;
 }
 
@@ -174,6 +175,10 @@ std::string Cluster::describe() const {
 }
 
 Cluster parse_cluster(const std::string& text_or_path, const HardwareCatalog& catalog) {
+  if (is_inline_json(text_or_path)) {  // Note [Inline JSON]
+    return cluster_from_json(read_json_argument(text_or_path, "cluster"), json_argument_origin(text_or_path, "cluster"),
+                             catalog);
+  }
   if (ends_with_json(text_or_path) || names_existing_file(text_or_path)) {
     return cluster_from_json(read_json_file(text_or_path), text_or_path, catalog);
   }
@@ -183,7 +188,8 @@ Cluster parse_cluster(const std::string& text_or_path, const HardwareCatalog& ca
 Cluster cluster_from_json(const nlohmann::json& document, const std::string& origin, const HardwareCatalog& catalog) {
   const JsonObjectReader root(document, origin);
   root.reject_unknown_keys(
-      {"schema", "description", "gpu", "nodes", "gpus_per_node", "fabric", "price_per_gpu_hour", "catalog"});
+      {"schema", "description", "gpu", "nodes", "gpus_per_node", "fabric", "price_per_gpu_hour", "catalog",
+       "host_memory_gib_per_node", "host_memory_bytes_per_node"});
   if (root.has("schema") && (!root.raw().at("schema").is_string() ||
                              root.raw().at("schema").get<std::string>() != kClusterSchema)) {
     root.fail("schema", "\"" + std::string(kClusterSchema) + "\"");
@@ -222,7 +228,9 @@ Cluster cluster_from_json(const nlohmann::json& document, const std::string& ori
   // Zero is allowed: hardware one already owns (Note [Input limits]: 1e308 gave -nan speed-ups).
   const double price = root.optional_number_in_range("price_per_gpu_hour", 0, limits::kMostPricePerGpuHour)
                            .value_or(gpu->price_per_gpu_hour);
-  return make_cluster(nodes, gpus_per_node, *gpu, *fabric, price);
+  Cluster cluster = make_cluster(nodes, gpus_per_node, *gpu, *fabric, price);
+  apply_host_memory_fields(root, cluster.host_memory_bytes_per_node);
+  return cluster;
 }
 
 nlohmann::json to_json(const Cluster& cluster) {
@@ -234,6 +242,7 @@ nlohmann::json to_json(const Cluster& cluster) {
       {"gpu", to_json(cluster.gpu)},
       {"fabric", to_json(cluster.fabric)},
       {"price_per_gpu_hour", cluster.price_per_gpu_hour},
+      {"host_memory_bytes_per_node", cluster.host_memory_bytes_per_node},
   };
 }
 

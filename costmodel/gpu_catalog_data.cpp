@@ -11,6 +11,13 @@ namespace {
 
 constexpr std::int64_t mib(std::int64_t count) { return count << 20; }
 constexpr std::int64_t gib(std::int64_t count) { return count << 30; }
+constexpr std::int64_t tib(std::int64_t count) { return count << 40; }
+
+// Note [Node host memory]: the host memory of one node of each GPU's usual system, against which CPU offload plans
+// are checked (Note [Host memory] in planner/host_memory.h). Vendor reference systems where there is one (DGX
+// datasheets list "System Memory"; their DIMMs are binary sizes, so "1TB" is 1 TiB), a cloud instance otherwise.
+// Nodes differ (HGX boards ship in 1, 2 and 4 TB servers): a cluster file's "host_memory_gib_per_node" says what
+// one really has.
 
 // Note [Context overhead]: the CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL channel buffers take memory
 // that training cannot use. ~1 GiB is what `torch.cuda.mem_get_info()` loses before the first tensor on a datacenter GPU
@@ -78,6 +85,7 @@ void add_nvidia_ampere(HardwareCatalog& catalog) {
   a100_40.intra_node_bus_efficiency = 230.0 / 300.0;  // nccl-tests busbw ≈ 230 GB/s on 8 × A100 (NVIDIA/nccl-tests#149)
   a100_40.collective_base_latency_s = kNcclBaseLatencyS;
   a100_40.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
+  a100_40.host_memory_bytes_per_node = tib(1);  // DGX A100 320GB datasheet: System Memory 1TB
   catalog.add_gpu(a100_40);
 
   GpuSpec a100_80 = a100_40;
@@ -86,6 +94,7 @@ void add_nvidia_ampere(HardwareCatalog& catalog) {
   a100_80.memory_bytes = mib(81920);    // nvidia-smi "A100-SXM4-80GB" total: 81920MiB
   a100_80.hbm_bytes_per_s = 2.039e12;   // datasheet, A100 80GB SXM HBM2e: 2,039 GB/s
   a100_80.price_per_gpu_hour = 1.79;    // Note [Prices]
+  a100_80.host_memory_bytes_per_node = tib(2);  // DGX A100 640GB datasheet: System Memory 2TB
   catalog.add_gpu(a100_80);
 }
 
@@ -128,6 +137,7 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.nvls_bus_bytes_per_s = 480e9;  // NVLS all-reduce busbw ≈ 480 GB/s (nccl-tests#212; 476 measured in #290)
   h100.collective_base_latency_s = kNcclBaseLatencyS;
   h100.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
+  h100.host_memory_bytes_per_node = tib(2);  // DGX H100 datasheet: System Memory 2TB
   catalog.add_gpu(h100);
 
   // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): same GH100 compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s,
@@ -140,6 +150,7 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h200.price_per_gpu_hour = 3.79;   // Note [Prices]
   h200.memory_efficiency = 0.86;    // BabelStream Triad 4,150 of 4,800 GB/s (Azure ND H200 v5 results)
   h200.clock_fraction = 1500.0 / 1830.0;  // 700 W cannot hold 1,830 MHz under load; 1,500 sustained (TileOPs#1588)
+  h200.host_memory_bytes_per_node = tib(2);  // DGX H200 datasheet: System Memory 2TB
   catalog.add_gpu(h200);
 
   // NVIDIA HGX B200 specifications (per GPU of the 8-GPU board): FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity → 2.25
@@ -174,6 +185,7 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   b200.memory_efficiency = 0.89 * 7.672 / 8.0;
   b200.intra_node_bus_efficiency = 0.70;  // XLA's 8 × B200 table: all-gather 616, reduce-scatter 642 GB/s at 2 GB
   b200.nvls_bus_bytes_per_s = 0;          // its all-reduce (614 GB/s) is no faster there
+  b200.host_memory_bytes_per_node = tib(2);  // DGX B200 datasheet: System Memory 2TB (configurable to 4TB)
   catalog.add_gpu(b200);
 }
 
@@ -201,6 +213,7 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   l40s.kernel_dispatch_s = kEagerDispatchS;
   l40s.collective_base_latency_s = kNcclBaseLatencyS;
   l40s.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
+  l40s.host_memory_bytes_per_node = gib(1536);  // AWS g6e.48xlarge (8 x L40S): 1,536 GiB, Note [Node host memory]
   catalog.add_gpu(l40s);
 
   // NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090): peak BF16 and FP16 Tensor TFLOPS with FP32
@@ -222,6 +235,8 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   rtx4090.attention_forward_efficiency = 1.0;
   rtx4090.attention_backward_efficiency = 124.6 / 165.2;
   rtx4090.memory_efficiency = 0.90;
+  // No reference system: 8-GPU RTX 4090 rental hosts commonly list 256 GB to 512 GB; the smaller, as a floor.
+  rtx4090.host_memory_bytes_per_node = gib(256);
   catalog.add_gpu(rtx4090);
 
   // AMD Instinct MI300X accelerator datasheet: peak BF16/FP16 1,307.4 TFLOPS dense (2,614.9 with sparsity), FP32 163.4
@@ -255,6 +270,7 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   mi300x.kernel_dispatch_s = kEagerDispatchS;
   mi300x.collective_base_latency_s = kNcclBaseLatencyS;
   mi300x.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
+  mi300x.host_memory_bytes_per_node = gib(1850);  // Azure ND MI300X v5 (8 x MI300X): 1,850 GiB
   catalog.add_gpu(mi300x);
 }
 
@@ -273,6 +289,7 @@ void add_cpu(HardwareCatalog& catalog) {
   cpu.name = "cpu";
   cpu.description = "host CPU rank (MPI + Eigen executor)";
   cpu.memory_bytes = host_memory_bytes();  // the whole host memory, read at runtime
+  cpu.host_memory_bytes_per_node = cpu.memory_bytes;  // the same memory: the node is this host
   cpu.peak_bf16_flops = 1e11;  // ~100 GFLOP/s: a few AVX2/AVX-512 cores in Eigen GEMM; Eigen runs fp32 for every dtype
   cpu.peak_fp16_flops = 1e11;  // same: fp32 kernels
   cpu.peak_fp32_flops = 1e11;

@@ -96,6 +96,23 @@ void set_string(const JsonObjectReader& entry, std::string_view key, std::string
   if (const auto value = entry.optional_string(key)) field = *value;
 }
 
+}  // namespace
+
+void apply_host_memory_fields(const JsonObjectReader& entry, std::int64_t& bytes_per_node) {
+  if (entry.has("host_memory_bytes_per_node") && entry.has("host_memory_gib_per_node")) {
+    entry.fail("host_memory_gib_per_node", "only one of 'host_memory_bytes_per_node' and 'host_memory_gib_per_node'");
+  }
+  if (const auto bytes = entry.optional_int_in_range("host_memory_bytes_per_node", 1, limits::kMostMemoryBytes)) {
+    bytes_per_node = *bytes;
+  }
+  if (const auto gib = entry.optional_positive_number("host_memory_gib_per_node")) {
+    if (*gib > kMaxMemoryGib) entry.fail("host_memory_gib_per_node", "a size in GiB (below 1048576), not in bytes");
+    bytes_per_node = std::llround(*gib * static_cast<double>(std::int64_t{1} << 30));
+  }
+}
+
+namespace {
+
 // Applies the fields an entry gives to `spec`, leaving the others as they are (an override changes only what it names).
 void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   set_string(entry, "description", spec.description);
@@ -144,6 +161,7 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   entry.update("collective_base_latency_s", spec.collective_base_latency_s, limits::kLatencyS);
   entry.update("comm_half_efficiency_bytes", spec.comm_half_efficiency_bytes,
                {1, static_cast<double>(limits::kMostMemoryBytes)});
+  apply_host_memory_fields(entry, spec.host_memory_bytes_per_node);
 }
 
 GpuSpec new_gpu(const JsonObjectReader& entry, const std::string& name) {
@@ -184,9 +202,9 @@ std::vector<std::string> gpu_keys() {
           "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
           "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "attention_forward_efficiency",
           "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
-          "clock_fraction",
-          "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s", "collective_base_latency_s",
-          "comm_half_efficiency_bytes"};
+          "clock_fraction", "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s",
+          "collective_base_latency_s", "comm_half_efficiency_bytes", "host_memory_bytes_per_node",
+          "host_memory_gib_per_node"};
 }
 
 std::vector<std::string> fabric_keys() {
@@ -305,6 +323,7 @@ nlohmann::json to_json(const GpuSpec& gpu) {
       {"default_gpus_per_node", gpu.default_gpus_per_node},
       {"price_per_gpu_hour", gpu.price_per_gpu_hour},
       {"context_overhead_bytes", gpu.context_overhead_bytes},
+      {"host_memory_bytes_per_node", gpu.host_memory_bytes_per_node},
   };
   // Kernel rates only where the entry sets them; unset ones are the profile's defaults (and would not read back).
   const std::pair<const char*, double> rates[] = {

@@ -41,6 +41,9 @@ struct GpuSpec {
   double nvls_bus_bytes_per_s = 0;           // NVLink SHARP all-reduce busbw within a node (0: no NVLS)
   double collective_base_latency_s = 0;      // per collective call, before the per-hop latencies (NCCL's baseLat)
   double comm_half_efficiency_bytes = 0;     // message size at half the tier's bandwidth beyond the latency
+  // Host (CPU) memory of one node of this GPU's usual system, for CPU offload (Note [Host memory] in
+  // planner/host_memory.h); 0: unknown, offload plans are then not checked against it.
+  std::int64_t host_memory_bytes_per_node = 0;
 };
 
 struct FabricSpec {
@@ -85,6 +88,11 @@ class HardwareCatalog {
   std::vector<GpuSpec> gpus_;
   std::vector<FabricSpec> fabrics_;
 };
+
+class JsonObjectReader;
+// Reads "host_memory_bytes_per_node" or "host_memory_gib_per_node" (not both) of a catalog GPU entry or a cluster
+// file into `bytes_per_node`, leaving it as it is when neither is given. InputError naming the field.
+void apply_host_memory_fields(const JsonObjectReader& entry, std::int64_t& bytes_per_node);
 
 nlohmann::json to_json(const GpuSpec& gpu);
 nlohmann::json to_json(const FabricSpec& fabric);

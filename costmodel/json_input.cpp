@@ -100,6 +100,20 @@ std::string read_text_file(const std::string& path) {
 
 nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
 
+bool is_inline_json(std::string_view text_or_path) {
+  const auto first = text_or_path.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && text_or_path[first] == '{';
+}
+
+std::string json_argument_origin(const std::string& text_or_path, const std::string& what) {
+  return is_inline_json(text_or_path) ? what + " (inline JSON)" : text_or_path;
+}
+
+nlohmann::json read_json_argument(const std::string& text_or_path, const std::string& what) {
+  if (is_inline_json(text_or_path)) return parse_json_text(text_or_path, json_argument_origin(text_or_path, what));
+  return read_json_file(text_or_path);
+}
+
 namespace {
 std::string counted(std::size_t count, const std::string& noun) {
   return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");

@@ -20,6 +20,15 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& origin)
 // Reads and parses a file; an unreadable file is an InputError naming it.
 nlohmann::json read_json_file(const std::string& path);
 
+// Note [Inline JSON]: where a flag takes a JSON file (--model, --cluster, --catalog, --plan, --profile) it also takes
+// the document itself, written inline: text whose first non-blank character is '{'. No file name begins so in
+// practice, and the Python module passes dicts this way. Messages name it "<what> (inline JSON)".
+bool is_inline_json(std::string_view text_or_path);
+// "<what> (inline JSON)" for inline text, else the path: the origin messages about the document name.
+std::string json_argument_origin(const std::string& text_or_path, const std::string& what);
+// The document of a flag value: parsed inline (Note [Inline JSON]) or read from the file it names.
+nlohmann::json read_json_argument(const std::string& text_or_path, const std::string& what);
+
 // Reads the whole file as text; InputError when it cannot be read.
 std::string read_text_file(const std::string& path);
 

@@ -12,6 +12,16 @@
 namespace shardplan {
 
 ModelSpec load_model(const std::string& model_argument) {
+  if (is_inline_json(model_argument)) {  // Note [Inline JSON]
+    const std::string origin = json_argument_origin(model_argument, "model");
+    const nlohmann::json document = parse_json_text(model_argument, origin);
+    if (looks_like_hf_config(document)) {
+      ModelSpec model = build_decoder("", architecture_from_hf_config(document, origin), origin);
+      if (model.name.empty()) model.name = "hf-model";
+      return model;
+    }
+    return model_from_json(document, origin);
+  }
   const bool is_file = std::filesystem::is_regular_file(model_argument);
   const bool looks_like_path = model_argument.ends_with(".json") || model_argument.find('/') != std::string::npos;
   if (!is_file && !looks_like_path) return preset_model(model_argument);

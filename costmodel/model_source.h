@@ -8,7 +8,8 @@
 namespace shardplan {
 
 // An existing file (or a name ending in .json) is read as JSON: a Hugging Face config when it has "architectures" or
-// "model_type", else a shardplan model JSON. Anything else is a preset name. InputError on every failure.
+// "model_type", else a shardplan model JSON; so is a document given inline (Note [Inline JSON] in json_input.h).
+// Anything else is a preset name. InputError on every failure.
 ModelSpec load_model(const std::string& model_argument);
 
 }  // namespace shardplan

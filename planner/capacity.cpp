@@ -46,6 +46,7 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
     cluster.nodes = job.count / cluster.gpus_per_node;
     cluster.fabric = catalog.fabric(options.fabric.empty() ? job.gpu.default_fabric : options.fabric);
     cluster.price_per_gpu_hour = job.gpu.price_per_gpu_hour;
+    cluster.host_memory_bytes_per_node = job.gpu.host_memory_bytes_per_node;
     CapacityPoint point;
     point.gpu = job.gpu.name;
     point.gpus = job.count;
@@ -56,6 +57,7 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
       if (sized.global_batch < job.count || sized.global_batch % job.count != 0) {
         point.why_not = "global batch of " + std::to_string(sized.global_batch) + " sequences does not divide over " +
                         std::to_string(job.count) + " GPUs";
+        point.limit = "batch";
       }
     }
     if (point.why_not.empty()) {
@@ -74,13 +76,26 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
         const auto& summary = search.best.summary;
         point.knobs = search.best.knobs;
         point.step_time_s = summary.step_time_s;
+        point.compute_time_s = summary.compute_time_s;
+        point.exposed_comm_s = summary.exposed_comm_s;
+        point.limit = summary.exposed_comm_s >= kCommunicationLimitedShare * summary.step_time_s ? "communication"
+                                                                                                  : "compute";
+        point.host_memory_bytes_per_node = search.host_memory.per_node_bytes;
         point.tokens_per_s = summary.tokens_per_s;
         point.mfu = summary.mfu;
         point.peak_memory_bytes = summary.peak_memory_bytes;
         point.days = options.tokens / summary.tokens_per_s / 86400.0;
         point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
+      } else if (search.diagnosis.host_memory_limited) {
+        const HostMemoryUse& host = search.diagnosis.host_memory;
+        point.why_not = "host memory: offloaded states need " + host_bytes_text(host.per_node_bytes) + " per node, " +
+                        "a node has " + host_bytes_text(host.node_bytes);
+        point.limit = "host_memory";
+        point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
+        point.host_memory_bytes_per_node = host.per_node_bytes;
       } else {
         point.why_not = "memory: " + search.diagnosis.dominant_term + " dominates";
+        point.limit = "memory";
         point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
       }
     }
@@ -116,8 +131,12 @@ nlohmann::json to_json(const CapacityResult& result) {
                       {"nodes", point.nodes},
                       {"fits", point.fits},
                       {"why_not", point.why_not},
+                      {"limit", point.limit},
                       {"plan", point.knobs},
                       {"step_time_s", point.step_time_s},
+                      {"compute_time_s", point.compute_time_s},
+                      {"exposed_comm_s", point.exposed_comm_s},
+                      {"host_memory_bytes_per_node", point.host_memory_bytes_per_node},
                       {"tokens_per_s", point.tokens_per_s},
                       {"mfu", point.mfu},
                       {"peak_memory_bytes", point.peak_memory_bytes},

@@ -34,9 +34,15 @@ struct CapacityPoint {
   int gpus = 0;
   int nodes = 0;
   bool fits = false;
-  std::string why_not;  // when it does not fit: the dominant memory term, or the batch being too small
+  std::string why_not;  // when it does not fit: the dominant memory term, host memory, or the batch being too small
   std::string knobs;    // the best plan's settings
+  // Note [Capacity limits]: what limits the point — "memory" (GPU), "host_memory" or "batch" when it does not fit;
+  // "communication" when a quarter or more of the best plan's step is exposed communication, else "compute".
+  std::string limit;
   double step_time_s = 0;
+  double compute_time_s = 0;  // the best plan's compute stream busy time
+  double exposed_comm_s = 0;  // the part of its step the compute stream waits on communication or copies
+  std::int64_t host_memory_bytes_per_node = 0;  // its offloaded states per node (0 without offload)
   double tokens_per_s = 0;
   double mfu = 0;
   std::int64_t peak_memory_bytes = 0;
@@ -53,6 +59,10 @@ struct CapacityResult {
 
 // GPU counts swept: powers of two from min to max; counts above one node must be whole nodes.
 std::vector<int> capacity_counts(int min_gpus, int max_gpus, int gpus_per_node);
+
+// Note [Capacity limits]: the share of a step spent waiting on communication above which a point counts as limited
+// by it. At a quarter, adding GPUs (weak scaling) returns at most three quarters of their compute as throughput.
+inline constexpr double kCommunicationLimitedShare = 0.25;
 
 CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& catalog, const TrainingConfig& training,
                               const CapacityOptions& options);

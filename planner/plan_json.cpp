@@ -147,7 +147,8 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
 }
 
 Plan read_plan_file(const std::string& path, const ModelSpec& model) {
-  return plan_from_json(read_json_file(path), path, model);
+  // Note [Inline JSON]: the plan itself may be given in place of its file.
+  return plan_from_json(read_json_argument(path, "plan"), json_argument_origin(path, "plan"), model);
 }
 
 nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {

@@ -4,10 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <map>
+#include <optional>
 
 #include "errors.h"
+#include "infeasible_diagnosis.h"
 #include "plan_json.h"
 #include "step_analysis.h"
 #include "unit_layout.h"
@@ -40,7 +41,10 @@ class Searcher {
     candidate.plan = plan;
     candidate.knobs = knobs;
     candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
-    candidate.fits = candidate.summary.peak_memory_bytes <= cap_;
+    // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states.
+    candidate.fits = candidate.summary.peak_memory_bytes <= cap_ &&
+                     (!plan.offload.params && !plan.offload.optimizer ? true
+                                                                      : host_memory_use(plan, model_, cluster_).fits());
     ++evaluated_;
     consider(candidate);
     return candidate;
@@ -49,9 +53,14 @@ class Searcher {
   // A lower bound of any plan's peak with this strategy: the model states of the whole model as one flat parameter
   // (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
   // per-unit sizes and persistent memory, plus the overhead. When even that exceeds the cap, no wrapping or
-  // checkpointing can help, so the strategy is skipped (sound pruning).
+  // checkpointing can help, so the strategy is skipped (sound pruning). Offloading, the same floor of the host memory
+  // a node needs (Note [Host memory]) skips settings whose states no node here could hold.
   bool states_can_fit(const ShardingStrategy& strategy, bool offload) const {
-    if (offload) return true;
+    if (offload) {
+      return cluster_.host_memory_bytes_per_node <= 0 ||
+             host_memory_floor_per_node(strategy, {true, false}, model_, training_, cluster_) <=
+                 cluster_.host_memory_bytes_per_node;
+    }
     PlanUnit whole;
     whole.strategy = strategy;
     const UnitLayout layout = unit_layout(whole, model_.param_count(), training_.precision, cluster_.world_size(),
@@ -238,50 +247,6 @@ class Searcher {
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
 };
 
-std::string gib_text(std::int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
-
-InfeasibleDiagnosis diagnose(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                             const TrainingConfig& training, const PlanCandidate& smallest, std::int64_t cap) {
-  InfeasibleDiagnosis diagnosis;
-  diagnosis.smallest_peak_bytes = smallest.summary.peak_memory_bytes;
-  std::size_t dominant = 0;
-  for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
-    if (smallest.summary.memory_at_peak[category] > smallest.summary.memory_at_peak[dominant]) dominant = category;
-  }
-  diagnosis.dominant_term = std::string(kMemoryCategoryNames[dominant]);
-  // More GPUs of this type: the smallest whole number of nodes (doubling) at which the least-memory plan fits.
-  TrainingConfig lean = training;
-  lean.micro_batch = 1;
-  lean.global_batch = 0;
-  lean.checkpointing = ActivationCheckpointing::full;
-  for (int nodes = cluster.nodes * 2; nodes <= cluster.nodes * 1024; nodes *= 2) {
-    Cluster bigger = cluster;
-    bigger.nodes = nodes;
-    const Plan plan = default_plan(model, lean, {}, wrap_per_block(model), bigger.world_size());
-    const auto summary = analyze_step(model, bigger, profile, plan, false).simulation.summary;
-    if (summary.peak_memory_bytes <= cap) {
-      diagnosis.suggestions.push_back("use " + std::to_string(bigger.world_size()) + " GPUs (" +
-                                      std::to_string(nodes) + " nodes of " + std::to_string(cluster.gpus_per_node) +
-                                      "): full_shard with full AC and micro-batch 1 then needs " +
-                                      gib_text(summary.peak_memory_bytes));
-      break;
-    }
-  }
-  const std::string smallest_text = "the least-memory plan here (" + smallest.knobs + ") needs " +
-                                    gib_text(smallest.summary.peak_memory_bytes) + " of " + gib_text(cap);
-  diagnosis.suggestions.insert(diagnosis.suggestions.begin(), smallest_text);
-  if (training.seq_len > 1024) {
-    diagnosis.suggestions.push_back("shorter sequences: activations scale with --seq-len " +
-                                    std::to_string(training.seq_len));
-  }
-  if (training.precision.name == "fp32") diagnosis.suggestions.push_back("--precision bf16-mixed halves gathered copies");
-  return diagnosis;
-}
-
 // Variants of a plan that the wrap DP does not model: deeper or no prefetch, and the last `keep` units not
 // resharded after forward (FSDP2's usual tweak for the units backward needs first).
 std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
@@ -350,14 +315,23 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";
+    result.host_memory = host_memory_use(result.best.plan, model, cluster);
   } else {
     // Strategies whose model states alone exceed the cap were never simulated: make sure the leanest plan
     // (full_shard, full AC, micro-batch 1) is among those the diagnosis compares.
     KnobSetting lean{ShardingStrategy{}, "full", 1, false};
     searcher.evaluate(plan_for_knobs(model, cluster, training, lean), lean.label() + ", per block");
+    // Offload settings whose states no node could hold were skipped (Note [Host memory]): simulate the leanest, so
+    // the diagnosis can say whether host memory is what stands in the way.
+    std::optional<PlanCandidate> lean_offload;
+    if (options.allow_offload) {
+      const KnobSetting knobs{ShardingStrategy{}, "full", 1, true};
+      lean_offload = searcher.evaluate(plan_for_knobs(model, cluster, training, knobs), knobs.label() + ", per block");
+    }
     const PlanCandidate smallest = searcher.smallest();
     result.candidates_evaluated = searcher.evaluated();
-    result.diagnosis = diagnose(model, cluster, profile, training, smallest, result.memory_cap_bytes);
+    result.diagnosis = diagnose(model, cluster, profile, training, smallest, lean_offload ? &*lean_offload : nullptr,
+                                result.memory_cap_bytes);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
@@ -391,10 +365,12 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
     document["plan"] = to_json(result.best.plan, model);
     document["predicted"] = to_json(result.best.summary);
     document["knobs"] = result.best.knobs;
+    document["host_memory"] = to_json(result.host_memory);
   } else {
     document["diagnosis"] = {{"dominant_term", result.diagnosis.dominant_term},
                              {"smallest_peak_bytes", result.diagnosis.smallest_peak_bytes},
                              {"suggestions", result.diagnosis.suggestions}};
+    if (result.diagnosis.host_memory_limited) document["diagnosis"]["host_memory"] = to_json(result.diagnosis.host_memory);
   }
   return document;
 }

@@ -10,6 +10,7 @@
 
 #include "cluster.h"
 #include "hardware_profile.h"
+#include "host_memory.h"
 #include "model_spec.h"
 #include "plan.h"
 #include "simulator.h"
@@ -39,7 +40,7 @@ struct PlanCandidate {
   Plan plan;
   SimulationSummary summary;
   std::string knobs;  // "full_shard, AC full, micro-batch 2, DP ≤4 blocks/unit"
-  bool fits = false;
+  bool fits = false;  // its peak fits the memory cap and, offloading, its states a node's host memory
 };
 
 struct BaselineResult {
@@ -48,9 +49,12 @@ struct BaselineResult {
 };
 
 struct InfeasibleDiagnosis {
-  std::string dominant_term;             // of the smallest-memory candidate's peak
+  std::string dominant_term;             // of the smallest-memory candidate's peak; "host_memory" when that limits
   std::int64_t smallest_peak_bytes = 0;  // the least memory any candidate needs
   std::vector<std::string> suggestions;  // cheapest changes that would make it fit, with their predicted peaks
+  // Note [Host memory]: the leanest CPU-offload plan fits the GPUs, but its states do not fit a node's host memory.
+  bool host_memory_limited = false;
+  HostMemoryUse host_memory;             // that plan's, when host_memory_limited
 };
 
 struct SearchResult {
@@ -58,6 +62,7 @@ struct SearchResult {
   PlanCandidate best;
   std::vector<BaselineResult> baselines;
   InfeasibleDiagnosis diagnosis;  // filled when !feasible
+  HostMemoryUse host_memory;      // the planned plan's host memory when feasible (zero unless it offloads)
   std::size_t candidates_evaluated = 0;
   // Knob settings by how their wrapping was found (Note [Wrap search]): proven fastest fitting (where the fragments'
   // step model is the simulator's, by the first fitting wrapping in model order; where it is a lower bound —

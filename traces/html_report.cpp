@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "errors.h"
+#include "svg_chart.h"
 
 namespace shardplan {
 namespace {
@@ -366,6 +367,7 @@ std::string render_html_report(const ReportInput& input) {
     }
     body += "</table>\n";
   }
+  for (const auto& section : input.sections) body += section;
   const TimeAxis axis = time_axis(main, input.overlay);
   KindPalette palette;
   body += "<h2>Timeline (" + format_seconds(main.span_s()) + ")</h2>\n";
@@ -373,7 +375,7 @@ std::string render_html_report(const ReportInput& input) {
   draw_memory(body, main, axis);
 
   // The kind colours are known only after drawing, so the style sheet is assembled last.
-  std::string style = kStyle;
+  std::string style = std::string(kStyle) + svg::chart_style();
   for (std::size_t i = 0; i < palette.colours.size(); ++i) {
     style += ".k" + std::to_string(i) + "{fill:" + palette.colours[i] + "}\n";
   }

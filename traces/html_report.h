@@ -19,6 +19,8 @@ struct ReportInput {
   const Timeline* timeline = nullptr;           // required
   const Timeline* overlay = nullptr;            // optional second timeline (e.g. measured over predicted)
   std::vector<ReportSummaryRow> summary;
+  // HTML (headings, SVG) placed between the summary and the timeline: a caller's own charts (plan_report.cpp).
+  std::vector<std::string> sections;
 };
 
 // Returns the whole HTML document as one string: inline CSS and SVG only, no scripts or links that fetch anything.

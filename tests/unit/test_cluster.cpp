@@ -180,8 +180,9 @@ TEST_CASE("catalog: the example user catalog file") {
 TEST_CASE("catalog: to_json emits every field and reads back") {
   const auto catalog = HardwareCatalog::builtin();
   const auto json = to_json(catalog.gpu("MI300X"));
-  // The 15 datasheet fields and the kernel rates the entry sets (unset ones are left out: the profile's defaults).
-  CHECK(json.size() == 15 + 8);
+  // The 16 datasheet and node fields and the kernel rates the entry sets (unset ones are left out: the profile's
+  // defaults).
+  CHECK(json.size() == 16 + 8);
   CHECK(json.at("memory_bytes").get<std::int64_t>() == catalog.gpu("MI300X").memory_bytes);
   CHECK(json.at("max_compute_efficiency") == 0.55);
   CHECK_FALSE(json.contains("nvls_bus_bytes_per_s"));
