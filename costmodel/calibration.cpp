@@ -12,6 +12,7 @@
 
 #include "compute_cost.h"
 #include "errors.h"
+#include "input_limits.h"
 #include "least_squares.h"
 
 namespace shardplan {
@@ -49,13 +50,14 @@ RateFit fit_rate(const std::vector<std::pair<double, double>>& work_and_time) {
 namespace {
 
 // The columns of the compute fit (fit_compute_rate): which are in the design and where.
-enum ComputeColumn { kGemmFlops, kGemmCount, kAttention, kOverlap, kComputeColumns };
+enum ComputeColumn { kGemmFlops, kGemmCount, kAttention, kMemoryBytes, kOverlap, kComputeColumns };
 
 double column_value(ComputeColumn column, const ComputeSample& sample, bool attention_separate) {
   switch (column) {
     case kGemmFlops: return attention_separate ? sample.flops - sample.attention_flops : sample.flops;
     case kGemmCount: return sample.gemm_count;
     case kAttention: return sample.attention_flops;
+    case kMemoryBytes: return sample.memory_bytes;
     case kOverlap: return sample.overlap_s;
     case kComputeColumns: break;
   }
@@ -88,7 +90,10 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
     most_share = std::max(most_share, share);
     with_attention += sample->attention_flops > 0 ? 1 : 0;
   }
+  std::size_t with_memory = 0;
+  for (const auto* sample : usable) with_memory += sample->memory_bytes > 0 ? 1 : 0;
   std::array<bool, kComputeColumns> in{true, usable.size() >= 2, with_attention >= 2 && most_share > least_share + 1e-3,
+                                       with_memory >= 2 && usable.size() >= 4,
                                        most_overlap > least_overlap && usable.size() >= 3};
   bool overlap_seen_free = false;
   Eigen::VectorXd x;
@@ -110,11 +115,11 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
     x = weighted_solve(design, times);
     // Drop the first column that came out negative (or a non-positive rate), most doubtful first.
     std::optional<ComputeColumn> drop;
-    for (ComputeColumn candidate : {kOverlap, kAttention, kGemmCount}) {
+    for (ComputeColumn candidate : {kOverlap, kAttention, kMemoryBytes, kGemmCount}) {
       const auto at = std::find(columns.begin(), columns.end(), candidate);
       if (at == columns.end()) continue;
       const double value = x(static_cast<Eigen::Index>(at - columns.begin()));
-      if (value < 0 || (candidate == kAttention && !(value > 0))) {
+      if (value < 0 || ((candidate == kAttention || candidate == kMemoryBytes) && !(value > 0))) {
         drop = candidate;
         break;
       }
@@ -135,6 +140,7 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
   fit.per_s = 1.0 / x(0);
   fit.half_efficiency_flops = coefficient(kGemmCount) * fit.per_s;
   fit.attention_per_s = in[kAttention] ? 1.0 / coefficient(kAttention) : 0.0;
+  fit.memory_per_s = in[kMemoryBytes] ? 1.0 / coefficient(kMemoryBytes) : 0.0;
   if (in[kOverlap]) {
     fit.overlap_fitted = true;
     fit.overlap_slowdown = 1.0 + coefficient(kOverlap);
@@ -170,6 +176,7 @@ double predicted_compute_s(const RateFit& fit, const ComputeSample& sample) {
   const double gemm_flops = separate ? sample.flops - sample.attention_flops : sample.flops;
   return (gemm_flops + sample.gemm_count * fit.half_efficiency_flops) / fit.per_s +
          (separate ? sample.attention_flops / fit.attention_per_s : 0.0) +
+         (fit.memory_per_s > 0 ? sample.memory_bytes / fit.memory_per_s : 0.0) +
          (fit.overlap_slowdown - 1.0) * sample.overlap_s;
 }
 
@@ -263,12 +270,12 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
     profile.hbm_bytes_per_s = calibration.memory.per_s;
     profile.memory_efficiency = 1.0;
   }
-  // Compute ops: their zero-fill and memory-bound kernels run at the (fitted) memory rate; the rest is GEMMs and
-  // attention (compute_cost.h), what the compute fit sees.
+  // Compute ops: their zero-fill runs at the (fitted) memory rate; the rest is GEMMs, attention and the memory-bound
+  // kernels (compute_cost.h), what the compute fit sees — the last at a rate of their own, fitted from the passes.
   std::vector<ComputeSample> compute_samples;
   for (ComputeSample sample : samples.compute) {
-    sample.time_s -= buffer_fill_time_s(sample.zeroed_bytes, profile) + memory_time_s(sample.memory_bytes, profile);
-    if (!(sample.time_s > 0)) continue;  // all memory traffic (or noise): nothing left to fit the compute rate with
+    sample.time_s -= buffer_fill_time_s(sample.zeroed_bytes, profile);
+    if (!(sample.time_s > 0)) continue;  // all fill (or noise): nothing left to fit the compute rate with
     compute_samples.push_back(sample);
   }
   calibration.compute = fit_compute_rate(compute_samples);
@@ -285,6 +292,15 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
     profile.attention_forward_efficiency = profile.attention_backward_efficiency =
         std::min(1.0, attention_rate / calibration.compute.per_s);
     if (calibration.compute.overlap_fitted) profile.overlap_compute_slowdown = calibration.compute.overlap_slowdown;
+    // Memory-bound kernels at their fitted rate; when the samples had them and their column was dropped, they cost
+    // nothing measurable beside the GEMMs on this machine, as the fit assumed: the fastest rate a profile takes.
+    const bool had_memory = std::any_of(compute_samples.begin(), compute_samples.end(),
+                                        [](const ComputeSample& sample) { return sample.memory_bytes > 0; });
+    if (calibration.compute.memory_per_s > 0) {
+      profile.elementwise_bytes_per_s = calibration.compute.memory_per_s;
+    } else if (had_memory) {
+      profile.elementwise_bytes_per_s = limits::kBytesPerS.most;
+    }
   }
   // Each collective × group size × tier with enough samples is timed by its own fit (HardwareProfile::CollectiveFit):
   // a reduce-scatter that also reduces, or an MPI stack that switches algorithms, is not the pooled tier.
@@ -318,6 +334,7 @@ nlohmann::json rate_json(const RateFit& fit, bool compute) {
                              {"samples", fit.samples}};
   if (compute) document["half_efficiency_flops"] = fit.half_efficiency_flops;
   if (fit.attention_per_s > 0) document["attention_per_s"] = fit.attention_per_s;
+  if (fit.memory_per_s > 0) document["memory_bytes_per_s"] = fit.memory_per_s;
   if (fit.overlap_fitted) document["overlap_slowdown"] = fit.overlap_slowdown;
   return document;
 }
@@ -360,8 +377,7 @@ nlohmann::json compute_samples_json(const std::vector<ComputeSample>& samples, c
     row["gemms"] = sample.gemm_count;
     if (sample.attention_flops > 0) row["attention_flops"] = sample.attention_flops;
     if (sample.flops > 0 && sample.time_s > 0 && fit.samples > 0) {
-      const double predicted_s = predicted_compute_s(fit, sample) + buffer_fill_time_s(sample.zeroed_bytes, profile) +
-                                 memory_time_s(sample.memory_bytes, profile);
+      const double predicted_s = predicted_compute_s(fit, sample) + buffer_fill_time_s(sample.zeroed_bytes, profile);
       row["flops_per_s"] = sample.flops / sample.time_s;
       row["predicted_s"] = predicted_s;
       row["relative_residual"] = relative_residual(predicted_s, sample.time_s);

@@ -39,7 +39,7 @@ struct ComputeSample {
   std::int64_t zeroed_bytes = 0;
   double gemm_count = 1;        // GEMM kernels in the op: each pays the fixed cost f½ / R
   double attention_flops = 0;   // of `flops`, flash attention's, in its length- and head-dimension-scaled work
-  double memory_bytes = 0;      // the memory-bound kernels' traffic, taken off at the memory rate before the fit
+  double memory_bytes = 0;      // the memory-bound kernels' traffic, fitted at its own rate (RateFit::memory_per_s)
 };
 
 // A compute sample of an op whose kernels are `kernels` (pass_kernels.h), measured at `time_s`: its GEMM FLOPs and
@@ -86,13 +86,15 @@ std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& 
 const CollectiveFit* find_collective_fit(const std::vector<CollectiveFit>& fits, const CollectiveSample& sample);
 
 // Memory-bound work: t = bytes / R (through the origin, weights 1/t). Compute (the op-level model, compute_cost.h):
-// t = (GEMM FLOPs + GEMMs × f½) / R + attention work / R_attention, each GEMM's fixed cost f½ / R — linear in the
-// unknowns, so R, f½ and R_attention come out of one least-squares fit. Attention gets its own rate only when the
-// samples separate it (flash kernels in some ops and not in proportion to their GEMMs); otherwise it runs at R.
+// t = (GEMM FLOPs + GEMMs × f½) / R + attention work / R_attention + memory-bound bytes / R_memory, each GEMM's
+// fixed cost f½ / R — linear in the unknowns, so all come out of one least-squares fit. Attention gets its own rate
+// only when the samples separate it (flash kernels in some ops and not in proportion to their GEMMs); otherwise it
+// runs at R. R_memory is the executor's own rate for the bytes the model counts for its elementwise kernels.
 struct RateFit {
   double per_s = 0;                  // FLOP/s, or bytes/s for memory-bound work
   double half_efficiency_flops = 0;  // compute only: f½ per GEMM
   double attention_per_s = 0;        // compute only: flash attention's plateau rate, 0 when not separated
+  double memory_per_s = 0;           // compute only: the layer passes' memory-bound bytes per second, 0 when unseen
   // Compute only: t = (f + f½) / R + (s − 1) · overlap, the simulator's stretch of the part of an op that overlaps a
   // collective (HardwareProfile::overlap_compute_slowdown). Fitted when the samples' overlaps differ (1 when the fit
   // finds overlap no slower; overlap_fitted still, since the rate assumes it); not fitted when they do not (a sweep).

@@ -29,6 +29,11 @@ double memory_time_s(double bytes, const HardwareProfile& profile) {
   return bytes / (profile.hbm_bytes_per_s * profile.memory_efficiency);
 }
 
+double elementwise_time_s(double bytes, const HardwareProfile& profile) {
+  if (bytes <= 0) return 0;
+  return profile.elementwise_bytes_per_s > 0 ? bytes / profile.elementwise_bytes_per_s : memory_time_s(bytes, profile);
+}
+
 double gemm_time_s(const GemmCall& gemm, int element_bytes, const HardwareProfile& profile) {
   const double flops = gemm.flops();
   if (flops <= 0) return 0;
@@ -69,7 +74,7 @@ PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const 
   for (const AttentionCall& call : kernels.attention) {
     time.attention_s += attention_time_s(call, compute_element_bytes, profile);
   }
-  time.memory_s = memory_time_s(kernels.memory_bytes, profile);
+  time.memory_s = elementwise_time_s(kernels.memory_bytes, profile);
   time.dispatch_s = kernels.kernel_count() * profile.kernel_dispatch_s;
   // Kernels on one stream add up; the device idles only when the host cannot launch them as fast as they run.
   time.total_s = std::max(time.gemm_s + time.attention_s + time.memory_s, time.dispatch_s);

@@ -24,6 +24,8 @@ double attention_rate_share(const AttentionCall& attention, const HardwareProfil
 
 // Memory-bound work: bytes / (hbm_bytes_per_s × memory_efficiency).
 double memory_time_s(double bytes, const HardwareProfile& profile);
+// A layer pass's memory-bound kernels: at elementwise_bytes_per_s where set (calibrated), else memory_time_s.
+double elementwise_time_s(double bytes, const HardwareProfile& profile);
 
 // A pass's time, term by term. Kernels on one stream run one after another, so their times add (no per-layer
 // roofline max); the host must also launch them, so the pass takes at least kernels × kernel_dispatch_s.

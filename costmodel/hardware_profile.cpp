@@ -167,6 +167,7 @@ nlohmann::json to_json(const HardwareProfile& profile) {
         {"kernel_dispatch_s", profile.kernel_dispatch_s},
         {"hbm_bytes_per_s", profile.hbm_bytes_per_s},
         {"memory_efficiency", profile.memory_efficiency},
+        {"elementwise_bytes_per_s", profile.elementwise_bytes_per_s},
         {"pcie_bytes_per_s", profile.pcie_bytes_per_s}}},
       {"communication",
        {{"intra_node", tier_json(profile.intra_node)},
@@ -218,7 +219,8 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
                              "half_efficiency_flops", "clock_fraction", "attention_forward_efficiency",
                              "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency",
                              "triton_attention_half_seq_len", "kernel_dispatch_s",
-                             "hbm_bytes_per_s", "memory_efficiency", "pcie_bytes_per_s"});
+                             "hbm_bytes_per_s", "memory_efficiency", "elementwise_bytes_per_s",
+                             "pcie_bytes_per_s"});
     compute.update("peak_bf16_flops", profile.peak_bf16_flops, limits::kFlopsPerS);
     compute.update("peak_fp16_flops", profile.peak_fp16_flops, limits::kFlopsPerS);
     compute.update("peak_fp32_flops", profile.peak_fp32_flops, limits::kFlopsPerS);
@@ -234,6 +236,7 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     compute.update("kernel_dispatch_s", profile.kernel_dispatch_s, limits::kOverheadS);
     compute.update("hbm_bytes_per_s", profile.hbm_bytes_per_s, limits::kBytesPerS);
     read_fraction(compute, "memory_efficiency", profile.memory_efficiency);
+    compute.update("elementwise_bytes_per_s", profile.elementwise_bytes_per_s, {0, limits::kBytesPerS.most});
     compute.update("pcie_bytes_per_s", profile.pcie_bytes_per_s, limits::kBytesPerS);
   }
 

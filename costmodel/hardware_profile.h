@@ -50,6 +50,10 @@ struct HardwareProfile {
   double kernel_dispatch_s = 0;          // host time per kernel launch (eager PyTorch); 0 for CPU ranks
   double hbm_bytes_per_s = 0;
   double memory_efficiency = 0.8;        // STREAM Triad reaches ~0.8-0.9 of the HBM datasheet bandwidth
+  // The rate at which a layer pass's memory-bound kernels move the bytes pass_kernels.h counts for them; 0: the STREAM
+  // rate above. Calibration fits it from the layer passes themselves, since an executor's kernels need not be
+  // PyTorch eager's (the CPU runtime fuses its elementwise work into a few loops).
+  double elementwise_bytes_per_s = 0;
   double pcie_bytes_per_s = 0;           // host ↔ device copies (CPU offload)
 
   // Communication: NCCL's ring model per tier (collective_cost.h); messages smaller than comm_half_efficiency_bytes

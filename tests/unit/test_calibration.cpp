@@ -180,6 +180,30 @@ TEST_CASE("calibration: flash attention's own rate is separated from the GEMMs' 
   CHECK(fit_compute_rate(samples).attention_per_s == 0);
 }
 
+TEST_CASE("calibration: the layer passes' memory-bound bytes get their own rate, which the profile then uses") {
+  // Passes of different kinds: GEMM-heavy blocks, GEMM-free norms and embeddings (t = (G + n·f½)/R + M/R_m).
+  const double rate = 3e10, memory_rate = 5e9;
+  Noise noise;
+  std::vector<ComputeSample> samples;
+  for (int i = 0; i < 12; ++i) {
+    ComputeSample sample;
+    sample.flops = (i % 3 == 0) ? 1.0 : 2e7 * (1 + i % 4);  // a norm does no GEMM (one FLOP keeps it a sample)
+    sample.gemm_count = (i % 3 == 0) ? 0 : 7;
+    sample.memory_bytes = 1e6 * (1 + i % 5);
+    sample.time_s = (sample.flops / rate + sample.memory_bytes / memory_rate) * noise(0.01);
+    samples.push_back(sample);
+  }
+  const RateFit fit = fit_compute_rate(samples);
+  CHECK(fit.per_s == doctest::Approx(rate).epsilon(0.05));
+  CHECK(fit.memory_per_s == doctest::Approx(memory_rate).epsilon(0.05));
+  CalibrationSamples calibration_samples;
+  calibration_samples.compute = samples;
+  const Cluster cluster = parse_cluster("1xcpu", HardwareCatalog::builtin());
+  const Calibration calibration = calibrate(profile_from_cluster(cluster), calibration_samples, "test");
+  CHECK(calibration.profile.elementwise_bytes_per_s == doctest::Approx(fit.memory_per_s));
+  CHECK(elementwise_time_s(1e6, calibration.profile) == doctest::Approx(1e6 / memory_rate).epsilon(0.05));
+}
+
 TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap collectives by different amounts") {
   // Ops of several sizes, each run alone and with a collective in flight for part of it: t = (f + f½)/R + (s − 1)·o.
   Noise noise;
