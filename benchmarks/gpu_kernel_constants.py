@@ -3,9 +3,12 @@
 # kernels (DESIGN.md: GEMMs by shape, attention at FlashAttention's throughput, memory-bound kernels at achievable HBM
 # bandwidth, plus a launch cost): bf16 GEMM TFLOP/s for a model's layer shapes (forward and both backward products)
 # and square sizes, SDPA forward and backward TFLOP/s by sequence length, copy/read/elementwise bandwidth, and kernel
-# launch cost. Prints a table; --out writes a shardplan.gpu-measurements/v1 section ("kernels"), units in every key.
+# launch cost. Prints a table; --out writes a shardplan.gpu-measurements/v1 section ("kernels"), units in every key;
+# --profile-out writes the same as a shardplan.profile/v1 that `--profile` applies (profile_from_measurements: the
+# op-level model's GEMM curve, attention plateaus and s½, elementwise bandwidth and launch cost, fitted to them).
 #
-#   python3 benchmarks/gpu_kernel_constants.py --config examples/hf/llama3.2-1b.json --tokens 4096 --out k.json
+#   python3 benchmarks/gpu_kernel_constants.py --config examples/hf/llama3.2-1b.json --tokens 4096 --out k.json \
+#       --profile-out profile.json
 #
 # Method (the device tool's METHOD.md): random data, never zeros (a bf16 product ran 13% faster on zeros there);
 # warm-up first; CUDA events around repeated calls, the median of several trials; inputs rotated over enough copies
@@ -177,11 +180,73 @@ def launch(torch):
             "launch_and_sync_seconds": statistics.median(round_trips)}
 
 
+def fit_gemm_curve(rows):
+    """Least squares of t = (F + f½) / R over the GEMM rows (weights 1/t: relative errors count alike), the op-level
+    model's per-GEMM curve (costmodel/compute_cost.cpp gemm_time_s). Returns (R in FLOP/s, f½ in FLOPs)."""
+    points = [(2.0 * r["m"] * r["n"] * r["k"], r["seconds"]) for r in rows if r.get("seconds", 0) > 0]
+    if len(points) < 2:
+        raise ValueError("fewer than two GEMM measurements")
+    # t/t = F/(R t) + f½/(R t): normal equations of the weighted fit in a = 1/R, b = f½/R.
+    sxx = sum((f / t) ** 2 for f, t in points)
+    sxy = sum((f / t) * (1 / t) for f, t in points)
+    syy = sum((1 / t) ** 2 for f, t in points)
+    sx1 = sum(f / t for f, t in points)
+    sy1 = sum(1 / t for f, t in points)
+    det = sxx * syy - sxy * sxy
+    a = (sx1 * syy - sy1 * sxy) / det
+    b = (sxx * sy1 - sxy * sx1) / det
+    if b < 0 or a <= 0:  # no fixed cost visible: the rate through the origin
+        a, b = sx1 / sxx, 0.0
+    return 1.0 / a, b / a
+
+
+def fit_length_curve(lengths, rates):
+    """The plateau E and s½ of rate(s) = E · s / (s + s½) (HardwareProfile's attention curve), by a scan of s½ with E
+    least-squares at each (relative errors). Returns (E, s½)."""
+    best = None
+    for half in range(0, 4001, 5):
+        shares = [s / (s + half) for s in lengths]
+        # E minimising Σ (E·share/rate − 1)²: E = Σ(share/rate) / Σ(share/rate)².
+        e = sum(sh / r for sh, r in zip(shares, rates)) / sum((sh / r) ** 2 for sh, r in zip(shares, rates))
+        error = sum((e * sh / r - 1) ** 2 for sh, r in zip(shares, rates))
+        if best is None or error < best[0]:
+            best = (error, e, half)
+    return best[1], best[2]
+
+
+def profile_from_measurements(document):
+    """A shardplan.profile/v1 (its compute section) from a measurement document: the fitted GEMM plateau becomes the
+    peak (efficiency 1, clock 1: the rates are what the kernels reached), f½ the per-GEMM fixed cost, SDPA's forward
+    and backward plateaus fractions of it (head dimension 64 and below scaled up by FlashAttention's 0.89, as
+    compute_cost.cpp scales them down), the elementwise add's bandwidth the HBM rate, the eager launch the dispatch."""
+    rate, half = fit_gemm_curve(document["gemm"])
+    compute = {"peak_bf16_flops": rate, "peak_fp16_flops": rate, "max_compute_efficiency": 1.0,
+               "half_efficiency_flops": max(1.0, half), "clock_fraction": 1.0}
+    flash = [r for r in document.get("attention", []) if "error" not in r and r.get("backend") == "flash"]
+    if len(flash) >= 2:
+        scale = 1 / 0.89 if flash[0]["head_dim"] <= 64 else 1.0
+        lengths = [r["seq_len"] for r in flash]
+        forward, half_fwd = fit_length_curve(lengths, [r["forward_tflop_per_s"] * 1e12 * scale for r in flash])
+        backward, half_bwd = fit_length_curve(lengths, [r["backward_tflop_per_s"] * 1e12 * scale for r in flash])
+        compute.update({"attention_forward_efficiency": min(1.0, forward / rate),
+                        "attention_backward_efficiency": min(1.0, backward / rate),
+                        "attention_half_seq_len": max(1.0, (half_fwd + half_bwd) / 2)})
+    bandwidth = document.get("memory_bandwidth", {}).get("elementwise_add_bytes_per_s")
+    if bandwidth:
+        compute.update({"hbm_bytes_per_s": bandwidth, "memory_efficiency": 1.0})
+    if "launch" in document:
+        compute["kernel_dispatch_s"] = document["launch"]["eager_launch_seconds"]
+    device = document.get("device", {}).get("name", "measured GPU")
+    return {"schema": "shardplan.profile/v1", "source": "gpu_kernel_constants.py", "device": device,
+            "compute": compute}
+
+
 def main():
     parser = argparse.ArgumentParser(prog="gpu_kernel_constants.py")
     parser.add_argument("--config", required=True, help="Hugging Face config.json giving the layer shapes")
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch (GEMM m, attention b·s)")
     parser.add_argument("--out", help="JSON file to write")
+    parser.add_argument("--profile-out", help="shardplan.profile/v1 file to write (profile_from_measurements)")
     args = parser.parse_args()
     if args.tokens < 512:
         fail(f"--tokens: expected at least 512, got {args.tokens}")
@@ -225,6 +290,9 @@ def main():
     if args.out:
         with open(args.out, "w") as stream:
             json.dump(document, stream, indent=1)
+    if args.profile_out:
+        with open(args.profile_out, "w") as stream:
+            json.dump(profile_from_measurements(document), stream, indent=1)
     return 0
 
 
