@@ -120,7 +120,7 @@ TEST_CASE("`gpus --catalog` merges a user catalog") {
   const json document = run_json({"gpus", "--json", "--catalog", "examples/clusters/my-catalog.json"});
   bool found_new = false, overridden = false;
   for (const auto& gpu : document.at("gpus")) {
-    if (gpu.at("name") == "RTX6000-Ada") found_new = gpu.at("memory_bytes") == 51527024640LL;
+    if (gpu.at("name") == "A40") found_new = gpu.at("memory_bytes") == 48305799168LL;
     if (gpu.at("name") == "H100-80GB") overridden = gpu.at("price_per_gpu_hour") == 2.49;
   }
   CHECK(found_new);
@@ -242,8 +242,8 @@ TEST_CASE("`estimate` accepts cluster JSON files and the example model files") {
   CHECK(cluster_file.at("cluster").at("price_per_gpu_hour") == 2.25);
   CHECK(cluster_file.at("memory").at("total_bytes") == cluster_string.at("memory").at("total_bytes"));
 
-  const json inline_catalog = estimate_json("gpt2", "examples/clusters/2x4xRTX6000-Ada-inline-catalog.json");
-  CHECK(inline_catalog.at("cluster").at("gpu").at("name") == "RTX6000-Ada");
+  const json inline_catalog = estimate_json("gpt2", "examples/clusters/2x4xA40-inline-catalog.json");
+  CHECK(inline_catalog.at("cluster").at("gpu").at("name") == "A40");
   CHECK(inline_catalog.at("cluster").at("world_size") == 8);
 
   const json llama = estimate_json("examples/models/llama-1b.json", "8xA100-80GB");
