@@ -1,9 +1,12 @@
-// Internal to the builtin catalog's data files (gpu_catalog_*.cpp): the constants and Notes their entries share.
+// Internal to the builtin catalog's data files (gpu_catalog_*.cpp): the constants and Notes their entries share, and
+// the functions each file adds its entries with.
 #pragma once
 
 #include <cstdint>
 
 namespace shardplan {
+
+class HardwareCatalog;
 
 namespace catalog_data {
 
@@ -24,7 +27,8 @@ constexpr std::int64_t kGpuContextOverheadBytes = gib(1);
 
 // Note [Prices]: approximate 2025 on-demand per-GPU-hour list prices of public GPU clouds (Lambda, RunPod, CoreWeave
 // class providers). They drift month to month and vary by provider — defaults for cost estimates, meant to be overridden
-// with "price_per_gpu_hour" in a cluster or catalog file.
+// with "price_per_gpu_hour" in a cluster or catalog file. 0 where no public cloud rents the part (as for hardware one
+// owns: costs then read $0 until a price is given).
 
 // Note [Intra-node bandwidth]: NVIDIA quotes NVLink as total bidirectional bandwidth per GPU; a ring step pushes one
 // direction, so the catalog stores half. Same for PCIe ("64 GB/s" Gen4 x16 bidirectional = 32 GB/s per direction).
@@ -44,6 +48,11 @@ constexpr double kCommHalfEfficiencyBytes = 4.0 * (1 << 20);
 // Note [Eager dispatch]: PyTorch's host time per eager op with autograd is 5-7 µs (pytorch/pytorch#41383: a scalar op
 // with autograd; ~2 µs without), so a pass cannot run faster than its kernel count × 5 µs.
 constexpr double kEagerDispatchS = 5e-6;
+
+// The entries beyond gpu_catalog_data.cpp's, one function per file (HardwareCatalog::builtin() calls them).
+void add_nvidia_volta_ampere_ada(HardwareCatalog& catalog);  // gpu_catalog_more.cpp
+void add_nvidia_hopper_blackwell_more(HardwareCatalog& catalog);  // gpu_catalog_more_hopper.cpp
+void add_amd_more(HardwareCatalog& catalog);  // gpu_catalog_more_amd.cpp
 
 }  // namespace catalog_data
 }  // namespace shardplan

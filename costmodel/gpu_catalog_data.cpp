@@ -1,5 +1,5 @@
-// The builtin hardware catalog: published GPU and fabric numbers, each with its source, and the host CPU as a rank type
-// (shared constants and Notes: gpu_catalog_constants.h).
+// The builtin hardware catalog: the fabrics, the first GPU entries (A100 ... MI300X) and the host CPU as a rank type;
+// more GPU entries live in gpu_catalog_more*.cpp (shared constants and Notes: gpu_catalog_constants.h).
 #include <algorithm>
 #include <cstdint>
 
@@ -308,6 +308,19 @@ void add_fabrics(HardwareCatalog& catalog) {
   catalog.add_fabric({"ethernet-100g", "Ethernet 100 Gb/s (TCP)", 12.5e9, 20e-6});
   // Plain 25 GbE with TCP sockets: typical cloud VM networking.
   catalog.add_fabric({"ethernet-25g", "Ethernet 25 Gb/s (TCP)", 3.125e9, 20e-6});
+  // Fabrics of nodes with fewer NICs than GPUs (Note [Rails]: the node's bandwidth is its NICs', nics_per_node ×
+  // bytes_per_s_per_nic; bytes_per_s_per_gpu is that shared over the usual node's GPUs, for `shardplan gpus`).
+  // DGX-1: 4 × ConnectX InfiniBand EDR 100 Gb/s for 8 V100s. "DGX-1 can get 48 GB/s because we have 4 IB adapters"
+  // (NVIDIA/nccl-tests#29, sjeaugey, multi-node all-reduce busbw; 12.2 GB/s for one 100 Gb/s card): 48 of 50, 0.96.
+  catalog.add_fabric({"ib-edr", "InfiniBand EDR 100 Gb/s, 4 NICs per node (DGX-1)", 6.25e9, 5e-6, 4, 12.5e9, 0.96});
+  // HPE Cray EX nodes (Frontier's EX235a: 4 × Slingshot-11 200 Gb/s NICs for 4 MI250X = 8 GCDs; ORNL's Crusher/Frontier
+  // overview: "four HPE Slingshot 200 Gbit per second NICs (25 GB/s)", 100 GB/s per node). Latency as InfiniBand's and
+  // NIC efficiency the profile's default: unmeasured.
+  catalog.add_fabric({"slingshot-200g", "HPE Slingshot-11 200 Gb/s, 4 NICs per node", 12.5e9, 5e-6, 4, 25e9});
+  // One 100 GbE link per node shared by its GPUs, TCP sockets: cloud GPU instances such as AWS g5.48xlarge (8 × A10G,
+  // "100Gbps" per instance, AWS Batch GPU instance table) and GCP G2 (8 × L4, "up to 100 Gbps").
+  catalog.add_fabric({"ethernet-100g-shared", "Ethernet 100 Gb/s per node (TCP), shared by its GPUs", 12.5e9 / 8, 20e-6,
+                      1, 12.5e9});
 }
 
 }  // namespace
@@ -318,6 +331,9 @@ HardwareCatalog HardwareCatalog::builtin() {
   add_nvidia_ampere(catalog);
   add_nvidia_hopper_blackwell(catalog);
   add_pcie_and_amd(catalog);
+  catalog_data::add_nvidia_volta_ampere_ada(catalog);
+  catalog_data::add_nvidia_hopper_blackwell_more(catalog);
+  catalog_data::add_amd_more(catalog);
   add_cpu(catalog);
   return catalog;
 }
