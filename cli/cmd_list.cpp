@@ -52,18 +52,19 @@ Action add_gpus_command(CLI::App& app, const Output& output) {
       output.json({{"schema", "shardplan.catalog/v1"}, {"gpus", gpus}, {"fabrics", fabrics}});
       return 0;
     }
-    std::printf("%-11s %9s %10s %10s %9s  %-16s %9s %8s %-14s %14s\n", "name", "mem GiB", "bf16 TF/s",
+    // Widths fit the builtin names ("GH200-144GB", "ethernet-100g-shared"); longer user names push their row right.
+    std::printf("%-11s %9s %10s %10s %9s  %-16s %9s %8s %-20s %14s\n", "name", "mem GiB", "bf16 TF/s",
                 "fp32 TF/s", "HBM TB/s", "intra-node link", "GB/s/dir", "$/GPU-h", "default fabric", "host GiB/node");
     for (const auto& gpu : catalog.gpus()) {
-      std::printf("%-11s %9.1f %10.1f %10.1f %9.2f  %-16s %9.0f %8.2f %-14s %14.0f\n", gpu.name.c_str(),
+      std::printf("%-11s %9.1f %10.1f %10.1f %9.2f  %-16s %9.0f %8.2f %-20s %14.0f\n", gpu.name.c_str(),
                   static_cast<double>(gpu.memory_bytes) / (1 << 30), gpu.peak_bf16_flops / 1e12,
                   gpu.peak_fp32_flops / 1e12, gpu.hbm_bytes_per_s / 1e12, gpu.intra_node_link.c_str(),
                   gpu.intra_node_bytes_per_s / 1e9, gpu.price_per_gpu_hour, gpu.default_fabric.c_str(),
                   static_cast<double>(gpu.host_memory_bytes_per_node) / (1 << 30));
     }
-    std::printf("\n%-15s %12s %12s  %s\n", "fabric", "GB/s/GPU", "latency us", "description");
+    std::printf("\n%-20s %12s %12s  %s\n", "fabric", "GB/s/GPU", "latency us", "description");
     for (const auto& fabric : catalog.fabrics()) {
-      std::printf("%-15s %12.2f %12.1f  %s\n", fabric.name.c_str(), fabric.bytes_per_s_per_gpu / 1e9,
+      std::printf("%-20s %12.2f %12.1f  %s\n", fabric.name.c_str(), fabric.bytes_per_s_per_gpu / 1e9,
                   fabric.latency_s * 1e6, fabric.description.c_str());
     }
     return 0;

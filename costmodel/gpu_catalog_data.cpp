@@ -1,51 +1,25 @@
-// The builtin hardware catalog: published GPU and fabric numbers, each with its source, and the host CPU as a rank type.
+// The builtin hardware catalog: the fabrics, the first GPU entries (A100 ... MI300X) and the host CPU as a rank type;
+// more GPU entries live in gpu_catalog_more*.cpp (shared constants and Notes: gpu_catalog_constants.h).
 #include <algorithm>
 #include <cstdint>
 
 #include <unistd.h>
 
+#include "gpu_catalog_constants.h"
 #include "hardware_catalog.h"
 
 namespace shardplan {
 namespace {
 
-constexpr std::int64_t mib(std::int64_t count) { return count << 20; }
-constexpr std::int64_t gib(std::int64_t count) { return count << 30; }
-constexpr std::int64_t tib(std::int64_t count) { return count << 40; }
-
-// Note [Node host memory]: the host memory of one node of each GPU's usual system, against which CPU offload plans
-// are checked (Note [Host memory] in planner/host_memory.h). Vendor reference systems where there is one (DGX
-// datasheets list "System Memory"; their DIMMs are binary sizes, so "1TB" is 1 TiB), a cloud instance otherwise.
-// Nodes differ (HGX boards ship in 1, 2 and 4 TB servers): a cluster file's "host_memory_gib_per_node" says what
-// one really has.
-
-// Note [Context overhead]: the CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL channel buffers take memory
-// that training cannot use. ~1 GiB is what `torch.cuda.mem_get_info()` loses before the first tensor on a datacenter GPU
-// with NCCL initialised; it is a calibratable constant (calibration replaces it with the measured value).
-constexpr std::int64_t kGpuContextOverheadBytes = gib(1);
-
-// Note [Prices]: approximate 2025 on-demand per-GPU-hour list prices of public GPU clouds (Lambda, RunPod, CoreWeave
-// class providers). They drift month to month and vary by provider — defaults for cost estimates, meant to be overridden
-// with "price_per_gpu_hour" in a cluster or catalog file.
-
-// Note [Intra-node bandwidth]: NVIDIA quotes NVLink as total bidirectional bandwidth per GPU; a ring step pushes one
-// direction, so the catalog stores half. Same for PCIe ("64 GB/s" Gen4 x16 bidirectional = 32 GB/s per direction).
-
-// Note [Latency α]: per ring step, not the wire latency (Note [NCCL latency] for the intra-node links). Calibration
-// fits α from measured small-message collectives.
-
-// Note [NCCL latency]: NCCL's own ring model (NVIDIA/nccl src/graph/tuning.cc, baseLat and hwLat for the Simple
-// protocol that carries large messages): 8.4 µs per collective call, 3.4 µs per step over NVLink, 5.7 µs over PCIe.
-constexpr double kNcclBaseLatencyS = 8.4e-6;
-constexpr double kNvlinkHopLatencyS = 3.4e-6;
-constexpr double kPcieHopLatencyS = 5.7e-6;
-// Note [Collective size curve]: XLA's measured 8 × H100 all-gather busbw (default_collective_perf_table, sm_90: 113,
-// 179, 275, 322, 337 GB/s at 8, 16, 64, 256, 512 MB) is fitted within 2% by NCCL's latency above plus
-// (S + 4 MiB) / busbw: a message reaches half the bandwidth left after its latency at 4 MiB.
-constexpr double kCommHalfEfficiencyBytes = 4.0 * (1 << 20);
-// Note [Eager dispatch]: PyTorch's host time per eager op with autograd is 5-7 µs (pytorch/pytorch#41383: a scalar op
-// with autograd; ~2 µs without), so a pass cannot run faster than its kernel count × 5 µs.
-constexpr double kEagerDispatchS = 5e-6;
+using catalog_data::gib;
+using catalog_data::kCommHalfEfficiencyBytes;
+using catalog_data::kEagerDispatchS;
+using catalog_data::kGpuContextOverheadBytes;
+using catalog_data::kNcclBaseLatencyS;
+using catalog_data::kNvlinkHopLatencyS;
+using catalog_data::kPcieHopLatencyS;
+using catalog_data::mib;
+using catalog_data::tib;
 
 void add_nvidia_ampere(HardwareCatalog& catalog) {
   // NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): BF16/FP16 Tensor Core 312 TFLOPS
@@ -334,6 +308,19 @@ void add_fabrics(HardwareCatalog& catalog) {
   catalog.add_fabric({"ethernet-100g", "Ethernet 100 Gb/s (TCP)", 12.5e9, 20e-6});
   // Plain 25 GbE with TCP sockets: typical cloud VM networking.
   catalog.add_fabric({"ethernet-25g", "Ethernet 25 Gb/s (TCP)", 3.125e9, 20e-6});
+  // Fabrics of nodes with fewer NICs than GPUs (Note [Rails]: the node's bandwidth is its NICs', nics_per_node ×
+  // bytes_per_s_per_nic; bytes_per_s_per_gpu is that shared over the usual node's GPUs, for `shardplan gpus`).
+  // DGX-1: 4 × ConnectX InfiniBand EDR 100 Gb/s for 8 V100s. "DGX-1 can get 48 GB/s because we have 4 IB adapters"
+  // (NVIDIA/nccl-tests#29, sjeaugey, multi-node all-reduce busbw; 12.2 GB/s for one 100 Gb/s card): 48 of 50, 0.96.
+  catalog.add_fabric({"ib-edr", "InfiniBand EDR 100 Gb/s, 4 NICs per node (DGX-1)", 6.25e9, 5e-6, 4, 12.5e9, 0.96});
+  // HPE Cray EX nodes (Frontier's EX235a: 4 × Slingshot-11 200 Gb/s NICs for 4 MI250X = 8 GCDs; ORNL's Crusher/Frontier
+  // overview: "four HPE Slingshot 200 Gbit per second NICs (25 GB/s)", 100 GB/s per node). Latency as InfiniBand's and
+  // NIC efficiency the profile's default: unmeasured.
+  catalog.add_fabric({"slingshot-200g", "HPE Slingshot-11 200 Gb/s, 4 NICs per node", 12.5e9, 5e-6, 4, 25e9});
+  // One 100 GbE link per node shared by its GPUs, TCP sockets: cloud GPU instances such as AWS g5.48xlarge (8 × A10G,
+  // "100Gbps" per instance, AWS Batch GPU instance table) and GCP G2 (8 × L4, "up to 100 Gbps").
+  catalog.add_fabric({"ethernet-100g-shared", "Ethernet 100 Gb/s per node (TCP), shared by its GPUs", 12.5e9 / 8, 20e-6,
+                      1, 12.5e9});
 }
 
 }  // namespace
@@ -344,6 +331,9 @@ HardwareCatalog HardwareCatalog::builtin() {
   add_nvidia_ampere(catalog);
   add_nvidia_hopper_blackwell(catalog);
   add_pcie_and_amd(catalog);
+  catalog_data::add_nvidia_volta_ampere_ada(catalog);
+  catalog_data::add_nvidia_hopper_blackwell_more(catalog);
+  catalog_data::add_amd_more(catalog);
   add_cpu(catalog);
   return catalog;
 }

@@ -21,8 +21,11 @@ using shardplan_test::run_shardplan;
 const std::vector<std::string> kPresets = {"llama2-7b",     "llama2-13b",  "llama2-70b", "llama3-8b",
                                            "llama3-70b",    "llama3.1-405b", "llama3.2-1b", "gpt3-175b",
                                            "gpt2",          "tiny-llama"};
-const std::vector<std::string> kGpus = {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB",
-                                        "B200",      "L40S",      "RTX4090",   "MI300X"};
+const std::vector<std::string> kGpus = {
+    "A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200",       "L40S",        "RTX4090",   "MI300X",
+    "V100-16GB", "V100-32GB", "A10G",      "L4",         "RTX3090",    "RTX-A6000",   "RTX6000-Ada", "H100-PCIe",
+    "H100-NVL",  "H20",       "GH200-96GB", "GH200-144GB", "GB200",    "B300",        "MI250X",    "MI325X",
+    "MI355X"};
 
 // The memory terms of `shardplan.estimate/v1` whose sum is total_bytes (costmodel/memory_model.cpp, terms()).
 const std::vector<std::string> kMemoryTerms = {
@@ -98,6 +101,13 @@ TEST_CASE("`gpus` lists the catalog as a table and as JSON") {
     CHECK(contains(table.out, gpu + " "));
   }
   CHECK(contains(table.out, "ib-ndr"));
+  // The fabrics of nodes with fewer NICs than GPUs, and their GPUs' rows naming them.
+  for (const char* fabric : {"ib-edr", "slingshot-200g", "ethernet-100g-shared"}) {
+    CAPTURE(fabric);
+    CHECK(contains(table.out, std::string("\n") + fabric + " "));
+  }
+  CHECK(contains(table.out, "V100-16GB "));
+  CHECK(contains(table.out, "ethernet-100g-shared "));
 
   const json document = run_json({"gpus", "--json"});
   CHECK(document.at("schema") == "shardplan.catalog/v1");
@@ -112,6 +122,11 @@ TEST_CASE("`gpus` lists the catalog as a table and as JSON") {
       CHECK(gpu.at("memory_bytes").get<std::int64_t>() == 85520809984LL);
       CHECK(gpu.at("default_fabric") == "ib-ndr");
     }
+    if (gpu.at("name") == "GB200") {  // one NVL72 NVLink domain per node
+      CHECK(gpu.at("default_gpus_per_node") == 72);
+      CHECK(gpu.at("memory_bytes").get<std::int64_t>() == 189471LL << 20);
+    }
+    if (gpu.at("name") == "MI250X") CHECK(gpu.at("memory_bytes").get<std::int64_t>() == 64LL << 30);  // one GCD
   }
   CHECK(document.at("fabrics").size() >= 1);
 }
@@ -120,7 +135,7 @@ TEST_CASE("`gpus --catalog` merges a user catalog") {
   const json document = run_json({"gpus", "--json", "--catalog", "examples/clusters/my-catalog.json"});
   bool found_new = false, overridden = false;
   for (const auto& gpu : document.at("gpus")) {
-    if (gpu.at("name") == "RTX6000-Ada") found_new = gpu.at("memory_bytes") == 51527024640LL;
+    if (gpu.at("name") == "A40") found_new = gpu.at("memory_bytes") == 48305799168LL;
     if (gpu.at("name") == "H100-80GB") overridden = gpu.at("price_per_gpu_hour") == 2.49;
   }
   CHECK(found_new);
@@ -242,8 +257,8 @@ TEST_CASE("`estimate` accepts cluster JSON files and the example model files") {
   CHECK(cluster_file.at("cluster").at("price_per_gpu_hour") == 2.25);
   CHECK(cluster_file.at("memory").at("total_bytes") == cluster_string.at("memory").at("total_bytes"));
 
-  const json inline_catalog = estimate_json("gpt2", "examples/clusters/2x4xRTX6000-Ada-inline-catalog.json");
-  CHECK(inline_catalog.at("cluster").at("gpu").at("name") == "RTX6000-Ada");
+  const json inline_catalog = estimate_json("gpt2", "examples/clusters/2x4xA40-inline-catalog.json");
+  CHECK(inline_catalog.at("cluster").at("gpu").at("name") == "A40");
   CHECK(inline_catalog.at("cluster").at("world_size") == 8);
 
   const json llama = estimate_json("examples/models/llama-1b.json", "8xA100-80GB");

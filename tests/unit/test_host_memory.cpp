@@ -112,6 +112,11 @@ TEST_CASE("host memory: every builtin GPU type says what a node has; a cluster f
   CHECK(catalog.gpu("A100-40GB").host_memory_bytes_per_node == kTiB);      // DGX A100 320GB
   CHECK(catalog.gpu("A100-80GB").host_memory_bytes_per_node == 2 * kTiB);  // DGX A100 640GB
   CHECK(catalog.gpu("H100-80GB").host_memory_bytes_per_node == 2 * kTiB);  // DGX H100
+  CHECK(catalog.gpu("V100-16GB").host_memory_bytes_per_node == kTiB / 2);  // DGX-1: 512 GB
+  CHECK(catalog.gpu("MI250X").host_memory_bytes_per_node == kTiB / 2);     // a Frontier node (8 GCDs): 512 GB
+  CHECK(catalog.gpu("GH200-96GB").host_memory_bytes_per_node == 480 * (kTiB >> 10));  // its Grace's LPDDR5X
+  // GB200's node is the NVL72 rack: 36 Grace CPUs' memory for 72 GPUs, the same per GPU as a GH200.
+  CHECK(catalog.gpu("GB200").host_memory_bytes_per_node == 36 * catalog.gpu("GH200-96GB").host_memory_bytes_per_node);
   CHECK(parse_cluster("8xA100-80GB", catalog).host_memory_bytes_per_node == 2 * kTiB);
 
   const auto cluster_json = [&](const std::string& extra) {
