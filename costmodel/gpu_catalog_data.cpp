@@ -280,11 +280,11 @@ void add_cpu(HardwareCatalog& catalog) {
   // The CPU executor's tracked memory is its tensors (TrackingAllocator); the process image and MPI's buffers are
   // outside what a plan decides, so no overhead term (calibrated on this project's 2-core machines: 1792 B).
   cpu.context_overhead_bytes = 0;
-  // Eigen's fp32 layer passes at a transformer block's small shapes: `calibrate --trace` on tiny-llama under
-  // mpirun -np 2 (2026-11-30, 2-core VM) fitted 1.9-2.1e10 FLOP/s with f½ 3-8e5 FLOP — a fifth of the peak above,
-  // and half of that at half a MFLOP (GPU GEMMs need ~2 GFLOP for half their best).
-  cpu.max_compute_efficiency = 0.2;
-  cpu.half_efficiency_flops = 5e5;
+  // Eigen's fp32 GEMMs at a transformer block's small shapes, per GEMM (the op-level model): `calibrate --trace` on
+  // tiny-llama under mpirun -np 2 (2026-12-02, 2-core VM, a quiet machine) fitted 4.2e10 FLOP/s with no fixed cost
+  // per GEMM worth fitting, and the passes' elementwise bytes at 2.0e10 B/s — the STREAM-like rate above.
+  cpu.max_compute_efficiency = 0.42;
+  cpu.half_efficiency_flops = 1;
   catalog.add_gpu(cpu);
 }
 
