@@ -15,6 +15,9 @@
 namespace shardplan {
 namespace {
 
+using svg::escape;  // the reports' one escaping and number formatting (svg_chart.h)
+using svg::format;
+
 // Geometry shared by both plots, so the memory plot's x axis lines up under the timeline's.
 constexpr double kLabelWidth = 230;
 constexpr double kPlotWidth = 1100;
@@ -28,28 +31,6 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 constexpr std::array<const char*, kMemoryCategoryCount> kCategoryColours = {
     "#4e79a7", "#a0cbe8", "#f28e2b", "#59a14f", "#8cd17d", "#e15759", "#b07aa1", "#edc948", "#bab0ac"};
-
-std::string escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string format(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
 
 std::string format_seconds(double seconds) {
   return std::abs(seconds) < 1 ? format("%.3f ms", seconds * 1e3) : format("%.4f s", seconds);
