@@ -113,13 +113,15 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
       times(static_cast<Eigen::Index>(i)) = usable[i]->time_s;
     }
     x = weighted_solve(design, times);
-    // Drop the first column that came out negative (or a non-positive rate), most doubtful first.
+    // Drop the first column that came out negative (or a non-positive rate), most doubtful first; when the GEMM rate
+    // itself comes out non-positive (too few or too alike samples to separate the columns), the first optional one.
     std::optional<ComputeColumn> drop;
+    const bool rate_positive = x(0) > 0 && std::isfinite(x(0));
     for (ComputeColumn candidate : {kOverlap, kAttention, kMemoryBytes, kGemmCount}) {
       const auto at = std::find(columns.begin(), columns.end(), candidate);
       if (at == columns.end()) continue;
       const double value = x(static_cast<Eigen::Index>(at - columns.begin()));
-      if (value < 0 || ((candidate == kAttention || candidate == kMemoryBytes) && !(value > 0))) {
+      if (!rate_positive || value < 0 || ((candidate == kAttention || candidate == kMemoryBytes) && !(value > 0))) {
         drop = candidate;
         break;
       }
@@ -127,7 +129,7 @@ RateFit fit_compute_rate(const std::vector<ComputeSample>& samples) {
     if (!drop) break;
     // Overlap made nothing slower: no slowdown column (s = 1). That is still a fitted s: the rate is fitted assuming
     // it, so a profile that kept the catalog's s > 1 would stretch overlapped ops a second time.
-    if (*drop == kOverlap) overlap_seen_free = true;
+    if (*drop == kOverlap && rate_positive) overlap_seen_free = true;
     in[static_cast<std::size_t>(*drop)] = false;
   }
   if (!(x(0) > 0) || !std::isfinite(x(0))) {

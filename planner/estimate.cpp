@@ -113,7 +113,10 @@ std::string render_text(const EstimateResult& result) {
               ? " on blocks " + std::to_string(request.training.checkpoint_every_blocks) + ", " +
                     std::to_string(2 * request.training.checkpoint_every_blocks) + ", ..."
               : "")
-      << (request.training.flash_attention ? ", flash attention" : "") << "\n";
+      << (!request.training.flash_attention                                   ? ", eager attention"
+          : request.training.attention_kernel == AttentionKernel::triton ? ", Triton FlashAttention"
+                                                                          : ", flash attention")
+      << "\n";
   out << "strategy  " << to_string(memory.layout.kind) << " (params/grads/optimizer sharded over "
       << memory.layout.param_group << "/" << memory.layout.grad_group << "/" << memory.layout.optimizer_group
       << " ranks), units " << request.units_policy << ": " << memory.units.size() << " incl. root, padding "
