@@ -48,7 +48,8 @@ EstimateResult run_estimate(const EstimateRequest& request) {
   memory.units = resolve_units(request.model, request.wrapping);
   memory.param_count = request.model.param_count();
   memory.capacity_bytes = request.cluster.gpu.memory_bytes;
-  const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
+  Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
+  plan.offload.params = request.offload_params;
   memory.grad_accumulation_steps = plan.grad_accumulation_steps;
   result.closed_form = memory_upper_bound(plan, request.model, world_size, request.cluster.gpus_per_node,
                                           request.profile.context_overhead_bytes);
