@@ -59,8 +59,16 @@ def _apply_finetune(model):
         return model
     from peft import LoraConfig, get_peft_model
 
-    if FINETUNE_MODE == "qlora" and not getattr(model, "is_loaded_in_4bit", False):
-        raise ValueError("shardplan: the plan is QLoRA; load the model with quantization_config=quantization_config()")
+    if FINETUNE_MODE == "qlora":
+        # The plan all-gathers the packed 4-bit weights in their quant storage dtype; weights held in any other
+        # dtype would be sharded and gathered at that size (axolotl PR#2992: FSDP2 gathering them as bf16 saved
+        # nothing), so check what the model holds before sharding it.
+        storage = "torch." + BNB_4BIT_CONFIG["bnb_4bit_quant_storage"]
+        packed = [param for param in model.parameters() if type(param).__name__ == "Params4bit"]
+        if not getattr(model, "is_loaded_in_4bit", False) or not packed:
+            raise ValueError("shardplan: the plan is QLoRA; load the model with quantization_config=quantization_config()")
+        if any(str(param.dtype) != storage for param in packed):
+            raise ValueError(f"shardplan: the 4-bit weights are not stored as {storage}, FSDP's param dtype")
     # PEFT injects the adapters into `model` in place (its module paths stay those of PLANNED_GROUPS) and freezes
     # every base parameter. prepare_model_for_kbit_training is not called: it would upcast the frozen
     # non-quantised parameters to fp32, which the plan did not assume.
@@ -109,9 +117,10 @@ PythonFinetune python_finetune(const Plan& plan, const ModelSpec& model, bool fs
     tables << "# peft.LoraConfig as planned; PEFT names each adapter <module>.lora_A.default.weight and "
               "<module>.lora_B.default.weight.\n"
            << "LORA_TARGET_MODULES = " << python_strings(targets, 22) << "\n"
-           << "LORA_CONFIG = dict(r=" << config.lora.r << ", lora_alpha=" << python_number(config.lora.alpha)
-           << ", lora_dropout=" << python_number(config.lora.dropout)
-           << ", target_modules=LORA_TARGET_MODULES, bias=\"none\",\n                   task_type=\"CAUSAL_LM\")\n"
+           << "LORA_CONFIG = {\"r\": " << config.lora.r << ", \"lora_alpha\": " << python_number(config.lora.alpha)
+           << ", \"lora_dropout\": " << python_number(config.lora.dropout)
+           << ",\n               \"target_modules\": " << python_strings(targets, 33)
+           << ", \"bias\": \"none\", \"task_type\": \"CAUSAL_LM\"}\n"
            << "# The modules LoRA wraps, in model order (each inside the planned group of its block).\n"
            << "LORA_MODULES = " << python_strings(lora_module_paths(model), 15) << "\n";
   } else {
@@ -120,11 +129,12 @@ PythonFinetune python_finetune(const Plan& plan, const ModelSpec& model, bool fs
   if (config.mode == FinetuneMode::qlora) {
     tables << "# transformers.BitsAndBytesConfig as planned: the 4-bit weights are stored (and all-gathered by FSDP) in\n"
            << "# bnb_4bit_quant_storage, which must be FSDP's param dtype (answer.ai fsdp_qlora).\n"
-           << "BNB_4BIT_CONFIG = dict(load_in_4bit=True, bnb_4bit_quant_type=" << python_string(config.bnb.quant_type)
-           << ", bnb_4bit_use_double_quant=" << (config.bnb.use_double_quant ? "True" : "False")
-           << ",\n                       bnb_4bit_quant_storage="
+           << "BNB_4BIT_CONFIG = {\"load_in_4bit\": True, \"bnb_4bit_quant_type\": " << python_string(config.bnb.quant_type)
+           << ", \"bnb_4bit_use_double_quant\": " << (config.bnb.use_double_quant ? "True" : "False")
+           << ",\n                   \"bnb_4bit_quant_storage\": "
            << python_string(torch_dtype_name(config.quant_storage(precision)))
-           << ", bnb_4bit_compute_dtype=" << python_string(torch_dtype_name(config.quant_compute(precision))) << ")\n";
+           << ", \"bnb_4bit_compute_dtype\": " << python_string(torch_dtype_name(config.quant_compute(precision)))
+           << "}\n";
   } else {
     tables << "BNB_4BIT_CONFIG = None\n";
   }
