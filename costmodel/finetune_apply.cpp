@@ -108,6 +108,14 @@ std::vector<std::string> lora_parameter_names(const ModelSpec& model) {
   return names;
 }
 
+std::int64_t trainable_param_count(const ModelSpec& model) {
+  std::int64_t count = 0;
+  for (const LayerSpec& layer : model.layers) {
+    count += layer.finetune ? layer.finetune->trainable_elements : layer.param_count();
+  }
+  return count;
+}
+
 std::int64_t packed_4bit_bytes(std::int64_t elements) { return (elements + 1) / 2; }
 
 std::int64_t quantization_constant_bytes(std::int64_t elements, bool double_quant) {

@@ -38,6 +38,10 @@ std::vector<std::string> lora_target_modules(const ModelSpec& model, const Finet
 std::vector<std::string> lora_module_paths(const ModelSpec& model);
 std::vector<std::string> lora_parameter_names(const ModelSpec& model);
 
+// The elements that train: every parameter under full training, else the layers' trainable elements (adapters
+// included).
+std::int64_t trainable_param_count(const ModelSpec& model);
+
 // Note [Quantisation constants]: bitsandbytes' quantize_4bit (bitsandbytes/functional.py; blocksize 64 for 4-bit)
 // packs two 4-bit codes a byte and keeps, per tensor, one fp32 absmax per block of 64 elements and the 16-entry fp32
 // code book (NF4's levels). With double quantisation (compress_statistics, bnb_4bit_use_double_quant) the absmax

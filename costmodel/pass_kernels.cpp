@@ -93,7 +93,8 @@ struct PassShape {
 void add_dequantize(const ProjectionSpec& projection, const PassShape& shape, PassKernels& kernels) {
   const double elements = static_cast<double>(projection.in_features * projection.out_features);
   const double blocks = elements / 64.0;
-  kernels.memory_bytes += elements * (0.5 + shape.dequantized_bytes) + 4.0 * blocks + (shape.double_quant ? 16.0 * blocks : 0.0);
+  kernels.memory_bytes +=
+      elements * (0.5 + shape.dequantized_bytes) + 4.0 * blocks + (shape.double_quant ? 16.0 * blocks : 0.0);
   kernels.memory_kernels += shape.double_quant ? 3 : 1;
 }
 

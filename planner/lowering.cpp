@@ -253,8 +253,9 @@ class Lowerer {
       const LayerSpec& spec = model_.layers[layer];
       const std::int64_t seq = plan_.training.seq_len;
       const bool causal = plan_.training.flash_attention;
-      schedule_.model_flops_per_rank += tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
-                                                                               : spec.backward_flops_per_token(seq, causal));
+      schedule_.model_flops_per_rank +=
+          tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
+                                                 : spec.backward_flops_per_token(seq, causal));
     }
     if (kind == OpKind::forward) {
       // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.

@@ -177,7 +177,8 @@ std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, s
 std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
   const int element_bytes = plan.training.precision.param_compute_bytes;
   const auto& finetune = model.layers[layer].finetune;
-  const std::int64_t dequantized = !finetune || finetune->backward_needed ? dequantized_weight_bytes(plan, model, layer) : 0;
+  const bool runs = !finetune || finetune->backward_needed;
+  const std::int64_t dequantized = runs ? dequantized_weight_bytes(plan, model, layer) : 0;
   return per_micro_batch(model.layers[layer].backward_workspace_bytes_per_token(element_bytes), plan.training) +
          dequantized;
 }
