@@ -184,7 +184,7 @@ ModelSpec finetuned_model(const ModelSpec& base, const FinetuneConfig& config, c
         for (const std::string& target : targets) {
           if (!lora_target_matches(path, target)) continue;
           targets_used.insert(target);
-          projection.lora_rank = config.lora.r;
+          projection.lora_rank = static_cast<std::int32_t>(config.lora.r);  // at most 2^20 (validate_finetune)
           projection.lora_dropout = config.lora.dropout > 0;
         }
         if (projection.lora_rank == 0) continue;

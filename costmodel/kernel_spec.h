@@ -20,10 +20,11 @@ struct ProjectionSpec {
   bool saved_by_op_policy = false;
   // Fine-tuning (costmodel/finetune_apply.h): a frozen weight's backward runs the input-gradient GEMM only; a
   // quantised one (QLoRA) is dequantised before each GEMM that reads it; a LoRA target adds its adapter's GEMMs.
+  // (Kept within the spec's size before them: explicit model files derive one spec per square GEMM of their FLOPs.)
   bool frozen_weight = false;
   bool quantized = false;
-  std::int64_t lora_rank = 0;  // 0: no adapter
   bool lora_dropout = false;   // the adapter's input goes through nn.Dropout (lora_dropout > 0)
+  std::int32_t lora_rank = 0;  // 0: no adapter (LoraSettings caps r at 2^20)
   bool operator==(const ProjectionSpec&) const = default;
 };
 

@@ -1,6 +1,8 @@
 // PassKernels of a layer pass: GEMM shapes from the projections, the attention core (flash or eager), memory traffic.
 #include "pass_kernels.h"
 
+#include <cmath>
+
 #include "block_kernels.h"
 #include "errors.h"
 
@@ -40,10 +42,15 @@ LayerKernelSpec derived_kernel_spec(const ModelSpec& model, const LayerSpec& lay
   const std::int64_t hidden = std::max<std::int64_t>(1, model.hidden_size);
   const double square_params = static_cast<double>(hidden) * static_cast<double>(hidden);
   double projections = layer.flops.matmul_flops_per_token / (2.0 * square_params);
+  // A layer's FLOPs over a tiny model width would be millions of tiny GEMMs (a fuzzed file's hidden_size 1 made 2·10^8
+  // specs, 11 GB): past kMaxDerivedProjections they are fused k at a time into GEMMs k times wider, same FLOPs.
+  constexpr double kMaxDerivedProjections = 4096;
+  const double fused = projections > kMaxDerivedProjections ? std::ceil(projections / kMaxDerivedProjections) : 1.0;
   // Whole projections, and the remainder as one of a narrower output.
-  while (projections >= 1.0) {
-    spec.projections.push_back({"derived", hidden, hidden, spec.projections.size() % 2 == 0});
-    projections -= 1.0;
+  while (projections >= fused) {
+    spec.projections.push_back(
+        {"derived", hidden, hidden * static_cast<std::int64_t>(fused), spec.projections.size() % 2 == 0});
+    projections -= fused;
   }
   if (projections > 0) {
     const auto out = static_cast<std::int64_t>(std::max(1.0, projections * static_cast<double>(hidden)));
