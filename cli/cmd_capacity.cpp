@@ -74,9 +74,10 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
       ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print JSON");
   return [flags, output]() {
-    const ModelSpec model = load_model(flags->model);
+    const ModelSpec base = load_model(flags->model);
     const HardwareCatalog catalog = load_catalog(flags->catalog_file);
-    const TrainingConfig training = resolve_training(flags->training, model);
+    const TrainingConfig training = resolve_training(flags->training, base);
+    const ModelSpec model = finetuned_for(base, training);
     CapacityOptions options;
     options.gpus = split_names(flags->gpus);
     options.gpus_per_node = flags->gpus_per_node;

@@ -16,6 +16,7 @@ struct EstimateFlags {
   std::string strategy = "full_shard";
   std::string units = "per-block";
   bool model_states_only = false;
+  bool cpu_offload = false;
   bool json = false;
 };
 }  // namespace
@@ -32,17 +33,21 @@ Action add_estimate_command(CLI::App& app, const Output& output) {
   command->add_option("--units", flags->units, "wrapping: per-block | whole | N-blocks")->capture_default_str();
   command->add_flag("--model-states-only", flags->model_states_only,
                     "only parameters, gradients and optimizer states (the ZeRO paper's model states)");
+  command->add_flag("--cpu-offload", flags->cpu_offload,
+                    "FSDP's CPU offload: parameter and gradient shards and the optimizer in host memory");
   command->add_flag("--json", flags->json, "print JSON (bytes) instead of the table (GiB)");
   return [flags, output]() {
     EstimateRequest request;
-    request.model = load_model(flags->model_cluster.model);
+    const ModelSpec base = load_model(flags->model_cluster.model);
     request.cluster = resolve_cluster(flags->model_cluster);
     request.profile = resolve_profile(flags->model_cluster, request.cluster);
-    request.training = resolve_training(flags->training, request.model);
+    request.training = resolve_training(flags->training, base);
+    request.model = finetuned_for(base, request.training);
     request.strategy = parse_strategy(flags->strategy);
     request.wrapping = parse_units_policy(flags->units, request.model);
     request.units_policy = flags->units;
     request.model_states_only = flags->model_states_only;
+    request.offload_params = flags->cpu_offload;
     const EstimateResult result = run_estimate(request);
     if (flags->json) {
       output.json(to_json(result));

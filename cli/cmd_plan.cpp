@@ -120,10 +120,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       ->check(output_directory("--out-dir"));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [flags, output]() {
-    const ModelSpec model = load_model(flags->model_cluster.model);
+    const ModelSpec base = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
-    const TrainingConfig training = resolve_training(flags->training, model);
+    const TrainingConfig training = resolve_training(flags->training, base);
+    const ModelSpec model = finetuned_for(base, training);
     SearchOptions options;
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
     if (flags->objective == "time") {

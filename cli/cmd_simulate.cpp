@@ -25,6 +25,7 @@ struct SimulateFlags {
   std::string trace_file;
   std::string report_file;
   bool dump_schedule = false;
+  bool cpu_offload = false;
   bool json = false;
 };
 
@@ -65,20 +66,25 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       ->check(output_file("--trace"));
   command->add_option("--report", flags->report_file, "write a self-contained HTML report")
       ->check(output_file("--report"));
+  command->add_flag("--cpu-offload", flags->cpu_offload,
+                    "default plan with FSDP's CPU offload (parameter and gradient shards, optimizer on the host)");
   command->add_flag("--json", flags->json, "print the summary as JSON");
   return [flags, output]() {
     check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
-    const ModelSpec model = load_model(flags->model_cluster.model);
+    const ModelSpec base = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
     Plan plan;
     if (!flags->plan_file.empty()) {
-      plan = read_plan_file(flags->plan_file, model);
+      plan = read_plan_file(flags->plan_file, base);
     } else {
-      const TrainingConfig training = resolve_training(flags->training, model);
-      plan = default_plan(model, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, model),
+      const TrainingConfig training = resolve_training(flags->training, base);
+      plan = default_plan(base, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, base),
                           cluster.world_size());
+      plan.offload.params = flags->cpu_offload;
     }
+    // The layers resolved for the plan's fine-tuning (a plan file's was checked against the model as it was read).
+    const ModelSpec model = finetuned_for(base, plan.training);
     const bool want_timeline = !flags->trace_file.empty() || !flags->report_file.empty();
     const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
     const SimulationSummary& summary = analysis.simulation.summary;

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "errors.h"
+#include "finetune_apply.h"
 #include "flag_checks.h"
 #include "input_limits.h"
 #include "json_input.h"
@@ -51,7 +52,114 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
                      "attention kernel: flash (FlashAttention-2, SDPA) | triton (Triton FlashAttention) | eager "
                      "(materialised scores, as --no-flash-attention)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
+  command.add_option("--finetune", flags.finetune,
+                     "full | frozen (--freeze patterns) | lora | qlora (LoRA over 4-bit base weights); default full");
+  command.add_option("--freeze", flags.freeze,
+                     "freeze the parameters whose full name matches this glob (e.g. 'model.embed_tokens*'); repeatable");
+  command.add_option("--lora-r", flags.lora_r, "LoRA rank r (peft.LoraConfig r; default 8)");
+  command.add_option("--lora-alpha", flags.lora_alpha, "LoRA alpha (lora_alpha; default 8)");
+  command.add_option("--lora-dropout", flags.lora_dropout, "dropout on the adapters' input (lora_dropout; default 0)");
+  command.add_option("--lora-target-modules", flags.lora_target_modules,
+                     "comma-separated module names (target_modules), e.g. q_proj,k_proj,v_proj,o_proj,gate_proj,"
+                     "up_proj,down_proj or, GPT-2, c_attn,c_proj,c_fc; default PEFT's for the model family");
+  command.add_option("--bnb-4bit-quant-type", flags.bnb_quant_type, "QLoRA: nf4 | fp4 (default nf4)");
+  command.add_flag("--bnb-4bit-use-double-quant", flags.bnb_double_quant,
+                   "QLoRA: quantise the quantisation constants too (QLoRA's double quantisation)");
+  command.add_option("--bnb-4bit-quant-storage", flags.bnb_quant_storage,
+                     "QLoRA: uint8 | bf16 | fp16 | fp32, the dtype FSDP shards the 4-bit weights in; must be the "
+                     "param dtype (default: it)");
+  command.add_option("--bnb-4bit-compute-dtype", flags.bnb_compute_dtype,
+                     "QLoRA: bf16 | fp16 | fp32, what weights are dequantised to (default: the param dtype)");
+  command.add_option("--fsdp-version", flags.fsdp_version,
+                     "FSDP front end whose rules apply to frozen parameters: 2 (fully_shard) or 1 (FlatParameter)")
+      ->capture_default_str()
+      ->check(int_range(1, 2));
+  command.add_option("--use-orig-params", flags.use_orig_params,
+                     "FSDP1: true (units may mix frozen and trainable parameters) | false (they may not)");
 }
+
+namespace {
+
+// A flag's number, all of the text: "--lora-r 8x" is refused, not read as 8.
+double parse_number(const std::string& flag, const std::string& text, bool integer) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = integer ? static_cast<double>(std::stoll(text, &used)) : std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    throw InputError(flag + " '" + text + "': expected " + (integer ? "an integer" : "a number"));
+  }
+  return value;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+DType parse_dtype(const std::string& flag, const std::string& text, const std::vector<DType>& allowed) {
+  try {
+    return dtype_from_string(text, allowed);
+  } catch (const InputError& error) {
+    throw InputError(flag + " " + error.what());
+  }
+}
+
+FinetuneConfig resolve_finetune(const TrainingFlags& flags) {
+  FinetuneConfig config;
+  config.mode = flags.finetune.empty() ? (flags.freeze.empty() ? FinetuneMode::full : FinetuneMode::frozen)
+                                       : finetune_mode_from_string(flags.finetune);
+  config.freeze = flags.freeze;
+  const auto only_with = [&](bool given, const char* flag, bool allowed, const char* modes) {
+    if (given && !allowed) {
+      throw InputError(std::string(flag) + ": only with --finetune " + modes + ", got --finetune " +
+                       to_string(config.mode));
+    }
+  };
+  const bool lora = config.uses_lora(), qlora = config.mode == FinetuneMode::qlora;
+  only_with(!flags.lora_r.empty(), "--lora-r", lora, "lora or qlora");
+  only_with(!flags.lora_alpha.empty(), "--lora-alpha", lora, "lora or qlora");
+  only_with(!flags.lora_dropout.empty(), "--lora-dropout", lora, "lora or qlora");
+  only_with(!flags.lora_target_modules.empty(), "--lora-target-modules", lora, "lora or qlora");
+  only_with(!flags.bnb_quant_type.empty(), "--bnb-4bit-quant-type", qlora, "qlora");
+  only_with(flags.bnb_double_quant, "--bnb-4bit-use-double-quant", qlora, "qlora");
+  only_with(!flags.bnb_quant_storage.empty(), "--bnb-4bit-quant-storage", qlora, "qlora");
+  only_with(!flags.bnb_compute_dtype.empty(), "--bnb-4bit-compute-dtype", qlora, "qlora");
+  if (!flags.lora_r.empty()) config.lora.r = static_cast<std::int64_t>(parse_number("--lora-r", flags.lora_r, true));
+  if (!flags.lora_alpha.empty()) config.lora.alpha = parse_number("--lora-alpha", flags.lora_alpha, false);
+  if (!flags.lora_dropout.empty()) config.lora.dropout = parse_number("--lora-dropout", flags.lora_dropout, false);
+  if (!flags.lora_target_modules.empty()) config.lora.target_modules = split_commas(flags.lora_target_modules);
+  if (!flags.bnb_quant_type.empty()) config.bnb.quant_type = flags.bnb_quant_type;
+  config.bnb.use_double_quant = flags.bnb_double_quant;
+  if (!flags.bnb_quant_storage.empty()) {
+    config.bnb.quant_storage = parse_dtype("--bnb-4bit-quant-storage", flags.bnb_quant_storage,
+                                           {DType::uint8, DType::bf16, DType::fp16, DType::fp32});
+  }
+  if (!flags.bnb_compute_dtype.empty()) {
+    config.bnb.compute_dtype =
+        parse_dtype("--bnb-4bit-compute-dtype", flags.bnb_compute_dtype, {DType::bf16, DType::fp16, DType::fp32});
+  }
+  config.fsdp.version = flags.fsdp_version;
+  if (!flags.use_orig_params.empty()) {
+    if (flags.use_orig_params != "true" && flags.use_orig_params != "false") {
+      throw InputError("--use-orig-params '" + flags.use_orig_params + "': expected true or false");
+    }
+    config.fsdp.use_orig_params = flags.use_orig_params == "true";
+  }
+  return config;
+}
+
+}  // namespace
 
 HardwareCatalog load_catalog(const std::string& catalog_file) {
   HardwareCatalog catalog = HardwareCatalog::builtin();
@@ -102,8 +210,13 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
     }
   }
   training.no_sync_accumulation = flags.no_sync;
+  training.finetune = resolve_finetune(flags);
   validate_training(training, model);
   return training;
+}
+
+ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training) {
+  return finetuned_model(model, training.finetune, FinetuneFieldNames::cli());
 }
 
 // Invalid UTF-8 (a byte string from a flag) is replaced, not thrown halfway through the output.

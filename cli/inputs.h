@@ -3,6 +3,7 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -33,6 +34,15 @@ struct TrainingFlags {
   bool no_flash_attention = false;
   std::string attention;  // flash | triton | eager ("" : flash unless --no-flash-attention)
   bool no_sync = false;
+  // Fine-tuning (costmodel/finetune.h), named as PEFT's LoraConfig and bitsandbytes' BitsAndBytesConfig: values as
+  // given ("" : not given), parsed and checked by resolve_training.
+  std::string finetune;
+  std::vector<std::string> freeze;
+  std::string lora_r, lora_alpha, lora_dropout, lora_target_modules;
+  std::string bnb_quant_type, bnb_quant_storage, bnb_compute_dtype;
+  bool bnb_double_quant = false;
+  int fsdp_version = 2;
+  std::string use_orig_params;
 };
 
 void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags);
@@ -43,6 +53,8 @@ HardwareCatalog load_catalog(const std::string& catalog_file);
 Cluster resolve_cluster(const ModelClusterFlags& flags);
 HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& cluster);
 TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model);
+// The model resolved for the training's fine-tuning (finetuned_model); InputError names the flag.
+ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training);
 
 // Prints a JSON document (pretty, newline-terminated) to stdout.
 void print_json(const nlohmann::json& document);

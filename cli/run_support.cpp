@@ -10,12 +10,19 @@
 #include "inputs.h"
 #include "lowering.h"
 #include "plan_json.h"
+#include "runner_support.h"
 #include "simulator.h"
 
 namespace shardplan::cli {
 
 Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
-  if (!flags.plan_file.empty()) return read_plan_file(flags.plan_file, model);
+  if (!flags.plan_file.empty()) {
+    Plan plan = read_plan_file(flags.plan_file, model);
+    // Before anything lowers it against `model`, which is resolved for full training.
+    const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
+    runner::check_trains_every_parameter(plan, -1, {executor, {}});
+    return plan;
+  }
   TrainingConfig training;
   training.seq_len = flags.seq_len;
   training.micro_batch = flags.micro_batch;

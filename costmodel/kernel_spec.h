@@ -18,6 +18,13 @@ struct ProjectionSpec {
   // torchtitan's selective-op checkpointing saves the output of every other matmul of the forward (the 1st, 3rd, ...:
   // `mm_count % 2 == 0` is recomputed) and recomputes the rest (Note [Selective-op checkpointing] in pass_kernels.h).
   bool saved_by_op_policy = false;
+  // Fine-tuning (costmodel/finetune_apply.h): a frozen weight's backward runs the input-gradient GEMM only; a
+  // quantised one (QLoRA) is dequantised before each GEMM that reads it; a LoRA target adds its adapter's GEMMs.
+  // (Kept within the spec's size before them: explicit model files derive one spec per square GEMM of their FLOPs.)
+  bool frozen_weight = false;
+  bool quantized = false;
+  bool lora_dropout = false;   // the adapter's input goes through nn.Dropout (lora_dropout > 0)
+  std::int32_t lora_rank = 0;  // 0: no adapter (LoraSettings caps r at 2^20)
   bool operator==(const ProjectionSpec&) const = default;
 };
 

@@ -59,6 +59,11 @@ double LayerSpec::forward_flops_per_token(std::int64_t seq_len, bool causal_skip
          attention_share * flops.attention_flops_per_token_per_position * static_cast<double>(seq_len);
 }
 
+double LayerSpec::backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
+  if (finetune && !finetune->backward_needed) return 0;
+  return 2.0 * forward_flops_per_token(seq_len, causal_skip) - flops.frozen_weight_flops_per_token;
+}
+
 double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
                                              ActivationCheckpointing checkpointing) const {
   const auto& a = activations;

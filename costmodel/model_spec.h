@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "finetune.h"
 #include "kernel_spec.h"
 
 namespace shardplan {
@@ -35,6 +36,9 @@ struct LayerFlops {
   double matmul_flops_per_token = 0;  // 2·n·k per weight matrix of shape n×k (one multiply-add = 2 FLOPs)
   // Q·Kᵀ and P·V each cost 2·s·(heads·head_dim) per token without causal skipping (DESIGN: attention 4·b·s²·h).
   double attention_flops_per_token_per_position = 0;
+  // The forward FLOPs of frozen weights (fine-tuning): their backward computes the input gradient only, so the
+  // backward's model FLOPs are 2× forward less these (DESIGN: "backward = 2× forward (1× for frozen weights)").
+  double frozen_weight_flops_per_token = 0;
 };
 
 // What the layer keeps for backward, per token of a micro-batch, generalising Korthikanti et al. 2022 Table/Eq. (1):
@@ -59,6 +63,22 @@ struct ActivationFootprint {
   double backward_workspace_elements_per_token = 0;
 };
 
+// A layer's parameters under a fine-tuning config (finetune_apply.h), in elements: what trains (its base tensors left
+// trainable and its LoRA adapters), what is frozen in full precision, what is frozen and stored 4-bit (QLoRA).
+struct LayerFinetune {
+  std::int64_t trainable_elements = 0;
+  std::int64_t frozen_elements = 0;
+  std::int64_t quantized_elements = 0;
+  std::int64_t adapter_elements = 0;       // of trainable_elements: LoRA's A (r × in) and B (out × r)
+  std::int64_t packed_bytes = 0;           // the quantised weights' 4-bit codes, two to a byte
+  std::int64_t quant_constant_bytes = 0;   // their quantisation constants (Note [Quantisation constants])
+  std::int64_t largest_quantized_weight = 0;  // elements of the largest, dequantised for its GEMMs one at a time
+  // false: no parameter at or before this layer trains, so autograd records nothing here — the layer keeps no
+  // activations and its backward runs no kernel (the embedding under LoRA).
+  bool backward_needed = true;
+  bool operator==(const LayerFinetune&) const = default;
+};
+
 struct LayerSpec {
   std::string name;  // the module path in the reference implementation ("model.layers.3"), used by exports
   LayerKind kind = LayerKind::other;
@@ -70,9 +90,15 @@ struct LayerSpec {
   // The kernels its forward launches (the op-level compute model, pass_kernels.h); absent for layers of explicit model
   // files, which get kernels derived from their FLOPs and activation sizes.
   std::optional<LayerKernelSpec> kernels;
+  // Set by finetuned_model (finetune_apply.h) for every layer when the model trains less than all its parameters;
+  // absent: every parameter trains.
+  std::optional<LayerFinetune> finetune;
 
   std::int64_t param_count() const;
   double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
+  // Backward's model FLOPs: 2× forward, less the weight gradients frozen weights skip; none where autograd runs no
+  // backward (LayerFinetune::backward_needed).
+  double backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
   // Bytes kept for backward per token under the given checkpointing (only transformer blocks are checkpointed).
   double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
                                     ActivationCheckpointing checkpointing) const;
@@ -109,6 +135,9 @@ struct ModelSpec {
   std::int64_t num_heads = 0;
   std::int64_t default_seq_len = 2048;
   std::optional<DecoderArchitecture> architecture;  // absent for models given as an explicit layer list
+  // The fine-tuning its layers' LayerFinetune were resolved for (finetuned_model); a plan lowers only against the
+  // model resolved for its own TrainingConfig::finetune (validate_plan).
+  FinetuneConfig finetune;
 
   std::int64_t param_count() const;
   std::size_t block_count() const;  // transformer blocks

@@ -1,6 +1,8 @@
 // PassKernels of a layer pass: GEMM shapes from the projections, the attention core (flash or eager), memory traffic.
 #include "pass_kernels.h"
 
+#include <cmath>
+
 #include "block_kernels.h"
 #include "errors.h"
 
@@ -40,10 +42,15 @@ LayerKernelSpec derived_kernel_spec(const ModelSpec& model, const LayerSpec& lay
   const std::int64_t hidden = std::max<std::int64_t>(1, model.hidden_size);
   const double square_params = static_cast<double>(hidden) * static_cast<double>(hidden);
   double projections = layer.flops.matmul_flops_per_token / (2.0 * square_params);
+  // A layer's FLOPs over a tiny model width would be millions of tiny GEMMs (a fuzzed file's hidden_size 1 made 2·10^8
+  // specs, 11 GB): past kMaxDerivedProjections they are fused k at a time into GEMMs k times wider, same FLOPs.
+  constexpr double kMaxDerivedProjections = 4096;
+  const double fused = projections > kMaxDerivedProjections ? std::ceil(projections / kMaxDerivedProjections) : 1.0;
   // Whole projections, and the remainder as one of a narrower output.
-  while (projections >= 1.0) {
-    spec.projections.push_back({"derived", hidden, hidden, spec.projections.size() % 2 == 0});
-    projections -= 1.0;
+  while (projections >= fused) {
+    spec.projections.push_back(
+        {"derived", hidden, hidden * static_cast<std::int64_t>(fused), spec.projections.size() % 2 == 0});
+    projections -= fused;
   }
   if (projections > 0) {
     const auto out = static_cast<std::int64_t>(std::max(1.0, projections * static_cast<double>(hidden)));
@@ -79,7 +86,53 @@ struct PassShape {
   int activation_bytes = 2;
   bool flash = true;
   bool triton = false;
+  int dequantized_bytes = 2;  // QLoRA: bnb_4bit_compute_dtype, what a 4-bit weight is dequantised to
+  bool double_quant = false;
 };
+
+// Note [Dequantisation kernels]: bitsandbytes' matmul_4bit dequantises a 4-bit weight to the compute dtype before
+// every GEMM that reads it — forward, and backward's input gradient (MatMul4Bit.backward: grad_output @
+// dequantize_4bit(B).t()) — and frees the copy after it (planner/unit_layout.h, Note [Workspaces]). dequantize_4bit
+// (bitsandbytes/functional.py) reads the packed codes (half a byte each) and the fp32 absmax per block of 64, writes
+// the dequantised weight: one memory-bound kernel. With double quantisation it first dequantises the absmax values
+// (dequantize_blockwise: one byte in, fp32 out per block) and adds their offset (fp32 read and write): two more
+// kernels and 16 more bytes per block.
+void add_dequantize(const ProjectionSpec& projection, const PassShape& shape, PassKernels& kernels) {
+  const double elements = static_cast<double>(projection.in_features * projection.out_features);
+  const double blocks = elements / 64.0;
+  kernels.memory_bytes +=
+      elements * (0.5 + shape.dequantized_bytes) + 4.0 * blocks + (shape.double_quant ? 16.0 * blocks : 0.0);
+  kernels.memory_kernels += shape.double_quant ? 3 : 1;
+}
+
+// Note [LoRA kernels]: PEFT's lora.Linear.forward (peft/tuners/lora/layer.py) runs, beside the base layer,
+// result = result + lora_B(lora_A(dropout(x))) * scaling: the dropout (when lora_dropout > 0: read and write the
+// input, write a 1-byte mask), two GEMMs of rank r, the scaling multiply and the add (read out, write out; read 2·out,
+// write out). Backward: the multiply's gradient (read and write out), each adapter's input and weight gradients (four
+// rank-r GEMMs), the dropout's gradient, and the sum of the adapter's input gradient into the base layer's (read
+// 2·in, write in).
+void add_lora(const ProjectionSpec& projection, const PassShape& shape, bool backward, PassKernels& kernels) {
+  const std::int64_t t = shape.tokens, r = projection.lora_rank, in = projection.in_features,
+                     out = projection.out_features;
+  const double tokens = static_cast<double>(t), in_d = static_cast<double>(in), out_d = static_cast<double>(out);
+  const auto traffic = [&](double act, double bytes, int count) {
+    kernels.memory_bytes += tokens * (act * shape.activation_bytes + bytes);
+    kernels.memory_kernels += count;
+  };
+  if (projection.lora_dropout) traffic(2.0 * in_d, in_d, 1);
+  if (!backward) {
+    kernels.gemms.push_back({t, r, in, 1.0});   // lora_A
+    kernels.gemms.push_back({t, out, r, 1.0});  // lora_B
+    traffic(5.0 * out_d, 0.0, 2);
+    return;
+  }
+  traffic(2.0 * out_d, 0.0, 1);
+  kernels.gemms.push_back({t, r, out, 1.0});   // lora_B: input gradient
+  kernels.gemms.push_back({out, r, t, 1.0});   // lora_B: weight gradient
+  kernels.gemms.push_back({t, in, r, 1.0});    // lora_A: input gradient
+  kernels.gemms.push_back({r, in, t, 1.0});    // lora_A: weight gradient
+  traffic(3.0 * in_d, 0.0, 1);
+}
 
 // softmax(QKᵀ)·V of one micro-batch. Flash: one kernel each way (FLOPs as in AttentionCall). Eager (the math path
 // that materialises the scores, e.g. HF's eager attention and the CPU runtime): QKᵀ and P·V as batched GEMMs over
@@ -123,7 +176,9 @@ void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_
                  PassKernels& kernels) {
   for (const ProjectionSpec& projection : spec.projections) {
     if (only_recomputed_by_op_policy && projection.saved_by_op_policy) continue;
+    if (projection.quantized) add_dequantize(projection, shape, kernels);
     kernels.gemms.push_back({shape.tokens, projection.out_features, projection.in_features, 1.0});
+    if (projection.lora_rank > 0) add_lora(projection, shape, false, kernels);
   }
   if (spec.attention && !only_recomputed_by_op_policy) add_attention(*spec.attention, shape, false, kernels);
   for (const ElementwiseSpec& elementwise : spec.elementwise) {
@@ -153,6 +208,10 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
   shape.activation_bytes = training.precision.param_compute_bytes;
   shape.flash = training.flash_attention;
   shape.triton = training.attention_kernel == AttentionKernel::triton;
+  shape.dequantized_bytes = dtype_bytes(training.finetune.quant_compute(training.precision));
+  shape.double_quant = training.finetune.bnb.use_double_quant;
+  // A layer no trainable parameter precedes is never recorded by autograd: no backward, nothing to recompute.
+  const bool backward_runs = !layer.finetune || layer.finetune->backward_needed;
   PassKernels kernels;
   switch (pass) {
     case ComputePass::forward:
@@ -160,7 +219,7 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
       return kernels;
     case ComputePass::recompute:
       // Only transformer blocks are checkpointed (LayerSpec::activation_bytes_per_token).
-      if (layer.kind != LayerKind::transformer_block) return kernels;
+      if (layer.kind != LayerKind::transformer_block || !backward_runs) return kernels;
       switch (checkpointing) {
         case ActivationCheckpointing::none: return kernels;
         case ActivationCheckpointing::full: add_forward(spec, shape, false, kernels); return kernels;
@@ -172,10 +231,15 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
       }
       return kernels;
     case ComputePass::backward:
+      if (!backward_runs) return kernels;
       for (const ProjectionSpec& projection : spec.projections) {
-        // dX = dY·W (tokens × in × out) and dW = dYᵀ·X (out × in × tokens).
+        if (projection.lora_rank > 0) add_lora(projection, shape, true, kernels);
+        if (projection.quantized) add_dequantize(projection, shape, kernels);
+        // dX = dY·W (tokens × in × out) and dW = dYᵀ·X (out × in × tokens); a frozen weight needs no dW.
         kernels.gemms.push_back({shape.tokens, projection.in_features, projection.out_features, 1.0});
-        kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0});
+        if (!projection.frozen_weight) {
+          kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0});
+        }
       }
       if (spec.attention) add_attention(*spec.attention, shape, true, kernels);
       for (const ElementwiseSpec& elementwise : spec.elementwise) add_elementwise(elementwise.backward, shape, kernels);

@@ -72,6 +72,7 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
                      std::to_string(model.architecture->max_position_embeddings) + " positions");
   }
+  validate_finetune(training.finetune, training.precision, FinetuneFieldNames::cli());
   check_step_bytes(training, model, 1, "--micro-batch");
 }
 
@@ -131,7 +132,27 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
           {"checkpoint_every_blocks", training.checkpoint_every_blocks},
           {"flash_attention", training.flash_attention},
           {"attention_kernel", to_string(training.attention_kernel)},
-          {"no_sync_accumulation", training.no_sync_accumulation}};
+          {"no_sync_accumulation", training.no_sync_accumulation},
+          {"finetune", to_json(training.finetune, training.precision)}};
+}
+
+nlohmann::json to_json(const FinetuneConfig& finetune, const PrecisionRecipe& precision) {
+  nlohmann::json document = {{"mode", to_string(finetune.mode)}, {"fsdp_version", finetune.fsdp.version}};
+  if (finetune.fsdp.version == 1) document["use_orig_params"] = finetune.fsdp.use_orig_params;
+  if (finetune.mode == FinetuneMode::frozen) document["freeze"] = finetune.freeze;
+  if (finetune.uses_lora()) {
+    document["lora"] = {{"r", finetune.lora.r},
+                        {"alpha", finetune.lora.alpha},
+                        {"dropout", finetune.lora.dropout},
+                        {"target_modules", finetune.lora.target_modules}};
+  }
+  if (finetune.mode == FinetuneMode::qlora) {
+    document["bnb_4bit"] = {{"quant_type", finetune.bnb.quant_type},
+                            {"use_double_quant", finetune.bnb.use_double_quant},
+                            {"quant_storage", to_string(finetune.quant_storage(precision))},
+                            {"compute_dtype", to_string(finetune.quant_compute(precision))}};
+  }
+  return document;
 }
 
 }  // namespace shardplan

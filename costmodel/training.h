@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune.h"
 #include "model_spec.h"
 #include "precision.h"
 
@@ -32,6 +33,9 @@ struct TrainingConfig {
   // Gradient accumulation: intermediate micro-batches skip the reduce-scatter and keep unsharded gradients (FSDP's
   // no_sync); costs memory, saves communication.
   bool no_sync_accumulation = false;
+  // Which parameters train (full, frozen patterns, LoRA, QLoRA) and under which FSDP front end. The model a plan is
+  // lowered against must be resolved for it (finetuned_model in finetune_apply.h).
+  FinetuneConfig finetune;
 
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }
   // global_batch / (micro_batch × data-parallel ranks); InputError when it does not divide evenly.
@@ -46,7 +50,8 @@ ActivationCheckpointing checkpointing_from_string(const std::string& text);
 ActivationCheckpointing block_checkpointing(const TrainingConfig& training, std::size_t block);
 
 // Checks positivity, the ranges of Note [Input limits], that the sequence fits the model's positions (when the model
-// says) and that one micro-batch's step stays below limits::kMaxStepBytes. InputError names the flag.
+// says), the fine-tuning settings that need no model (validate_finetune) and that one micro-batch's step stays below
+// limits::kMaxStepBytes. InputError names the flag.
 void validate_training(const TrainingConfig& training, const ModelSpec& model);
 
 // Every byte a step of `micro_batches` micro-batches could allocate, summed in a double (it cannot overflow): each
@@ -65,5 +70,7 @@ void check_search_work(const TrainingConfig& training, const ModelSpec& model, s
                        const std::string& where);
 
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks);
+// {"mode", "freeze", "lora": {...}, "bnb_4bit": {...}, "fsdp_version", "use_orig_params"}: the settings in force.
+nlohmann::json to_json(const FinetuneConfig& finetune, const PrecisionRecipe& precision);
 
 }  // namespace shardplan

@@ -1,5 +1,6 @@
 // The plan search's baselines: FSDP's transformer_auto_wrap_policy and size_based_auto_wrap_policy(1e8), and DDP, on
 // the same model and cluster, simulated like every candidate.
+#include "errors.h"
 #include "search.h"
 #include "step_analysis.h"
 
@@ -14,6 +15,13 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
     baseline.name = name;
     baseline.candidate.plan = default_plan(model, training, strategy, wrapping, cluster.world_size());
     baseline.candidate.plan.name = name;
+    // Note [Uniform requires_grad] (plan.h): a policy that puts frozen and trainable blocks in one FlatParameter is
+    // one FSDP1 would refuse too; it is no baseline.
+    try {
+      check_uniform_requires_grad(baseline.candidate.plan, model);
+    } catch (const InputError&) {
+      return;
+    }
     baseline.candidate.knobs = name;
     baseline.candidate.summary =
         analyze_step(model, cluster, profile, baseline.candidate.plan, false).simulation.summary;

@@ -1,6 +1,7 @@
 // Assembles and renders the `estimate` result: the default plan's simulated peak and its closed-form bound.
 #include "estimate.h"
 
+#include "finetune_apply.h"
 #include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
@@ -48,7 +49,8 @@ EstimateResult run_estimate(const EstimateRequest& request) {
   memory.units = resolve_units(request.model, request.wrapping);
   memory.param_count = request.model.param_count();
   memory.capacity_bytes = request.cluster.gpu.memory_bytes;
-  const Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
+  Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
+  plan.offload.params = request.offload_params;
   memory.grad_accumulation_steps = plan.grad_accumulation_steps;
   result.closed_form = memory_upper_bound(plan, request.model, world_size, request.cluster.gpus_per_node,
                                           request.profile.context_overhead_bytes);
@@ -90,6 +92,8 @@ nlohmann::json to_json(const EstimateResult& result) {
   return {{"schema", "shardplan.estimate/v1"},
           {"model", request.model.name},
           {"params", memory.param_count},
+          {"trainable_params", trainable_param_count(request.model)},
+          {"cpu_offload", request.offload_params},
           {"cluster", to_json(request.cluster)},
           {"training", to_json(request.training, request.cluster.world_size())},
           {"strategy", std::move(strategy)},
@@ -104,7 +108,19 @@ std::string render_text(const EstimateResult& result) {
   const auto& breakdown = memory.breakdown;
   std::ostringstream out;
   out << "model     " << request.model.name << ": " << with_commas(memory.param_count) << " parameters, "
-      << request.model.layers.size() << " layers (" << request.model.block_count() << " blocks)\n";
+      << request.model.layers.size() << " layers (" << request.model.block_count() << " blocks)";
+  const FinetuneConfig& finetune = request.training.finetune;
+  if (!finetune.trains_all()) {
+    out << "; " << to_string(finetune.mode) << " fine-tuning: " << with_commas(trainable_param_count(request.model))
+        << " trainable";
+    if (finetune.uses_lora()) {
+      out << " (r=" << finetune.lora.r << " on";
+      for (const auto& target : lora_target_modules(request.model, finetune)) out << " " << target;
+      out << ")";
+    }
+    out << ", FSDP" << finetune.fsdp.version;
+  }
+  out << "\n";
   out << "cluster   " << request.cluster.describe() << "\n";
   out << "training  seq " << request.training.seq_len << ", micro-batch " << request.training.micro_batch
       << ", grad-accum " << memory.grad_accumulation_steps << ", " << request.training.precision.name << ", "
@@ -116,6 +132,7 @@ std::string render_text(const EstimateResult& result) {
       << (!request.training.flash_attention                                   ? ", eager attention"
           : request.training.attention_kernel == AttentionKernel::triton ? ", Triton FlashAttention"
                                                                           : ", flash attention")
+      << (request.offload_params ? ", CPU offload" : "")
       << "\n";
   out << "strategy  " << to_string(memory.layout.kind) << " (params/grads/optimizer sharded over "
       << memory.layout.param_group << "/" << memory.layout.grad_group << "/" << memory.layout.optimizer_group
@@ -132,6 +149,14 @@ std::string render_text(const EstimateResult& result) {
   std::snprintf(total, sizeof total, "  %-18s %s   of %s capacity: %s\n", "total", gib(breakdown.total_bytes()).c_str(),
                 gib(memory.capacity_bytes).c_str(), memory.fits() ? "FITS" : "DOES NOT FIT");
   out << total << "  dominant term: " << breakdown.dominant_term() << "\n";
+  if (request.training.finetune.mode == FinetuneMode::qlora) {
+    std::int64_t constants = 0;
+    for (const LayerSpec& layer : request.model.layers) {
+      constants += layer.finetune ? layer.finetune->quant_constant_bytes : 0;
+    }
+    out << "  sharded_params include QLoRA's quantisation constants, " << gib(constants)
+        << ", whole on every rank (bitsandbytes keeps them beside each weight; FSDP shards only parameters)\n";
+  }
   if (!request.model_states_only) {
     // Note [Reserved memory] (simulator.cpp): the fits test compares the allocated total above.
     std::snprintf(total, sizeof total, "  caching allocator reserved ≈ %s (torch.cuda.max_memory_reserved), device ≈ %s "

@@ -25,6 +25,7 @@ struct EstimateRequest {
   Wrapping wrapping;
   std::string units_policy = "per-block";  // how `wrapping` was chosen, for the report
   bool model_states_only = false;
+  bool offload_params = false;  // FSDP's CPUOffload(offload_params=True) on the default plan
 };
 
 struct EstimateResult {

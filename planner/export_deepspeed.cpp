@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.h"
+#include "finetune_apply.h"
+#include "finetune_json.h"
 #include "name_suggest.h"
 #include "plan_export.h"
 
@@ -156,6 +158,27 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
                     "listed under activation_checkpointing.selective_op with torch.utils.checkpoint and "
                     "create_selective_checkpoint_contexts (the fsdp2 export's _selective_op_checkpoint_context)");
   }
+  // What ds_config cannot say about the trainable set (costmodel/finetune.h): it lives in the model code.
+  const FinetuneConfig& finetune = plan.training.finetune;
+  if (finetune.mode == FinetuneMode::frozen) {
+    notes.push_back("the frozen parameters (patterns " + nlohmann::json(finetune.freeze).dump() +
+                    ") are no ds_config setting: set requires_grad=False on them before deepspeed.initialize and give "
+                    "the optimizer the trainable parameters only; ZeRO then keeps gradients and optimizer states for "
+                    "those alone, as planned");
+  }
+  if (finetune.uses_lora()) {
+    notes.push_back("LoRA (r=" + std::to_string(finetune.lora.r) + ", target_modules " +
+                    nlohmann::json(lora_target_modules(model, finetune)).dump() +
+                    ") is no ds_config setting: apply peft.get_peft_model(model, LoraConfig(...)) before "
+                    "deepspeed.initialize (the fsdp2 export's LORA_CONFIG); ZeRO then reduces and steps the adapters "
+                    "alone, as planned");
+  }
+  if (finetune.mode == FinetuneMode::qlora) {
+    notes.push_back("QLoRA's 4-bit base weights cannot be expressed in ds_config: ZeRO-3 partitions them only when "
+                    "transformers loads the model with a BitsAndBytesConfig whose bnb_4bit_quant_storage is the dtype "
+                    "ZeRO-3 partitions (the fsdp2 export's BNB_4BIT_CONFIG); ZeRO++'s zero_quantized_weights is an "
+                    "8-bit all-gather, not 4-bit storage, and is not what was planned");
+  }
   const nlohmann::ordered_json cpu = {{"device", "cpu"}, {"pin_memory", true}};
   if (plan.offload.params) zero["offload_param"] = cpu;
   if (plan.offload.optimizer || plan.offload.params) zero["offload_optimizer"] = cpu;
@@ -200,6 +223,9 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
         {"selective_op", layer_names(plan, model, ActivationCheckpointing::selective_op)}}},
       {"notes", notes},
   };
+  if (!finetune.trains_all()) {
+    config["shardplan"]["finetune"] = finetune_to_json(finetune, plan.training.precision, model);
+  }
   return {"ds_config.json", config.dump(2) + "\n"};
 }
 

@@ -136,6 +136,40 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);
   const auto groups = unit_module_paths(plan, model);
   const TorchPrecision precision = torch_precision(plan.training.precision);
+  const FinetuneConfig& finetune_config = plan.training.finetune;
+  const bool finetuning = !finetune_config.trains_all();
+  if (finetune_config.mode == FinetuneMode::qlora && finetune_config.fsdp.version != 1) {
+    // Note [QLoRA storage dtype] (costmodel/finetune.h): FSDP1's FlatParameter rule, checked as if planned for it.
+    FinetuneConfig as_fsdp1 = finetune_config;
+    as_fsdp1.fsdp.version = 1;
+    try {
+      validate_finetune(as_fsdp1, plan.training.precision, FinetuneFieldNames::cli());
+    } catch (const InputError& error) {
+      throw InputError(std::string("--export fsdp1: ") + error.what());
+    }
+  }
+  const PythonFinetune finetune = python_finetune(plan, model, true);
+  // use_orig_params (Note [Uniform requires_grad] in plan.h): False only where the plan was made for it (its units
+  // then never mix frozen and trainable parameters); True everywhere else — the optimizer then sees the original
+  // parameters by name, and units may mix frozen and trainable ones, as LoRA's blocks do.
+  const bool use_orig_params = !finetune_config.fsdp.uniform_requires_grad();
+  std::string orig_params_reason = "the optimizer sees the original parameters, with their names";
+  std::string mixing_note;
+  if (finetuning && use_orig_params) {
+    bool mixes = false;
+    for (const auto& unit : plan_units(plan, model)) mixes = mixes || mixes_requires_grad(model, unit.layers);
+    if (mixes) {
+      orig_params_reason = "units mix frozen and trainable parameters, which FSDP1 allows only with True";
+      // Note [Frozen parameters in FSDP] (unit_layout.h): the FlatParameter's gradient covers its frozen part too.
+      if (finetune_config.fsdp.version == 2) {
+        mixing_note = "the plan was made for FSDP2 (--fsdp-version 2); under FSDP1 each unit that mixes frozen and "
+                      "trainable parameters has a gradient over all of them, more memory than planned (plan with "
+                      "--fsdp-version 1 to see it)";
+      }
+    }
+  } else if (!use_orig_params) {
+    orig_params_reason = "planned for FSDP1 without them: no unit mixes frozen and trainable parameters";
+  }
 
   std::vector<Regroup> regroups;
   std::vector<std::string> original_targets;  // each non-root unit's first module, before regrouping
@@ -166,6 +200,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
                     "optimizer step); use --export deepspeed");
   }
   if (!precision.note.empty()) notes.push_back(precision.note);
+  if (!mixing_note.empty()) notes.push_back(mixing_note);
 
   std::map<std::string, std::vector<std::vector<int>>> regroup_table;
   for (const auto& regroup : regroups) regroup_table[regroup.parent].push_back(regroup.indices);
@@ -214,8 +249,10 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "SELECTIVE_OP_CHECKPOINT_LAYERS = "
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective_op) << "\n"
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
-     << "PLANNED_WORLD_SIZE = " << world_size << "\n\n\n"
-     << python_module_helpers() << "\n\n" << kRegroupHelper << "\n\n"
+     << "PLANNED_WORLD_SIZE = " << world_size << "\n\n"
+     << finetune.tables << "\n\n"
+     << python_module_helpers() << "\n\n" << kRegroupHelper << "\n\n" << finetune.functions
+     << (finetuning ? "\n\n" : "")
      << "def fsdp_kwargs(device_id=None):\n"
      << "    \"\"\"The FullyShardedDataParallel keyword arguments of the plan (FSDP1 gives every unit the same).\"\"\"\n"
      << "    import torch\n"
@@ -233,7 +270,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "        forward_prefetch=" << (any_forward ? "True" : "False") << ",\n"
      << "        limit_all_gathers=" << (plan.max_inflight_all_gathers > 0 ? "True" : "False") << ",\n"
      << "        cpu_offload=CPUOffload(offload_params=" << (plan.offload.params ? "True" : "False") << "),\n"
-     << "        use_orig_params=True,\n"
+     << "        use_orig_params=" << (use_orig_params ? "True" : "False") << ",  # " << orig_params_reason << "\n"
      << "        device_id=torch.cuda.current_device() if device_id is None else device_id,\n"
      << "    )\n";
   if (strategy.kind == StrategyKind::hybrid_shard || strategy.kind == StrategyKind::hybrid_shard_zero2) {
@@ -255,7 +292,13 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "    world = torch.distributed.get_world_size()\n"
      << "    if world != PLANNED_WORLD_SIZE:\n"
      << "        raise ValueError(f\"shardplan: the plan is for {PLANNED_WORLD_SIZE} ranks, this run has {world}\")\n";
-  if (!precision.cast_model_to.empty()) py << "    model.to(" << precision.cast_model_to << ")\n";
+  if (finetuning) {
+    // Note [Exported trainable set]: before wrapping; the PeftModel (under LoRA) becomes the root.
+    py << "    trained = _apply_finetune(model)\n"
+       << "    _place_parameters(model)\n";
+  } else if (!precision.cast_model_to.empty()) {
+    py << "    model.to(" << precision.cast_model_to << ")\n";
+  }
   py << "    # Modules to checkpoint, found by path before regrouping moves them.\n"
      << "    full = {model.get_submodule(path) for path in FULL_CHECKPOINT_LAYERS}\n"
      << "    selective = {model.get_submodule(path) for path in SELECTIVE_CHECKPOINT_LAYERS}\n"
@@ -263,7 +306,8 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "    _regroup_layers(model)\n"
      << "    targets = {model.get_submodule(path) for path in FSDP1_WRAP_TARGETS}\n"
      << "    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: module in targets)\n"
-     << "    model = FullyShardedDataParallel(model, auto_wrap_policy=policy, **fsdp_kwargs(device_id))\n"
+     << "    model = FullyShardedDataParallel(" << (finetuning ? "trained" : "model")
+     << ", auto_wrap_policy=policy, **fsdp_kwargs(device_id))\n"
      << "    # After wrapping, as FSDP1 recipes do: the wrapper goes inside each unit's FSDP instance.\n"
      << "    if full:\n"
      << "        apply_activation_checkpointing(\n"

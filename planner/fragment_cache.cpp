@@ -17,6 +17,7 @@ bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
   const auto& x = a.activations;
   const auto& y = b.activations;
   return a.kind == b.kind && a.param_count() == b.param_count() && a.tied_to_layer == b.tied_to_layer &&
+         a.finetune == b.finetune && a.flops.frozen_weight_flops_per_token == b.flops.frozen_weight_flops_per_token &&
          a.flops.matmul_flops_per_token == b.flops.matmul_flops_per_token &&
          a.flops.attention_flops_per_token_per_position == b.flops.attention_flops_per_token_per_position &&
          x.elements_per_token == y.elements_per_token && x.mask_bytes_per_token == y.mask_bytes_per_token &&
@@ -37,7 +38,7 @@ std::int64_t total_bytes(const MemoryByCategory& bytes) {
 }
 
 // A window layer with what the lowering reads of it: its parameters as one tensor (a layer's tensors matter only by
-// their count), no name.
+// their count, and fine-tuning's split of them by its LayerFinetune), no name.
 LayerSpec lean_layer(const LayerSpec& layer) {
   LayerSpec lean;
   lean.kind = layer.kind;
@@ -45,6 +46,7 @@ LayerSpec lean_layer(const LayerSpec& layer) {
   lean.flops = layer.flops;
   lean.activations = layer.activations;
   lean.kernels = layer.kernels;
+  lean.finetune = layer.finetune;
   if (const std::int64_t params = layer.param_count(); params > 0) lean.tensors.push_back({"", {params}});
   return lean;
 }
@@ -64,7 +66,7 @@ bool same_knobs(const Plan& a, const Plan& b) {
          a.offload.optimizer == b.offload.optimizer && x.seq_len == y.seq_len && x.micro_batch == y.micro_batch &&
          x.precision.name == y.precision.name && x.optimizer == y.optimizer &&
          x.flash_attention == y.flash_attention && x.attention_kernel == y.attention_kernel &&
-         x.no_sync_accumulation == y.no_sync_accumulation;
+         x.no_sync_accumulation == y.no_sync_accumulation && x.finetune == y.finetune;
 }
 
 }  // namespace
@@ -102,17 +104,24 @@ FragmentCache::FragmentCache(const ModelSpec& model, const Plan& plan_template, 
     }
     shape_class_.push_back(shape);
   }
+  const bool uniform = template_.training.finetune.fsdp.uniform_requires_grad();
+  const auto trains = [&](std::size_t b) {
+    const auto& finetune = model.layers[blocks_[b]].finetune;
+    return !finetune || finetune->trainable_elements > 0;
+  };
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    shareable_from_.push_back(b > 0 && (!uniform || trains(b) == trains(b - 1)) ? shareable_from_.back() : b);
+  }
   micro_batches_ = std::max(1, template_.grad_accumulation_steps);
   const PlanUnit& unit = template_.units[1];
   const ShardingLayout layout = resolve_sharding(unit.strategy, world_size, gpus_per_node);
   keep_choice_ = layout.params_sharded() && unit.reshard_after_forward.enabled &&
                  !unit.reshard_after_forward.keeps_partial_copy();
   template_kept_ = !unit.reshard_after_forward.enabled;
-  std::int64_t root_params = 0;
-  for (auto layer : before_blocks_) root_params += model.layers[layer].param_count();
-  for (auto layer : after_blocks_) root_params += model.layers[layer].param_count();
-  const UnitLayout root = unit_layout(template_.units.front(), root_params, template_.training.precision, world_size,
-                                      gpus_per_node);
+  std::vector<std::size_t> root_layers = before_blocks_;
+  root_layers.insert(root_layers.end(), after_blocks_.begin(), after_blocks_.end());
+  const UnitLayout root = unit_layout(template_.units.front(), unit_params(model, root_layers), template_.training,
+                                      world_size, gpus_per_node);
   constant_bytes_ = total_bytes(persistent_memory({root}, template_, profile.context_overhead_bytes));
   root_optimizer_elements_ = root.optimizer_shard_elements;
 }
@@ -126,6 +135,7 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   window.vocab_size = model_.vocab_size;
   window.num_heads = model_.num_heads;
   window.default_seq_len = model_.default_seq_len;
+  window.finetune = model_.finetune;
   std::vector<std::size_t> full_layers = before_blocks_;
   std::vector<ActivationCheckpointing> modes(before_blocks_.size(), ActivationCheckpointing::none);
   std::vector<LayerRange> ranges;
@@ -212,13 +222,12 @@ const EdgeFragments& FragmentCache::edge(std::uint64_t key, unsigned relaxation_
     edge->span.push_back(unit_bytes.before(window.begin(window.mark(micro, FragmentPass::backward, 0))));
     edge->after.push_back(unit_bytes.before(window.micro_end(micro)));
   }
-  std::int64_t params = 0;
-  for (std::size_t b = unit.first_block; b < unit.first_block + unit.length; ++b) {
-    params += model_.layers[blocks_[b]].param_count();
-  }
+  std::vector<std::size_t> unit_layers;
+  for (std::size_t b = unit.first_block; b < unit.first_block + unit.length; ++b) unit_layers.push_back(blocks_[b]);
   PlanUnit spec = template_.units[1];
   if (unit.kept) spec.reshard_after_forward.enabled = false;
-  const UnitLayout layout = unit_layout(spec, params, template_.training.precision, world_size_, gpus_per_node_);
+  const UnitLayout layout =
+      unit_layout(spec, unit_params(model_, unit_layers), template_.training, world_size_, gpus_per_node_);
   edge->persistent_bytes = total_bytes(persistent_memory({layout}, template_, 0));
   edge->optimizer_elements = layout.optimizer_shard_elements;
   return *edges_.emplace(at_key, std::move(edge)).first->second;

@@ -89,6 +89,9 @@ class FragmentCache {
   int micro_batches_ = 1;
   std::vector<std::size_t> blocks_;       // model layer of each block
   std::vector<int> shape_class_;          // equal for blocks whose layers lower alike
+  // Note [Uniform requires_grad] (plan.h): per block, the first block of its run of blocks that may share a unit
+  // (all trainable or all frozen, under a front end that requires it; else 0 for every block).
+  std::vector<std::size_t> shareable_from_;
   std::vector<std::size_t> before_blocks_, after_blocks_;  // the root's layers
   std::int64_t constant_bytes_ = 0;
   std::int64_t root_optimizer_elements_ = 0;

@@ -14,7 +14,7 @@ MemoryByCategory offloaded_memory(const std::vector<UnitLayout>& layouts, const 
   // The mirror image of persistent_memory (unit_layout.cpp): what it leaves off the GPU is here.
   for (const auto& layout : layouts) {
     if (plan.offload.params) {
-      add(MemoryCategory::sharded_params, layout.shard_elements * precision.param_storage_bytes);
+      add(MemoryCategory::sharded_params, layout.shard_bytes);
       add(MemoryCategory::sharded_grads, layout.grad_shard_elements * precision.grad_storage_bytes);
     }
     if (plan.offload.params || plan.offload.optimizer) {
@@ -48,10 +48,8 @@ std::int64_t host_memory_floor_per_node(const ShardingStrategy& strategy, const 
                                         const ModelSpec& model, const TrainingConfig& training,
                                         const Cluster& cluster) {
   if (!offload.params && !offload.optimizer) return 0;
-  PlanUnit whole;
-  whole.strategy = strategy;
   const UnitLayout layout =
-      unit_layout(whole, model.param_count(), training.precision, cluster.world_size(), cluster.gpus_per_node);
+      states_floor_layout(strategy, model, training, cluster.world_size(), cluster.gpus_per_node);
   Plan states_only;
   states_only.training = training;
   states_only.offload = offload;

@@ -120,7 +120,7 @@ class Lowerer {
     const auto& layout = layouts_[static_cast<std::size_t>(unit)];
     const auto& precision = plan_.training.precision;
     Op gather = make_op(OpKind::all_gather, StreamKind::all_gather, unit, micro);
-    gather.bytes = layout.padded_elements * precision.param_compute_bytes;
+    gather.bytes = layout.gathered_bytes;  // QLoRA: the packed 4-bit codes, as stored (Note [Frozen parameters in FSDP])
     gather.element_bytes = precision.param_compute_bytes;
     const bool from_partial = partial_copy_[unit];
     gather.group = from_partial ? GroupKind::partial_reshard : GroupKind::shard;
@@ -137,16 +137,16 @@ class Lowerer {
       // copies it to the device in _unshard; FSDP2's offload policy in its all-gather copy-in): the copy waits for
       // what the gather waits for, so the shard is on the device from the gather's issue point to its end.
       Op copy = make_op(OpKind::host_to_device, StreamKind::host_to_device, unit, micro);
-      copy.bytes = layout.shard_elements * precision.param_storage_bytes;
+      copy.bytes = layout.shard_bytes;
       copy.element_bytes = precision.param_storage_bytes;
       copy.deps = gather.deps;
       copy.allocates.push_back({MemoryCategory::comm_buffers, copy.bytes});
       gather.deps.push_back(emit(std::move(copy)));
-      gather.frees.push_back({MemoryCategory::comm_buffers, layout.shard_elements * precision.param_storage_bytes});
+      gather.frees.push_back({MemoryCategory::comm_buffers, layout.shard_bytes});
     }
-    if (precision.param_compute_bytes != precision.param_storage_bytes) {
+    if (layout.cast_shard_bytes > 0) {
       // The low-precision copy of the shard that feeds the all-gather (FSDP1 MixedPrecision `_mp_shard`).
-      const std::int64_t cast_bytes = layout.shard_elements * precision.param_compute_bytes;
+      const std::int64_t cast_bytes = layout.cast_shard_bytes;
       gather.allocates.push_back({MemoryCategory::comm_buffers, cast_bytes});
       gather.frees.push_back({MemoryCategory::comm_buffers, cast_bytes});
     }
@@ -249,9 +249,13 @@ class Lowerer {
       // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
       // FLOPs, whatever the kernels do beyond that (a flash backward's recompute, activation recompute).
       const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch());
-      const double forward_flops =
-          model_.layers[layer].forward_flops_per_token(plan_.training.seq_len, plan_.training.flash_attention) * tokens;
-      schedule_.model_flops_per_rank += pass == ComputePass::forward ? forward_flops : 2.0 * forward_flops;
+      // Frozen weights skip their weight gradients (LayerSpec::backward_flops_per_token).
+      const LayerSpec& spec = model_.layers[layer];
+      const std::int64_t seq = plan_.training.seq_len;
+      const bool causal = plan_.training.flash_attention;
+      schedule_.model_flops_per_rank +=
+          tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
+                                                 : spec.backward_flops_per_token(seq, causal));
     }
     if (kind == OpKind::forward) {
       // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
@@ -329,6 +333,11 @@ class Lowerer {
           const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
           auto& op = schedule_.ops[static_cast<std::size_t>(id)];
           op.allocates.push_back({MemoryCategory::activations, rebuilt});
+          // Note [Workspaces]: QLoRA's dequantised weight during each recomputed GEMM.
+          if (const std::int64_t dequantized = dequantized_weight_bytes(plan_, model_, layer); dequantized > 0) {
+            op.allocates.push_back({MemoryCategory::activations, dequantized});
+            op.frees.push_back({MemoryCategory::activations, dequantized});
+          }
           take_pending_alloc(op);
         }
         const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
@@ -407,7 +416,8 @@ class Lowerer {
 void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   const auto& layout = layouts_[static_cast<std::size_t>(unit)];
   const auto& precision = plan_.training.precision;
-  if (layout.param_count == 0) return;
+  // Frozen parameters have no gradients to reduce (Note [Frozen parameters in FSDP] in unit_layout.h).
+  if (layout.grad_elements == 0) return;
   const std::int64_t grad_copy = grads_allocated_[unit] ? layout.grad_copy_bytes : 0;
   grads_allocated_[unit] = false;
   if (layout.grad_group > 1) {
@@ -460,7 +470,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   }
   // Replicated gradients (NO_SHARD, ZeRO-1): all-reduce over the world, in place (DDP-style).
   Op everywhere = make_op(OpKind::all_reduce, StreamKind::all_reduce, unit, micro);
-  everywhere.bytes = layout.param_count * precision.reduce_bytes;
+  everywhere.bytes = layout.grad_elements * precision.reduce_bytes;
   everywhere.element_bytes = precision.reduce_bytes;
   everywhere.finishes_reduction = true;
   everywhere.group = GroupKind::world;

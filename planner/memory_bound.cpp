@@ -210,20 +210,17 @@ MemoryBreakdown memory_upper_bound(const Plan& plan, const ModelSpec& model, int
     const bool kept = !plan.units[unit].reshard_after_forward.enabled;
     traits.kept.push_back(kept);
     // emit_gather: the host-to-device copy of an offloaded shard, and the shard's cast to the compute dtype.
-    const std::int64_t host_copy =
-        layout.gathers && plan.offload.params ? layout.shard_elements * precision.param_storage_bytes : 0;
+    const std::int64_t host_copy = layout.gathers && plan.offload.params ? layout.shard_bytes : 0;
     traits.host_copy_bytes.push_back(host_copy);
     every_host_copy += host_copy;
-    if (layout.gathers && precision.param_compute_bytes != precision.param_storage_bytes) {
-      largest_cast = std::max(largest_cast, layout.shard_elements * precision.param_compute_bytes);
-    }
+    if (layout.gathers) largest_cast = std::max(largest_cast, layout.cast_shard_bytes);
     padding_elements += layout.padded_elements - layout.param_count;
     partial_copies += layout.partial_copy_bytes;
     const std::int64_t copy = layout.gathers || layout.casts_replicated ? layout.gathered_bytes : 0;
     if (unit > 0) every_copy += copy;
     if (unit > 0 && kept) kept_copies += copy;
     if (layout.grad_copies) grads += layout.grad_copy_bytes;
-    if (layout.param_count > 0 && layout.grad_group > 1) {
+    if (layout.grad_elements > 0 && layout.grad_group > 1) {
       // Lowerer::reduce: the reduce-scatter's output shard in the reduction dtype.
       const std::int64_t output = layout.grad_shard_elements * precision.reduce_bytes;
       if (plan.offload.params || layout.replicas > 1) {

@@ -78,7 +78,69 @@ std::vector<UnitInfo> plan_units(const Plan& plan, const ModelSpec& model) {
   return resolve_units(model, wrapping);
 }
 
+bool mixes_requires_grad(const ModelSpec& model, const std::vector<std::size_t>& layers) {
+  bool trains = false, frozen = false;
+  for (const std::size_t layer : layers) {
+    const auto& finetune = model.layers[layer].finetune;
+    if (!finetune) {
+      trains = trains || model.layers[layer].param_count() > 0;
+      continue;
+    }
+    trains = trains || finetune->trainable_elements > 0;
+    frozen = frozen || finetune->frozen_elements > 0 || finetune->quantized_elements > 0;
+  }
+  return trains && frozen;
+}
+
+namespace {
+
+std::string uniform_requires_grad_rule() {
+  return "--fsdp-version 1 --use-orig-params false needs every unit's parameters to share requires_grad "
+         "(\"FlatParameter requires uniform requires_grad\", pytorch/pytorch#104690, #91167)";
+}
+
+}  // namespace
+
+void check_uniform_requires_grad(const Plan& plan, const ModelSpec& model) {
+  if (!plan.training.finetune.fsdp.uniform_requires_grad()) return;
+  const auto units = plan_units(plan, model);
+  for (std::size_t id = 0; id < units.size(); ++id) {
+    if (!mixes_requires_grad(model, units[id].layers)) continue;
+    throw InputError("plan: unit " + std::to_string(id) + " ('" + plan.units[id].name +
+                     "') mixes frozen and trainable parameters, and " + uniform_requires_grad_rule() +
+                     "; wrap them apart, or use --fsdp-version 2 or --use-orig-params true");
+  }
+}
+
+std::string requires_grad_conflict(const ModelSpec& model) {
+  std::vector<std::size_t> root;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind != LayerKind::transformer_block) {
+      root.push_back(layer);
+      continue;
+    }
+    if (!mixes_requires_grad(model, {layer})) continue;
+    const bool lora = model.finetune.uses_lora();
+    return "layer " + model.layers[layer].name + " mixes frozen and trainable parameters" +
+           (lora ? " (LoRA's adapters beside its frozen weights, in every block LoRA targets)" : "") + ", and " +
+           uniform_requires_grad_rule() + "; no wrapping of whole layers avoids it" +
+           (lora ? " (answer.ai's fsdp_qlora wraps each adapter as its own unit)" : "") +
+           ": use --fsdp-version 2 or --use-orig-params true";
+  }
+  if (mixes_requires_grad(model, root)) {
+    return "the root unit (the layers outside the blocks: " + model.layers[root.front()].name + " ... " +
+           model.layers[root.back()].name + ") mixes frozen and trainable parameters, and " +
+           uniform_requires_grad_rule() + ": freeze all of them or none, or use --fsdp-version 2 or --use-orig-params true";
+  }
+  return "";
+}
+
 void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
+  // The layers must have been resolved for the plan's fine-tuning (finetuned_model); a caller's bug, not the user's.
+  SHARDPLAN_CHECK(model.finetune == plan.training.finetune,
+                  "the model was not resolved for the plan's fine-tuning (finetuned_model, mode " +
+                      std::string(to_string(plan.training.finetune.mode)) + ", model's " +
+                      to_string(model.finetune.mode) + ")");
   if (plan.units.empty() || !plan.units.front().is_root) {
     throw InputError("plan: unit 0 must be the root unit (\"root\": true)");
   }
@@ -117,6 +179,7 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
   if (plan.grad_accumulation_steps < 1) throw InputError("plan: grad_accumulation_steps: expected at least 1");
   if (plan.max_inflight_all_gathers < 0) throw InputError("plan: max_inflight_all_gathers: expected >= 0");
   validate_training(plan.training, model);
+  check_uniform_requires_grad(plan, model);
   validate_step_size(plan, model);
 }
 

@@ -65,6 +65,23 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
 // micro-batches x layers, and every byte the step could allocate below 2^60. InputError naming the limit.
 void validate_step_size(const Plan& plan, const ModelSpec& model);
 
+// Note [Uniform requires_grad]: FSDP1 with use_orig_params=False flattens each unit into a FlatParameter that must
+// have one requires_grad ("FlatParameter requires uniform requires_grad", torch/distributed/fsdp/_flat_param.py;
+// pytorch/pytorch#104690, #91167), so no unit may hold both frozen and trainable parameters. A layer that mixes them
+// itself (LoRA puts trainable adapters beside the frozen weights of every block it targets) cannot be wrapped at all
+// with whole layers as units — answer.ai's fsdp_qlora wraps each adapter as an FSDP unit of its own instead, which
+// shardplan's units (layer ranges) cannot express — and the root unit always holds the layers outside the blocks.
+// FSDP2 and FSDP1 with use_orig_params=True may mix (Note [Frozen parameters in FSDP] in unit_layout.h); a user picks
+// the front end with --fsdp-version 1|2 and --use-orig-params true|false (plan JSON: "finetune": {"fsdp_version",
+// "use_orig_params"}).
+// InputError naming the first unit that mixes, under a front end that requires uniform requires_grad.
+void check_uniform_requires_grad(const Plan& plan, const ModelSpec& model);
+// For the plan search, whose units are ranges of blocks beside a root of the other layers: the diagnosis when no
+// wrapping can satisfy the front end (a layer that mixes, or a root that does), else "".
+std::string requires_grad_conflict(const ModelSpec& model);
+// Whether the layers together hold both trainable and frozen (or 4-bit) parameters.
+bool mixes_requires_grad(const ModelSpec& model, const std::vector<std::size_t>& layers);
+
 // The plan's units as the memory model sees them (root first).
 std::vector<UnitInfo> plan_units(const Plan& plan, const ModelSpec& model);
 

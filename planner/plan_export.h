@@ -41,12 +41,15 @@ std::vector<ExportedFile> export_plan(const std::string& format, const Plan& pla
                                       int world_size, int gpus_per_node);
 
 // Helpers shared by the exporters, declared here so each renders the plan the same way and tests can check against
-// them: the Python ones are defined in export_fsdp2.cpp, the format-neutral ones (unit_module_paths, strategy_label,
+// them: the Python ones are defined in export_python.cpp (the trainable set's in export_finetune.cpp), the format-neutral ones (unit_module_paths, strategy_label,
 // uniform_strategy) in export_deepspeed.cpp.
 namespace export_detail {
 
 // Module paths of every unit, in plan order (unit 0, the root, first): each unit's layers' names in model order.
 std::vector<std::vector<std::string>> unit_module_paths(const Plan& plan, const ModelSpec& model);
+
+// Names go into comments; a newline in a user's plan name must not end the comment and start code.
+std::string comment_safe(const std::string& text);
 
 // A Python string literal in double quotes, with backslashes, quotes and control characters escaped.
 std::string python_string(const std::string& text);
@@ -82,6 +85,15 @@ struct TorchPrecision {
   std::string note;           // a comment line for the generated file, empty when exact
 };
 TorchPrecision torch_precision(const PrecisionRecipe& recipe);
+
+// The plan's trainable set in a script (Note [Exported trainable set] in export_finetune.cpp): module-level tables
+// (FINETUNE_MODE, FREEZE_PATTERNS, LORA_CONFIG, LORA_MODULES, BNB_4BIT_CONFIG, FROZEN_DTYPE, TRAINABLE_DTYPE) and the
+// functions quantization_config(), _apply_finetune(model) and _place_parameters(model). Both empty for full training.
+struct PythonFinetune {
+  std::string tables;
+  std::string functions;
+};
+PythonFinetune python_finetune(const Plan& plan, const ModelSpec& model, bool fsdp1);
 
 // "full_shard", "hybrid_shard:8": the strategy as plan JSON spells it, for messages and comments.
 std::string strategy_label(const ShardingStrategy& strategy);

@@ -2,6 +2,8 @@
 #include "plan_json.h"
 
 #include "errors.h"
+#include "finetune_apply.h"
+#include "finetune_json.h"
 #include "input_limits.h"
 #include "json_input.h"
 
@@ -122,7 +124,8 @@ PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpe
 
 Plan plan_from_json(const nlohmann::json& document, const std::string& origin, const ModelSpec& model) {
   const JsonObjectReader root(document, origin);
-  root.reject_unknown_keys({"schema", "name", "model", "training", "max_inflight_all_gathers", "offload", "units"});
+  root.reject_unknown_keys(
+      {"schema", "name", "model", "training", "finetune", "max_inflight_all_gathers", "offload", "units"});
   if (!root.has("schema") || root.raw().at("schema") != kPlanSchema) {
     root.fail("schema", std::string("\"") + kPlanSchema + "\"");
   }
@@ -130,6 +133,11 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   plan.name = root.optional_string("name").value_or("plan");
   plan.model = root.optional_string("model").value_or(model.name);
   plan.training = read_training(root.object("training"), plan.grad_accumulation_steps);
+  if (root.has("finetune")) {
+    plan.training.finetune = finetune_from_json(root.object("finetune"), plan.training.precision);
+    // The checks that need the model's names, with the plan's field names in their messages.
+    (void)finetuned_model(model, plan.training.finetune, FinetuneFieldNames::json(origin));
+  }
   plan.max_inflight_all_gathers = static_cast<int>(
       root.optional_int_in_range("max_inflight_all_gathers", 0, limits::kMaxInflightAllGathers).value_or(2));
   if (root.has("offload")) {
@@ -175,7 +183,7 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
     entry["backward_prefetch"] = unit.backward_prefetch;
     units.push_back(std::move(entry));
   }
-  return {{"schema", kPlanSchema},
+  nlohmann::json document = {{"schema", kPlanSchema},
           {"name", plan.name},
           {"model", plan.model.empty() ? model.name : plan.model},
           {"training",
@@ -190,6 +198,11 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
           {"max_inflight_all_gathers", plan.max_inflight_all_gathers},
           {"offload", {{"params", plan.offload.params}, {"optimizer", plan.offload.optimizer}}},
           {"units", std::move(units)}};
+  // Full training writes no block: plans from before fine-tuning existed read and write as they did.
+  if (!plan.training.finetune.trains_all()) {
+    document["finetune"] = finetune_to_json(plan.training.finetune, plan.training.precision, model);
+  }
+  return document;
 }
 
 }  // namespace shardplan

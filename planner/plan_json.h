@@ -12,6 +12,7 @@ namespace shardplan {
 // {"schema": "shardplan.plan/v1", "name", "model",
 //  "training": {"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer", "flash_attention",
 //               "no_sync"},
+//  "finetune": {...} (optional, full training without it: costmodel/finetune_json.h),
 //  "max_inflight_all_gathers": 2, "offload": {"params": false, "optimizer": false},
 //  "units": [{"name", "root": true|false, "first_layer", "last_layer" (inclusive; non-root only),
 //             "strategy": "full_shard"|"hybrid_shard:8"|..., "reshard_after_forward": true|false|k,

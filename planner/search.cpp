@@ -61,10 +61,8 @@ class Searcher {
              host_memory_floor_per_node(strategy, {true, false}, model_, training_, cluster_) <=
                  cluster_.host_memory_bytes_per_node;
     }
-    PlanUnit whole;
-    whole.strategy = strategy;
-    const UnitLayout layout = unit_layout(whole, model_.param_count(), training_.precision, cluster_.world_size(),
-                                          cluster_.gpus_per_node);
+    const UnitLayout layout =
+        states_floor_layout(strategy, model_, training_, cluster_.world_size(), cluster_.gpus_per_node);
     Plan states_only;
     states_only.training = training_;
     const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile_.context_overhead_bytes);
@@ -295,6 +293,13 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   SearchResult result;
   result.memory_cap_bytes = options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes;
   validate_training(training, model);
+  SHARDPLAN_CHECK(model.finetune == training.finetune, "the model was not resolved for the training's fine-tuning");
+  // Note [Uniform requires_grad] (plan.h): a front end no wrapping can satisfy is the user's to change, not a search.
+  if (training.finetune.fsdp.uniform_requires_grad()) {
+    if (const std::string conflict = requires_grad_conflict(model); !conflict.empty()) {
+      throw InputError("plan: " + conflict);
+    }
+  }
   Searcher searcher(model, cluster, profile, training, options, result.memory_cap_bytes);
   searcher.run(false);
   if (!searcher.found_fit() && options.allow_offload) searcher.run(true);  // the last resort

@@ -17,33 +17,81 @@ std::int64_t round_up(std::int64_t count, int group) {
 
 }  // namespace
 
-UnitLayout unit_layout(const PlanUnit& spec, std::int64_t param_count, const PrecisionRecipe& precision, int world_size,
+UnitParams unit_params(const ModelSpec& model, const std::vector<std::size_t>& layers) {
+  UnitParams params;
+  for (const std::size_t index : layers) {
+    const LayerSpec& layer = model.layers[index];
+    if (!layer.finetune) {
+      params.trainable += layer.param_count();
+      continue;
+    }
+    params.trainable += layer.finetune->trainable_elements;
+    params.frozen += layer.finetune->frozen_elements;
+    params.packed_bytes += layer.finetune->packed_bytes;
+    params.quant_constant_bytes += layer.finetune->quant_constant_bytes;
+  }
+  return params;
+}
+
+UnitLayout unit_layout(const PlanUnit& spec, const UnitParams& params, const TrainingConfig& training, int world_size,
                        int gpus_per_node) {
   const ShardingLayout sharding = resolve_sharding(spec.strategy, world_size, gpus_per_node);
+  const PrecisionRecipe& precision = training.precision;
+  const bool fsdp1 = training.finetune.fsdp.version == 1;
+  const int compute = precision.param_compute_bytes, storage = precision.param_storage_bytes;
+  // Note [Frozen parameters in FSDP]: the packed 4-bit codes as elements of the quant storage dtype (the param dtype).
+  const std::int64_t quant_width = dtype_bytes(training.finetune.quant_storage(precision));
+  const std::int64_t packed = (params.packed_bytes + quant_width - 1) / quant_width;
+  const std::int64_t kept_low = params.frozen + packed;  // FSDP2: held in the param dtype
   UnitLayout layout;
   layout.name = spec.name;
-  layout.param_count = param_count;
+  layout.param_count = params.trainable + kept_low;
+  layout.grad_elements = fsdp1 ? (params.trainable > 0 ? layout.param_count : 0) : params.trainable;
   layout.param_group = sharding.param_group;
   layout.grad_group = sharding.grad_group;
   layout.optimizer_group = sharding.optimizer_group;
   layout.replicas = sharding.grads_sharded() ? world_size / sharding.grad_group : 1;
   layout.partial_group = spec.reshard_after_forward.keeps_partial_copy() ? spec.reshard_after_forward.group_size : 0;
   layout.gathers = sharding.params_sharded() && layout.param_count > 0;
-  layout.casts_replicated = !sharding.params_sharded() && layout.param_count > 0 &&
-                            precision.param_compute_bytes != precision.param_storage_bytes;
-  layout.grad_copies = layout.param_count > 0 &&
-                       (sharding.grads_sharded() || precision.grad_compute_bytes != precision.grad_storage_bytes);
-  layout.padded_elements = round_up(layout.param_count, layout.param_group);
+  // Elements stored in the storage dtype (cast for compute) and in the param dtype, each padded to the shard group.
+  const std::int64_t wide = fsdp1 ? round_up(layout.param_count, layout.param_group)
+                                  : round_up(params.trainable, layout.param_group);
+  const std::int64_t narrow = fsdp1 ? 0 : round_up(kept_low, layout.param_group);
+  layout.padded_elements = wide + narrow;
   layout.shard_elements = layout.padded_elements / layout.param_group;
-  layout.grad_padded_elements = round_up(layout.param_count, layout.grad_group);
+  layout.shard_bytes = (wide * storage + narrow * compute) / layout.param_group;
+  layout.cast_shard_bytes = compute != storage ? wide / layout.param_group * compute : 0;
+  layout.casts_replicated = !sharding.params_sharded() && wide > 0 && compute != storage;
+  layout.grad_copies = layout.grad_elements > 0 &&
+                       (sharding.grads_sharded() || precision.grad_compute_bytes != precision.grad_storage_bytes);
+  layout.grad_padded_elements = round_up(layout.grad_elements, layout.grad_group);
   layout.grad_shard_elements = layout.grad_padded_elements / layout.grad_group;
-  layout.optimizer_shard_elements = round_up(layout.param_count, layout.optimizer_group) / layout.optimizer_group;
+  layout.optimizer_shard_elements = round_up(params.trainable, layout.optimizer_group) / layout.optimizer_group;
+  layout.quant_constant_bytes = params.quant_constant_bytes;
   layout.gathered_category = spec.is_root ? MemoryCategory::root_unit : MemoryCategory::unsharded_params;
-  layout.gathered_bytes = layout.padded_elements * precision.param_compute_bytes;
+  // Gathered: every element in the param dtype; replicated, only the cast copy of the wide part.
+  layout.gathered_bytes = (layout.gathers ? layout.padded_elements : wide) * compute;
   if (layout.partial_group > 0) {
-    layout.partial_copy_bytes = layout.padded_elements / layout.partial_group * precision.param_compute_bytes;
+    layout.partial_copy_bytes = layout.padded_elements / layout.partial_group * compute;
   }
   layout.grad_copy_bytes = layout.grad_padded_elements * precision.grad_compute_bytes;
+  return layout;
+}
+
+UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec& model, const TrainingConfig& training,
+                               int world_size, int gpus_per_node) {
+  PlanUnit whole;
+  whole.strategy = strategy;
+  std::vector<std::size_t> every_layer(model.layers.size());
+  for (std::size_t layer = 0; layer < every_layer.size(); ++layer) every_layer[layer] = layer;
+  const UnitParams params = unit_params(model, every_layer);
+  UnitLayout layout = unit_layout(whole, params, training, world_size, gpus_per_node);
+  if (layout.grad_elements > params.trainable) {
+    layout.grad_elements = params.trainable;
+    layout.grad_padded_elements = round_up(params.trainable, layout.grad_group);
+    layout.grad_shard_elements = layout.grad_padded_elements / layout.grad_group;
+    layout.grad_copy_bytes = layout.grad_padded_elements * training.precision.grad_compute_bytes;
+  }
   return layout;
 }
 
@@ -53,7 +101,7 @@ std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, i
   for (std::size_t id = 0; id < units.size(); ++id) {
     const PlanUnit& spec = plan.units[id];
     try {
-      layouts.push_back(unit_layout(spec, units[id].param_count, plan.training.precision, world_size, gpus_per_node));
+      layouts.push_back(unit_layout(spec, unit_params(model, units[id].layers), plan.training, world_size, gpus_per_node));
     } catch (const InputError& error) {
       throw InputError("plan: unit " + std::to_string(id) + " ('" + spec.name + "'): " + error.what());
     }
@@ -69,8 +117,10 @@ MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const
     persistent[static_cast<std::size_t>(category)] += bytes;
   };
   for (const auto& layout : layouts) {
+    // Note [Quantisation constants] (costmodel/finetune_apply.h): on the device whatever is offloaded.
+    add(MemoryCategory::sharded_params, layout.quant_constant_bytes);
     if (!plan.offload.params) {
-      add(MemoryCategory::sharded_params, layout.shard_elements * precision.param_storage_bytes);
+      add(MemoryCategory::sharded_params, layout.shard_bytes);
       add(MemoryCategory::sharded_grads, layout.grad_shard_elements * precision.grad_storage_bytes);
     }
     if (!plan.offload.params && !plan.offload.optimizer) {
@@ -110,15 +160,27 @@ std::int64_t per_micro_batch(double bytes_per_token, const TrainingConfig& train
 
 }  // namespace
 
+std::int64_t dequantized_weight_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
+  const auto& finetune = model.layers[layer].finetune;
+  if (!finetune || finetune->largest_quantized_weight == 0) return 0;
+  const TrainingConfig& training = plan.training;
+  return finetune->largest_quantized_weight * dtype_bytes(training.finetune.quant_compute(training.precision));
+}
+
 std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
   const int element_bytes = plan.training.precision.param_compute_bytes;
   return recomputed_activation_bytes(plan, model, layer) +
-         per_micro_batch(model.layers[layer].forward_workspace_bytes_per_token(element_bytes), plan.training);
+         per_micro_batch(model.layers[layer].forward_workspace_bytes_per_token(element_bytes), plan.training) +
+         dequantized_weight_bytes(plan, model, layer);
 }
 
 std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
   const int element_bytes = plan.training.precision.param_compute_bytes;
-  return per_micro_batch(model.layers[layer].backward_workspace_bytes_per_token(element_bytes), plan.training);
+  const auto& finetune = model.layers[layer].finetune;
+  const bool runs = !finetune || finetune->backward_needed;
+  const std::int64_t dequantized = runs ? dequantized_weight_bytes(plan, model, layer) : 0;
+  return per_micro_batch(model.layers[layer].backward_workspace_bytes_per_token(element_bytes), plan.training) +
+         dequantized;
 }
 
 std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {

@@ -12,9 +12,39 @@
 
 namespace shardplan {
 
+// Note [Frozen parameters in FSDP]: fine-tuning splits a unit's parameters into those that train (T elements), those
+// frozen in full precision (F) and QLoRA's 4-bit weights (their packed codes, Q elements of the quant storage dtype,
+// which Note [QLoRA storage dtype] in costmodel/finetune.h makes the param dtype). How FSDP holds them:
+//  - FSDP2 (fully_shard) shards every parameter on its own and gives gradients, reduce-scatters and optimizer states
+//    only to those with requires_grad (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py: the reduce-scatter
+//    takes the parameters whose grad is not None). Frozen weights are kept in the param dtype — they need no fp32
+//    copy, and PEFT/HF fine-tuning loads the base model in it (`torch_dtype=torch.bfloat16`) while PEFT keeps the
+//    adapters in fp32 (get_peft_model's autocast_adapter_dtype) — so only the trainable part is cast for the
+//    all-gather. The unit is padded per dtype group (T; F + Q) to a multiple of the shard group.
+//  - FSDP1 flattens a unit into one FlatParameter of one dtype (the recipe's storage dtype) padded to a multiple of
+//    the shard group. With use_orig_params=True it may mix frozen and trainable parameters, but the FlatParameter
+//    then has one gradient over all of it: "FSDP supports mixing frozen and non-frozen parameters, but it's
+//    recommended to avoid doing so to prevent higher than expected gradient memory usage" (FullyShardedDataParallel
+//    docstring, use_orig_params; litgpt#1417) — so a unit with anything trainable gets full-size gradients and
+//    reduce-scatters, and optimizer states only for T. With use_orig_params=False it may not mix at all
+//    (validate_plan refuses it: "FlatParameter requires uniform requires_grad").
+//  - QLoRA's quantisation constants are not parameters: every rank keeps all of them (Note [Quantisation constants]
+//    in costmodel/finetune_apply.h), counted with the sharded parameters and never offloaded.
+// Full training is T only, where both front ends agree with the layout before fine-tuning existed.
+struct UnitParams {
+  std::int64_t trainable = 0;             // T
+  std::int64_t frozen = 0;                // F
+  std::int64_t packed_bytes = 0;          // QLoRA's 4-bit codes
+  std::int64_t quant_constant_bytes = 0;  // replicated on every rank
+};
+
+// The parameters of `layers` by how they train (their LayerFinetune, or all trainable).
+UnitParams unit_params(const ModelSpec& model, const std::vector<std::size_t>& layers);
+
 struct UnitLayout {
   std::string name;
-  std::int64_t param_count = 0;
+  std::int64_t param_count = 0;  // elements FSDP holds: T + F + Q (Note [Frozen parameters in FSDP])
+  std::int64_t grad_elements = 0;  // elements with gradients: T (FSDP2), or all of a unit with any T (FSDP1)
   int param_group = 1;      // ranks the parameters are sharded over (1 = replicated)
   int grad_group = 1;
   int optimizer_group = 1;
@@ -28,7 +58,11 @@ struct UnitLayout {
   std::int64_t shard_elements = 0;        // padded_elements / param_group
   std::int64_t grad_padded_elements = 0;  // padded to a multiple of grad_group
   std::int64_t grad_shard_elements = 0;
-  std::int64_t optimizer_shard_elements = 0;
+  std::int64_t optimizer_shard_elements = 0;  // of the trainable elements only
+
+  std::int64_t shard_bytes = 0;           // this rank's parameter shard, every dtype group at its storage width
+  std::int64_t cast_shard_bytes = 0;      // the shard's compute-dtype copy that feeds the all-gather (0: none needed)
+  std::int64_t quant_constant_bytes = 0;  // QLoRA's constants, whole on every rank
 
   MemoryCategory gathered_category = MemoryCategory::unsharded_params;  // root_unit for the root
   std::int64_t gathered_bytes = 0;      // the gathered (or cast) copy in the compute dtype
@@ -36,9 +70,16 @@ struct UnitLayout {
   std::int64_t grad_copy_bytes = 0;     // the full-size gradient in the compute dtype
 };
 
-// One unit's sizes: its strategy resolved for the world (InputError when it cannot be), `param_count` parameters.
-UnitLayout unit_layout(const PlanUnit& spec, std::int64_t param_count, const PrecisionRecipe& precision, int world_size,
+// One unit's sizes: its strategy resolved for the world (InputError when it cannot be), `params` under `training`'s
+// precision and FSDP front end.
+UnitLayout unit_layout(const PlanUnit& spec, const UnitParams& params, const TrainingConfig& training, int world_size,
                        int gpus_per_node);
+
+// A floor of the model states of any wrapping under `strategy`: the whole model as one unit, padded once (Σ ceil(Ψ_i
+// / g) >= ceil(Ψ / g) per dtype group), with FSDP1's gradients on the trainable elements only (a wrapping's units
+// without any have none). Searches skip settings whose floor already exceeds a cap.
+UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec& model, const TrainingConfig& training,
+                               int world_size, int gpus_per_node);
 
 // Resolves every unit's strategy for the world (InputError names the unit) and computes its sizes.
 std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
@@ -65,9 +106,12 @@ std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& mode
 // Forward: a checkpointed block materialises its whole working set before the checkpoint drops what it does not
 // keep (torch.utils.checkpoint runs the block's ordinary forward), so all it would keep without checkpointing, less
 // what it keeps, is alive until the op ends; and the loss's fp32 upcast (LayerSpec workspaces). Backward: the
-// loss's fp32 logits gradient and its cast.
+// loss's fp32 logits gradient and its cast. QLoRA: the dequantised copy of one 4-bit weight in the compute dtype,
+// alive through its GEMM (Note [Dequantisation kernels] in costmodel/pass_kernels.cpp) — the largest of the layer's,
+// in forward, recompute and backward alike (dequantised_weight_bytes).
 std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
+std::int64_t dequantized_weight_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 
 // HBM bytes a fused optimizer step moves per shard element: parameters read and written, gradients read, master
 // weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)).

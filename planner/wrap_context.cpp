@@ -44,6 +44,7 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
   std::fill(least_span_[0].begin(), least_span_[0].end(), 0);
   for (std::size_t p = 1; p <= n; ++p) {
     for (std::size_t c = 1; c <= m && c <= p; ++c) {
+      if (!fragments.may_share_unit(p - c, c)) continue;  // the floors of the wrappings the front end allows
       for (bool kept : kept_options()) {
         const EdgeFragments& edge = fragments.edge({p - c, c, kept}, key_[state_index({p - c, c, kept})]);
         least_persistent_[p] = std::min(least_persistent_[p], least_persistent_[p - c] + edge.persistent_bytes);
@@ -72,6 +73,8 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
   const std::size_t before_last = micros - 1;  // the micro-batches placed from the idle state in the backward too
   for (std::size_t p = 0; p < n; ++p) {
     for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
+      // Units the front end forbids are never placed (Note [Uniform requires_grad] in plan.h): no bounds for them.
+      if (!fragments.may_share_unit(p, b)) continue;
       for (bool kept : kept_options()) {
         const UnitChoice unit{p, b, kept};
         const std::size_t state = state_index(unit);

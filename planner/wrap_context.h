@@ -70,6 +70,7 @@ class WrapContext {
   template <class Visit>
   void for_each_left_neighbour(const UnitChoice& unit, Visit&& visit) const {
     for (std::size_t c = 1; c <= m && c <= unit.first_block; ++c) {
+      if (!fragments.may_share_unit(unit.first_block - c, c)) continue;
       for (bool left_kept : {false, true}) {
         if ((!keep_choice && left_kept != template_kept) || !may_follow(unit.kept, left_kept)) continue;
         visit(UnitChoice{unit.first_block - c, c, left_kept});

@@ -65,6 +65,10 @@ std::int64_t WrapFragments::constant_bytes() const { return cache_->constant_byt
 std::int64_t WrapFragments::root_optimizer_elements() const { return cache_->root_optimizer_elements_; }
 bool WrapFragments::keep_choice() const { return cache_->keep_choice_; }
 bool WrapFragments::template_kept() const { return cache_->template_kept_; }
+bool WrapFragments::may_share_unit(std::size_t first_block, std::size_t length) const {
+  return length > 0 && cache_->shareable_from_[first_block + length - 1] <= first_block;
+}
+
 double WrapFragments::optimizer_base_s(std::int64_t shard_elements) const {
   return cache_->optimizer_base_s(shard_elements);
 }

@@ -121,6 +121,8 @@ class WrapFragments {
   std::int64_t root_optimizer_elements() const;
   // The optimizer step's base duration over that many shard elements (the lowering's op, the simulator's cost).
   double optimizer_base_s(std::int64_t shard_elements) const;
+  // Whether blocks [first_block, first_block + length) may form one unit (Note [Uniform requires_grad] in plan.h).
+  bool may_share_unit(std::size_t first_block, std::size_t length) const;
   // Whether the unit may be kept gathered at all (its strategy reshards after forward and gathers its parameters).
   bool keep_choice() const;
   bool template_kept() const;

@@ -77,7 +77,12 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
   double upper_bound = stop_above_s;
   for (std::size_t k = 1; k <= m; ++k) {
     std::vector<UnitChoice> choices;
-    for (std::size_t first = 0; first < n; first += k) choices.push_back({first, std::min(k, n - first), context.template_kept});
+    bool allowed = true;
+    for (std::size_t first = 0; first < n; first += k) {
+      choices.push_back({first, std::min(k, n - first), context.template_kept});
+      allowed = allowed && context.fragments.may_share_unit(first, choices.back().length);
+    }
+    if (!allowed) continue;  // Note [Uniform requires_grad] (plan.h)
     const WrapContext::Closed closed = close_wrapping(context, choices);
     if (!with_floor || context.memory_cap_bytes <= 0 || closed.floor_bytes <= context.memory_cap_bytes) {
       upper_bound = std::min(upper_bound, closed.step_s);
@@ -92,6 +97,7 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
   for (std::size_t b = 1; b <= m; ++b) {
     for (bool kept : kept_options) {
       const UnitChoice unit{n - b, b, kept};
+      if (!context.fragments.may_share_unit(unit.first_block, unit.length)) continue;
       Label label = context.last_unit(unit);
       if (promising(label, unit)) labels[context.state_index(unit)].push_back(std::move(label));
     }

@@ -33,6 +33,7 @@ LeastPeakResult least_peak_wrapping(WrapFragments& fragments, const WrapSearchOp
   for (std::size_t b = 1; b <= context.m; ++b) {
     for (bool kept : context.kept_options()) {
       const UnitChoice last{context.n - b, b, kept};
+      if (!fragments.may_share_unit(last.first_block, last.length)) continue;
       Node node{context.last_unit(last), last, kNone, false};
       const std::int64_t key = context.floor_bytes(last, node.label);
       push(std::move(node), key);

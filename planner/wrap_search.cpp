@@ -40,6 +40,7 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
   for (std::size_t b = 1; b <= with_choice.m; ++b) {
     for (bool kept : with_choice.kept_options()) {
       const UnitChoice last{with_choice.n - b, b, kept};
+      if (!fragments.may_share_unit(last.first_block, last.length)) continue;
       least_s = std::min(least_s, with_choice.last_unit(last).cost_s + with_choice.lower_bound(last, {}));
     }
   }
@@ -112,6 +113,7 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
   for (std::size_t b = 1; b <= context.m; ++b) {
     for (bool kept : context.kept_options()) {
       const UnitChoice last{context.n - b, b, kept};
+      if (!fragments.may_share_unit(last.first_block, last.length)) continue;
       Node node{context.last_unit(last), last, kNone, false, false};
       const double key = node.label.cost_s + context.lower_bound(last, node.label);
       const bool fits = context.fits_floor(last, node.label);

@@ -25,8 +25,18 @@ bool same_bytes(const PrecisionRecipe& a, const PrecisionRecipe& b) {
 
 }  // namespace
 
+void check_trains_every_parameter(const Plan& plan, int rank, const ExecutorSupport& support) {
+  const FinetuneConfig& finetune = plan.training.finetune;
+  if (finetune.trains_all()) return;
+  reject(std::string("fine-tuning '") + to_string(finetune.mode) +
+             "' (frozen parameters, LoRA adapters or 4-bit weights) is planned, simulated and exported, not yet "
+             "executed; `run` trains every parameter",
+         support, rank);
+}
+
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support) {
+  check_trains_every_parameter(plan, rank, support);
   const PrecisionRecipe& precision = plan.training.precision;
   bool supported = false;
   std::string names;

@@ -21,6 +21,8 @@ struct ExecutorSupport {
 };
 
 // InputError (carrying `rank`) unless the plan is one this executor runs exactly as scheduled:
+// - full training: fine-tuning plans (frozen parameters, LoRA, QLoRA; costmodel/finetune.h) are planned, simulated
+//   and exported, but neither executor trains them yet (check_trains_every_parameter),
 // - one of support.precisions (the CPU kernels compute in fp32 only, Note [Tracked bytes] in tracking_allocator.h;
 //   the GPU executor also runs bf16-mixed-fp32-reduce),
 // - AdamW (the only optimizer the runtime implements),
@@ -29,6 +31,9 @@ struct ExecutorSupport {
 //   NO_SHARD; ZeRO-1/2 would need a parameter all-gather after the step that the schedule does not contain).
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support = {});
+// The first of those checks, which needs no layouts: `run` makes it as it reads the plan, before it lowers it against
+// a model resolved for full training.
+void check_trains_every_parameter(const Plan& plan, int rank, const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
 // each of the schedule's sequences per micro-batch × seq_len. Shared by the CPU and GPU runners' step().

@@ -107,7 +107,7 @@ TEST_CASE("memory bound: at or above the simulated peak in every term, equal in 
     const WrapSetup setup = wrap_setup(c);
     const int world = setup.cluster.world_size(), gpus = setup.cluster.gpus_per_node;
     const bool kept_choice = setup.base.units.size() > 1 && setup.base.units[1].reshard_after_forward.enabled;
-    const std::vector<CaseWrapping> wrappings = all_wrappings(setup.model.block_count(), 6, kept_choice);
+    const std::vector<CaseWrapping> wrappings = case_wrappings(setup, 6, kept_choice);
     const std::size_t stride = std::max<std::size_t>(1, wrappings.size() / 500);
     for (std::size_t index = 0; index < wrappings.size(); index += stride) {
       const CaseWrapping& wrapping = wrappings[index];

@@ -24,7 +24,7 @@ TEST_CASE("wrap dp: the DP's minimum is the fragments' minimum over every partit
     double least_model = 1e300, least_simulated = 1e300;
     bool all_exact = true;
     int partitions = 0;
-    for (const CaseWrapping& wrapping : all_wrappings(setup.model.block_count(), 6, false)) {
+    for (const CaseWrapping& wrapping : case_wrappings(setup, 6, false)) {
       CaseWrapping as_template = wrapping;
       for (UnitChoice& unit : as_template.units) unit.kept = fragments.template_kept();
       const WrapEvaluation evaluation = evaluate_wrapping(fragments, as_template.units);
@@ -69,6 +69,9 @@ const WrapCase kSearchCases[] = {
     {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::full, 1024, 0, 0, 0, 2, true},
     {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::full, 4096, 0, 0, 0, 1, false, true},
     {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::none, 128, 1.0, 2e-4, 1e-4, 1, false, false, 4.6},
+    {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 4096, 0, 0, 0, 1, false, false, 1, "lora"},
+    {"llama2-7b-10", "8xA100-80GB", "full_shard", ActivationCheckpointing::none, 2048, 0, 0, 0, 1, false, false, 1,
+     "frozen-fsdp1"},
 };
 
 }  // namespace
@@ -91,7 +94,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
       Simulated simulated;
     };
     std::vector<Point> points;
-    for (const CaseWrapping& wrapping : all_wrappings(setup.model.block_count(), 6, fragments.keep_choice())) {
+    for (const CaseWrapping& wrapping : case_wrappings(setup, 6, fragments.keep_choice())) {
       points.push_back({wrapping, simulate_wrapping(setup, wrapping)});
     }
     std::vector<std::int64_t> peaks;
@@ -160,7 +163,7 @@ TEST_CASE("wrap dp: free all-gathers bound the step at every prefetch depth; the
     WrapFragments fragments(setup.model, setup.base, setup.profile, setup.cluster.world_size(),
                             setup.cluster.gpus_per_node);
     double least_ratio = 1;
-    for (const CaseWrapping& wrapping : all_wrappings(setup.model.block_count(), 6, fragments.keep_choice())) {
+    for (const CaseWrapping& wrapping : case_wrappings(setup, 6, fragments.keep_choice())) {
       const double bound_s = evaluate_wrapping(relaxed, wrapping.units).step_s;
       const std::int64_t floor = evaluate_wrapping(fragments, wrapping.units, false, true).floor_bytes;
       const Plan one_ahead = plan_with_units(setup.model, setup.base, wrapping.ranges(setup.base.units[1].layers.begin),

@@ -20,7 +20,7 @@ TEST_CASE("wrap fragments: a wrapping's fragments time the simulated step, exact
                             setup.cluster.gpus_per_node);
     int exact = 0, bounded = 0;
     double least_ratio = 1, least_floor_ratio = 1;
-    for (const CaseWrapping& wrapping : all_wrappings(setup.model.block_count(), 6, fragments.keep_choice())) {
+    for (const CaseWrapping& wrapping : case_wrappings(setup, 6, fragments.keep_choice())) {
       std::string lengths;
       for (const UnitChoice& unit : wrapping.units) lengths += std::to_string(unit.length) + (unit.kept ? "k " : " ");
       INFO("units: " << lengths);

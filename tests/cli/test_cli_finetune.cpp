@@ -1,0 +1,130 @@
+// Tests of fine-tuning through the binary: a LoRA plan for llama3-70b on one 8 x A100-80GB node needs no offload,
+// its plan file re-simulates, `run` refuses it, and bad trainable-set input exits 2 with one line.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "run_binary.h"
+
+namespace {
+
+using nlohmann::json;
+using shardplan_test::expect_input_error;
+using shardplan_test::RunResult;
+using shardplan_test::run_shardplan;
+using shardplan_test::TempFile;
+using Args = std::vector<std::string>;
+
+Args with(Args args, const Args& extra) {
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+const Args kLlama3Plan = {"plan", "-m", "llama3-70b", "-c", "8xA100-80GB", "--seq-len", "4096", "--json"};
+
+}  // namespace
+
+// The issue's case: full fine-tuning of llama3-70b on 8 x A100-80GB only fits with CPU offload (16 bytes per
+// parameter: 141 GB of model states per rank); LoRA r=16 on q, k, v, o holds 17.8 GB of them and plans on the GPUs.
+TEST_CASE("`plan --finetune lora`: llama3-70b on 8xA100-80GB plans without offload, faster than full fine-tuning") {
+  TempFile plan_file("lora-plan");
+  const RunResult lora = run_shardplan(with(kLlama3Plan, {"--finetune", "lora", "--lora-r", "16",
+                                                         "--lora-target-modules", "q_proj,k_proj,v_proj,o_proj",
+                                                         "--out", plan_file.path()}));
+  INFO(lora.err);
+  REQUIRE(lora.exit_status == 0);
+  const json planned = json::parse(lora.out);
+  CHECK(planned.at("plan").at("offload").at("params") == false);
+  CHECK(planned.at("plan").at("finetune").at("mode") == "lora");
+  CHECK(planned.at("plan").at("finetune").at("lora").at("target_modules") ==
+        json({"q_proj", "k_proj", "v_proj", "o_proj"}));
+  const RunResult full = run_shardplan(kLlama3Plan);
+  REQUIRE(full.exit_status == 0);
+  const json full_plan = json::parse(full.out);
+  CHECK(full_plan.at("plan").at("offload").at("params") == true);  // the only way full fine-tuning fits
+  const double lora_s = planned.at("predicted").at("step_time_s").get<double>();
+  const double full_s = full_plan.at("predicted").at("step_time_s").get<double>();
+  MESSAGE("llama3-70b on 8xA100-80GB, seq 4096: LoRA " << lora_s << " s/step, full fine-tune " << full_s << " s/step");
+  CHECK(lora_s < full_s);
+  CHECK(planned.at("predicted").at("peak_memory_bytes").get<double>() <= 80.0 * (1 << 30));
+  // The written plan carries its trainable set: simulating it gives the planned step.
+  const RunResult again =
+      run_shardplan({"simulate", "-m", "llama3-70b", "-c", "8xA100-80GB", "--plan", plan_file.path(), "--json"});
+  INFO(again.err);
+  REQUIRE(again.exit_status == 0);
+  CHECK(json::parse(again.out).at("step_time_s").get<double>() == doctest::Approx(lora_s).epsilon(1e-12));
+}
+
+TEST_CASE("`run` refuses a fine-tuning plan up front with one line") {
+  TempFile plan_file("tiny-lora-plan");
+  REQUIRE(run_shardplan({"plan", "-m", "tiny-llama", "-c", "2xcpu", "--seq-len", "64", "--finetune", "lora", "--out",
+                         plan_file.path()})
+              .exit_status == 0);
+  expect_input_error({"run", "-m", "tiny-llama", "--plan", plan_file.path(), "--device", "cpu", "--steps", "1"},
+                     {"fine-tuning 'lora'", "not yet executed", "the CPU executor cannot run it"});
+}
+
+TEST_CASE("bad trainable sets: one line naming the flag or field, exit 2") {
+  const Args estimate = {"estimate", "-m", "llama3-8b", "-c", "8xA100-80GB"};
+  // An unknown module pattern: a target the model does not have, a freeze pattern that matches nothing.
+  expect_input_error(with(estimate, {"--finetune", "lora", "--lora-target-modules", "q_proj,qkv_proj"}),
+                     {"--lora-target-modules 'qkv_proj'", "has no such module", "q_proj, k_proj, v_proj, o_proj"});
+  expect_input_error(with(estimate, {"--freeze", "model.embed*.bias"}),
+                     {"--freeze 'model.embed*.bias': matches no parameter of llama3-8b"});
+  expect_input_error(with(estimate, {"--finetune", "lora", "--lora-r", "0"}), {"--lora-r 0: expected a rank from 1"});
+  expect_input_error(with(estimate, {"--finetune", "lora", "--lora-r", "8x"}), {"--lora-r '8x': expected an integer"});
+  expect_input_error(with(estimate, {"--finetune", "lora", "--lora-dropout", "1"}), {"--lora-dropout"});
+  // QLoRA with fp32 storage on FSDP1 (bf16 all-gathers), then with the storage right but FSDP1's fp32 FlatParameter.
+  expect_input_error(with(estimate, {"--finetune", "qlora", "--fsdp-version", "1", "--bnb-4bit-quant-storage", "fp32"}),
+                     {"--bnb-4bit-quant-storage fp32: expected bf16", "answer.ai fsdp_qlora"});
+  expect_input_error(with(estimate, {"--finetune", "qlora", "--fsdp-version", "1"}),
+                     {"--fsdp-version 1 with QLoRA", "pure-bf16 or fp32"});
+  expect_input_error(with(estimate, {"--finetune", "qlra"}), {"--finetune 'qlra'", "'qlora'"});
+  expect_input_error(with(estimate, {"--lora-r", "16"}), {"--lora-r: only with --finetune lora or qlora"});
+  expect_input_error(with(estimate, {"--finetune", "lora", "--bnb-4bit-use-double-quant"}),
+                     {"--bnb-4bit-use-double-quant: only with --finetune qlora"});
+  expect_input_error(with(estimate, {"--finetune", "frozen"}), {"--finetune frozen: expected at least one --freeze"});
+  expect_input_error(with(estimate, {"--finetune", "lora", "--use-orig-params", "false"}),
+                     {"--use-orig-params false: an FSDP1 setting"});
+  expect_input_error(with(estimate, {"--finetune", "qlora", "--bnb-4bit-quant-storage", "int4"}),
+                     {"--bnb-4bit-quant-storage 'int4'"});
+  // FSDP1 without use_orig_params: LoRA mixes frozen and trainable parameters in every block.
+  expect_input_error({"plan", "-m", "llama3-8b", "-c", "8xA100-80GB", "--finetune", "lora", "--fsdp-version", "1",
+                      "--use-orig-params", "false"},
+                     {"FlatParameter requires uniform requires_grad", "use --fsdp-version 2 or --use-orig-params true"});
+  // The plan JSON's block: unknown keys and versions are refused naming the field.
+  const std::string plan = R"({"schema": "shardplan.plan/v1", "training": {"seq_len": 64},
+    "finetune": {"version": 1, "mode": "lora", "lora": {"r": 8, "rank": 4}}, "units": [{"root": true}]})";
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", plan},
+                     {"field 'finetune.lora.rank'", "'r'"});
+  const std::string version = R"({"schema": "shardplan.plan/v1", "training": {"seq_len": 64},
+    "finetune": {"version": 2, "mode": "lora"}, "units": [{"root": true}]})";
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", version}, {"field 'finetune.version'"});
+  const std::string targets = R"({"schema": "shardplan.plan/v1", "training": {"seq_len": 64},
+    "finetune": {"version": 1, "mode": "lora", "lora": {"target_modules": ["c_attn"]}}, "units": [{"root": true}]})";
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", targets},
+                     {"field 'finetune.lora.target_modules' 'c_attn'", "has no such module"});
+}
+
+TEST_CASE("`capacity --finetune qlora`: which GPUs and how many for a QLoRA fine-tune of llama2-70b") {
+  const RunResult result = run_shardplan({"capacity", "-m", "llama2-70b", "--gpus", "RTX4090,A100-80GB", "--max-gpus",
+                                          "8", "--seq-len", "2048", "--ac", "full", "--precision", "pure-bf16",
+                                          "--finetune", "qlora", "--bnb-4bit-use-double-quant", "--json"});
+  INFO(result.err);
+  REQUIRE(result.exit_status == 0);
+  const json document = json::parse(result.out);
+  // 4-bit weights (35 GB) fit one 80 GB A100 as they are; one 24 GB card only streams them from host memory (CPU
+  // offload), two hold them sharded.
+  CHECK(document.at("smallest_fitting_gpus").at("A100-80GB") == 1);
+  CHECK(document.at("smallest_fitting_gpus").at("RTX4090") == 1);
+  for (const json& point : document.at("points")) {
+    if (point.at("gpu") != "RTX4090" || point.at("gpus").get<int>() > 2) continue;
+    CAPTURE(point.dump());
+    CHECK(point.at("fits") == true);
+    CHECK((point.at("plan").get<std::string>().find("CPU offload") != std::string::npos) == (point.at("gpus") == 1));
+  }
+}
