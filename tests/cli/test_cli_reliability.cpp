@@ -221,15 +221,18 @@ TEST_CASE("reliability: a resume that does not match names the differing setting
   // Reverted (fingerprint only, every rank printing): "model 'tiny-llama', plan 'default' differ from this run's
   // model 'tiny-llama', plan 'default'", twice, interleaved; another --data was accepted silently.
   const RunResult micro_batch = run({"--steps", "4", "--resume", "--micro-batch", "2"});
+  INFO("micro-batch run's stderr: " << micro_batch.err);
   CHECK(micro_batch.exit_status == 2);
   const auto micro_lines = error_lines(micro_batch);
   REQUIRE(micro_lines.size() == 1);
   CHECK(contains(micro_lines.front(), "written with --micro-batch 1, this run has --micro-batch 2"));
   const RunResult seq_len = run({"--steps", "4", "--resume", "--seq-len", "32"});
+  INFO("seq-len run's stderr: " << seq_len.err);
   REQUIRE(error_lines(seq_len).size() == 1);
   CHECK(contains(error_lines(seq_len).front(), "written with --seq-len 64, this run has --seq-len 32"));
   const TempFile other_data("other-data", std::string(4096, 'x'), ".txt");
   const RunResult data = run({"--steps", "4", "--resume", "--data", other_data.path()});
+  INFO("data run's exit status " << data.exit_status << ", stderr: " << data.err);
   REQUIRE(error_lines(data).size() == 1);
   CHECK(contains(error_lines(data).front(), "written from data file '/usr/share/common-licenses/GPL-3'"));
   CHECK(contains(error_lines(data).front(), "this run reads '" + other_data.path() + "' (4096 bytes, fnv1a64 "));

@@ -144,6 +144,7 @@ TEST_CASE("`run --checkpoint-dir` then `--resume` continues exactly; a truncated
   REQUIRE(std::filesystem::exists(shard));
   std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 100);
   const RunResult refused = run({"--steps", "6", "--checkpoint-dir", checkpoints, "--resume"});
+  INFO("refused run's exit status " << refused.exit_status << ", stderr: " << refused.err);
   CHECK(refused.exit_status != 0);
   CHECK(refused.err.find("truncated") != std::string::npos);
   std::filesystem::remove_all(dir);
