@@ -26,7 +26,8 @@ std::vector<std::vector<std::size_t>> unit_layers(const Plan& plan, const ModelS
 
 Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options)
     : model_(model), plan_(plan), options_(options), rank_(world.group().world_ranks.at(static_cast<std::size_t>(world.rank()))),
-      world_size_(world.size()), tensor_parallel_degree_(options.tensor_parallel_degree), rank_model_(model),
+      world_size_(world.size()), tensor_parallel_degree_(plan.tensor_parallel_degree), rank_model_(model),
+      lowered_plan_(plan),
       tracker_(rank_, clock_) {
   const int gpus_per_node = options_.gpus_per_node > 0 ? options_.gpus_per_node : world_size_;
   std::vector<UnitLayout> layouts;
@@ -41,18 +42,20 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
   };
   with_rank([&] {
     const int tp = tensor_parallel_degree_;
-    if (tp < 1 || world_size_ % tp != 0) {
-      throw InputError("tensor_parallel_degree " + std::to_string(tp) + ": expected a positive divisor of the " +
-                       std::to_string(world_size_) + " ranks");
-    }
-    data_parallel_size_ = world_size_ / tp;
+    int lowered_gpus_per_node = gpus_per_node;
     if (tp > 1) {
+      // The plan as the user wrote it, for the whole world (Note [Tensor parallel degree] in plan.h) ...
+      validate_plan(plan_, model_, world_size_, gpus_per_node);
       rank_model_ = runtime::tensor_parallel_rank_model(model_, tp);  // InputError when heads or FFN don't divide
+      // ... and, Note [2-D mesh], the schedule of its DP group: FSDP alone over world / tp ranks of the TP rank's
+      // parameters (the schedule carries no TP ops yet; the runner adds them, tensor_parallel_collectives).
+      lowered_plan_.tensor_parallel_degree = 1;
+      lowered_gpus_per_node = gpus_per_node / tp;
     }
-    // Note [2-D mesh]: the schedule is lowered for the DP group and the TP rank's share of the parameters.
-    layouts = unit_layouts(plan_, rank_model_, data_parallel_size_, gpus_per_node);
-    check_executable(plan_, layouts, rank_);
-    schedule_ = lower_plan(plan_, rank_model_, {data_parallel_size_, gpus_per_node, 0});
+    data_parallel_size_ = plan_.data_parallel_ranks(world_size_);
+    layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size_, lowered_gpus_per_node);
+    check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true});
+    schedule_ = lower_plan(lowered_plan_, rank_model_, {data_parallel_size_, lowered_gpus_per_node, 0});
     const std::int64_t whole_tokens = schedule_.sequences_per_micro_batch * schedule_.seq_len;
     if (whole_tokens % tp != 0) {
       throw InputError("plan: a micro-batch of " + std::to_string(whole_tokens) + " tokens does not split over " +
@@ -89,7 +92,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     runtime::extract_tensor_parallel_rank(whole_layout_, layout_, tensor_parallel_degree_, tensor_parallel_rank(),
                                           whole, rank_init);
   }
-  const auto layers = unit_layers(plan_, rank_model_);
+  const auto layers = unit_layers(lowered_plan_, rank_model_);
   for (std::size_t unit = 0; unit < layouts.size(); ++unit) {
     const int group = layouts[unit].param_group;
     // Shard groups are consecutive ranks of the DP group (make_shard_group), so the index inside the group is its rank.

@@ -27,8 +27,6 @@ struct RunnerOptions {
   std::uint64_t seed = 0;           // parameter init (the same stream as ModelRuntime::init_parameters(seed))
   runtime::AdamWOptions adamw{};
   int gpus_per_node = 0;            // for lowering's group placement; 0 = the whole world on one node
-  // Tensor-parallel degree of the 2-D mesh (Note [2-D mesh] in tensor_parallel_runner.h); 1: FSDP alone.
-  int tensor_parallel_degree = 1;
 };
 
 // What one step measured on this rank (loss and step time are agreed over all ranks).
@@ -55,7 +53,7 @@ struct StepReport {
 // exactly where the plan's lowering put the all-gathers.
 class Runner {
  public:
-  // Lowers `plan` for world.size() ranks, checks the runner can execute it (check_executable), creates the groups
+  // Lowers `plan` for world.size() ranks (with plan.tensor_parallel_degree > 1: Note [2-D mesh]), checks the runner can execute it (check_executable), creates the groups
   // (collective over `world`) and initialises this rank's shards. InputError/InternalError carry this rank.
   Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options = {});
   ~Runner();
@@ -103,6 +101,7 @@ class Runner {
   int tensor_parallel_degree_ = 1;
   int data_parallel_size_ = 1;  // world_size_ / tensor_parallel_degree_: the ranks the schedule was lowered for
   ModelSpec rank_model_;        // model_, or its TP rank's slice
+  Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh])
   StepSchedule schedule_;
   runtime::ModelLayout layout_;        // of rank_model_
   runtime::ModelLayout whole_layout_;  // of model_
