@@ -53,6 +53,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
       lowered_gpus_per_node = gpus_per_node / tp;
     }
     data_parallel_size_ = plan_.data_parallel_ranks(world_size_);
+    data_parallel_rank_ = world.rank() / tp;  // TP inner
     layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size_, lowered_gpus_per_node);
     check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true});
     schedule_ = lower_plan(lowered_plan_, rank_model_, {data_parallel_size_, lowered_gpus_per_node, 0});

@@ -75,6 +75,10 @@ class Runner {
   int rank() const { return rank_; }
   int tensor_parallel_degree() const { return tensor_parallel_degree_; }
   int tensor_parallel_rank() const { return tensor_parallel_ ? tensor_parallel_->rank() : 0; }
+  // The data-parallel ranks and this rank's index among them (Note [2-D mesh]): which micro-batches step() takes —
+  // the TP ranks of one DP rank take the same ones. world size and rank without tensor parallelism.
+  int data_parallel_size() const { return data_parallel_size_; }
+  int data_parallel_rank() const { return data_parallel_rank_; }
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
   // The same for this runner's step: the schedule's, plus its TP collectives (tensor_parallel_collectives).
@@ -100,6 +104,7 @@ class Runner {
   int world_size_ = 1;
   int tensor_parallel_degree_ = 1;
   int data_parallel_size_ = 1;  // world_size_ / tensor_parallel_degree_: the ranks the schedule was lowered for
+  int data_parallel_rank_ = 0;
   ModelSpec rank_model_;        // model_, or its TP rank's slice
   Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh])
   StepSchedule schedule_;
