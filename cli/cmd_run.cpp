@@ -81,6 +81,12 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     runs[i].flags = plan_flags[i];
     runs[i].plan = run_plan(runs[i].flags, model, size);
     plans.push_back(runs[i].plan);
+    // Checkpoints hold each rank's FSDP shards; those of a TP rank's slice have not been saved and resumed yet.
+    if (runs[i].plan.tensor_parallel_degree > 1 && (!flags.checkpoint_dir.empty() || flags.resume)) {
+      throw InputError("--checkpoint-dir/--resume with tensor_parallel_degree " +
+                       std::to_string(runs[i].plan.tensor_parallel_degree) +
+                       ": not yet supported (expected a plan with tensor_parallel_degree 1, or no checkpoints)");
+    }
   }
   // Note [Step watchdog]: started before the runners, so the groups they split from `world` are watched too.
   const auto watchdog =
@@ -99,7 +105,8 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   const int k = runner.schedule().micro_batches;
   // The dataset position a checkpoint after `step` steps records: the first batch index of the next step.
   const auto position_after = [&](std::int64_t step) {
-    return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(size);
+    return static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(k) *
+           static_cast<std::uint64_t>(runner.data_parallel_size());
   };
   // The data a checkpoint records, so a resume with another --data says so (checkpoint_manifest.h).
   const runner::CheckpointData data =
@@ -135,7 +142,9 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
         const int micro_batches = run.runner->schedule().micro_batches;
         const auto phase = watched("step " + std::to_string(step) + (interleaved ? " of " + run.flags.plan_file : ""));
         run.outcome.add_step(
-            step, run.runner->step(runner::rank_micro_batches(*run.data, step, micro_batches, size, world.rank())));
+            step, run.runner->step(runner::rank_micro_batches(*run.data, step, micro_batches,
+                                                              run.runner->data_parallel_size(),
+                                                              run.runner->data_parallel_rank())));
         if (lead && !flags.json) print_step_line(step, run.outcome.last, interleaved ? run.flags.plan_file : "");
       }
       const bool last_step = step + 1 == flags.steps;

@@ -148,6 +148,12 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     if (plan.units[id].is_root) throw InputError("plan: unit " + std::to_string(id) + ": only unit 0 may be the root");
   }
   plan_units(plan, model);  // ranges in bounds, ordered, non-overlapping, tied layers together
+  validate_tensor_parallel_degree(plan.tensor_parallel_degree, model, world_size, gpus_per_node,
+                                  "plan: tensor_parallel_degree");
+  if (plan.tensor_parallel_degree > 1 && (plan.offload.params || plan.offload.optimizer)) {
+    throw InputError("plan: tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
+                     " with CPU offload: not yet supported (expected tensor_parallel_degree 1 or no offload)");
+  }
   const int count = static_cast<int>(plan.units.size());
   for (int id = 0; id < count; ++id) {
     const auto& unit = plan.units[static_cast<std::size_t>(id)];
@@ -161,7 +167,9 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
       }
     }
     try {
-      const ShardingLayout layout = resolve_sharding(unit.strategy, world_size, gpus_per_node);
+      // Note [Tensor parallel degree]: FSDP shards over the data-parallel ranks, gpus_per_node / tp of them per node.
+      const ShardingLayout layout = resolve_sharding(unit.strategy, plan.data_parallel_ranks(world_size),
+                                                     gpus_per_node / plan.tensor_parallel_degree);
       const int partial = unit.reshard_after_forward.group_size;
       if (unit.reshard_after_forward.keeps_partial_copy() &&
           (partial >= layout.param_group || layout.param_group % partial != 0)) {
@@ -181,6 +189,34 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
   validate_training(plan.training, model);
   check_uniform_requires_grad(plan, model);
   validate_step_size(plan, model);
+}
+
+void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int world_size, int gpus_per_node,
+                                     const std::string& where) {
+  const std::string value = where + " " + std::to_string(degree) + ": expected ";
+  if (degree < 1 || (degree & (degree - 1)) != 0) throw InputError(value + "a power of two (1, 2, 4, 8)");
+  if (degree == 1) return;
+  if (gpus_per_node % degree != 0 || world_size % degree != 0) {
+    throw InputError(value + "a divisor of the " + std::to_string(gpus_per_node) +
+                     " GPUs per node and of the world of " + std::to_string(world_size) +
+                     " (tensor parallelism stays inside a node)");
+  }
+  if (!model.finetune.trains_all()) {
+    throw InputError(value + "1 when fine-tuning (tensor parallelism with frozen or LoRA layers is not yet supported)");
+  }
+  if (!model.architecture) {
+    throw InputError(value + "1 for a model given as a layer list (tensor parallelism splits the heads and the FFN "
+                     "of a known architecture: use a preset or a Hugging Face config.json)");
+  }
+  const DecoderArchitecture& arch = *model.architecture;
+  const std::pair<const char*, std::int64_t> widths[] = {
+      {"attention heads", arch.num_heads}, {"key/value heads", arch.num_kv_heads}, {"FFN width", arch.intermediate_size}};
+  for (const auto& [name, width] : widths) {
+    if (width % degree != 0) {
+      throw InputError(value + "a divisor of the model's " + std::to_string(width) + " " + name +
+                       " (each TP rank holds an equal share)");
+    }
+  }
 }
 
 void validate_step_size(const Plan& plan, const ModelSpec& model) {

@@ -45,6 +45,10 @@ struct Plan {
   int grad_accumulation_steps = 1;  // micro-batches per optimizer step on each rank
   int max_inflight_all_gathers = 2; // FSDP1's limit_all_gathers rate limiter; 0 = unlimited
   OffloadPolicy offload;
+  // Note [Tensor parallel degree]: Megatron-style tensor parallelism inside a node (PyTorch's parallelize_module on
+  // the "tp" dimension of a 2-D DeviceMesh), FSDP over the remaining world / tensor_parallel_degree ranks. 1 = none.
+  int tensor_parallel_degree = 1;
+  int data_parallel_ranks(int world_size) const { return world_size / tensor_parallel_degree; }
 };
 
 // FSDP's usual wrapping: one unit per transformer block, the rest in the root unit (not resharded after forward),
@@ -60,6 +64,13 @@ Plan plan_with_units(const ModelSpec& model, const Plan& plan_template, const st
 // Checks a plan against its model and world: units cover each layer at most once and in order, prefetch ids exist,
 // shard groups divide the world, the checkpointing list has one entry per layer. InputError names the unit.
 void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
+
+// Note [Tensor parallel degree]: a power of two that divides the GPUs of one node (TP's collectives run on every
+// block, so they stay on NVLink, as torchtitan and Megatron-LM place them) and the world, the attention heads, the
+// key/value heads and the FFN width (ColwiseParallel shards each projection's output features evenly), of a model
+// whose architecture is known (explicit layer lists have no heads to split). InputError naming the field otherwise.
+void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int world_size, int gpus_per_node,
+                                     const std::string& where);
 
 // The part of validate_plan that bounds the work and memory one step implies (Note [Step work] in input_limits.h):
 // micro-batches x layers, and every byte the step could allocate below 2^60. InputError naming the limit.

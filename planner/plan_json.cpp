@@ -125,7 +125,8 @@ PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpe
 Plan plan_from_json(const nlohmann::json& document, const std::string& origin, const ModelSpec& model) {
   const JsonObjectReader root(document, origin);
   root.reject_unknown_keys(
-      {"schema", "name", "model", "training", "finetune", "max_inflight_all_gathers", "offload", "units"});
+      {"schema", "name", "model", "training", "finetune", "max_inflight_all_gathers", "offload", "units",
+       "tensor_parallel_degree"});
   if (!root.has("schema") || root.raw().at("schema") != kPlanSchema) {
     root.fail("schema", std::string("\"") + kPlanSchema + "\"");
   }
@@ -140,6 +141,9 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   }
   plan.max_inflight_all_gathers = static_cast<int>(
       root.optional_int_in_range("max_inflight_all_gathers", 0, limits::kMaxInflightAllGathers).value_or(2));
+  // Note [Tensor parallel degree]: range only here; validate_plan checks it against the model and the cluster.
+  plan.tensor_parallel_degree = static_cast<int>(
+      root.optional_int_in_range("tensor_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
   if (root.has("offload")) {
     const JsonObjectReader offload = root.object("offload");
     offload.reject_unknown_keys({"params", "optimizer"});
@@ -198,6 +202,8 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
           {"max_inflight_all_gathers", plan.max_inflight_all_gathers},
           {"offload", {{"params", plan.offload.params}, {"optimizer", plan.offload.optimizer}}},
           {"units", std::move(units)}};
+  // FSDP alone (degree 1) writes no field, so plans from before tensor parallelism existed write as they did.
+  if (plan.tensor_parallel_degree != 1) document["tensor_parallel_degree"] = plan.tensor_parallel_degree;
   // Full training writes no block: plans from before fine-tuning existed read and write as they did.
   if (!plan.training.finetune.trains_all()) {
     document["finetune"] = finetune_to_json(plan.training.finetune, plan.training.precision, model);

@@ -40,6 +40,16 @@ void init_unit_shard(const runtime::ModelLayout& model, const runtime::UnitParam
                  });
 }
 
+void copy_unit_shard_from_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
+                                std::span<const float> model_flat, std::int64_t first, std::span<float> shard) {
+  std::fill(shard.begin(), shard.end(), 0.0f);  // the padding
+  const auto count = static_cast<std::int64_t>(shard.size());
+  for_each_piece(model, unit, first, first + count,
+                 [&](std::int64_t model_first, std::int64_t unit_begin, std::int64_t piece) {
+                   std::copy_n(model_flat.begin() + model_first, piece, shard.begin() + (unit_begin - first));
+                 });
+}
+
 void scatter_unit_into_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
                              std::span<const float> unit_flat, std::span<float> model_flat) {
   for_each_piece(model, unit, 0, unit.element_count,

@@ -16,6 +16,10 @@ namespace shardplan::runner {
 // reference (Note [Sharded init]); zeros in the padding.
 void init_unit_shard(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
                      const runtime::InitOptions& init, std::int64_t first, std::span<float> shard);
+// This rank's shard [first, first + shard.size()) of a unit's flat parameter copied from a model's flat parameter
+// `model_flat` (zeros in the padding): how a tensor-parallel rank starts from its slice of the whole model's init.
+void copy_unit_shard_from_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
+                                std::span<const float> model_flat, std::int64_t first, std::span<float> shard);
 // A whole unit's flat parameter (`unit_flat`, padding allowed after it) copied into `model_flat` at its model offsets.
 void scatter_unit_into_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
                              std::span<const float> unit_flat, std::span<float> model_flat);

@@ -2,10 +2,13 @@
 #include "runner.h"
 
 #include <source_location>
+#include <string>
 
 #include "errors.h"
 #include "lowering.h"
 #include "runner_support.h"
+#include "tensor_parallel_group.h"
+#include "tensor_parallel_model.h"
 #include "unit_layout.h"
 
 namespace shardplan::runner {
@@ -23,40 +26,93 @@ std::vector<std::vector<std::size_t>> unit_layers(const Plan& plan, const ModelS
 
 Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options)
     : model_(model), plan_(plan), options_(options), rank_(world.group().world_ranks.at(static_cast<std::size_t>(world.rank()))),
-      world_size_(world.size()), tracker_(rank_, clock_) {
+      world_size_(world.size()), tensor_parallel_degree_(plan.tensor_parallel_degree), rank_model_(model),
+      lowered_plan_(plan),
+      tracker_(rank_, clock_) {
   const int gpus_per_node = options_.gpus_per_node > 0 ? options_.gpus_per_node : world_size_;
   std::vector<UnitLayout> layouts;
-  try {
-    layouts = unit_layouts(plan_, model_, world_size_, gpus_per_node);
-    check_executable(plan_, layouts, rank_);
-    schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
-    layout_ = runtime::model_layout(model_);
-    (void)runtime::decoder_dims(model_);  // InputError for a model the CPU kernels cannot run
-    for (std::size_t index = 0; index < model_.layers.size(); ++index) {
-      kernels_.push_back(runtime::make_layer_kernel(model_, index));
+  // InputError carrying this rank (every rank throws the same one, before or after the same collectives).
+  const auto with_rank = [this](const auto& body) {
+    try {
+      body();
+    } catch (const InputError& error) {
+      if (error.rank() >= 0) throw;
+      throw InputError(error.what(), error.where(), rank_);
     }
-  } catch (const InputError& error) {
-    if (error.rank() >= 0) throw;
-    throw InputError(error.what(), error.where(), rank_);
+  };
+  with_rank([&] {
+    const int tp = tensor_parallel_degree_;
+    int lowered_gpus_per_node = gpus_per_node;
+    if (tp > 1) {
+      // The plan as the user wrote it, for the whole world (Note [Tensor parallel degree] in plan.h) ...
+      validate_plan(plan_, model_, world_size_, gpus_per_node);
+      rank_model_ = runtime::tensor_parallel_rank_model(model_, tp);  // InputError when heads or FFN don't divide
+      // ... and, Note [2-D mesh], the schedule of its DP group: FSDP alone over world / tp ranks of the TP rank's
+      // parameters (the schedule carries no TP ops yet; the runner adds them, tensor_parallel_collectives).
+      lowered_plan_.tensor_parallel_degree = 1;
+      lowered_gpus_per_node = gpus_per_node / tp;
+    }
+    data_parallel_size_ = plan_.data_parallel_ranks(world_size_);
+    data_parallel_rank_ = world.rank() / tp;  // TP inner
+    layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size_, lowered_gpus_per_node);
+    check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true});
+    schedule_ = lower_plan(lowered_plan_, rank_model_, {data_parallel_size_, lowered_gpus_per_node, 0});
+    const std::int64_t whole_tokens = schedule_.sequences_per_micro_batch * schedule_.seq_len;
+    if (whole_tokens % tp != 0) {
+      throw InputError("plan: a micro-batch of " + std::to_string(whole_tokens) + " tokens does not split over " +
+                       std::to_string(tp) + " tensor-parallel ranks (sequence parallelism)");
+    }
+    layout_ = runtime::model_layout(rank_model_);
+    whole_layout_ = runtime::model_layout(model_);
+    (void)runtime::decoder_dims(model_);  // InputError for a model the CPU kernels cannot run
+    if (tp == 1) {
+      for (std::size_t index = 0; index < model_.layers.size(); ++index) {
+        kernels_.push_back(runtime::make_layer_kernel(model_, index));
+      }
+    }
+  });
+  groups_ = std::make_unique<RunnerGroups>(world, layouts, tensor_parallel_degree_);
+  if (tensor_parallel_degree_ > 1) {
+    tensor_parallel_ = std::make_unique<CommTensorParallelGroup>(*groups_->tensor_parallel());
+    const runtime::AttentionShape whole{static_cast<int>(schedule_.sequences_per_micro_batch),
+                                        static_cast<int>(schedule_.seq_len)};
+    with_rank([&] {
+      for (std::size_t index = 0; index < rank_model_.layers.size(); ++index) {
+        kernels_.push_back(runtime::make_tensor_parallel_layer_kernel(rank_model_, index, whole, *tensor_parallel_));
+      }
+    });
   }
-  groups_ = std::make_unique<RunnerGroups>(world, layouts);
   runtime::InitOptions init;
   init.seed = options_.seed;
-  const auto layers = unit_layers(plan_, model_);
+  // With tensor parallelism every rank starts from its slice of the whole model's init, so the TP ranks together hold
+  // exactly the reference's parameters (Note [Sharded init] holds per whole-model element, not per slice element).
+  std::vector<float> rank_init;
+  if (tensor_parallel_degree_ > 1) {
+    const std::vector<float> whole = runtime::init_model_parameters(whole_layout_, init);
+    rank_init.resize(static_cast<std::size_t>(layout_.element_count));
+    runtime::extract_tensor_parallel_rank(whole_layout_, layout_, tensor_parallel_degree_, tensor_parallel_rank(),
+                                          whole, rank_init);
+  }
+  const auto layers = unit_layers(lowered_plan_, rank_model_);
   for (std::size_t unit = 0; unit < layouts.size(); ++unit) {
     const int group = layouts[unit].param_group;
-    // Shard groups are consecutive ranks (make_shard_group), so the index inside the group is rank mod group.
+    // Shard groups are consecutive ranks of the DP group (make_shard_group), so the index inside the group is its rank.
     const int shard_index = group > 1 ? groups_->shard(group).rank() : 0;
     params_.push_back(std::make_unique<FlatParam>(layout_, runtime::unit_param_layout(layout_, layers[unit]),
                                                   layouts[unit], shard_index, init, tracker_));
+    if (!rank_init.empty()) {
+      FlatParam& param = *params_.back();
+      copy_unit_shard_from_model(layout_, param.unit_layout(), rank_init,
+                                 static_cast<std::int64_t>(shard_index) * param.sizes().shard_elements, param.shard());
+    }
   }
-  for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, world_size_);
+  for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, data_parallel_size_);
 }
 
 Runner::~Runner() = default;
 
 std::vector<float> Runner::gather_parameters() {
-  std::vector<float> model_flat(static_cast<std::size_t>(layout_.element_count), 0.0f);
+  std::vector<float> model_flat(static_cast<std::size_t>(layout_.element_count), 0.0f);  // this TP rank's
   for (auto& param : params_) {
     const UnitLayout& sizes = param->sizes();
     if (!sizes.gathers) {
@@ -69,7 +125,19 @@ std::vector<float> Runner::gather_parameters() {
         .wait();
     param->scatter_into_model(layout_, gathered, model_flat);
   }
-  return model_flat;
+  if (!tensor_parallel_) return model_flat;
+  // Every TP rank's slice, then each placed at its whole-model offsets (Note [Tensor-parallel split]).
+  const int tp = tensor_parallel_degree_;
+  std::vector<float> slices(model_flat.size() * static_cast<std::size_t>(tp));
+  groups_->tensor_parallel()->all_gather(model_flat.data(), model_flat.size(), slices.data()).wait();
+  std::vector<float> whole(static_cast<std::size_t>(whole_layout_.element_count), 0.0f);
+  for (int r = 0; r < tp; ++r) {
+    runtime::insert_tensor_parallel_rank(
+        whole_layout_, layout_, tp, r,
+        std::span<const float>(slices).subspan(model_flat.size() * static_cast<std::size_t>(r), model_flat.size()),
+        whole);
+  }
+  return whole;
 }
 
 std::vector<FlatParam*> Runner::flat_params() {
@@ -93,6 +161,18 @@ comm::CommCounters Runner::expected_collectives(const StepSchedule& schedule) {
     }
     expected[kind].calls += 1;
     expected[kind].bytes += static_cast<std::uint64_t>(op.bytes);
+  }
+  return expected;
+}
+
+comm::CommCounters Runner::expected_step_collectives() const {
+  comm::CommCounters expected = expected_collectives(schedule_);
+  if (!tensor_parallel_) return expected;
+  const comm::CommCounters tp = tensor_parallel_collectives(
+      schedule_, rank_model_, static_cast<std::int64_t>(schedule_.sequences_per_micro_batch) * schedule_.seq_len);
+  for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
+    expected.tallies[kind].calls += tp.tallies[kind].calls;
+    expected.tallies[kind].bytes += tp.tallies[kind].bytes;
   }
   return expected;
 }

@@ -16,6 +16,7 @@
 #include "runner_groups.h"
 #include "schedule.h"
 #include "step_clock.h"
+#include "tensor_parallel_runner.h"
 #include "timeline.h"
 #include "tracking_allocator.h"
 
@@ -52,7 +53,7 @@ struct StepReport {
 // exactly where the plan's lowering put the all-gathers.
 class Runner {
  public:
-  // Lowers `plan` for world.size() ranks, checks the runner can execute it (check_executable), creates the groups
+  // Lowers `plan` for world.size() ranks (with plan.tensor_parallel_degree > 1: Note [2-D mesh]), checks the runner can execute it (check_executable), creates the groups
   // (collective over `world`) and initialises this rank's shards. InputError/InternalError carry this rank.
   Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options = {});
   ~Runner();
@@ -63,14 +64,25 @@ class Runner {
   // micro-batch × seq_len. Collective over the world.
   StepReport step(std::span<const runtime::Batch> micro_batches);
 
-  // The full model's parameters in model_layout order, gathered from the shards (collective over the world).
+  // The full model's parameters in the whole model's layout order, gathered from the shards (and, with tensor
+  // parallelism, from every TP rank's slice; collective over the world).
   std::vector<float> gather_parameters();
 
   const StepSchedule& schedule() const { return schedule_; }
+  // The layout of the parameters this rank's flat parameters hold: the whole model's, or with tensor parallelism
+  // its TP rank's (runtime::tensor_parallel_rank_model).
   const runtime::ModelLayout& model_layout() const { return layout_; }
   int rank() const { return rank_; }
+  int tensor_parallel_degree() const { return tensor_parallel_degree_; }
+  int tensor_parallel_rank() const { return tensor_parallel_ ? tensor_parallel_->rank() : 0; }
+  // The data-parallel ranks and this rank's index among them (Note [2-D mesh]): which micro-batches step() takes —
+  // the TP ranks of one DP rank take the same ones. world size and rank without tensor parallelism.
+  int data_parallel_size() const { return data_parallel_size_; }
+  int data_parallel_rank() const { return data_parallel_rank_; }
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
+  // The same for this runner's step: the schedule's, plus its TP collectives (tensor_parallel_collectives).
+  comm::CommCounters expected_step_collectives() const;
 
   // What a checkpoint (checkpoint.h) saves and restores: this rank's flat parameters (shard, m, v) in unit order, the
   // AdamW step count (the bias correction depends on it, so a resumed run must continue from the same count), and
@@ -90,12 +102,19 @@ class Runner {
   RunnerOptions options_;
   int rank_ = 0;
   int world_size_ = 1;
+  int tensor_parallel_degree_ = 1;
+  int data_parallel_size_ = 1;  // world_size_ / tensor_parallel_degree_: the ranks the schedule was lowered for
+  int data_parallel_rank_ = 0;
+  ModelSpec rank_model_;        // model_, or its TP rank's slice
+  Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh])
   StepSchedule schedule_;
-  runtime::ModelLayout layout_;
+  runtime::ModelLayout layout_;        // of rank_model_
+  runtime::ModelLayout whole_layout_;  // of model_
   std::vector<std::unique_ptr<runtime::LayerKernel>> kernels_;
   StepClock clock_;
   TrackingAllocator tracker_;
   std::unique_ptr<RunnerGroups> groups_;
+  std::unique_ptr<CommTensorParallelGroup> tensor_parallel_;  // null without tensor parallelism
   std::vector<std::unique_ptr<FlatParam>> params_;
   std::vector<ParamGroup> param_groups_;
   std::int64_t optimizer_steps_ = 0;

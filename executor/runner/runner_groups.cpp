@@ -9,16 +9,24 @@
 
 namespace shardplan::runner {
 
-RunnerGroups::RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts) {
+RunnerGroups::RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts,
+                           int tensor_parallel_degree) {
   control_ = world.split(0, world.rank());
-  world_ = world.split(0, world.rank());
+  comm::Communicator* data_parallel = &world;
+  if (tensor_parallel_degree > 1) {  // Note [2-D mesh]: TP inner, DP outer
+    const int tp = tensor_parallel_degree;
+    tensor_parallel_ = world.split(world.rank() / tp, world.rank());
+    data_parallel_ = world.split(world.rank() % tp, world.rank());
+    data_parallel = data_parallel_.get();
+  }
+  world_ = data_parallel->split(0, data_parallel->rank());
   std::set<int> sizes;  // ordered, so every rank creates the groups in the same order
   for (const auto& layout : layouts) {
     if (layout.param_group > 1) sizes.insert(layout.param_group);
   }
   for (int size : sizes) {
-    shard_[size] = comm::make_shard_group(world, size);
-    if (world.size() / size > 1) replica_[size] = comm::make_replica_group(world, size);
+    shard_[size] = comm::make_shard_group(*data_parallel, size);
+    if (data_parallel->size() / size > 1) replica_[size] = comm::make_replica_group(*data_parallel, size);
   }
 }
 
@@ -44,6 +52,7 @@ comm::CommCounters RunnerGroups::data_counters() const {
   };
   for (const auto& [size, group] : shard_) add(group->counters());
   for (const auto& [size, group] : replica_) add(group->counters());
+  if (tensor_parallel_) add(tensor_parallel_->counters());
   return total;
 }
 

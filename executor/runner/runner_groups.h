@@ -13,22 +13,27 @@ namespace shardplan::runner {
 // One communicator per (GroupKind, size) the plan uses, split from the caller's world communicator in the same order on
 // every rank (creation is collective). `world` is a private duplicate for GroupKind::world all-reduces, and `control`
 // one for the runner's own barrier and loss/step-time reductions, so the data communicators' counters hold exactly
-// the schedule's collectives (asserted per step by the tests).
+// the schedule's collectives (asserted per step by the tests). With tensor parallelism (Note [2-D mesh] in
+// tensor_parallel_runner.h) the schedule's groups live inside this rank's DP group — `world` is then the DP group —
+// and `tensor_parallel` is its TP group; `control` spans every rank either way.
 class RunnerGroups {
  public:
-  RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts);
+  RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts, int tensor_parallel_degree = 1);
 
   comm::Communicator& control() { return *control_; }
   comm::Communicator& world() { return *world_; }
+  comm::Communicator* tensor_parallel() { return tensor_parallel_.get(); }  // null without tensor parallelism
   comm::Communicator& shard(int group_size);    // consecutive ranks (make_shard_group)
   comm::Communicator& replica(int group_size);  // ranks holding the same shard of a `group_size` shard group
 
-  // The collectives issued on the data communicators (world, shard, replica) since they were created.
+  // The collectives issued on the data communicators (world, shard, replica, tensor_parallel) since they were created.
   comm::CommCounters data_counters() const;
 
  private:
   std::unique_ptr<comm::Communicator> control_;
   std::unique_ptr<comm::Communicator> world_;
+  std::unique_ptr<comm::Communicator> tensor_parallel_;
+  std::unique_ptr<comm::Communicator> data_parallel_;  // only split from
   std::map<int, std::unique_ptr<comm::Communicator>> shard_;
   std::map<int, std::unique_ptr<comm::Communicator>> replica_;
 };

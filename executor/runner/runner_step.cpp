@@ -20,9 +20,18 @@ class Runner::StepWalker {
         reduction_of_(runner.params_.size(), -1) {
     // Note [Progress hook]: the kernels poll the in-flight collectives between the parts of a layer.
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook([this] { progress(); });
+    if (r_.tensor_parallel_) {
+      // Note [Sequence-parallel tokens]: the layers see this TP rank's share of each micro-batch.
+      for (const runtime::Batch& whole : batches_) {
+        shares_.push_back(
+            sequence_parallel_share(whole, r_.tensor_parallel_degree_, r_.tensor_parallel_->rank()));
+      }
+      r_.tensor_parallel_->set_progress([this] { progress(); });
+    }
   }
   ~StepWalker() {
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook({});
+    if (r_.tensor_parallel_) r_.tensor_parallel_->set_progress({});
   }
   StepWalker(const StepWalker&) = delete;
   StepWalker& operator=(const StepWalker&) = delete;
@@ -182,7 +191,10 @@ class Runner::StepWalker {
     }
   }
 
-  const runtime::Batch& batch(const Op& op) const { return batches_[static_cast<std::size_t>(op.micro_batch)]; }
+  const runtime::Batch& batch(const Op& op) const {
+    const auto index = static_cast<std::size_t>(op.micro_batch);
+    return shares_.empty() ? batches_[index] : shares_[index];
+  }
 
   runtime::LayerParams params_of(const Op& op, bool gradient) {
     FlatParam& param = *r_.params_.at(static_cast<std::size_t>(op.unit));
@@ -222,8 +234,11 @@ class Runner::StepWalker {
   void backward(const Op& op) {
     const auto layer = static_cast<std::size_t>(op.layer);
     if (layer + 1 == r_.kernels_.size()) {
-      // dL/dloss of one micro-batch's mean loss when k are accumulated into one step (Note [Gradient mean]).
-      grad_ = runtime::Activations::scalar(1.0f / static_cast<float>(batches_.size()));
+      // dL/dloss of one micro-batch's mean loss when k are accumulated into one step (Note [Gradient mean]); with
+      // tensor parallelism each TP rank's loss is the mean over its 1/tp share of the tokens, and the micro-batch's
+      // mean is the mean of the tp shares' means.
+      grad_ = runtime::Activations::scalar(
+          1.0f / static_cast<float>(static_cast<std::int64_t>(batches_.size()) * r_.tensor_parallel_degree_));
     }
     // Note [Gradient hazard]: the schedule lets a unit's reduction of micro-batch m overlap the compute of m + 1 and
     // does not order it before the unit's next backward, which writes the same gradient buffer (the replicated
@@ -239,7 +254,10 @@ class Runner::StepWalker {
     const runtime::LayerParams grads = params_of(op, true);
     const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[layer]);
     if (workspace > 0) r_.tracker_.allocate(MemoryCategory::activations, workspace);
+    std::optional<ReplicatedGradients> replicated;  // Note [Replicated gradients]
+    if (r_.tensor_parallel_) replicated.emplace(grads, r_.model_.layers[layer].kind);
     grad_ = r_.kernels_[layer]->backward(params, saved_[layer], grad_, grads);
+    if (replicated) replicated->sum_over(*r_.tensor_parallel_);
     if (workspace > 0) r_.tracker_.release(MemoryCategory::activations, workspace);
     keep(layer, runtime::SavedActivations{});
   }
@@ -256,6 +274,7 @@ class Runner::StepWalker {
   Runner& r_;
   const std::vector<Op>& ops_;
   std::span<const runtime::Batch> batches_;
+  std::vector<runtime::Batch> shares_;  // this TP rank's share of each micro-batch; empty without TP
   std::vector<bool> done_;
   std::vector<TimelineEvent> events_;
   std::vector<InFlight> in_flight_;

@@ -49,6 +49,12 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
     reject(std::string("optimizer '") + to_string(plan.training.optimizer) + "' is not adamw", support, rank);
   }
   if (plan.offload.params || plan.offload.optimizer) reject("CPU offload is set", support, rank);
+  if (plan.tensor_parallel_degree > 1 && !support.tensor_parallel) {
+    reject("tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
+               ": tensor parallelism is not yet supported; run it on CPU ranks (--device cpu) or plan "
+               "tensor_parallel_degree 1",
+           support, rank);
+  }
   for (std::size_t id = 0; id < plan.units.size(); ++id) {
     const std::string unit = "unit " + std::to_string(id) + " ('" + plan.units[id].name + "')";
     if (plan.units[id].reshard_after_forward.keeps_partial_copy()) {

@@ -18,6 +18,7 @@ namespace shardplan::runner {
 struct ExecutorSupport {
   const char* name = "CPU";
   std::vector<std::string> precisions = {"fp32"};  // recipe names (precision.h); compared by their byte sizes
+  bool tensor_parallel = false;  // runs plans with tensor_parallel_degree > 1 (the CPU runner: Note [2-D mesh])
 };
 
 // InputError (carrying `rank`) unless the plan is one this executor runs exactly as scheduled:
@@ -26,6 +27,7 @@ struct ExecutorSupport {
 // - one of support.precisions (the CPU kernels compute in fp32 only, Note [Tracked bytes] in tracking_allocator.h;
 //   the GPU executor also runs bf16-mixed-fp32-reduce),
 // - AdamW (the only optimizer the runtime implements),
+// - tensor_parallel_degree 1 unless support.tensor_parallel,
 // - no CPU offload (no h2d/d2h ops) and no partial reshard-after-forward (reshard to a smaller group),
 // - every unit's parameters, gradients and optimizer states sharded over the same group (FSDP/HSDP strategies and
 //   NO_SHARD; ZeRO-1/2 would need a parameter all-gather after the step that the schedule does not contain).

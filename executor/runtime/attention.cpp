@@ -26,7 +26,7 @@ struct HeadSlices {
 };
 HeadSlices head_slices(const DecoderDims& dims, const AttentionShape& shape, int b, std::int64_t head) {
   const std::int64_t s = shape.seq_len, group = dims.num_heads / dims.num_kv_heads;
-  return {b * s * dims.hidden_size + head * dims.head_dim, b * s * dims.kv_dim() + (head / group) * dims.head_dim,
+  return {b * s * dims.q_dim() + head * dims.head_dim, b * s * dims.kv_dim() + (head / group) * dims.head_dim,
           (b * dims.num_heads + head) * s * s};
 }
 
@@ -39,7 +39,7 @@ std::vector<float> attention_probs(const DecoderDims& dims, const AttentionShape
   for (int b = 0; b < shape.micro_batch; ++b) {
     for (std::int64_t head = 0; head < dims.num_heads; ++head) {
       const HeadSlices at = head_slices(dims, shape, b, head);
-      ConstStridedView Q(q + at.q_offset, s, d, Eigen::OuterStride<>(dims.hidden_size));
+      ConstStridedView Q(q + at.q_offset, s, d, Eigen::OuterStride<>(dims.q_dim()));
       ConstStridedView K(k + at.kv_offset, s, d, Eigen::OuterStride<>(dims.kv_dim()));
       MatrixView P(probs.data() + at.probs_offset, s, s);
       assign_product(P, Q * K.transpose());  // Note [Aligned products]
@@ -60,12 +60,12 @@ std::vector<float> attention_probs(const DecoderDims& dims, const AttentionShape
 void attention_forward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
                        const float* normed, bool keep_probs, SavedActivations& saved, float* out,
                        const ProgressPoll& progress) {
-  const std::int64_t t = shape.tokens(), h = dims.hidden_size, kv = dims.kv_dim(), d = dims.head_dim;
-  const std::int64_t s = shape.seq_len;
-  std::vector<float>& q = saved.put("attn.q", std::vector<float>(static_cast<std::size_t>(t * h)));
+  const std::int64_t t = shape.tokens(), h = dims.hidden_size, qd = dims.q_dim(), kv = dims.kv_dim();
+  const std::int64_t d = dims.head_dim, s = shape.seq_len;
+  std::vector<float>& q = saved.put("attn.q", std::vector<float>(static_cast<std::size_t>(t * qd)));
   std::vector<float>& k = saved.put("attn.k", std::vector<float>(static_cast<std::size_t>(t * kv)));
   std::vector<float>& v = saved.put("attn.v", std::vector<float>(static_cast<std::size_t>(t * kv)));
-  linear_forward({t, h, h}, normed, params.tensor("self_attn.q_proj.weight"),
+  linear_forward({t, h, qd}, normed, params.tensor("self_attn.q_proj.weight"),
                  bias_or_null(params, "self_attn.q_proj.bias"), q.data());
   linear_forward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"),
                  bias_or_null(params, "self_attn.k_proj.bias"), k.data());
@@ -77,25 +77,25 @@ void attention_forward(const DecoderDims& dims, const LayerParams& params, const
   poll(progress);
 
   std::vector<float> probs = attention_probs(dims, shape, q.data(), k.data());
-  std::vector<float>& context = saved.put("attn.context", std::vector<float>(static_cast<std::size_t>(t * h)));
+  std::vector<float>& context = saved.put("attn.context", std::vector<float>(static_cast<std::size_t>(t * qd)));
   for (int b = 0; b < shape.micro_batch; ++b) {
     for (std::int64_t head = 0; head < dims.num_heads; ++head) {
       const HeadSlices at = head_slices(dims, shape, b, head);
       ConstStridedView V(v.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
-      StridedView O(context.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
+      StridedView O(context.data() + at.q_offset, s, d, Eigen::OuterStride<>(qd));
       assign_product(O, ConstMatrixView(probs.data() + at.probs_offset, s, s) * V);
     }
   }
   poll(progress);
-  linear_forward({t, h, h}, context.data(), params.tensor("self_attn.o_proj.weight"), nullptr, out);
+  linear_forward({t, qd, h}, context.data(), params.tensor("self_attn.o_proj.weight"), nullptr, out);
   if (keep_probs) saved.put("attn.probs", std::move(probs));
 }
 
 void attention_backward(const DecoderDims& dims, const LayerParams& params, const AttentionShape& shape,
                         const float* normed, const SavedActivations& saved, const float* d_out,
                         const LayerParams& grads, float* d_normed, const ProgressPoll& progress) {
-  const std::int64_t t = shape.tokens(), h = dims.hidden_size, kv = dims.kv_dim(), d = dims.head_dim;
-  const std::int64_t s = shape.seq_len;
+  const std::int64_t t = shape.tokens(), h = dims.hidden_size, qd = dims.q_dim(), kv = dims.kv_dim();
+  const std::int64_t d = dims.head_dim, s = shape.seq_len;
   const std::vector<float>& q = saved.get("attn.q");
   const std::vector<float>& k = saved.get("attn.k");
   const std::vector<float>& v = saved.get("attn.v");
@@ -104,12 +104,12 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   if (!saved.has("attn.probs")) rebuilt = attention_probs(dims, shape, q.data(), k.data());
   const std::vector<float>& probs = saved.has("attn.probs") ? saved.get("attn.probs") : rebuilt;
 
-  std::vector<float> d_context(static_cast<std::size_t>(t * h));
-  linear_backward({t, h, h}, saved.get("attn.context").data(), params.tensor("self_attn.o_proj.weight"), d_out,
+  std::vector<float> d_context(static_cast<std::size_t>(t * qd));
+  linear_backward({t, qd, h}, saved.get("attn.context").data(), params.tensor("self_attn.o_proj.weight"), d_out,
                   d_context.data(), false, grads.tensor("self_attn.o_proj.weight"), nullptr);
   poll(progress);
 
-  std::vector<float> dq(static_cast<std::size_t>(t * h)), dk(static_cast<std::size_t>(t * kv)),
+  std::vector<float> dq(static_cast<std::size_t>(t * qd)), dk(static_cast<std::size_t>(t * kv)),
       dv(static_cast<std::size_t>(t * kv));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   RowMatrix dP(s, s);
@@ -117,10 +117,10 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   for (int b = 0; b < shape.micro_batch; ++b) {
     for (std::int64_t head = 0; head < dims.num_heads; ++head) {
       const HeadSlices at = head_slices(dims, shape, b, head);
-      ConstStridedView Q(q.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
+      ConstStridedView Q(q.data() + at.q_offset, s, d, Eigen::OuterStride<>(qd));
       ConstStridedView K(k.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
       ConstStridedView V(v.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv));
-      ConstStridedView dO(d_context.data() + at.q_offset, s, d, Eigen::OuterStride<>(h));
+      ConstStridedView dO(d_context.data() + at.q_offset, s, d, Eigen::OuterStride<>(qd));
       ConstMatrixView P(probs.data() + at.probs_offset, s, s);
       // O = P·V: dV += Pᵀ·dO (kv heads shared by a group sum their query heads' terms), dP = dO·Vᵀ.
       add_product(StridedView(dv.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)), P.transpose() * dO);
@@ -131,7 +131,7 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
       }
       dP = (P.array() * (dP.array().colwise() - p_dot_dp.array())) * scale;
       // S = Q·Kᵀ·scale: dQ = dS·K, dK += dSᵀ·Q.
-      assign_product(StridedView(dq.data() + at.q_offset, s, d, Eigen::OuterStride<>(h)), dP * K);
+      assign_product(StridedView(dq.data() + at.q_offset, s, d, Eigen::OuterStride<>(qd)), dP * K);
       add_product(StridedView(dk.data() + at.kv_offset, s, d, Eigen::OuterStride<>(kv)), dP.transpose() * Q);
     }
   }
@@ -139,7 +139,7 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   rope_rotate(rope, dq.data(), t, dims.num_heads, d, true);
   rope_rotate(rope, dk.data(), t, dims.num_kv_heads, d, true);
   poll(progress);
-  linear_backward({t, h, h}, normed, params.tensor("self_attn.q_proj.weight"), dq.data(), d_normed, false,
+  linear_backward({t, h, qd}, normed, params.tensor("self_attn.q_proj.weight"), dq.data(), d_normed, false,
                   grads.tensor("self_attn.q_proj.weight"), grad_bias_or_null(grads, "self_attn.q_proj.bias"));
   linear_backward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"), dk.data(), d_normed, true,
                   grads.tensor("self_attn.k_proj.weight"), grad_bias_or_null(grads, "self_attn.k_proj.bias"));

@@ -26,6 +26,9 @@ struct DecoderDims {
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   std::int64_t kv_dim() const { return head_dim * num_kv_heads; }
+  // The query projection's width: hidden_size for a whole model, 1/degree of it for a tensor-parallel rank's heads
+  // (tensor_parallel_model.h), so the attention code never assumes heads·head_dim = hidden_size.
+  std::int64_t q_dim() const { return head_dim * num_heads; }
 };
 
 // Checks that `model` is something this runtime can execute (a llama-family architecture without dropout, an even

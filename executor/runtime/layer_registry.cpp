@@ -3,6 +3,8 @@
 
 #include "errors.h"
 #include "layer_kernel.h"
+#include "tensor_parallel_group.h"
+#include "tensor_parallel_model.h"
 
 namespace shardplan::runtime {
 namespace {
@@ -11,19 +13,20 @@ using Shape = std::vector<std::int64_t>;
 using ExpectedTensors = std::vector<std::pair<std::string, Shape>>;
 
 ExpectedTensors expected_tensors(LayerKind kind, const DecoderDims& dims) {
-  const std::int64_t h = dims.hidden_size, kv = dims.kv_dim(), f = dims.intermediate_size, v = dims.vocab_size;
+  const std::int64_t h = dims.hidden_size, q = dims.q_dim(), kv = dims.kv_dim(), f = dims.intermediate_size;
+  const std::int64_t v = dims.vocab_size;
   switch (kind) {
     case LayerKind::embedding:
     case LayerKind::lm_head: return {{"weight", {v, h}}};
     case LayerKind::norm: return {{"weight", {h}}};
     case LayerKind::transformer_block: {
-      ExpectedTensors expected = {{"input_layernorm.weight", {h}},        {"self_attn.q_proj.weight", {h, h}},
+      ExpectedTensors expected = {{"input_layernorm.weight", {h}},        {"self_attn.q_proj.weight", {q, h}},
                                   {"self_attn.k_proj.weight", {kv, h}},   {"self_attn.v_proj.weight", {kv, h}},
-                                  {"self_attn.o_proj.weight", {h, h}},    {"post_attention_layernorm.weight", {h}},
+                                  {"self_attn.o_proj.weight", {h, q}},    {"post_attention_layernorm.weight", {h}},
                                   {"mlp.gate_proj.weight", {f, h}},       {"mlp.up_proj.weight", {f, h}},
                                   {"mlp.down_proj.weight", {h, f}}};
       if (dims.attention_bias) {
-        expected.push_back({"self_attn.q_proj.bias", {h}});
+        expected.push_back({"self_attn.q_proj.bias", {q}});
         expected.push_back({"self_attn.k_proj.bias", {kv}});
         expected.push_back({"self_attn.v_proj.bias", {kv}});
       }
@@ -82,6 +85,18 @@ std::unique_ptr<LayerKernel> make_layer_kernel(const ModelSpec& model, std::size
   }
   throw InputError("model '" + model.name + "', layer '" + layer.name +
                    "': kind 'other' has no CPU runtime kernel; expected embedding, transformer_block, norm or lm_head");
+}
+
+std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& rank_model, std::size_t index,
+                                                               const AttentionShape& whole,
+                                                               TensorParallelGroup& group) {
+  if (index >= rank_model.layers.size() || rank_model.layers[index].kind != LayerKind::transformer_block) {
+    return make_layer_kernel(rank_model, index);  // replicated tensors, whole shapes (Note [Tensor-parallel split])
+  }
+  const DecoderDims rank_dims = tensor_parallel_dims(decoder_dims(rank_model), group.degree());
+  const LayerSpec& layer = rank_model.layers[index];
+  check_tensors(rank_model, layer, layer, rank_dims);
+  return make_sequence_parallel_block(rank_dims, whole, group);
 }
 
 }  // namespace shardplan::runtime

@@ -59,6 +59,40 @@ TEST_CASE("plan: JSON round trip") {
   CHECK(back.offload.params);
 }
 
+TEST_CASE("plan: tensor_parallel_degree round trips, defaults to 1 and is checked against model and node") {
+  const ModelSpec model = preset_model("tiny-llama");  // GQA: 4 heads, 2 key/value heads
+  TrainingConfig training;
+  training.seq_len = 64;
+  Plan plan = default_plan(model, training, {}, wrap_per_block(model), 4);
+  CHECK(plan.tensor_parallel_degree == 1);
+  CHECK_FALSE(to_json(plan, model).contains("tensor_parallel_degree"));  // plans from before read and write as before
+  plan.tensor_parallel_degree = 2;
+  const nlohmann::json document = to_json(plan, model);
+  CHECK(document.at("tensor_parallel_degree") == 2);
+  const Plan back = plan_from_json(document, "p.json", model);
+  CHECK(back.tensor_parallel_degree == 2);
+  CHECK(back.data_parallel_ranks(4) == 2);
+  CHECK_NOTHROW(validate_plan(back, model, 4, 4));
+  const auto error_of = [&](int degree, int world, int per_node) {
+    Plan changed = back;
+    changed.tensor_parallel_degree = degree;
+    try {
+      validate_plan(changed, model, world, per_node);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of(3, 6, 6).find("tensor_parallel_degree 3: expected a power of two") != std::string::npos);
+  CHECK(error_of(4, 4, 2).find("divisor of the 2 GPUs per node") != std::string::npos);
+  const std::int64_t heads = model.architecture->num_heads;
+  CHECK(error_of(static_cast<int>(heads) * 2, static_cast<int>(heads) * 2, static_cast<int>(heads) * 2)
+            .find("attention heads") != std::string::npos);
+  nlohmann::json bad = document;
+  bad["tensor_parallel_degree"] = 0;
+  CHECK_THROWS_WITH_AS(plan_from_json(bad, "p.json", model), doctest::Contains("tensor_parallel_degree"), InputError);
+}
+
 TEST_CASE("plan: bad plan files name the unit and the field") {
   const ModelSpec model = preset_model("tiny-llama");
   const auto error_of = [&](const std::string& text) {

@@ -1,0 +1,217 @@
+// Tensor parallelism × FSDP on a 2-D mesh (TP 2 inner, FSDP over the DP group) trains like the single-process
+// reference: losses, AdamW's moments (the reduced gradients), final parameters, and the collectives per step equal
+// the schedule's FSDP ones plus the TP ones its blocks and replicated gradients run.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "case_skip.h"
+#include "model_presets.h"
+#include "mpi_communicator.h"
+#include "runner.h"
+#include "runner_fixtures.h"
+#include "tensor_parallel_model.h"
+
+namespace shardplan::runner::testing {
+
+namespace {
+
+constexpr int kTensorParallel = 2;
+
+ModelSpec tiny_llama() {
+  const auto preset = find_model_preset("tiny-llama");
+  REQUIRE(preset.has_value());
+  return build_decoder(preset->name, preset->architecture, "preset");
+}
+
+// How check_parameters compares the final parameters (Note [Ill-conditioned first step]).
+struct ParameterCheck {
+  bool elementwise = true;        // test_equivalence.cpp's elementwise check, every element
+  bool well_conditioned = false;  // only elements with |g₀| ≥ 100ε (and padding), movement check only
+};
+
+struct TensorParallelCase {
+  ModelSpec model;
+  std::string strategy = "full_shard";
+  std::int64_t sequences_per_rank = 0;  // global batch per DP rank; 0: one micro-batch per DP rank
+  ActivationCheckpointing ac = ActivationCheckpointing::none;
+  ParameterCheck parameters{};
+};
+
+// This rank's shard of every unit, cut from a whole-model buffer of the reference: its TP rank's slice (Note
+// [Tensor-parallel split]), then the unit's FSDP shard of it (Note [FlatParam layout]) — both written from the layout
+// definitions by the fixtures and tensor_parallel_model.h, not by the runner's own init or gather.
+struct ReferenceShards {
+  const runtime::ModelLayout whole;
+  Runner& runner;
+
+  std::vector<std::vector<float>> of(const std::vector<float>& whole_flat) const {
+    const runtime::ModelLayout& mine = runner.model_layout();
+    std::vector<float> slice(static_cast<std::size_t>(mine.element_count));
+    runtime::extract_tensor_parallel_rank(whole, mine, runner.tensor_parallel_degree(), runner.tensor_parallel_rank(),
+                                          whole_flat, slice);
+    std::vector<std::vector<float>> shards;
+    for (FlatParam* param : runner.flat_params()) {
+      const std::int64_t first = static_cast<std::int64_t>(param->shard_index()) * param->sizes().shard_elements;
+      shards.push_back(unit_slice(mine, param->unit_layout(), slice, first, param->shard().size()));
+    }
+    return shards;
+  }
+};
+
+std::string where(Runner& runner, FlatParam& param) {
+  return "TP rank " + std::to_string(runner.tensor_parallel_rank()) + ", unit '" + param.sizes().name + "' shard " +
+         std::to_string(param.shard_index());
+}
+
+// Note [Gradient check] (test_equivalence.cpp): AdamW's update is blind to a common gradient scale, its moments are
+// not — a TP run that forgot the 1/tp of its loss share, or summed a replicated gradient twice, trains to the same
+// losses. The moments hold every element's gradient, so this also covers the elements check_parameters leaves out.
+void check_moments(Runner& runner, const ReferenceShards& reference_shards, const ReferenceRun& reference, int step) {
+  const auto s = static_cast<std::size_t>(step);
+  const auto m_ref = reference_shards.of(reference.exp_avg[s]);
+  const auto v_ref = reference_shards.of(reference.exp_avg_sq[s]);
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    FlatParam& param = *params[unit];
+    const std::vector<float> m(param.exp_avg().begin(), param.exp_avg().end());
+    const std::vector<float> v(param.exp_avg_sq().begin(), param.exp_avg_sq().end());
+    const double m_distance = relative_distance(m, m_ref[unit]);
+    const double v_distance = relative_distance(v, v_ref[unit]);
+    INFO("step ", step, ", ", where(runner, param), ": ‖m − m_ref‖/‖m_ref‖ = ", m_distance,
+         ", ‖v − v_ref‖/‖v_ref‖ = ", v_distance);
+    CHECK(m_distance <= 1e-5);  // test_equivalence.cpp's tolerance
+    CHECK(v_distance <= 1e-5);
+  }
+}
+
+// Note [Ill-conditioned first step]: AdamW's first update is lr·g/(|g| + ε) (m̂ = g, √v̂ = |g|), whose derivative
+// lr·ε/(|g| + ε)² is lr/(4ε) = 2.5e4 (lr 1e-3, ε 1e-8) where |g| ≈ ε: there a gradient difference at fp32 rounding level
+// (two correct runs summing in other orders — the reference's one GEMM, FSDP's sum over ranks, TP's partial sums over
+// heads and FFN slices) moves the parameter visibly, and later steps amplify small √v̂ likewise. tiny-llama (0.8 M
+// parameters) has such elements: measured, pure FSDP on 4 ranks (this test with TP 1) already leaves 8 parameters
+// outside test_equivalence.cpp's elementwise 1e-5 (worst 6.3e-5), TP 2 × FSDP 2 leaves 32 (worst 4.9e-4), each with a
+// step-0 gradient |g₀| < 5ε, and ‖Δp − Δp_ref‖/‖Δp_ref‖ = 3.1e-5 over the whole model. So on tiny-llama the
+// parameters are checked with the movement check per shard over the elements whose reference step-0 gradient is at
+// least 100ε (there the derivative is ≤ lr/(10⁴ε) = 10), and the elementwise check runs on small-llama, which meets
+// it for every element as test_equivalence.cpp requires. Which elements are left out depends on the reference alone,
+// so a wrong TP gradient cannot hide there; their gradients are compared with all others in check_moments.
+void check_parameters(Runner& runner, const ReferenceShards& reference_shards, const ReferenceRun& reference,
+                      const runtime::AdamWOptions& adamw, const ParameterCheck& check) {
+  const auto final_ref = reference_shards.of(reference.final_params);
+  const auto initial_ref = reference_shards.of(reference.initial_params);
+  const auto m0_ref = reference_shards.of(reference.exp_avg[0]);  // (1 − β₁)·g₀
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    FlatParam& param = *params[unit];
+    const std::vector<float> mine(param.shard().begin(), param.shard().end());
+    std::vector<float> moved_mine, moved_ref, kept_initial;
+    std::size_t mismatches = 0, left_out = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const double g0 = std::abs(static_cast<double>(m0_ref[unit][i])) / (1 - adamw.beta1);
+      if (check.well_conditioned && g0 > 0 && g0 < 100 * adamw.eps) {  // padding (g₀ = 0) stays compared
+        ++left_out;
+        continue;
+      }
+      const double a = mine[i], b = final_ref[unit][i];
+      if (!close(a, b, 1e-5, 0.1)) ++mismatches;  // test_equivalence.cpp's tolerance and floor
+      worst = std::max(worst, std::abs(a - b) / std::max({std::abs(a), std::abs(b), 0.1}));
+      moved_mine.push_back(mine[i]);
+      moved_ref.push_back(final_ref[unit][i]);
+      kept_initial.push_back(initial_ref[unit][i]);
+    }
+    const double moved = movement_distance(moved_mine, kept_initial, moved_ref);
+    INFO(where(runner, param), ": worst relative parameter difference ", worst, ", ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", moved,
+         ", ", left_out, " of ", mine.size(), " elements left out");
+    if (check.elementwise) CHECK(mismatches == 0);
+    CHECK(moved <= 1e-5);  // test_equivalence.cpp's movement check: 1 for an optimizer that never stepped
+    CHECK(left_out * 100 <= mine.size());  // sanity: measured at most 0.7% of a tiny-llama shard
+  }
+}
+
+void check_tensor_parallel(const TensorParallelCase& c) {
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  if (size % kTensorParallel != 0 || size < 2 * kTensorParallel) {
+    SKIP_CASE("TP " + std::to_string(kTensorParallel) + " × FSDP needs a multiple of " +
+              std::to_string(2 * kTensorParallel) + " ranks, got " + std::to_string(size) + " (runs at 4)");
+  }
+  const int data_parallel = size / kTensorParallel;
+  const int micro_batch = 2, seq_len = 16, steps = 3;
+  const std::int64_t global = c.sequences_per_rank > 0 ? c.sequences_per_rank * data_parallel : 0;
+  const TrainingConfig training = fp32_training(seq_len, micro_batch, global, c.ac);
+  // FSDP over `data_parallel` ranks of each TP rank's parameters (Note [2-D mesh]).
+  Plan plan = strategy_plan(c.model, training, c.strategy, data_parallel);
+  plan.tensor_parallel_degree = kTensorParallel;
+  RunnerOptions options;
+  options.seed = 11;
+  Runner runner(c.model, plan, world, options);
+  const int k = runner.schedule().micro_batches;
+  const auto data = test_data(micro_batch, seq_len);
+  const ReferenceRun reference =
+      reference_training(c.model, data, steps, k, data_parallel, options.seed, options.adamw);
+  const ReferenceShards reference_shards{runtime::model_layout(c.model), runner};
+  // The ranks of one TP group train on the same micro-batches: those of their DP rank (TP inner).
+  const int data_parallel_rank = world.rank() / kTensorParallel;
+  const comm::CommCounters expected = runner.expected_step_collectives();
+  // The TP collectives are in it: the blocks' all-gathers beside FSDP's parameter all-gathers.
+  CHECK(expected.calls(comm::Collective::all_gather) >
+        Runner::expected_collectives(runner.schedule()).calls(comm::Collective::all_gather));
+
+  for (int step = 0; step < steps; ++step) {
+    const auto batches = rank_micro_batches(data, step, k, data_parallel, data_parallel_rank);
+    const StepReport report = runner.step(batches);
+    const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
+    INFO(c.model.name, ", ", c.strategy, ", step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
+    CHECK(close(report.loss, reference_loss, 1e-5));
+    check_moments(runner, reference_shards, reference, step);
+    for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
+      INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
+      CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
+      CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
+    }
+  }
+  check_parameters(runner, reference_shards, reference, options.adamw, c.parameters);
+  // The whole model assembled from every TP rank's and FSDP shard's pieces: gather_parameters' placement, checked
+  // against the shards this rank just compared (so only the placement is tested here).
+  const std::vector<float> whole = runner.gather_parameters();
+  REQUIRE(whole.size() == reference.final_params.size());
+  const auto shards = reference_shards.of(whole);
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
+    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), shards[unit].begin()));
+  }
+}
+
+}  // namespace
+
+// The must-show case of issue 18: mpirun -np 4, TP 2 × FSDP 2 (full_shard) on tiny-llama.
+// Mutations tried (each rebuilt and run on this case; every one fails it):
+// - ReplicatedGradients::sum_over without its all-reduce (norm, embedding and head gradients left partial): losses
+//   off from step 1 (5.46943 vs 5.47304), m and v off in every unit, the TP all-reduce counts differ from expected;
+// - the loss share's gradient not divided by tp (runner_step.cpp): losses still agree to 1e-5 at every step (AdamW
+//   is blind to the scale, Note [Gradient check]) but m and v fail in every unit from step 0;
+// - extract_tensor_parallel_rank giving every TP rank the first rows of the column-parallel weights: losses off from
+//   step 0 (5.6225 vs 5.64419), m and v fail everywhere.
+TEST_CASE("runner: tensor_parallel 2 × full_shard 2 trains tiny-llama like the reference") {
+  check_tensor_parallel({tiny_llama(), "full_shard", 0, ActivationCheckpointing::none, {false, true}});
+}
+
+// small-llama, test_equivalence.cpp's model: every parameter within its elementwise tolerance (Note [Ill-conditioned
+// first step]).
+TEST_CASE("runner: tensor_parallel 2 × full_shard 2 trains small-llama like the reference") {
+  check_tensor_parallel({small_llama()});
+}
+
+TEST_CASE("runner: tensor_parallel 2 × shard_grad_op 2 with accumulation and full checkpointing") {
+  check_tensor_parallel({small_llama(), "shard_grad_op", 4, ActivationCheckpointing::full});
+}
+
+TEST_CASE("runner: tensor_parallel 2 × no_shard 2") { check_tensor_parallel({small_llama(), "no_shard"}); }
+
+}  // namespace shardplan::runner::testing
