@@ -85,10 +85,18 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
   std::map<std::string, std::size_t> index_by_name;
   for (std::size_t entry_index = 0; entry_index < entries.size(); ++entry_index) {
     const JsonObjectReader entry = root.element("layers", entry_index, entries[entry_index]);
+    // Note [Measured layers]: the torch bridge (python/shardplan_torch) writes, beside the keys a hand-written file
+    // uses, what it measured: the mask bytes and the s² terms autograd saved, the block input full recompute keeps,
+    // whether attention is causal, the module's class, and its raw samples ("measured", kept for the reader).
     entry.reject_unknown_keys({"name", "kind", "tensors", "params", "repeat", "tied_to", "matmul_flops_per_token",
                                "attention_flops_per_token_per_position", "activation_elements_per_token",
-                               "activation_score_elements_per_token_per_position"});
-    const std::string name = entry.string("name");
+                               "activation_score_elements_per_token_per_position", "activation_mask_bytes_per_token",
+                               "activation_score_mask_bytes_per_token_per_position", "checkpoint_elements_per_token",
+                               "causal", "class", "attention_heads", "measured"});
+    // "" names the root module, whose own parameters (ViT's class_token) a bridge-written file lists as a layer: the
+    // exports' get_submodule("") is the model itself.
+    const bool root_module = entry.has("name") && entry.raw().at("name") == "";
+    const std::string name = root_module ? std::string() : entry.string("name");
     LayerKind kind = LayerKind::other;
     try {
       kind = layer_kind_from_string(entry.optional_string("kind").value_or("other"));
@@ -153,6 +161,23 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
     layer.activations.score_elements_per_token_per_position =
         per_token("activation_score_elements_per_token_per_position", limits::kMaxActivationElementsPerToken,
                   layer.activations.score_elements_per_token_per_position);
+    layer.activations.mask_bytes_per_token = per_token("activation_mask_bytes_per_token",
+                                                       limits::kMaxActivationElementsPerToken,
+                                                       layer.activations.mask_bytes_per_token);
+    layer.activations.score_mask_bytes_per_token_per_position =
+        per_token("activation_score_mask_bytes_per_token_per_position", limits::kMaxActivationElementsPerToken,
+                  layer.activations.score_mask_bytes_per_token_per_position);
+    layer.activations.checkpoint_elements_per_token =
+        per_token("checkpoint_elements_per_token", limits::kMaxActivationElementsPerToken,
+                  layer.activations.checkpoint_elements_per_token);
+    layer.flops.causal_attention = entry.boolean("causal", true);
+    if (layer.flops.attention_flops_per_token_per_position == 0) {
+      layer.activations.flash_stat_bytes_per_token = 0;  // no attention core, no log-sum-exp
+    } else if (const auto heads = entry.optional_int_in_range("attention_heads", 1, limits::kMaxHeads)) {
+      layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(*heads);  // fp32 per head
+    }
+    if (entry.has("measured") && !entry.raw().at("measured").is_object()) entry.fail("measured", "an object");
+    entry.optional_string("class");  // the module's class, for the reader; a string when given
     if (kind == LayerKind::transformer_block) {
       // Selective-op checkpointing keeps the input, every other derived projection's output and attention's output
       // (Note [Derived kernels] in pass_kernels.cpp), never more than the layer keeps without checkpointing.
@@ -192,7 +217,10 @@ ModelSpec model_from_json(const nlohmann::json& document, const std::string& ori
         root.optional_int_in_range("default_seq_len", 1, limits::kMaxSeqLen).value_or(model.default_seq_len);
     return model;
   }
-  root.reject_unknown_keys({"schema", "name", "layers", "hidden_size", "num_heads", "vocab_size", "default_seq_len"});
+  // "params", "source", "wrap_candidates" and "module_tree" are what the torch bridge records of the module it read;
+  // "params", when given, must be the sum of the layers' tensors (the bridge's count, torch's own).
+  root.reject_unknown_keys({"schema", "name", "layers", "hidden_size", "num_heads", "vocab_size", "default_seq_len",
+                            "params", "source", "wrap_candidates", "module_tree"});
   // Note [Input limits]: the same ranges as an architecture block (2^63 - 1 printed a negative memory bound).
   model.hidden_size = root.int_in_range("hidden_size", 1, limits::kMaxHiddenSize);
   model.num_heads = root.int_in_range("num_heads", 1, limits::kMaxHeads);
@@ -200,6 +228,9 @@ ModelSpec model_from_json(const nlohmann::json& document, const std::string& ori
   model.default_seq_len = root.optional_int_in_range("default_seq_len", 1, limits::kMaxSeqLen).value_or(2048);
   read_explicit_layers(root, model);
   validate_model(model, origin);
+  if (root.has("params") && root.positive_int("params") != model.param_count()) {
+    root.fail("params", "the sum of the layers' tensors, " + std::to_string(model.param_count()));
+  }
   return model;
 }
 

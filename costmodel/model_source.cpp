@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "decoder_builder.h"
+#include "hf_arch_vision.h"
 #include "hf_config.h"
 #include "json_input.h"
 #include "model_json.h"
@@ -15,6 +16,7 @@ ModelSpec load_model(const std::string& model_argument) {
   if (is_inline_json(model_argument)) {  // Note [Inline JSON]
     const std::string origin = json_argument_origin(model_argument, "model");
     const nlohmann::json document = parse_json_text(model_argument, origin);
+    if (is_hf_vision_config(document)) return vision_model_from_hf_config(document, "hf-model", origin);
     if (looks_like_hf_config(document)) {
       ModelSpec model = build_decoder("", architecture_from_hf_config(document, origin), origin);
       if (model.name.empty()) model.name = "hf-model";
@@ -27,13 +29,15 @@ ModelSpec load_model(const std::string& model_argument) {
   if (!is_file && !looks_like_path) return preset_model(model_argument);
 
   const nlohmann::json document = read_json_file(model_argument);  // names the file when it is missing
+  const std::string stem = std::filesystem::path(model_argument).stem().string();
+  const std::string hf_name =
+      stem == "config" ? std::filesystem::path(model_argument).parent_path().filename().string() : stem;
+  if (is_hf_vision_config(document)) {
+    return vision_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
+  }
   if (looks_like_hf_config(document)) {
     const DecoderArchitecture arch = architecture_from_hf_config(document, model_argument);
-    const std::string stem = std::filesystem::path(model_argument).stem().string();
-    ModelSpec model = build_decoder(stem == "config" ? std::filesystem::path(model_argument).parent_path()
-                                                           .filename().string()
-                                                     : stem,
-                                    arch, model_argument);
+    ModelSpec model = build_decoder(hf_name, arch, model_argument);
     if (model.name.empty()) model.name = "hf-model";
     return model;
   }

@@ -39,6 +39,10 @@ struct LayerFlops {
   // The forward FLOPs of frozen weights (fine-tuning): their backward computes the input gradient only, so the
   // backward's model FLOPs are 2× forward less these (DESIGN: "backward = 2× forward (1× for frozen weights)").
   double frozen_weight_flops_per_token = 0;
+  // Whether the layer's attention is causal, so a kernel that exploits the mask skips half of it (decoders); false
+  // for encoders (ViT, CLIP and SigLIP vision towers, BERT), whose every query attends to every key.
+  bool causal_attention = true;
+  bool operator==(const LayerFlops&) const = default;
 };
 
 // What the layer keeps for backward, per token of a micro-batch, generalising Korthikanti et al. 2022 Table/Eq. (1):
@@ -61,6 +65,7 @@ struct ActivationFootprint {
   double forward_workspace_fp32_per_token = 0;
   double backward_workspace_fp32_per_token = 0;
   double backward_workspace_elements_per_token = 0;
+  bool operator==(const ActivationFootprint&) const = default;
 };
 
 // A layer's parameters under a fine-tuning config (finetune_apply.h), in elements: what trains (its base tensors left
@@ -95,6 +100,7 @@ struct LayerSpec {
   std::optional<LayerFinetune> finetune;
 
   std::int64_t param_count() const;
+  // causal_skip: the attention kernel skips masked work (flash); it applies only where the layer is causal.
   double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
   // Backward's model FLOPs: 2× forward, less the weight gradients frozen weights skip; none where autograd runs no
   // backward (LayerFinetune::backward_needed).

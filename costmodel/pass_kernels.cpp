@@ -60,7 +60,8 @@ LayerKernelSpec derived_kernel_spec(const ModelSpec& model, const LayerSpec& lay
     // 4·h FLOPs per token per position for h = heads × head_dim (LayerFlops).
     const auto width = static_cast<std::int64_t>(layer.flops.attention_flops_per_token_per_position / 4.0);
     const std::int64_t heads = model.num_heads;
-    spec.attention = AttentionSpec{heads, std::max<std::int64_t>(1, width / heads), true};
+    spec.attention =
+        AttentionSpec{heads, std::max<std::int64_t>(1, width / heads), layer.flops.causal_attention};
   }
   const double kept = layer.activations.elements_per_token;
   if (kept > 0) {

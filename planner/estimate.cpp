@@ -5,6 +5,7 @@
 #include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
+#include "unit_layout.h"
 
 #include <cstdio>
 #include <sstream>
@@ -89,8 +90,29 @@ nlohmann::json to_json(const EstimateResult& result) {
     units.push_back({{"name", unit.name}, {"layers", unit.layers.size()}, {"params", unit.param_count},
                      {"padded_params", unit.padded_count(memory.layout.param_group)}, {"root", unit.is_root}});
   }
+  // Per layer, what the memory model and the FLOP count read of it under this training config: the module path, the
+  // forward FLOPs per token (causal skipping where the layer is causal and the kernel is flash), and the bytes it keeps
+  // for backward per micro-batch under the default plan's checkpointing (what the torch bridge's tests compare with
+  // autograd's own count).
+  nlohmann::json layers = nlohmann::json::array();
+  const TrainingConfig& training = request.training;
+  std::size_t block = 0;
+  for (std::size_t index = 0; index < request.model.layers.size(); ++index) {
+    const LayerSpec& layer = request.model.layers[index];
+    const ActivationCheckpointing mode = layer.kind == LayerKind::transformer_block
+                                             ? block_checkpointing(training, block++)
+                                             : ActivationCheckpointing::none;
+    layers.push_back({{"name", layer.name},
+                      {"kind", to_string(layer.kind)},
+                      {"params", layer.param_count()},
+                      {"causal_attention", layer.flops.causal_attention},
+                      {"forward_flops_per_token", layer.forward_flops_per_token(training.seq_len,
+                                                                                training.flash_attention)},
+                      {"kept_activation_bytes", kept_activation_bytes(request.model, training, index, mode)}});
+  }
   return {{"schema", "shardplan.estimate/v1"},
           {"model", request.model.name},
+          {"layers", std::move(layers)},
           {"params", memory.param_count},
           {"trainable_params", trainable_param_count(request.model)},
           {"cpu_offload", request.offload_params},

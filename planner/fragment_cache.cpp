@@ -12,23 +12,12 @@ namespace shardplan {
 
 namespace {
 
-// The fields of a layer the lowering reads (its name aside): two blocks that agree on them lower alike.
+// The fields of a layer the lowering reads (its name aside): two blocks that agree on them lower alike. Whole
+// structs, so a field added to LayerFlops or ActivationFootprint (a layer's causal attention) keys the cache too:
+// blocks of one model may differ in anything (Swin's stages, a vision tower beside a language model).
 bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
-  const auto& x = a.activations;
-  const auto& y = b.activations;
   return a.kind == b.kind && a.param_count() == b.param_count() && a.tied_to_layer == b.tied_to_layer &&
-         a.finetune == b.finetune && a.flops.frozen_weight_flops_per_token == b.flops.frozen_weight_flops_per_token &&
-         a.flops.matmul_flops_per_token == b.flops.matmul_flops_per_token &&
-         a.flops.attention_flops_per_token_per_position == b.flops.attention_flops_per_token_per_position &&
-         x.elements_per_token == y.elements_per_token && x.mask_bytes_per_token == y.mask_bytes_per_token &&
-         x.score_elements_per_token_per_position == y.score_elements_per_token_per_position &&
-         x.score_mask_bytes_per_token_per_position == y.score_mask_bytes_per_token_per_position &&
-         x.flash_stat_bytes_per_token == y.flash_stat_bytes_per_token && x.fp32_bytes_per_token == y.fp32_bytes_per_token &&
-         x.checkpoint_elements_per_token == y.checkpoint_elements_per_token &&
-         x.selective_op_elements_per_token == y.selective_op_elements_per_token &&
-         x.forward_workspace_fp32_per_token == y.forward_workspace_fp32_per_token &&
-         x.backward_workspace_fp32_per_token == y.backward_workspace_fp32_per_token &&
-         x.backward_workspace_elements_per_token == y.backward_workspace_elements_per_token && a.kernels == b.kernels;
+         a.finetune == b.finetune && a.flops == b.flops && a.activations == b.activations && a.kernels == b.kernels;
 }
 
 std::int64_t total_bytes(const MemoryByCategory& bytes) {

@@ -17,6 +17,7 @@
 #include "errors.h"
 #include "fuzz_mutations.h"
 #include "hardware_catalog.h"
+#include "hf_arch_vision.h"
 #include "hf_config.h"
 #include "json_input.h"
 #include "model_json.h"
@@ -74,7 +75,9 @@ const shardplan::HardwareCatalog& builtin_catalog() {
 
 // What `load_model` does after reading the file: a Hugging Face config or a shardplan model document.
 void load_model_document(const json& document, const std::string& origin) {
-  if (shardplan::looks_like_hf_config(document)) {
+  if (shardplan::is_hf_vision_config(document)) {
+    shardplan::vision_model_from_hf_config(document, "fuzz", origin);
+  } else if (shardplan::looks_like_hf_config(document)) {
     const auto arch = shardplan::architecture_from_hf_config(document, origin);
     shardplan::build_decoder("fuzz", arch, origin);
   } else {

@@ -87,12 +87,34 @@ inline const std::vector<WrapCase>& wrap_cases() {
      "qlora"},
     {"llama2-7b-10", "8xA100-80GB", "full_shard", ActivationCheckpointing::none, 2048, 0, 0, 0, 1, false, false, 1,
      "frozen-fsdp1"},
+    // Blocks of one model that differ (mixed_tiny_llama).
+    {"tiny-llama-mixed", "2xcpu", "full_shard", ActivationCheckpointing::none, 128},
+    {"tiny-llama-mixed", "8xH100-80GB", "full_shard", ActivationCheckpointing::none, 512, 1.2, 2e-5},
   };
   return cases;
 }
 
+// tiny-llama whose blocks differ though their parameters and FLOPs do not (issue 17: models whose blocks differ):
+// block 2 keeps three times the activations, block 3's attention is not causal (an encoder's), so a cache keyed on
+// parameters and matmul FLOPs alone would lower them as block 0.
+inline ModelSpec mixed_tiny_llama() {
+  ModelSpec model = preset_model("tiny-llama");
+  model.name = "tiny-llama-mixed";
+  std::vector<std::size_t> blocks;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind == LayerKind::transformer_block) blocks.push_back(layer);
+  }
+  LayerSpec& wide = model.layers[blocks.at(2)];
+  wide.activations.elements_per_token *= 3;
+  LayerSpec& encoder = model.layers[blocks.at(3)];
+  encoder.flops.causal_attention = false;
+  encoder.kernels->attention->causal = false;
+  return model;
+}
+
 // "llama2-7b-10": Llama 2 7B's shapes with 10 blocks, so every partition can be enumerated.
 inline ModelSpec wrap_case_model(const WrapCase& c) {
+  if (std::string(c.model) == "tiny-llama-mixed") return mixed_tiny_llama();
   if (std::string(c.model) == "llama2-7b-10") {
     DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
     arch.num_layers = 10;
