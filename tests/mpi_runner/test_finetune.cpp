@@ -147,13 +147,14 @@ comm::CollectiveTally expected_reduce_scatters(const Runner& runner, int shard_g
   return tally;
 }
 
-// Note [Fine-tuning mutations]: tried by hand, each fails this test —
-// - the runner's optimizer also decaying the frozen part of each shard (weight decay on frozen parameters): the
-//   frozen shard's bits change from step 0 and the gathered base differs from the initial model;
-// - all-gathered shards left rank after rank (FlatParam::finish_unshard not reordering, Note [Frozen shards]): at 2
-//   and 4 ranks the losses differ from step 0 and no adapter matches;
+// Note [Fine-tuning mutations]: tried by hand on "LoRA on every projection" at 2 ranks, each fails this test —
+// - the optimizer step also decaying each shard's frozen part (weight decay on frozen parameters, runner_step.cpp):
+//   every unit's frozen-shard memcmp fails from step 0 and the gathered base differs from the initial model;
+// - gathered shards left rank after rank (finish_unshard not called after the all-gather, Note [Frozen shards]): the
+//   losses differ from step 0, m and v are 1e-4 to 0.99 off in every unit, the adapters' movement 0.98 off;
 // - the lowering reduce-scattering units without trainable parameters too (planner/lowering.cpp reduce's
-//   grad_elements == 0 early return removed): the reduce-scatter count exceeds the layout's at 2 and 4 ranks.
+//   `grad_elements == 0` return removed): the run stops at "unit 'root' reduced without a gradient" (the runner's
+//   own check, which the count against the layout, expected_reduce_scatters, backs up).
 void check_finetune(const FinetuneCase& c) {
   comm::MpiCommunicator world(MPI_COMM_WORLD);
   const int size = world.size();
