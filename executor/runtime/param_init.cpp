@@ -46,7 +46,8 @@ void init_parameters(const ModelLayout& layout, const InitOptions& options, std:
       const std::int64_t hi = std::min(begin + slot.element_count, last_element);
       const InitRule rule = rule_for(slot);
       // kaiming_uniform_(a=√5) on an [r × in] weight: bound 1/√fan_in with fan_in = in (its shape[1]).
-      const double bound = rule == InitRule::kaiming_uniform ? 1.0 / std::sqrt(static_cast<double>(slot.shape.at(1))) : 0;
+      const double bound =
+          rule == InitRule::kaiming_uniform ? 1.0 / std::sqrt(static_cast<double>(slot.shape.at(1))) : 0.0;
       for (std::int64_t element = lo; element < hi; ++element) {
         float value = rule == InitRule::ones ? 1.0f : 0.0f;
         if (rule == InitRule::normal) {
@@ -54,8 +55,8 @@ void init_parameters(const ModelLayout& layout, const InitOptions& options, std:
           value = static_cast<float>(options.matrix_std * z);
         } else if (rule == InitRule::kaiming_uniform) {
           // 53 random bits: u in [0, 1).
-          const double u = static_cast<double>(splitmix64(options.seed, 2 * static_cast<std::uint64_t>(element)) >> 11) /
-                           9007199254740992.0;
+          const std::uint64_t bits = splitmix64(options.seed, 2 * static_cast<std::uint64_t>(element)) >> 11;
+          const double u = static_cast<double>(bits) / 9007199254740992.0;
           value = static_cast<float>(bound * (2.0 * u - 1.0));
         }
         out[static_cast<std::size_t>(element - first_element)] = value;

@@ -1,4 +1,4 @@
-// A decoder block's linear projection by module name, with its LoRA adapter when the layer has one: forward and backward.
+// A decoder block's linear projection by module name, with its LoRA adapter where the layer has one: forward, backward.
 #pragma once
 
 #include "layer_kernel.h"
