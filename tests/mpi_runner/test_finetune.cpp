@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "case_skip.h"
 #include "errors.h"
 #include "finetune_apply.h"
 #include "model_presets.h"
@@ -276,6 +277,15 @@ TEST_CASE("runner: LoRA with gradient accumulation (2 micro-batches) and full ac
 
 TEST_CASE("runner: frozen embedding and first block (--finetune frozen) train the rest like the reference") {
   check_finetune({"full_shard", frozen_embedding_and_first_block()});
+}
+
+// HSDP: the adapters' reduce-scatter in the shard group of 2, then the all-reduce across its replicas (4 ranks: 2,
+// 6 ranks: 3); below 4 ranks there are no two replicas and the case skips (the np 1-3 entries exclude it).
+TEST_CASE("runner: hybrid_shard:2 with LoRA trains the adapters like the reference, base bit-identical") {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 4 || size % 2 != 0) SKIP_CASE("hybrid_shard:2 needs 2+ replicas: runs at 4 and 6 ranks");
+  check_finetune({"hybrid_shard:2", every_projection()});
 }
 
 // The tracked memory per category equals the schedule's for a LoRA plan, as for full training (test_accounting.cpp):
