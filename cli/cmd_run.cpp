@@ -44,6 +44,7 @@ constexpr int kExitQuietAgreedError = 0;
 struct CpuPlanRun {
   RunFlags flags;  // this plan's: its plan_file and trace_file
   Plan plan;
+  ModelSpec model;  // resolved for the plan's fine-tuning (run_model)
   std::unique_ptr<runtime::ByteTextDataset> data;
   std::unique_ptr<runner::Runner> runner;
   RunOutcome outcome;
@@ -80,7 +81,15 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
     runs[i].flags = plan_flags[i];
     runs[i].plan = run_plan(runs[i].flags, model, size);
+    runs[i].model = run_model(model, runs[i].plan);
     plans.push_back(runs[i].plan);
+    // Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]) have not been saved and
+    // resumed yet.
+    if (!runs[i].plan.training.finetune.trains_all() && (!flags.checkpoint_dir.empty() || flags.resume)) {
+      throw InputError(std::string("--checkpoint-dir/--resume with fine-tuning '") +
+                       to_string(runs[i].plan.training.finetune.mode) +
+                       "': not yet supported (expected a full-training plan, or no checkpoints)");
+    }
     // Checkpoints hold each rank's FSDP shards; those of a TP rank's slice have not been saved and resumed yet.
     if (runs[i].plan.tensor_parallel_degree > 1 && (!flags.checkpoint_dir.empty() || flags.resume)) {
       throw InputError("--checkpoint-dir/--resume with tensor_parallel_degree " +
@@ -96,7 +105,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
     CpuPlanRun& run = runs[i];
     run.data = plan_dataset(run.flags, run.plan);
-    run.runner = std::make_unique<runner::Runner>(model, run.plan, world, options);
+    run.runner = std::make_unique<runner::Runner>(run.model, run.plan, world, options);
     run.outcome.executor = "cpu";
     run.outcome.keep_timelines = !run.flags.trace_file.empty();
     run.outcome.world_size = size;
@@ -158,7 +167,7 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     }
     for (CpuPlanRun& run : runs) {
       const auto phase = watched("trace merge");
-      write_run_trace(run.flags, run.plan, model, run.outcome, world.native(), size);
+      write_run_trace(run.flags, run.plan, run.model, run.outcome, world.native(), size);
     }
   } catch (const std::exception& error) {
     if (size == 1) throw;
@@ -166,16 +175,16 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   }
   if (!lead) return 0;
   if (!interleaved) {
-    print_run_outcome(flags, model, runs.front().plan, runs.front().outcome);
+    print_run_outcome(flags, runs.front().model, runs.front().plan, runs.front().outcome);
   } else if (flags.json) {
     nlohmann::json document = {{"schema", "shardplan.runs/v1"}, {"interleaved", true},
                                {"runs", nlohmann::json::array()}};
     for (const CpuPlanRun& run : runs) {
-      document["runs"].push_back(run_outcome_json(run.flags, model, run.plan, run.outcome));
+      document["runs"].push_back(run_outcome_json(run.flags, run.model, run.plan, run.outcome));
     }
     print_json(document);
   } else {
-    for (const CpuPlanRun& run : runs) print_run_outcome(run.flags, model, run.plan, run.outcome);
+    for (const CpuPlanRun& run : runs) print_run_outcome(run.flags, run.model, run.plan, run.outcome);
   }
   return 0;
 }

@@ -18,9 +18,10 @@ namespace shardplan::cli {
 Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
   if (!flags.plan_file.empty()) {
     Plan plan = read_plan_file(flags.plan_file, model);
-    // Before anything lowers it against `model`, which is resolved for full training.
+    // Before anything lowers it against the model resolved for its fine-tuning (run_model): the CPU executor trains
+    // frozen and LoRA plans, the GPU executor full training only (its runner refuses the rest, also under auto).
     const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
-    runner::check_trains_every_parameter(plan, -1, {executor, {}});
+    runner::check_finetune_supported(plan, -1, {executor, {}, false, flags.device != "gpu"});
     return plan;
   }
   TrainingConfig training;
@@ -36,6 +37,8 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
   return default_plan(model, training, parse_strategy(flags.strategy), parse_units_policy(flags.units, model),
                       world_size);
 }
+
+ModelSpec run_model(const ModelSpec& model, const Plan& plan) { return finetuned_for(model, plan.training); }
 
 namespace {
 // Note [Step watchdog]: the default timeout is this many predicted steps, and never under the floor. The catalog's
@@ -53,7 +56,8 @@ double run_watchdog_timeout_s(const RunFlags& flags, const std::vector<Plan>& pl
   const HardwareProfile profile = profile_from_cluster(machine);
   double slowest_s = 0;
   for (const Plan& plan : plans) {
-    const StepSchedule schedule = lower_plan(plan, model, {machine.world_size(), machine.gpus_per_node, 0});
+    const StepSchedule schedule =
+        lower_plan(plan, run_model(model, plan), {machine.world_size(), machine.gpus_per_node, 0});
     slowest_s = std::max(slowest_s, simulate(schedule, profile, false).summary.step_time_s);
   }
   return std::max(kWatchdogFloorS, kWatchdogStepFactor * slowest_s);

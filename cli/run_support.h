@@ -59,6 +59,8 @@ std::shared_ptr<comm::StepWatchdog> start_watchdog(double timeout_s, comm::Commu
 // The plan file, or FSDP's usual plan for the world from the flags (attention probabilities materialised, as both
 // executors' kernels do, so predicted memory matches tracked).
 Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size);
+// The model `plan` trains: `model` (resolved for full training) resolved for the plan's fine-tuning (finetuned_for).
+ModelSpec run_model(const ModelSpec& model, const Plan& plan);
 
 // Every rank's timeline in one trace: each rank serialises its own, rank 0 gathers and merges them (MPI_Gatherv on
 // the JSON text keeps the Communicator interface float-only). Collective over `comm`.

@@ -108,6 +108,15 @@ std::vector<std::string> lora_parameter_names(const ModelSpec& model) {
   return names;
 }
 
+bool base_tensor_trains(const ModelSpec& model, const LayerSpec& layer, const TensorSpec& tensor) {
+  const FinetuneConfig& config = model.finetune;
+  if (config.trains_all()) return true;
+  if (config.uses_lora()) return false;
+  const std::string name = tensor_full_name(layer, tensor);
+  return std::none_of(config.freeze.begin(), config.freeze.end(),
+                      [&](const std::string& pattern) { return glob_matches(pattern, name); });
+}
+
 std::int64_t trainable_param_count(const ModelSpec& model) {
   std::int64_t count = 0;
   for (const LayerSpec& layer : model.layers) {

@@ -38,6 +38,12 @@ std::vector<std::string> lora_target_modules(const ModelSpec& model, const Finet
 std::vector<std::string> lora_module_paths(const ModelSpec& model);
 std::vector<std::string> lora_parameter_names(const ModelSpec& model);
 
+// Whether base tensor `tensor` of `layer` trains under the model's own fine-tuning (ModelSpec::finetune): every one
+// under full training, none under LoRA or QLoRA (PEFT freezes every base parameter), under --finetune frozen those
+// no freeze pattern matches — the rule finetuned_model counts LayerFinetune's elements by. The executor's flat layout
+// reads it per tensor (executor/runtime/param_layout.h, Note [Fine-tuning layout]).
+bool base_tensor_trains(const ModelSpec& model, const LayerSpec& layer, const TensorSpec& tensor);
+
 // The elements that train: every parameter under full training, else the layers' trainable elements (adapters
 // included).
 std::int64_t trainable_param_count(const ModelSpec& model);

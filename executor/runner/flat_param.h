@@ -23,6 +23,12 @@ void copy_unit_shard_from_model(const runtime::ModelLayout& model, const runtime
 // A whole unit's flat parameter (`unit_flat`, padding allowed after it) copied into `model_flat` at its model offsets.
 void scatter_unit_into_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
                              std::span<const float> unit_flat, std::span<float> model_flat);
+// Note [Frozen shards]: an all-gather of `group` shards of [trainable part (trainable_shard) | frozen part
+// (frozen_shard)] leaves them rank after rank, [A₀ F₀ A₁ F₁ …]; this reorders `gathered` in place into the unit's
+// order [A₀ A₁ … | F₀ F₁ …] (std::rotate, no second buffer: the gathered copy is the only one the schedule counts).
+// Nothing to do when either part is empty (full training, a fully frozen unit) or the group is 1.
+void gathered_to_unit_order(std::span<float> gathered, std::int64_t trainable_shard, std::int64_t frozen_shard,
+                            int group);
 
 // Note [FlatParam layout]: as FSDP1's FlatParameter (torch/distributed/fsdp/_flat_param.py), a unit's layers'
 // parameters are concatenated in the unit's layer order (runtime::unit_param_layout) and right-padded with zeros to
@@ -30,6 +36,14 @@ void scatter_unit_into_model(const runtime::ModelLayout& model, const runtime::U
 // the rank with index i in the shard group owns elements [i·shard, (i+1)·shard). Gradients, AdamW's m and v use the
 // same sharding, so the optimizer steps on aligned shards (the runner only runs strategies whose parameter, gradient
 // and optimizer groups coincide).
+//
+// Note [Frozen shards]: with frozen tensors (fine-tuning) the unit's buffer is Note [Trainable-first unit layout]'s
+// (param_layout.h): a trainable region of UnitLayout::grad_padded_elements (the gradient's, 0 for a unit that trains
+// nothing) and the frozen region after it, each padded to the shard group as FSDP2 pads each dtype group (Note
+// [Frozen parameters in FSDP] in planner/unit_layout.h). Rank i's shard is [its chunk i of the trainable region | its
+// chunk i of the frozen region], so its gradient shard (the reduce-scatter of the trainable region), m and v line up
+// with the shard's trainable part, and the optimizer never reads or writes the frozen part. Full training is the
+// trainable region alone.
 class FlatParam {
  public:
   // Allocates the sharded state (parameters, gradient, m, v) through `tracker` and initialises this rank's shard of
@@ -43,8 +57,10 @@ class FlatParam {
   bool gathers() const { return sizes_.gathers; }
   bool grad_copies() const { return sizes_.grad_copies; }
 
-  // Sharded state (the whole flat parameter when the group is 1).
+  // Sharded state (the whole flat parameter when the group is 1); Note [Frozen shards].
   std::span<float> shard() { return shard_.values(); }
+  std::span<float> trainable_shard() { return shard().first(static_cast<std::size_t>(trainable_shard_elements_)); }
+  std::span<float> frozen_shard() { return shard().subspan(static_cast<std::size_t>(trainable_shard_elements_)); }
   std::span<float> shard_grad() { return shard_grad_.values(); }
   std::span<float> exp_avg() { return exp_avg_.values(); }
   std::span<float> exp_avg_sq() { return exp_avg_sq_.values(); }
@@ -53,6 +69,10 @@ class FlatParam {
   bool unsharded_allocated() const { return unsharded_.allocated(); }
   std::span<float> allocate_unsharded();
   std::span<float> unsharded() { return unsharded_.values(); }
+  // After the all-gather into unsharded() completed: Note [Frozen shards]'s reorder.
+  void finish_unshard();
+  // The same reorder of any buffer gathered from every rank's shard().
+  void gathered_to_unit_order(std::span<float> gathered) const;
   void free_unsharded() { unsharded_.release(); }
 
   // The full-size gradient backward writes into (grad_padded_elements, zeroed), when the unit reduces one.
@@ -80,6 +100,7 @@ class FlatParam {
   runtime::UnitParamLayout unit_;
   UnitLayout sizes_;
   int shard_index_ = 0;
+  std::int64_t trainable_shard_elements_ = 0;  // Note [Frozen shards]
   TrackingAllocator* tracker_;
   TrackedBuffer shard_, shard_grad_, exp_avg_, exp_avg_sq_;
   TrackedBuffer unsharded_, unsharded_grad_;

@@ -55,7 +55,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     data_parallel_size_ = plan_.data_parallel_ranks(world_size_);
     data_parallel_rank_ = world.rank() / tp;  // TP inner
     layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size_, lowered_gpus_per_node);
-    check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true});
+    check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
     schedule_ = lower_plan(lowered_plan_, rank_model_, {data_parallel_size_, lowered_gpus_per_node, 0});
     const std::int64_t whole_tokens = schedule_.sequences_per_micro_batch * schedule_.seq_len;
     if (whole_tokens % tp != 0) {
@@ -98,8 +98,11 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     const int group = layouts[unit].param_group;
     // Shard groups are consecutive ranks of the DP group (make_shard_group), so the index inside the group is its rank.
     const int shard_index = group > 1 ? groups_->shard(group).rank() : 0;
-    params_.push_back(std::make_unique<FlatParam>(layout_, runtime::unit_param_layout(layout_, layers[unit]),
-                                                  layouts[unit], shard_index, init, tracker_));
+    // Note [Frozen shards] (flat_param.h): frozen tensors after the trainable region, the gradient's padded size.
+    const std::int64_t trainable_region = layouts[unit].grad_elements > 0 ? layouts[unit].grad_padded_elements : 0;
+    params_.push_back(std::make_unique<FlatParam>(
+        layout_, runtime::unit_param_layout(layout_, layers[unit], trainable_region), layouts[unit], shard_index,
+        init, tracker_));
     if (!rank_init.empty()) {
       FlatParam& param = *params_.back();
       copy_unit_shard_from_model(layout_, param.unit_layout(), rank_init,
@@ -123,6 +126,7 @@ std::vector<float> Runner::gather_parameters() {
     groups_->shard(sizes.param_group)
         .all_gather(param->shard().data(), static_cast<std::size_t>(sizes.shard_elements), gathered.data())
         .wait();
+    param->gathered_to_unit_order(gathered);
     param->scatter_into_model(layout_, gathered, model_flat);
   }
   if (!tensor_parallel_) return model_flat;

@@ -126,7 +126,9 @@ class Runner::StepWalker {
   void finish(InFlight& flight) {
     const Op& op = ops_[static_cast<std::size_t>(flight.op)];
     end(op);
-    // Gathers free nothing at their end on CPU ranks (fp32 without offload: no cast or copy buffers, check_executable).
+    // Gathers free nothing at their end on CPU ranks (fp32 without offload: no cast or copy buffers, check_executable);
+    // with frozen tensors the gathered shards are put in the unit's order (Note [Frozen shards] in flat_param.h).
+    if (op.kind == OpKind::all_gather) r_.params_.at(static_cast<std::size_t>(op.unit))->finish_unshard();
     if (op.kind != OpKind::reduce_scatter && op.kind != OpKind::all_reduce) return;
     if (op.finishes_reduction) r_.param_groups_.at(static_cast<std::size_t>(op.unit)).finish_reduction();
     release(op.frees, op.unit);
@@ -196,11 +198,13 @@ class Runner::StepWalker {
     return shares_.empty() ? batches_[index] : shares_[index];
   }
 
+  // The layer's parameters, or its gradients: those of its trainable tensors, frozen ones bound to null (Note
+  // [Trainable-first unit layout] in param_layout.h), so no kernel computes a frozen weight's gradient.
   runtime::LayerParams params_of(const Op& op, bool gradient) {
     FlatParam& param = *r_.params_.at(static_cast<std::size_t>(op.unit));
-    const std::span<float> flat = gradient ? param.compute_grads() : param.compute_params();
-    return runtime::bind_unit_layer(r_.layout_, param.unit_layout(), static_cast<std::size_t>(op.layer),
-                                    flat.subspan(0, static_cast<std::size_t>(param.unit_layout().element_count)));
+    const auto layer = static_cast<std::size_t>(op.layer);
+    if (gradient) return runtime::bind_unit_grads(r_.layout_, param.unit_layout(), layer, param.compute_grads());
+    return runtime::bind_unit_layer(r_.layout_, param.unit_layout(), layer, param.compute_params());
   }
 
   void keep(std::size_t layer, runtime::SavedActivations saved) {
@@ -250,6 +254,13 @@ class Runner::StepWalker {
       complete(pending);
       pending = -1;
     }
+    // A layer before every trainable parameter runs no backward kernel: autograd records nothing there
+    // (LayerFinetune::backward_needed; the embedding under LoRA). Its op still ends the pass where the schedule says.
+    const auto& finetune = r_.model_.layers[layer].finetune;
+    if (finetune && !finetune->backward_needed) {
+      keep(layer, runtime::SavedActivations{});
+      return;
+    }
     const runtime::LayerParams params = params_of(op, false);
     const runtime::LayerParams grads = params_of(op, true);
     const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[layer]);
@@ -265,7 +276,9 @@ class Runner::StepWalker {
   void optimizer_step() {
     ++r_.optimizer_steps_;
     for (auto& param : r_.params_) {
-      runtime::adamw_step(param->shard(), param->shard_grad(), param->exp_avg(), param->exp_avg_sq(),
+      // Only the shard's trainable part: frozen parameters have no gradient and no optimizer state, and stay
+      // bit-identical (Note [Frozen shards] in flat_param.h).
+      runtime::adamw_step(param->trainable_shard(), param->shard_grad(), param->exp_avg(), param->exp_avg_sq(),
                           r_.optimizer_steps_, r_.options_.adamw);
       std::fill(param->shard_grad().begin(), param->shard_grad().end(), 0.0f);
     }

@@ -25,18 +25,38 @@ bool same_bytes(const PrecisionRecipe& a, const PrecisionRecipe& b) {
 
 }  // namespace
 
-void check_trains_every_parameter(const Plan& plan, int rank, const ExecutorSupport& support) {
+void check_finetune_supported(const Plan& plan, int rank, const ExecutorSupport& support) {
   const FinetuneConfig& finetune = plan.training.finetune;
   if (finetune.trains_all()) return;
-  reject(std::string("fine-tuning '") + to_string(finetune.mode) +
-             "' (frozen parameters, LoRA adapters or 4-bit weights) is planned, simulated and exported, not yet "
-             "executed; `run` trains every parameter",
-         support, rank);
+  const std::string mode = std::string("fine-tuning '") + to_string(finetune.mode) + "'";
+  if (!support.finetune) {
+    reject(mode + " (frozen parameters, LoRA adapters or 4-bit weights) is planned, simulated and exported, not yet "
+                  "executed here; run it on CPU ranks (--device cpu)",
+           support, rank);
+  }
+  if (finetune.mode == FinetuneMode::qlora) {
+    reject(mode + ": 4-bit base weights are not executed; plan --finetune lora (the same adapters over fp32 base "
+                  "weights) to run it",
+           support, rank);
+  }
+  if (finetune.uses_lora() && finetune.lora.dropout != 0.0) {
+    reject(mode + ": lora_dropout " + std::to_string(finetune.lora.dropout) + " (the runtime implements no "
+                  "dropout); plan --lora-dropout 0 to run it",
+           support, rank);
+  }
+  // Note [Frozen parameters in FSDP] (planner/unit_layout.h): FSDP1 with use_orig_params=True gives a unit that mixes
+  // frozen and trainable parameters one gradient over all of it; the runner's shards keep gradients on trainable
+  // parameters only (Note [Frozen shards] in flat_param.h).
+  if (finetune.fsdp.version == 1 && finetune.fsdp.use_orig_params) {
+    reject(mode + " under FSDP1 with use_orig_params=True (full-size gradients over frozen parameters) is not yet "
+                  "executed; plan --fsdp-version 2, or FSDP1 with --use-orig-params false",
+           support, rank);
+  }
 }
 
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support) {
-  check_trains_every_parameter(plan, rank, support);
+  check_finetune_supported(plan, rank, support);
   const PrecisionRecipe& precision = plan.training.precision;
   bool supported = false;
   std::string names;

@@ -19,11 +19,14 @@ struct ExecutorSupport {
   const char* name = "CPU";
   std::vector<std::string> precisions = {"fp32"};  // recipe names (precision.h); compared by their byte sizes
   bool tensor_parallel = false;  // runs plans with tensor_parallel_degree > 1 (the CPU runner: Note [2-D mesh])
+  // Runs fine-tuning plans with frozen parameters and LoRA adapters over full-precision base weights (the CPU
+  // runner: Note [Frozen shards] in flat_param.h); QLoRA's 4-bit storage is executed by neither runner.
+  bool finetune = false;
 };
 
 // InputError (carrying `rank`) unless the plan is one this executor runs exactly as scheduled:
-// - full training: fine-tuning plans (frozen parameters, LoRA, QLoRA; costmodel/finetune.h) are planned, simulated
-//   and exported, but neither executor trains them yet (check_trains_every_parameter),
+// - fine-tuning (costmodel/finetune.h) only where support.finetune, and then frozen parameters or LoRA over fp32
+//   base weights (no QLoRA, no lora_dropout, no FSDP1 use_orig_params=True units: check_finetune_supported),
 // - one of support.precisions (the CPU kernels compute in fp32 only, Note [Tracked bytes] in tracking_allocator.h;
 //   the GPU executor also runs bf16-mixed-fp32-reduce),
 // - AdamW (the only optimizer the runtime implements),
@@ -33,9 +36,9 @@ struct ExecutorSupport {
 //   NO_SHARD; ZeRO-1/2 would need a parameter all-gather after the step that the schedule does not contain).
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support = {});
-// The first of those checks, which needs no layouts: `run` makes it as it reads the plan, before it lowers it against
-// a model resolved for full training.
-void check_trains_every_parameter(const Plan& plan, int rank, const ExecutorSupport& support = {});
+// The first of those checks, which needs no layouts: `run` makes it as it reads the plan, before it resolves the
+// model for the plan's fine-tuning.
+void check_finetune_supported(const Plan& plan, int rank, const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
 // each of the schedule's sequences per micro-batch × seq_len. Shared by the CPU and GPU runners' step().

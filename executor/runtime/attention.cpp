@@ -4,21 +4,12 @@
 #include <cmath>
 
 #include "aligned_products.h"
-#include "linear.h"
+#include "projection.h"
 #include "rope.h"
 #include "row_reductions.h"
 
 namespace shardplan::runtime {
 namespace {
-
-const float* bias_or_null(const LayerParams& params, const char* name) {
-  const BoundTensor* found = params.find(name);
-  return found != nullptr ? found->data : nullptr;
-}
-float* grad_bias_or_null(const LayerParams& grads, const char* name) {
-  const BoundTensor* found = grads.find(name);
-  return found != nullptr ? found->data : nullptr;
-}
 
 // The views of one (sequence, head) pair inside the [tokens × heads·head_dim] q and [tokens × kv_dim] k, v buffers.
 struct HeadSlices {
@@ -65,12 +56,10 @@ void attention_forward(const DecoderDims& dims, const LayerParams& params, const
   std::vector<float>& q = saved.put("attn.q", std::vector<float>(static_cast<std::size_t>(t * qd)));
   std::vector<float>& k = saved.put("attn.k", std::vector<float>(static_cast<std::size_t>(t * kv)));
   std::vector<float>& v = saved.put("attn.v", std::vector<float>(static_cast<std::size_t>(t * kv)));
-  linear_forward({t, h, qd}, normed, params.tensor("self_attn.q_proj.weight"),
-                 bias_or_null(params, "self_attn.q_proj.bias"), q.data());
-  linear_forward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"),
-                 bias_or_null(params, "self_attn.k_proj.bias"), k.data());
-  linear_forward({t, h, kv}, normed, params.tensor("self_attn.v_proj.weight"),
-                 bias_or_null(params, "self_attn.v_proj.bias"), v.data());
+  // Note [LoRA projection]: each projection with its adapter, where the layer has one.
+  projection_forward(dims, params, "self_attn.q_proj", {t, h, qd}, normed, saved, q.data());
+  projection_forward(dims, params, "self_attn.k_proj", {t, h, kv}, normed, saved, k.data());
+  projection_forward(dims, params, "self_attn.v_proj", {t, h, kv}, normed, saved, v.data());
   const RopeTable rope = rope_table(s, d, dims.rope_theta);
   rope_rotate(rope, q.data(), t, dims.num_heads, d, false);
   rope_rotate(rope, k.data(), t, dims.num_kv_heads, d, false);
@@ -87,7 +76,7 @@ void attention_forward(const DecoderDims& dims, const LayerParams& params, const
     }
   }
   poll(progress);
-  linear_forward({t, qd, h}, context.data(), params.tensor("self_attn.o_proj.weight"), nullptr, out);
+  projection_forward(dims, params, "self_attn.o_proj", {t, qd, h}, context.data(), saved, out);
   if (keep_probs) saved.put("attn.probs", std::move(probs));
 }
 
@@ -105,8 +94,8 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   const std::vector<float>& probs = saved.has("attn.probs") ? saved.get("attn.probs") : rebuilt;
 
   std::vector<float> d_context(static_cast<std::size_t>(t * qd));
-  linear_backward({t, qd, h}, saved.get("attn.context").data(), params.tensor("self_attn.o_proj.weight"), d_out,
-                  d_context.data(), false, grads.tensor("self_attn.o_proj.weight"), nullptr);
+  projection_backward(dims, params, "self_attn.o_proj", {t, qd, h}, saved.get("attn.context").data(), saved, d_out,
+                      d_context.data(), false, grads);
   poll(progress);
 
   std::vector<float> dq(static_cast<std::size_t>(t * qd)), dk(static_cast<std::size_t>(t * kv)),
@@ -139,12 +128,9 @@ void attention_backward(const DecoderDims& dims, const LayerParams& params, cons
   rope_rotate(rope, dq.data(), t, dims.num_heads, d, true);
   rope_rotate(rope, dk.data(), t, dims.num_kv_heads, d, true);
   poll(progress);
-  linear_backward({t, h, qd}, normed, params.tensor("self_attn.q_proj.weight"), dq.data(), d_normed, false,
-                  grads.tensor("self_attn.q_proj.weight"), grad_bias_or_null(grads, "self_attn.q_proj.bias"));
-  linear_backward({t, h, kv}, normed, params.tensor("self_attn.k_proj.weight"), dk.data(), d_normed, true,
-                  grads.tensor("self_attn.k_proj.weight"), grad_bias_or_null(grads, "self_attn.k_proj.bias"));
-  linear_backward({t, h, kv}, normed, params.tensor("self_attn.v_proj.weight"), dv.data(), d_normed, true,
-                  grads.tensor("self_attn.v_proj.weight"), grad_bias_or_null(grads, "self_attn.v_proj.bias"));
+  projection_backward(dims, params, "self_attn.q_proj", {t, h, qd}, normed, saved, dq.data(), d_normed, false, grads);
+  projection_backward(dims, params, "self_attn.k_proj", {t, h, kv}, normed, saved, dk.data(), d_normed, true, grads);
+  projection_backward(dims, params, "self_attn.v_proj", {t, h, kv}, normed, saved, dv.data(), d_normed, true, grads);
 }
 
 }  // namespace shardplan::runtime

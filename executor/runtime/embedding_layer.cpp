@@ -37,6 +37,7 @@ class EmbeddingLayer final : public LayerKernel {
   Activations run_backward(const LayerParams&, const SavedActivations& saved, const Activations& grad_output,
                            const LayerParams& grads) const override {
     const std::int64_t width = dims_.hidden_size;
+    if (grads.tensor("weight") == nullptr) return {};  // a frozen table (Note [Fine-tuning layout])
     MatrixView grad_table(grads.tensor("weight"), dims_.vocab_size, width);
     ConstMatrixView grad_rows(grad_output.values.data(), grad_output.token_count(), width);
     // In token order, so a token repeated in the batch always sums its rows in the same order (deterministic).

@@ -17,6 +17,15 @@ DecoderDims decoder_dims(const ModelSpec& model) {
                      "expected 'llama'");
   }
   if (arch.dropout != 0.0) throw InputError(origin + ": the CPU runtime implements no dropout; expected dropout 0");
+  const FinetuneConfig& finetune = model.finetune;
+  if (finetune.mode == FinetuneMode::qlora) {
+    throw InputError(origin + ": fine-tuning 'qlora' stores base weights 4-bit, which the CPU runtime does not "
+                     "execute; expected --finetune lora (the same adapters over fp32 base weights), frozen or full");
+  }
+  if (finetune.uses_lora() && finetune.lora.dropout != 0.0) {
+    throw InputError(origin + ": lora_dropout " + std::to_string(finetune.lora.dropout) +
+                     ": the CPU runtime implements no dropout; expected lora_dropout 0");
+  }
   if (arch.num_heads < 1 || arch.num_kv_heads < 1 || arch.hidden_size % arch.num_heads != 0 ||
       arch.num_heads % arch.num_kv_heads != 0) {
     throw InputError(origin + ": expected num_heads dividing hidden_size and num_kv_heads dividing num_heads");
@@ -30,6 +39,7 @@ DecoderDims decoder_dims(const ModelSpec& model) {
   dims.head_dim = arch.head_dim();
   dims.max_positions = arch.max_position_embeddings;
   dims.attention_bias = arch.attention_bias;
+  if (finetune.uses_lora()) dims.lora_scaling = finetune.lora.alpha / static_cast<double>(finetune.lora.r);
   // RoPE rotates pairs (i, i + head_dim/2) of each head (Su et al. 2021), so the head dimension must be even.
   if (dims.head_dim % 2 != 0) {
     throw InputError(origin + ": RoPE needs an even head dimension, got " + std::to_string(dims.head_dim));

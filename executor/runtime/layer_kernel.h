@@ -25,6 +25,9 @@ struct DecoderDims {
   bool attention_bias = false;  // Qwen2-style biases on q, k and v
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // LoRA's scaling of the adapters' output, lora_alpha / r (peft/tuners/lora/layer.py update_layer, use_rslora
+  // False); 0 without LoRA (projection.h).
+  double lora_scaling = 0;
   std::int64_t kv_dim() const { return head_dim * num_kv_heads; }
   // The query projection's width: hidden_size for a whole model, 1/degree of it for a tensor-parallel rank's heads
   // (tensor_parallel_model.h), so the attention code never assumes heads·head_dim = hidden_size.
@@ -32,7 +35,8 @@ struct DecoderDims {
 };
 
 // Checks that `model` is something this runtime can execute (a llama-family architecture without dropout, an even
-// head dimension) and returns its dimensions; InputError naming the model otherwise.
+// head dimension; under fine-tuning no QLoRA and no lora_dropout) and returns its dimensions; InputError naming the
+// model otherwise.
 DecoderDims decoder_dims(const ModelSpec& model);
 
 // What a kernel reads in forward: the hidden states, and the token ids of the batch it needs.

@@ -18,8 +18,10 @@ void linear_backward(const LinearShape& s, const float* x, const float* weight, 
   ConstMatrixView X(x, s.rows, s.in_features);
   ConstMatrixView W(weight, s.out_features, s.in_features);
   ConstMatrixView dY(dy, s.rows, s.out_features);
-  MatrixView dW(grad_weight, s.out_features, s.in_features);
-  add_product(dW, dY.transpose() * X);  // Note [Aligned products]: dW sits anywhere in a unit's flat gradient
+  if (grad_weight != nullptr) {
+    MatrixView dW(grad_weight, s.out_features, s.in_features);
+    add_product(dW, dY.transpose() * X);  // Note [Aligned products]: dW sits anywhere in a unit's flat gradient
+  }
   if (grad_bias != nullptr) add_column_sums(grad_bias, dY);
   MatrixView dX(dx, s.rows, s.in_features);
   if (accumulate_dx) {

@@ -14,8 +14,9 @@ struct LinearShape {
 // y[rows × out] = x[rows × in] · weight[out × in]ᵀ (+ bias[out] when non-null). Overwrites y.
 void linear_forward(const LinearShape& shape, const float* x, const float* weight, const float* bias, float* y);
 
-// Given dy = dL/dy: grad_weight += dyᵀ·x, grad_bias += column sums of dy (when non-null), and dx = dy·weight, added to
-// dx when accumulate_dx (several linears read the same input) or written otherwise.
+// Given dy = dL/dy: grad_weight += dyᵀ·x and grad_bias += column sums of dy (each when non-null: a frozen weight's
+// backward runs the input-gradient GEMM only), and dx = dy·weight, added to dx when accumulate_dx (several linears
+// read the same input) or written otherwise.
 void linear_backward(const LinearShape& shape, const float* x, const float* weight, const float* dy, float* dx,
                      bool accumulate_dx, float* grad_weight, float* grad_bias);
 

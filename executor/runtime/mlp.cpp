@@ -1,7 +1,7 @@
 // SwiGLU MLP forward and backward: three projections around an elementwise gated SiLU.
 #include "mlp.h"
 
-#include "linear.h"
+#include "projection.h"
 #include "row_reductions.h"
 
 namespace shardplan::runtime {
@@ -12,9 +12,10 @@ void mlp_forward(const DecoderDims& dims, const LayerParams& params, std::int64_
   const auto size = static_cast<std::size_t>(tokens * f);
   std::vector<float>& gate = saved.put("mlp.gate", std::vector<float>(size));
   std::vector<float>& up = saved.put("mlp.up", std::vector<float>(size));
-  linear_forward({tokens, h, f}, normed, params.tensor("mlp.gate_proj.weight"), nullptr, gate.data());
+  // Note [LoRA projection]: each projection with its adapter, where the layer has one.
+  projection_forward(dims, params, "mlp.gate_proj", {tokens, h, f}, normed, saved, gate.data());
   poll(progress);
-  linear_forward({tokens, h, f}, normed, params.tensor("mlp.up_proj.weight"), nullptr, up.data());
+  projection_forward(dims, params, "mlp.up_proj", {tokens, h, f}, normed, saved, up.data());
   poll(progress);
   std::vector<float>& silu = saved.put("mlp.silu", std::vector<float>(size));
   std::vector<float>& act = saved.put("mlp.act", std::vector<float>(size));
@@ -23,7 +24,7 @@ void mlp_forward(const DecoderDims& dims, const LayerParams& params, std::int64_
     silu[i] = gate[i] * sigmoid(gate[i]);
     act[i] = silu[i] * up[i];
   }
-  linear_forward({tokens, f, h}, act.data(), params.tensor("mlp.down_proj.weight"), nullptr, out);
+  projection_forward(dims, params, "mlp.down_proj", {tokens, f, h}, act.data(), saved, out);
 }
 
 void mlp_backward(const DecoderDims& dims, const LayerParams& params, std::int64_t tokens, const float* normed,
@@ -31,8 +32,8 @@ void mlp_backward(const DecoderDims& dims, const LayerParams& params, std::int64
                   const ProgressPoll& progress) {
   const std::int64_t h = dims.hidden_size, f = dims.intermediate_size, n = tokens * f;
   std::vector<float> d_act(static_cast<std::size_t>(n));
-  linear_backward({tokens, f, h}, saved.get("mlp.act").data(), params.tensor("mlp.down_proj.weight"), d_out,
-                  d_act.data(), false, grads.tensor("mlp.down_proj.weight"), nullptr);
+  projection_backward(dims, params, "mlp.down_proj", {tokens, f, h}, saved.get("mlp.act").data(), saved, d_out,
+                      d_act.data(), false, grads);
   poll(progress);
   const std::vector<float>& gate = saved.get("mlp.gate");
   const std::vector<float>& up = saved.get("mlp.up");
@@ -44,11 +45,10 @@ void mlp_backward(const DecoderDims& dims, const LayerParams& params, std::int64
     d_up[i] = d_act[i] * silu[i];
     d_gate[i] = d_act[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
   }
-  linear_backward({tokens, h, f}, normed, params.tensor("mlp.gate_proj.weight"), d_gate.data(), d_normed, false,
-                  grads.tensor("mlp.gate_proj.weight"), nullptr);
+  projection_backward(dims, params, "mlp.gate_proj", {tokens, h, f}, normed, saved, d_gate.data(), d_normed, false,
+                      grads);
   poll(progress);
-  linear_backward({tokens, h, f}, normed, params.tensor("mlp.up_proj.weight"), d_up.data(), d_normed, true,
-                  grads.tensor("mlp.up_proj.weight"), nullptr);
+  projection_backward(dims, params, "mlp.up_proj", {tokens, h, f}, normed, saved, d_up.data(), d_normed, true, grads);
 }
 
 }  // namespace shardplan::runtime

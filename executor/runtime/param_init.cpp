@@ -11,9 +11,12 @@
 namespace shardplan::runtime {
 namespace {
 
-enum class InitRule { normal, ones, zeros };
+enum class InitRule { normal, ones, zeros, kaiming_uniform };
 
 InitRule rule_for(const TensorSlot& slot) {
+  const std::string_view adapter = slot.name;
+  if (adapter.ends_with("lora_A.weight")) return InitRule::kaiming_uniform;
+  if (adapter.ends_with("lora_B.weight")) return InitRule::zeros;
   if (slot.shape.size() >= 2) return InitRule::normal;
   const std::string_view name = slot.name;
   return name.ends_with("bias") ? InitRule::zeros : InitRule::ones;
@@ -42,11 +45,19 @@ void init_parameters(const ModelLayout& layout, const InitOptions& options, std:
       const std::int64_t lo = std::max(begin, first_element);
       const std::int64_t hi = std::min(begin + slot.element_count, last_element);
       const InitRule rule = rule_for(slot);
+      // kaiming_uniform_(a=√5) on an [r × in] weight: bound 1/√fan_in with fan_in = in (its shape[1]).
+      const double bound =
+          rule == InitRule::kaiming_uniform ? 1.0 / std::sqrt(static_cast<double>(slot.shape.at(1))) : 0.0;
       for (std::int64_t element = lo; element < hi; ++element) {
         float value = rule == InitRule::ones ? 1.0f : 0.0f;
         if (rule == InitRule::normal) {
           const double z = counter_normal(options.seed, static_cast<std::uint64_t>(element));
           value = static_cast<float>(options.matrix_std * z);
+        } else if (rule == InitRule::kaiming_uniform) {
+          // 53 random bits: u in [0, 1).
+          const std::uint64_t bits = splitmix64(options.seed, 2 * static_cast<std::uint64_t>(element)) >> 11;
+          const double u = static_cast<double>(bits) / 9007199254740992.0;
+          value = static_cast<float>(bound * (2.0 * u - 1.0));
         }
         out[static_cast<std::size_t>(element - first_element)] = value;
       }

@@ -24,7 +24,11 @@ struct InitOptions {
 double counter_normal(std::uint64_t seed, std::uint64_t index);
 
 // Writes the initial values of model elements [first_element, first_element + out.size()): normal(0, std) for tensors
-// of rank ≥ 2, ones for 1-D weights (RMSNorm scales), zeros for 1-D tensors whose name ends in "bias".
+// of rank ≥ 2, ones for 1-D weights (RMSNorm scales), zeros for 1-D tensors whose name ends in "bias"; LoRA adapters
+// (Note [Fine-tuning layout] in param_layout.h) as PEFT's default init_lora_weights=True (peft/tuners/lora/layer.py,
+// reset_lora_parameters): lora_A kaiming_uniform_(a=√5), i.e. uniform(−1/√in, 1/√in) (gain √(2/(1+a²)) = √(1/3),
+// bound gain·√(3/fan_in)), lora_B zeros, so the adapted model starts as the base model. The uniform deviate of
+// element i reads output 2i of the same counter stream (Note [Sharded init] holds for it too).
 void init_parameters(const ModelLayout& layout, const InitOptions& options, std::int64_t first_element,
                      std::span<float> out);
 std::vector<float> init_model_parameters(const ModelLayout& layout, const InitOptions& options);

@@ -2,6 +2,7 @@
 #include "param_layout.h"
 
 #include "errors.h"
+#include "finetune_apply.h"
 
 namespace shardplan::runtime {
 
@@ -19,6 +20,22 @@ LayerLayout layer_layout(const LayerSpec& layer) {
     layout.tensors.push_back({tensor.name, tensor.shape, layout.element_count, count});
     layout.element_count += count;
   }
+  if (!layer.kernels) return layout;
+  // Note [Fine-tuning layout]: the adapters after the base tensors.
+  for (const ProjectionSpec& projection : layer.kernels->projections) {
+    if (projection.lora_rank == 0) continue;
+    const std::string path = projection_module_path(layer, projection);
+    if (layer.kind != LayerKind::transformer_block || path.size() <= layer.name.size() + 1) {
+      throw InputError("layer '" + layer.name + "': LoRA on '" + path + "' is not executed by the CPU runtime "
+                       "(adapters on the transformer blocks' projections only)");
+    }
+    const std::string module = path.substr(layer.name.size() + 1);
+    const std::int64_t r = projection.lora_rank, in = projection.in_features, out = projection.out_features;
+    layout.tensors.push_back({module + ".lora_A.weight", {r, in}, layout.element_count, r * in});
+    layout.element_count += r * in;
+    layout.tensors.push_back({module + ".lora_B.weight", {out, r}, layout.element_count, out * r});
+    layout.element_count += out * r;
+  }
   return layout;
 }
 
@@ -27,6 +44,18 @@ ModelLayout model_layout(const ModelSpec& model) {
   for (std::size_t index = 0; index < model.layers.size(); ++index) {
     const LayerSpec& layer = model.layers[index];
     layout.layers.push_back(layer_layout(layer));
+    if (layer.finetune) {
+      // Note [Fine-tuning layout]: the base tensors come first, in spec order; the adapters after them train.
+      std::int64_t trainable = 0;
+      for (std::size_t slot = 0; slot < layout.layers.back().tensors.size(); ++slot) {
+        TensorSlot& tensor = layout.layers.back().tensors[slot];
+        tensor.trains = slot >= layer.tensors.size() || base_tensor_trains(model, layer, layer.tensors[slot]);
+        if (tensor.trains) trainable += tensor.element_count;
+      }
+      SHARDPLAN_CHECK(trainable == layer.finetune->trainable_elements,
+                      "layer '" + layer.name + "': the runtime layout trains " + std::to_string(trainable) +
+                          " elements, its LayerFinetune " + std::to_string(layer.finetune->trainable_elements));
+    }
     layout.layer_offsets_elements.push_back(layout.element_count);
     layout.element_count += layout.layers.back().element_count;
     const std::size_t owner = layer.tied_to_layer.value_or(index);
@@ -85,7 +114,8 @@ LayerParams bind_model_layer(const ModelLayout& layout, std::size_t index, std::
                           std::span<float>(const_cast<float*>(model_elements.data()), model_elements.size()));
 }
 
-UnitParamLayout unit_param_layout(const ModelLayout& model, std::vector<std::size_t> layers) {
+UnitParamLayout unit_param_layout(const ModelLayout& model, std::vector<std::size_t> layers,
+                                  std::int64_t frozen_offset_elements) {
   UnitParamLayout unit;
   unit.layers = std::move(layers);
   for (std::size_t position = 0; position < unit.layers.size(); ++position) {
@@ -103,22 +133,69 @@ UnitParamLayout unit_param_layout(const ModelLayout& model, std::vector<std::siz
     for (const std::size_t member : unit.layers) owner_in_unit = owner_in_unit || member == owner;
     SHARDPLAN_CHECK(owner_in_unit, "tied layer " + std::to_string(layer) + " is not in its owner's unit");
   }
+  // Note [Trainable-first unit layout]: trainable tensors from 0, frozen ones from frozen_offset_elements.
+  for (const std::size_t layer : unit.layers) {
+    for (const TensorSlot& slot : model.layers[layer].tensors) {
+      (slot.trains ? unit.trainable_elements : unit.frozen_elements) += slot.element_count;
+    }
+  }
+  if (unit.frozen_elements == 0) frozen_offset_elements = unit.element_count;
+  SHARDPLAN_CHECK(frozen_offset_elements >= unit.trainable_elements,
+                  "frozen tensors placed at " + std::to_string(frozen_offset_elements) + ", inside the " +
+                      std::to_string(unit.trainable_elements) + " trainable elements");
+  unit.frozen_offset_elements = frozen_offset_elements;
+  std::int64_t next_trainable = 0, next_frozen = frozen_offset_elements;
+  for (const std::size_t layer : unit.layers) {
+    unit.tensor_offsets_elements.emplace_back();
+    for (const TensorSlot& slot : model.layers[layer].tensors) {
+      std::int64_t& next = slot.trains ? next_trainable : next_frozen;
+      unit.tensor_offsets_elements.back().push_back(next);
+      next += slot.element_count;
+    }
+  }
   return unit;
 }
 
-LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
-                            std::span<float> unit_elements) {
-  SHARDPLAN_CHECK(static_cast<std::int64_t>(unit_elements.size()) == unit.element_count,
-                  "unit buffer size does not match the unit layout");
+namespace {
+
+// Binds the owner of model layer `index` at its tensors' unit offsets; frozen tensors to nullptr when `grads`.
+LayerParams bind_unit_tensors(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                              std::span<float> elements, bool grads) {
   SHARDPLAN_CHECK(index < model.param_owner.size(), "layer index out of range");
   const std::size_t owner = model.param_owner[index];
   for (std::size_t position = 0; position < unit.layers.size(); ++position) {
     if (unit.layers[position] != owner) continue;
-    const auto offset = static_cast<std::size_t>(unit.layer_offsets_elements[position]);
-    const auto count = static_cast<std::size_t>(model.layers[owner].element_count);
-    return bind_layer(model.layers[owner], unit_elements.subspan(offset, count));
+    LayerParams params;
+    const auto& slots = model.layers[owner].tensors;
+    for (std::size_t slot = 0; slot < slots.size(); ++slot) {
+      const std::int64_t offset = unit.tensor_offsets_elements[position][slot];
+      float* data = nullptr;
+      if (!grads || slots[slot].trains) {
+        SHARDPLAN_CHECK(offset + slots[slot].element_count <= static_cast<std::int64_t>(elements.size()),
+                        "tensor '" + slots[slot].name + "' lies outside the unit buffer bound to it");
+        data = elements.data() + offset;
+      }
+      params.tensors.push_back({slots[slot].name, slots[slot].shape, data, slots[slot].element_count});
+    }
+    return params;
   }
   throw InternalError("layer " + std::to_string(index) + " (or the layer it is tied to) is not in this unit");
+}
+
+}  // namespace
+
+LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                            std::span<float> unit_elements) {
+  SHARDPLAN_CHECK(static_cast<std::int64_t>(unit_elements.size()) >= unit.extent_elements(),
+                  "unit buffer is smaller than the unit layout");
+  return bind_unit_tensors(model, unit, index, unit_elements, false);
+}
+
+LayerParams bind_unit_grads(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,
+                            std::span<float> grad_elements) {
+  SHARDPLAN_CHECK(static_cast<std::int64_t>(grad_elements.size()) >= unit.trainable_elements,
+                  "unit gradient buffer is smaller than the unit's trainable tensors");
+  return bind_unit_tensors(model, unit, index, grad_elements, true);
 }
 
 LayerParams bind_unit_layer(const ModelLayout& model, const UnitParamLayout& unit, std::size_t index,

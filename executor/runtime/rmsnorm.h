@@ -11,7 +11,8 @@ void rmsnorm_forward(const float* x, const float* weight, std::int64_t rows, std
                      float* inv_rms);
 
 // With x̂ = x·r and g = dy ⊙ w: dx += r · (g − x̂ · mean(g ⊙ x̂)) and grad_weight += Σ_rows dy ⊙ x̂.
-// dx is accumulated because the norm always sits on a residual branch whose other path already wrote it.
+// dx is accumulated because the norm always sits on a residual branch whose other path already wrote it. A null
+// grad_weight (a frozen scale) skips its sum.
 void rmsnorm_backward(const float* x, const float* inv_rms, const float* weight, const float* dy, std::int64_t rows,
                       std::int64_t width, float* dx, float* grad_weight);
 

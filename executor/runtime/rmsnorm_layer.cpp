@@ -29,7 +29,9 @@ void rmsnorm_backward(const float* x, const float* inv_rms, const float* weight,
   ConstMatrixView dY(dy, rows, width);
   ConstVectorView r(inv_rms, rows);
   const RowMatrix x_hat = X.array().colwise() * r.array();
-  add_column_sums(grad_weight, (dY.array() * x_hat.array()).matrix());  // Note [Aligned products]
+  if (grad_weight != nullptr) {
+    add_column_sums(grad_weight, (dY.array() * x_hat.array()).matrix());  // Note [Aligned products]
+  }
   const RowMatrix g = dY.array().rowwise() * ConstVectorView(weight, width).transpose().array();
   Eigen::VectorXf mean_g_xhat(rows);
   for (std::int64_t row = 0; row < rows; ++row) {

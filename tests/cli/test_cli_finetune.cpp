@@ -1,5 +1,6 @@
 // Tests of fine-tuning through the binary: a LoRA plan for llama3-70b on one 8 x A100-80GB node needs no offload,
-// its plan file re-simulates, `run` refuses it, and bad trainable-set input exits 2 with one line.
+// its plan file re-simulates, `run` trains a LoRA plan on CPU ranks and refuses QLoRA and LoRA dropout, and bad
+// trainable-set input exits 2 with one line.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "case_skip.h"
 #include "run_binary.h"
 
 namespace {
@@ -59,13 +61,43 @@ TEST_CASE("`plan --finetune lora`: llama3-70b on 8xA100-80GB plans without offlo
   CHECK(json::parse(again.out).at("step_time_s").get<double>() == doctest::Approx(lora_s).epsilon(1e-12));
 }
 
-TEST_CASE("`run` refuses a fine-tuning plan up front with one line") {
-  TempFile plan_file("tiny-lora-plan");
-  REQUIRE(run_shardplan({"plan", "-m", "tiny-llama", "-c", "2xcpu", "--seq-len", "64", "--finetune", "lora", "--out",
-                         plan_file.path()})
+// The CPU executor trains LoRA (tests/mpi_runner/test_finetune.cpp checks it against the reference); 4-bit storage
+// and dropout it does not execute, and says so before any rank starts.
+TEST_CASE("`run` refuses QLoRA and LoRA dropout plans up front with one line") {
+  TempFile qlora_plan("tiny-qlora-plan"), dropout_plan("tiny-lora-dropout-plan");
+  REQUIRE(run_shardplan({"plan", "-m", "tiny-llama", "-c", "2xcpu", "--seq-len", "64", "--precision", "fp32",
+                         "--finetune", "qlora", "--out", qlora_plan.path()})
               .exit_status == 0);
-  expect_input_error({"run", "-m", "tiny-llama", "--plan", plan_file.path(), "--device", "cpu", "--steps", "1"},
-                     {"fine-tuning 'lora'", "not yet executed", "the CPU executor cannot run it"});
+  expect_input_error({"run", "-m", "tiny-llama", "--plan", qlora_plan.path(), "--device", "cpu", "--steps", "1"},
+                     {"fine-tuning 'qlora'", "4-bit base weights are not executed", "--finetune lora",
+                      "the CPU executor cannot run it"});
+  REQUIRE(run_shardplan({"plan", "-m", "tiny-llama", "-c", "2xcpu", "--seq-len", "64", "--finetune", "lora",
+                         "--lora-dropout", "0.1", "--out", dropout_plan.path()})
+              .exit_status == 0);
+  expect_input_error({"run", "-m", "tiny-llama", "--plan", dropout_plan.path(), "--device", "cpu", "--steps", "1"},
+                     {"fine-tuning 'lora'", "lora_dropout", "--lora-dropout 0"});
+}
+
+// examples/plans/tiny-llama-lora.json: LoRA r=8 on every projection of tiny-llama, one unit per block.
+TEST_CASE("`run` under mpirun trains a LoRA plan on CPU ranks" * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
+  const std::string plan = "examples/plans/tiny-llama-lora.json";
+  const RunResult run = shardplan_test::run_program(
+      "mpirun", {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run", "-m", "tiny-llama",
+                 "--device", "cpu", "--plan", plan, "--steps", "6", "--json"});
+  INFO(run.err);
+  REQUIRE(run.exit_status == 0);
+  const json summary = json::parse(run.out);
+  CHECK(summary.at("world_size") == 2);
+  CHECK(summary.at("plan").at("finetune").at("mode") == "lora");
+  const auto& steps = summary.at("steps");
+  REQUIRE(steps.size() == 6);
+  CHECK(steps.back().at("loss").get<double>() < steps.front().at("loss").get<double>());
+  // Gradients and AdamW states for the adapters only: 37376 of tiny-llama's 841344 elements with them, so the
+  // sharded gradients are under a tenth of the sharded parameters (full training: equal).
+  const auto& peak = summary.at("memory_at_peak");
+  CHECK(peak.at("sharded_grads_bytes").get<double>() * 10 < peak.at("sharded_params_bytes").get<double>());
+  CHECK(peak.at("optimizer_states_bytes").get<double>() * 5 < peak.at("sharded_params_bytes").get<double>());
 }
 
 TEST_CASE("bad trainable sets: one line naming the flag or field, exit 2") {

@@ -15,6 +15,7 @@
 #include "model_runtime.h"
 #include "param_layout.h"
 #include "plan.h"
+#include "schedule.h"
 
 namespace shardplan::runner::testing {
 
@@ -107,6 +108,21 @@ inline std::vector<float> unit_slice(const runtime::ModelLayout& model, const ru
     }
   }
   return slice;
+}
+
+// The schedule's own memory per category, replayed in issue order (frees_at_start, then allocations at an op's
+// start; frees at its end):
+// each category's maximum, persistent bytes included.
+inline MemoryByCategory predicted_peaks(const StepSchedule& schedule) {
+  MemoryByCategory current = schedule.persistent;
+  MemoryByCategory peak = current;
+  for (const Op& op : schedule.ops) {
+    for (const auto& change : op.frees_at_start) current[static_cast<std::size_t>(change.category)] -= change.bytes;
+    for (const auto& change : op.allocates) current[static_cast<std::size_t>(change.category)] += change.bytes;
+    for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) peak[i] = std::max(peak[i], current[i]);
+    for (const auto& change : op.frees) current[static_cast<std::size_t>(change.category)] -= change.bytes;
+  }
+  return peak;
 }
 
 // ‖a − b‖ / ‖b‖ (0 when both are zero).

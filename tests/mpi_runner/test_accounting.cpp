@@ -13,21 +13,6 @@ namespace shardplan::runner::testing {
 
 namespace {
 
-// The schedule's own memory per category, replayed in issue order (frees_at_start, then allocations at an op's
-// start; frees at its end):
-// each category's maximum, persistent bytes included.
-MemoryByCategory predicted_peaks(const StepSchedule& schedule) {
-  MemoryByCategory current = schedule.persistent;
-  MemoryByCategory peak = current;
-  for (const Op& op : schedule.ops) {
-    for (const auto& change : op.frees_at_start) current[static_cast<std::size_t>(change.category)] -= change.bytes;
-    for (const auto& change : op.allocates) current[static_cast<std::size_t>(change.category)] += change.bytes;
-    for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) peak[i] = std::max(peak[i], current[i]);
-    for (const auto& change : op.frees) current[static_cast<std::size_t>(change.category)] -= change.bytes;
-  }
-  return peak;
-}
-
 struct Measured {
   StepSchedule schedule;
   StepReport report;

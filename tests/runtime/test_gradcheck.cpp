@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "finetune_apply.h"
 #include "layer_kernel.h"
 #include "model_runtime.h"
 #include "runtime_fixtures.h"
@@ -158,6 +159,30 @@ TEST_CASE("decoder block backward matches finite differences with plain multi-he
   arch.num_kv_heads = arch.num_heads;
   LayerCase c(build_decoder("tiny-mha", arch, "test"), 1);
   CHECK(check_layer_gradients(c) > 100);
+}
+
+// Note [LoRA projection] (executor/runtime/projection.h): the adapters' forward and backward in every projection, with
+// B non-zero (test_params) and scaling alpha/r = 0.5 so a scaling missing from either pass shows. A step δ in a B
+// element moves the projection by scaling·u·δ with u = x·Aᵀ summed over the hidden size (|u| up to ~2 here): at
+// scaling 3 that is ~6x a base weight's step and the central difference's truncation error passed the 2 % tolerance
+// on 2 of 16 k_proj.lora_B elements (they agreed at δ = 3e-3, where fp32 noise then failed others); 0.5 keeps it near
+// a base weight's. The MPI reference shares these kernels, so this is what checks LoRA's gradients themselves.
+// Mutation tried: the scaling left out of projection_backward's dz — 374 of the 407 checks fail (worst 81x the
+// tolerance).
+TEST_CASE("decoder block backward matches finite differences with LoRA adapters on every projection") {
+  FinetuneConfig lora;
+  lora.mode = FinetuneMode::lora;
+  lora.lora.r = 2;
+  lora.lora.alpha = 1;
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  const ModelSpec model = finetuned_model(tiny_model(), lora, FinetuneFieldNames::cli());
+  CHECK(decoder_dims(model).lora_scaling == 0.5);
+  LayerCase c(model, 1);
+  for (const char* adapter : {"self_attn.q_proj.lora_A.weight", "self_attn.o_proj.lora_B.weight",
+                              "mlp.down_proj.lora_A.weight", "mlp.gate_proj.lora_B.weight"}) {
+    CHECK(c.layout.find(adapter) != nullptr);
+  }
+  CHECK(check_layer_gradients(c) > 200);
 }
 
 TEST_CASE("final RMSNorm backward matches finite differences") {
