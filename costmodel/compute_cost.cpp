@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "collective_cost.h"
 #include "errors.h"
 
 namespace shardplan {
@@ -75,9 +76,17 @@ PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const 
     time.attention_s += attention_time_s(call, compute_element_bytes, profile);
   }
   time.memory_s = elementwise_time_s(kernels.memory_bytes, profile);
+  // Note [Tensor-parallel collectives] (kernel_spec.h): a TP group stays within a node, the α-β ring model of
+  // collective_cost.h on the intra-node link; the next kernel waits for each.
+  for (const ActivationCollectiveCall& call : kernels.collectives) {
+    const CollectiveKind kind = call.kind == ActivationCollective::all_gather       ? CollectiveKind::all_gather
+                                : call.kind == ActivationCollective::reduce_scatter ? CollectiveKind::reduce_scatter
+                                                                                    : CollectiveKind::all_reduce;
+    time.collective_s += collective_cost(kind, call.bytes, GroupPlacement{call.ranks, false, call.ranks}, profile).time_s;
+  }
   time.dispatch_s = kernels.kernel_count() * profile.kernel_dispatch_s;
   // Kernels on one stream add up; the device idles only when the host cannot launch them as fast as they run.
-  time.total_s = std::max(time.gemm_s + time.attention_s + time.memory_s, time.dispatch_s);
+  time.total_s = std::max(time.gemm_s + time.attention_s + time.memory_s + time.collective_s, time.dispatch_s);
   return time;
 }
 

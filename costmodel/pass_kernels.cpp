@@ -27,7 +27,8 @@ double PassKernels::attention_flops() const {
 double PassKernels::flops() const { return gemm_flops() + attention_flops(); }
 
 double PassKernels::kernel_count() const {
-  return memory_kernels + static_cast<double>(attention.size()) + static_cast<double>(gemms.size());
+  return memory_kernels + static_cast<double>(attention.size()) + static_cast<double>(gemms.size()) +
+         static_cast<double>(collectives.size());
 }
 
 namespace {
@@ -171,6 +172,15 @@ void add_elementwise(const ElementwiseTraffic& traffic, const PassShape& shape, 
   kernels.memory_kernels += traffic.kernels;
 }
 
+void add_collectives(const LayerKernelSpec& spec, const std::vector<ActivationCollectiveSpec>& collectives,
+                     const PassShape& shape, bool only_recomputed_by_op_policy, PassKernels& kernels) {
+  for (const ActivationCollectiveSpec& collective : collectives) {
+    if (only_recomputed_by_op_policy && !collective.recomputed_by_op_policy) continue;
+    const double bytes = collective.elements_per_token * static_cast<double>(shape.tokens) * shape.activation_bytes;
+    kernels.collectives.push_back({collective.kind, static_cast<std::int64_t>(bytes), spec.tensor_parallel_degree});
+  }
+}
+
 // The forward kernels, all of them or (for a selective-op recompute) those the policy reruns.
 void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_recomputed_by_op_policy,
                  PassKernels& kernels) {
@@ -185,6 +195,7 @@ void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_
     if (only_recomputed_by_op_policy && !elementwise.recomputed_by_op_policy) continue;
     add_elementwise(elementwise.forward, shape, kernels);
   }
+  add_collectives(spec, spec.tp_forward, shape, only_recomputed_by_op_policy, kernels);
 }
 
 }  // namespace
@@ -243,6 +254,7 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
       }
       if (spec.attention) add_attention(*spec.attention, shape, true, kernels);
       for (const ElementwiseSpec& elementwise : spec.elementwise) add_elementwise(elementwise.backward, shape, kernels);
+      add_collectives(spec, spec.tp_backward, shape, false, kernels);
       return kernels;
   }
   throw InternalError("unknown ComputePass " + std::to_string(static_cast<int>(pass)));

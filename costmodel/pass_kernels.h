@@ -35,16 +35,28 @@ struct AttentionCall {
   bool operator==(const AttentionCall&) const = default;
 };
 
+// One collective over activations inside a pass (Note [Tensor-parallel collectives] in kernel_spec.h): S bytes in
+// nccl-tests' convention over `ranks` ranks of one node.
+struct ActivationCollectiveCall {
+  ActivationCollective kind = ActivationCollective::all_gather;
+  std::int64_t bytes = 0;
+  int ranks = 1;
+  bool operator==(const ActivationCollectiveCall&) const = default;
+};
+
 struct PassKernels {
   std::vector<GemmCall> gemms;
+  std::vector<ActivationCollectiveCall> collectives;  // tensor parallelism's, on the compute stream
   std::vector<AttentionCall> attention;  // flash kernels; the eager (math) path is GEMMs and softmax traffic instead
   double memory_bytes = 0;               // HBM traffic of the memory-bound kernels
   double memory_kernels = 0;             // how many memory-bound kernels that is
   double flops() const;                  // GEMM + attention FLOPs (what the pass does on the hardware)
   double gemm_flops() const;
   double attention_flops() const;
-  double kernel_count() const;           // GEMMs + attention kernels + memory-bound kernels
-  bool empty() const { return gemms.empty() && attention.empty() && memory_bytes == 0 && memory_kernels == 0; }
+  double kernel_count() const;           // GEMMs + attention kernels + collectives + memory-bound kernels
+  bool empty() const {
+    return gemms.empty() && attention.empty() && collectives.empty() && memory_bytes == 0 && memory_kernels == 0;
+  }
   bool operator==(const PassKernels&) const = default;
 };
 

@@ -8,6 +8,7 @@
 #include "compute_cost.h"
 #include "errors.h"
 #include "reduction_handover.h"
+#include "tensor_parallel_view.h"
 #include "unit_layout.h"
 
 namespace shardplan {
@@ -507,6 +508,16 @@ Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan) {
 
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
   validate_plan(plan, model, options.world_size, options.gpus_per_node);
+  if (plan.tensor_parallel_degree > 1) {
+    // Note [2-D plans] (tensor_parallel_view.h): FSDP's schedule of one TP rank over the data-parallel ranks.
+    const DataParallelView view = data_parallel_view(plan, model, options.world_size, options.gpus_per_node);
+    LoweringOptions data_parallel = options;
+    data_parallel.world_size = view.world_size;
+    data_parallel.gpus_per_node = view.gpus_per_node;
+    StepSchedule schedule = lower_plan(view.plan, view.model, data_parallel);
+    schedule.tensor_parallel_degree = plan.tensor_parallel_degree;
+    return schedule;
+  }
   return Lowerer(plan, model, options).run();
 }
 
