@@ -37,6 +37,12 @@ void check_trains_every_parameter(const Plan& plan, int rank, const ExecutorSupp
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support) {
   check_trains_every_parameter(plan, rank, support);
+  if (plan.tensor_parallel_degree > 1) {
+    reject("tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
+               " (a 2-D TP x FSDP plan) is planned, simulated and exported, not yet executed; `run` needs "
+               "tensor_parallel_degree 1",
+           support, rank);
+  }
   const PrecisionRecipe& precision = plan.training.precision;
   bool supported = false;
   std::string names;
