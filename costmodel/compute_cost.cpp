@@ -71,7 +71,11 @@ double attention_time_s(const AttentionCall& attention, int element_bytes, const
 
 PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile) {
   PassTime time;
-  for (const GemmCall& gemm : kernels.gemms) time.gemm_s += gemm_time_s(gemm, compute_element_bytes, profile);
+  // Float8 GEMMs (Note [Float8 training]) at the fp8 peak, with the same plateau and fixed cost as the 16-bit ones
+  // (an assumption: no fp8 GEMM-by-shape table is cited here), operands of 1 byte.
+  for (const GemmCall& gemm : kernels.gemms) {
+    time.gemm_s += gemm_time_s(gemm, gemm.fp8 ? 1 : compute_element_bytes, profile);
+  }
   for (const AttentionCall& call : kernels.attention) {
     time.attention_s += attention_time_s(call, compute_element_bytes, profile);
   }

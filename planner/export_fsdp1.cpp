@@ -132,6 +132,11 @@ constexpr const char* kRegroupHelper = R"PY(def _regroup_layers(model):
 
 ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   validate_plan(plan, model, world_size, gpus_per_node);
+  if (plan.training.precision.uses_fp8()) {
+    // torchao's float8 training composes with FSDP2 (its fp8 all-gather hooks are FSDP2's fsdp_pre_all_gather).
+    throw InputError("--export fsdp1: precision '" + plan.training.precision.name +
+                     "' (torchao float8 training) is expressed by the FSDP2 export only (expected --export fsdp2)");
+  }
   if (plan.tensor_parallel_degree > 1) {
     // FSDP1 composes with tensor parallelism only through DTensor-aware state-dict and device_mesh paths this
     // export does not write; torchtitan and PyTorch's TP tutorial use FSDP2 for 2-D.

@@ -223,7 +223,24 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
   } else if (!precision.cast_model_to.empty()) {
     py << "    model.to(" << precision.cast_model_to << ")\n";
   }
+  if (plan.training.precision.uses_fp8()) {
+    // Note [Float8 training] (costmodel/precision.h): torchtitan's Float8 converter, before TP and fully_shard.
+    const bool rowwise = plan.training.precision.fp8 == Fp8Scaling::rowwise;
+    py << "    # torchao float8 training (" << (rowwise ? "rowwise" : "tensorwise")
+       << " scaling), the output head kept in bf16 as torchtitan's filter_fqns = [\"output\"] does.\n"
+       << "    from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+       << "    float8_config = "
+       << (rowwise ? "Float8LinearConfig.from_recipe_name(\"rowwise\")\n"
+                   : "Float8LinearConfig(enable_fsdp_float8_all_gather=True)\n")
+       << "    convert_to_float8_training(model, config=float8_config,\n"
+       << "                               module_filter_fn=lambda module, fqn: fqn != \"lm_head\" and\n"
+       << "                               module.in_features % 16 == 0 and module.out_features % 16 == 0)\n";
+  }
   if (tp > 1) {
+    if (plan.training.precision.uses_fp8()) {
+      py << "    # With TP, torchtitan uses torchao's Float8ColwiseParallel / Float8RowwiseParallel in place of the plans\n"
+         << "    # below (torchao.float8.float8_tensor_parallel); the plain styles below gather bf16 activations.\n";
+    }
     py << "    # Tensor parallelism first (Note [Exported tensor parallelism]), on the mesh's innermost dimension.\n"
        << "    tp_mesh = init_device_mesh(device_type, (" << data_parallel << ", " << tp
        << "), mesh_dim_names=(\"dp\", \"tp\"))[\"tp\"]\n"
@@ -296,6 +313,10 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
        << ", mp_policy=mp_policy" << offload_argument << ")\n";
   }
   write_prefetch(py, plan, groups);
+  if (plan.training.precision.fp8_all_gather) {
+    py << "\n    # The float8 all-gather's scales: after each optimizer step call\n"
+       << "    # torchao.float8.precompute_float8_dynamic_scale_for_fsdp(model) (one amax all-reduce for all weights).\n";
+  }
   py << (finetuning ? "    return trained\n" : "    return model\n");
   return {"fsdp2_plan.py", py.str()};
 }
