@@ -315,7 +315,6 @@ nlohmann::json to_json(const GpuSpec& gpu) {
       {"peak_bf16_flops", gpu.peak_bf16_flops},
       {"peak_fp16_flops", gpu.peak_fp16_flops},
       {"peak_fp32_flops", gpu.peak_fp32_flops},
-      {"peak_fp8_flops", gpu.peak_fp8_flops},
       {"hbm_bytes_per_s", gpu.hbm_bytes_per_s},
       {"intra_node_link", gpu.intra_node_link},
       {"intra_node_bytes_per_s", gpu.intra_node_bytes_per_s},
@@ -346,6 +345,8 @@ nlohmann::json to_json(const GpuSpec& gpu) {
     if (value > 0) document[key] = value;
   }
   if (gpu.kernel_dispatch_s >= 0) document["kernel_dispatch_s"] = gpu.kernel_dispatch_s;
+  // A GPU without float8 tensor cores writes no rate (0 is not a rate a catalog entry may give).
+  if (gpu.peak_fp8_flops > 0) document["peak_fp8_flops"] = gpu.peak_fp8_flops;
   return document;
 }
 
