@@ -491,7 +491,26 @@ void Lowerer::optimizer_step(const std::vector<int>& reductions) {
   for (const auto& layout : layouts_) elements += layout.optimizer_shard_elements;
   Op step = optimizer_step_op(elements, plan_);
   step.deps = reductions;
-  emit(std::move(step));
+  const int step_id = emit(std::move(step));
+  // Note [Float8 training] (precision.h): with the float8 all-gather, torchao's precompute_float8_dynamic_scale_for_fsdp
+  // runs after the optimizer step: one all-reduce (max) of every float8 weight's amax, an fp32 each, over the ranks
+  // that shard them, before the next step's first gather.
+  if (!plan_.training.precision.fp8_all_gather || options_.world_size == 1) return;
+  std::int64_t weights = 0;
+  for (const LayerSpec& layer : model_.layers) {
+    if (layer.kind != LayerKind::transformer_block || !layer.kernels) continue;
+    for (const ProjectionSpec& projection : layer.kernels->projections) weights += runs_in_fp8(layer, projection) ? 1 : 0;
+  }
+  if (weights == 0) return;
+  Op amax = make_op(OpKind::all_reduce, StreamKind::all_reduce, -1, plan_.grad_accumulation_steps - 1);
+  amax.bytes = weights * 4;
+  amax.element_bytes = 4;
+  amax.group = GroupKind::world;
+  amax.group_size = options_.world_size;
+  amax.group_spans_nodes = options_.world_size > options_.gpus_per_node;
+  amax.group_ranks_per_node = std::min(options_.world_size, options_.gpus_per_node);
+  amax.deps.push_back(step_id);
+  emit(std::move(amax));
 }
 
 }  // namespace

@@ -14,6 +14,15 @@ using namespace shardplan;
 
 namespace {
 
+StepSchedule llama3_8b_step(const std::string& precision) {
+  const ModelSpec model = preset_model("llama3-8b");
+  TrainingConfig training;
+  training.seq_len = 8192;
+  training.precision = precision_recipe(precision);
+  const Plan plan = default_plan(model, training, {}, wrap_per_block(model), 8);
+  return lower_plan(plan, model, LoweringOptions{8, 8, 0});
+}
+
 std::int64_t first_block_gather_bytes(const std::string& precision) {
   const ModelSpec model = preset_model("llama3-8b");
   TrainingConfig training;
@@ -70,4 +79,25 @@ TEST_CASE("fp8: blocks' projections run in float8, the output head in bf16, at t
   const HardwareProfile a100 = profile_from_cluster(parse_cluster("8xA100-80GB", HardwareCatalog::builtin()));
   CHECK_THROWS_WITH_AS(pass_time(forward, 2, a100), doctest::Contains("no float8 tensor-core rate for GPU 'A100-80GB'"),
                        InputError);
+}
+
+// torchao's precompute_float8_dynamic_scale_for_fsdp (torchao/float8/fsdp_utils.py): after the optimizer step, the
+// amax of every float8 weight (torch._foreach_norm, ord inf) stacked and all-reduced once — one fp32 per weight.
+TEST_CASE("fp8: the float8 all-gather's amax all-reduce runs once per step after the optimizer") {
+  const auto amax_ops = [](const StepSchedule& schedule) {
+    std::vector<Op> found;
+    for (const Op& op : schedule.ops) {
+      if (op.kind == OpKind::all_reduce && op.unit == -1) found.push_back(op);
+    }
+    return found;
+  };
+  CHECK(amax_ops(llama3_8b_step("bf16-mixed-fp32-reduce")).empty());
+  CHECK(amax_ops(llama3_8b_step("fp8-rowwise")).empty());  // no float8 all-gather, no precomputed scale
+  const StepSchedule fp8 = llama3_8b_step("fp8-tensorwise");
+  const std::vector<Op> amax = amax_ops(fp8);
+  REQUIRE(amax.size() == 1);
+  CHECK(amax.front().bytes == 32 * 7 * 4);  // 32 blocks x 7 projections, an fp32 amax each
+  CHECK(amax.front().group_size == 8);
+  REQUIRE(amax.front().deps.size() == 1);
+  CHECK(fp8.ops[static_cast<std::size_t>(amax.front().deps.front())].kind == OpKind::optimizer_step);
 }
