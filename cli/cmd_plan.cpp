@@ -32,6 +32,7 @@ struct PlanFlags {
   TrainingFlags training;
   double memory_cap_gib = 0;
   std::string objective = "time";
+  std::string tensor_parallel = "auto";
   std::string out_file;
   std::string trace_file;
   std::string report_file;
@@ -106,6 +107,9 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       ->check(finite_range(0.001, static_cast<double>(limits::kMostMemoryBytes >> 30)));
   command->add_option("--objective", flags->objective, "time | memory")->capture_default_str();
   // Note [Output files]: every target is checked as it is parsed, before the search.
+  command->add_option("--tensor-parallel", flags->tensor_parallel,
+                      "TP degrees searched: auto (1, 2, 4, 8 within a node) or one degree (1: FSDP alone)")
+      ->capture_default_str();
   command->add_option("--out", flags->out_file, "write the planned plan (shardplan.plan/v1)")
       ->check(output_file("--out"));
   command->add_option("--trace", flags->trace_file, "write the planned step's predicted Chrome trace")
@@ -144,6 +148,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     check_distinct_outputs(
         {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});
     check_search_work(training, model, cluster.world_size(), "plan");
+    options.tensor_parallel_degrees = tensor_parallel_degrees(flags->tensor_parallel, model, cluster);
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {
       output.json(to_json(result, model));

@@ -4,6 +4,7 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "errors.h"
 #include "flag_checks.h"
 #include "host_memory.h"
 #include "html_report.h"
@@ -26,6 +27,7 @@ struct SimulateFlags {
   std::string report_file;
   bool dump_schedule = false;
   bool cpu_offload = false;
+  std::string tensor_parallel = "1";
   bool json = false;
 };
 
@@ -68,6 +70,9 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       ->check(output_file("--report"));
   command->add_flag("--cpu-offload", flags->cpu_offload,
                     "default plan with FSDP's CPU offload (parameter and gradient shards, optimizer on the host)");
+  command->add_option("--tensor-parallel", flags->tensor_parallel,
+                      "TP degree of the default plan (Note [2-D plans]: FSDP over the world / TP ranks)")
+      ->capture_default_str();
   command->add_flag("--json", flags->json, "print the summary as JSON");
   return [flags, output]() {
     check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
@@ -79,8 +84,12 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       plan = read_plan_file(flags->plan_file, base);
     } else {
       const TrainingConfig training = resolve_training(flags->training, base);
+      if (flags->tensor_parallel == "auto") throw InputError("--tensor-parallel: expected one degree (1, 2, 4, 8)");
+      const int tensor_parallel = tensor_parallel_degrees(flags->tensor_parallel, base, cluster).front();
+      // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
       plan = default_plan(base, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, base),
-                          cluster.world_size());
+                          cluster.world_size() / tensor_parallel);
+      plan.tensor_parallel_degree = tensor_parallel;
       plan.offload.params = flags->cpu_offload;
     }
     // The layers resolved for the plan's fine-tuning (a plan file's was checked against the model as it was read).

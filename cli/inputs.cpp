@@ -10,6 +10,7 @@
 #include "input_limits.h"
 #include "json_input.h"
 #include "name_suggest.h"
+#include "plan.h"
 #include "precision.h"
 
 namespace shardplan::cli {
@@ -220,6 +221,21 @@ ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training) 
 }
 
 // Invalid UTF-8 (a byte string from a flag) is replaced, not thrown halfway through the output.
+std::vector<int> tensor_parallel_degrees(const std::string& text, const ModelSpec& model, const Cluster& cluster) {
+  if (text == "auto") return {1, 2, 4, 8};  // within a node (Note [2-D plans] in planner/tensor_parallel_view.h)
+  int degree = 0;
+  try {
+    std::size_t used = 0;
+    degree = std::stoi(text, &used);
+    if (used != text.size()) degree = 0;
+  } catch (const std::exception&) {
+    degree = 0;
+  }
+  if (degree < 1) throw InputError("--tensor-parallel '" + text + "': expected auto or a degree (1, 2, 4, 8)");
+  validate_tensor_parallel_degree(degree, model, cluster.world_size(), cluster.gpus_per_node, "--tensor-parallel");
+  return {degree};
+}
+
 void print_json(const nlohmann::json& document) {
   std::cout << document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }

@@ -56,6 +56,10 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
 // The model resolved for the training's fine-tuning (finetuned_model); InputError names the flag.
 ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training);
 
+// --tensor-parallel: "auto" searches 1, 2, 4 and 8 (those the model and node take), a number that one degree only
+// (checked against the model and cluster: InputError naming the flag), "1" FSDP alone.
+std::vector<int> tensor_parallel_degrees(const std::string& text, const ModelSpec& model, const Cluster& cluster);
+
 // Prints a JSON document (pretty, newline-terminated) to stdout.
 void print_json(const nlohmann::json& document);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "collective_cost.h"
 #include "errors.h"
 
 namespace shardplan {
@@ -70,14 +71,26 @@ double attention_time_s(const AttentionCall& attention, int element_bytes, const
 
 PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile) {
   PassTime time;
-  for (const GemmCall& gemm : kernels.gemms) time.gemm_s += gemm_time_s(gemm, compute_element_bytes, profile);
+  // Float8 GEMMs (Note [Float8 training]) at the fp8 peak, with the same plateau and fixed cost as the 16-bit ones
+  // (an assumption: no fp8 GEMM-by-shape table is cited here), operands of 1 byte.
+  for (const GemmCall& gemm : kernels.gemms) {
+    time.gemm_s += gemm_time_s(gemm, gemm.fp8 ? 1 : compute_element_bytes, profile);
+  }
   for (const AttentionCall& call : kernels.attention) {
     time.attention_s += attention_time_s(call, compute_element_bytes, profile);
   }
   time.memory_s = elementwise_time_s(kernels.memory_bytes, profile);
+  // Note [Tensor-parallel collectives] (kernel_spec.h): a TP group stays within a node, the α-β ring model of
+  // collective_cost.h on the intra-node link; the next kernel waits for each.
+  for (const ActivationCollectiveCall& call : kernels.collectives) {
+    const CollectiveKind kind = call.kind == ActivationCollective::all_gather       ? CollectiveKind::all_gather
+                                : call.kind == ActivationCollective::reduce_scatter ? CollectiveKind::reduce_scatter
+                                                                                    : CollectiveKind::all_reduce;
+    time.collective_s += collective_cost(kind, call.bytes, GroupPlacement{call.ranks, false, call.ranks}, profile).time_s;
+  }
   time.dispatch_s = kernels.kernel_count() * profile.kernel_dispatch_s;
   // Kernels on one stream add up; the device idles only when the host cannot launch them as fast as they run.
-  time.total_s = std::max(time.gemm_s + time.attention_s + time.memory_s, time.dispatch_s);
+  time.total_s = std::max(time.gemm_s + time.attention_s + time.memory_s + time.collective_s, time.dispatch_s);
   return time;
 }
 

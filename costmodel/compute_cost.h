@@ -33,8 +33,9 @@ struct PassTime {
   double gemm_s = 0;
   double attention_s = 0;
   double memory_s = 0;
+  double collective_s = 0;  // tensor parallelism's collectives, on the stream (Note [Tensor-parallel collectives])
   double dispatch_s = 0;  // the host's launch time for the pass's kernels
-  double total_s = 0;     // max(gemm + attention + memory, dispatch)
+  double total_s = 0;     // max(gemm + attention + memory + collective, dispatch)
 };
 PassTime pass_time(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile);
 double pass_time_s(const PassKernels& kernels, int compute_element_bytes, const HardwareProfile& profile);

@@ -83,6 +83,7 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.peak_bf16_flops = 989.4e12;      // whitepaper, dense
   h100.peak_fp16_flops = 989.4e12;      // whitepaper, dense
   h100.peak_fp32_flops = 66.9e12;       // whitepaper, FP32 (not TF32)
+  h100.peak_fp8_flops = 1978.9e12;      // datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity → dense half
   h100.hbm_bytes_per_s = 3.35e12;       // datasheet, H100 SXM HBM3
   h100.intra_node_link = "NVLink4";
   h100.intra_node_bytes_per_s = 450e9;  // 900 GB/s bidirectional / 2, Note [Intra-node bandwidth]
@@ -137,6 +138,7 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   b200.peak_bf16_flops = 2250e12;       // HGX B200 spec, dense
   b200.peak_fp16_flops = 2250e12;       // HGX B200 spec, dense
   b200.peak_fp32_flops = 80e12;         // Blackwell datasheet, see above
+  b200.peak_fp8_flops = 4500e12;        // HGX B200 spec: FP8 Tensor Core 72 PFLOPS with sparsity / 8 GPUs → dense half
   b200.hbm_bytes_per_s = 8e12;          // HGX B200 spec, HBM3e
   b200.intra_node_link = "NVLink5";
   b200.intra_node_bytes_per_s = 900e9;  // 1.8 TB/s bidirectional / 2, Note [Intra-node bandwidth]
@@ -173,6 +175,7 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   l40s.peak_bf16_flops = 362.05e12;     // datasheet, dense
   l40s.peak_fp16_flops = 362.05e12;     // datasheet, dense
   l40s.peak_fp32_flops = 91.6e12;       // datasheet
+  l40s.peak_fp8_flops = 733e12;         // datasheet: FP8 Tensor Core 1,466 TFLOPS with sparsity → dense half
   l40s.hbm_bytes_per_s = 864e9;         // datasheet, GDDR6
   l40s.intra_node_link = "PCIe Gen4 x16";
   l40s.intra_node_bytes_per_s = 32e9;   // PCIe Gen4 x16, 64 GB/s bidirectional / 2
@@ -198,6 +201,7 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   rtx4090.description = "NVIDIA GeForce RTX 4090 24GB";
   rtx4090.memory_bytes = mib(24564);     // nvidia-smi "NVIDIA GeForce RTX 4090" total: 24564MiB
   rtx4090.peak_bf16_flops = 165.2e12;    // Ada whitepaper, FP32 accumulate, dense
+  rtx4090.peak_fp8_flops = 330.3e12;     // Ada whitepaper: FP8 Tensor with FP32 accumulate (what _scaled_mm does), dense
   rtx4090.peak_fp16_flops = 165.2e12;    // Ada whitepaper, FP32 accumulate, dense
   rtx4090.peak_fp32_flops = 82.6e12;     // Ada whitepaper
   rtx4090.hbm_bytes_per_s = 1008e9;      // Ada whitepaper, GDDR6X
@@ -223,6 +227,7 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   mi300x.peak_bf16_flops = 1307.4e12;      // datasheet, dense
   mi300x.peak_fp16_flops = 1307.4e12;      // datasheet, dense
   mi300x.peak_fp32_flops = 163.4e12;       // datasheet, FP32 vector
+  mi300x.peak_fp8_flops = 2614.9e12;       // datasheet: FP8 2,614.9 TFLOPS dense (5,229.8 with sparsity)
   mi300x.hbm_bytes_per_s = 5.3e12;         // datasheet, HBM3
   mi300x.intra_node_link = "Infinity Fabric";
   mi300x.intra_node_bytes_per_s = 448e9;   // 7 links × 64 GB/s per direction (fully connected 8-GPU mesh)

@@ -129,6 +129,7 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   entry.update("peak_bf16_flops", spec.peak_bf16_flops, limits::kFlopsPerS);
   entry.update("peak_fp16_flops", spec.peak_fp16_flops, limits::kFlopsPerS);
   entry.update("peak_fp32_flops", spec.peak_fp32_flops, limits::kFlopsPerS);
+  entry.update("peak_fp8_flops", spec.peak_fp8_flops, limits::kFlopsPerS);
   entry.update("hbm_bytes_per_s", spec.hbm_bytes_per_s, limits::kBytesPerS);
   set_string(entry, "intra_node_link", spec.intra_node_link);
   entry.update("intra_node_bytes_per_s", spec.intra_node_bytes_per_s, limits::kBytesPerS);
@@ -198,7 +199,7 @@ void apply_fabric_fields(const JsonObjectReader& entry, FabricSpec& spec) {
 
 std::vector<std::string> gpu_keys() {
   return {"name", "description", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp16_flops",
-          "peak_fp32_flops", "hbm_bytes_per_s", "intra_node_link", "intra_node_bytes_per_s", "intra_node_latency_s",
+          "peak_fp32_flops", "peak_fp8_flops", "hbm_bytes_per_s", "intra_node_link", "intra_node_bytes_per_s", "intra_node_latency_s",
           "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
           "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "attention_forward_efficiency",
           "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
@@ -344,6 +345,8 @@ nlohmann::json to_json(const GpuSpec& gpu) {
     if (value > 0) document[key] = value;
   }
   if (gpu.kernel_dispatch_s >= 0) document["kernel_dispatch_s"] = gpu.kernel_dispatch_s;
+  // A GPU without float8 tensor cores writes no rate (0 is not a rate a catalog entry may give).
+  if (gpu.peak_fp8_flops > 0) document["peak_fp8_flops"] = gpu.peak_fp8_flops;
   return document;
 }
 

@@ -17,6 +17,7 @@ struct GpuSpec {
   double peak_bf16_flops = 0;         // dense, no sparsity, FLOP/s
   double peak_fp16_flops = 0;
   double peak_fp32_flops = 0;         // plain FP32 (not TF32)
+  double peak_fp8_flops = 0;          // dense float8 tensor cores, FLOP/s; 0: none (Note [Float8 training])
   double hbm_bytes_per_s = 0;
   std::string intra_node_link;        // "NVLink4", "PCIe Gen4 x16", "Infinity Fabric"
   double intra_node_bytes_per_s = 0;  // per GPU, per direction (what a ring step can push)

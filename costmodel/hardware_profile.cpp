@@ -103,6 +103,12 @@ double HardwareProfile::peak_flops_for_bytes(int element_bytes) const {
   // fp32 GEMMs run on the plain FP32 pipes; 16-bit ones on the tensor cores (the catalog's dense bf16 peak).
   if (element_bytes == 4) return peak_fp32_flops;
   if (element_bytes == 2) return peak_bf16_flops;
+  if (element_bytes == 1) {
+    if (peak_fp8_flops > 0) return peak_fp8_flops;
+    throw InputError("precision fp8: the catalog has no float8 tensor-core rate for GPU '" + device +
+                     "' (fp8 GEMMs need Hopper, Ada, Blackwell or MI300; expected another --precision, or "
+                     "peak_fp8_flops in a --catalog entry)");
+  }
   throw InternalError("no peak FLOP/s for " + std::to_string(element_bytes) + "-byte elements (expected 2 or 4)");
 }
 
@@ -114,6 +120,7 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   profile.gpus_per_node = cluster.gpus_per_node;
   profile.nodes = cluster.nodes;
   profile.peak_bf16_flops = gpu.peak_bf16_flops;
+  profile.peak_fp8_flops = gpu.peak_fp8_flops;
   profile.peak_fp16_flops = gpu.peak_fp16_flops;
   profile.peak_fp32_flops = gpu.peak_fp32_flops;
   profile.hbm_bytes_per_s = gpu.hbm_bytes_per_s;

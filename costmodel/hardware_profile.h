@@ -37,6 +37,7 @@ struct HardwareProfile {
   double peak_bf16_flops = 0;
   double peak_fp16_flops = 0;
   double peak_fp32_flops = 0;
+  double peak_fp8_flops = 0;  // dense float8 tensor-core rate (Note [Float8 training]); 0: the GPU has none
   double max_compute_efficiency = 0.75;  // large GEMMs' plateau (cuBLAS: 0.8 of the dense peak on A100/H100)
   double half_efficiency_flops = 4.5e9;  // per GEMM: ≈ 6 µs of the plateau rate (XLA's H100 GEMM table)
   double clock_fraction = 1.0;           // sustained tensor clock under training load / the clock the peak assumes
@@ -103,7 +104,7 @@ struct HardwareProfile {
   std::vector<CollectiveFit> collective_fits;
   const CollectiveFit* find_collective_fit(std::string_view collective, int ranks, bool spans_nodes) const;
 
-  double peak_flops_for_bytes(int element_bytes) const;  // 4 → fp32 peak, 2 → bf16 peak
+  double peak_flops_for_bytes(int element_bytes) const;  // 4 → fp32 peak, 2 → bf16 peak, 1 → fp8 peak
 };
 
 // The catalog's defaults for a cluster.

@@ -59,12 +59,32 @@ struct ElementwiseSpec {
   bool operator==(const ElementwiseSpec&) const = default;
 };
 
+// Note [Tensor-parallel collectives]: under tensor parallelism (costmodel/tensor_parallel.h) a layer's passes run
+// collectives over the activations inside the pass, on the compute stream's critical path: PyTorch's
+// parallelize_module inserts them in the modules' forward hooks (DTensor redistribute), and the next kernel waits for
+// their output. Each is one full activation tensor of `elements_per_token` per token in nccl-tests' S convention
+// (the gathered output of an all-gather, the input of a reduce-scatter), over the layer's TP group of one node.
+enum class ActivationCollective { all_gather, reduce_scatter, all_reduce };
+struct ActivationCollectiveSpec {
+  ActivationCollective kind = ActivationCollective::all_gather;
+  double elements_per_token = 0;
+  // Rerun by a recompute pass: full recompute reruns every forward collective; torchtitan's selective-op policy
+  // saves reduce_scatter_tensor's output (its _save_list) and reruns the all-gathers.
+  bool recomputed_by_op_policy = true;
+  bool operator==(const ActivationCollectiveSpec&) const = default;
+};
+
 struct LayerKernelSpec {
   std::vector<ProjectionSpec> projections;  // in forward order (the order torchtitan's policy counts matmuls in)
   std::optional<AttentionSpec> attention;
   std::vector<ElementwiseSpec> elementwise;
   // A lookup (nn.Embedding): no GEMM; its backward scatter-adds the token gradients into the weight gradient.
   bool embedding_lookup = false;
+  // Tensor parallelism (Note [Tensor-parallel collectives]): the degree the shapes above are already divided by, and
+  // the collectives of the forward and of the backward, in order.
+  int tensor_parallel_degree = 1;
+  std::vector<ActivationCollectiveSpec> tp_forward;
+  std::vector<ActivationCollectiveSpec> tp_backward;
   bool operator==(const LayerKernelSpec&) const = default;
 };
 

@@ -27,7 +27,8 @@ double PassKernels::attention_flops() const {
 double PassKernels::flops() const { return gemm_flops() + attention_flops(); }
 
 double PassKernels::kernel_count() const {
-  return memory_kernels + static_cast<double>(attention.size()) + static_cast<double>(gemms.size());
+  return memory_kernels + static_cast<double>(attention.size()) + static_cast<double>(gemms.size()) +
+         static_cast<double>(collectives.size());
 }
 
 namespace {
@@ -76,11 +77,18 @@ LayerKernelSpec derived_kernel_spec(const ModelSpec& model, const LayerSpec& lay
   return spec;
 }
 
+bool projection_fp8(const ProjectionSpec& projection) {
+  return projection.in_features % 16 == 0 && projection.out_features % 16 == 0 && !projection.frozen_weight &&
+         !projection.quantized && projection.lora_rank == 0;
+}
+
 double element_bytes(const ElementwiseTraffic& traffic, int activation_bytes) {
   return traffic.act_elements * activation_bytes + traffic.fp32_elements * 4.0 + traffic.byte_elements;
 }
 
 struct PassShape {
+  bool fp8_all_gather = false;       // the recipe's float8 (Note [Float8 training])
+  bool fp8_layer = false;             // a transformer block: its eligible projections run in float8
   std::int64_t tokens = 0;
   std::int64_t sequences = 0;
   std::int64_t seq_len = 0;
@@ -172,13 +180,41 @@ void add_elementwise(const ElementwiseTraffic& traffic, const PassShape& shape, 
   kernels.memory_kernels += traffic.kernels;
 }
 
+void add_collectives(const LayerKernelSpec& spec, const std::vector<ActivationCollectiveSpec>& collectives,
+                     const PassShape& shape, bool only_recomputed_by_op_policy, PassKernels& kernels) {
+  for (const ActivationCollectiveSpec& collective : collectives) {
+    if (only_recomputed_by_op_policy && !collective.recomputed_by_op_policy) continue;
+    const double bytes = collective.elements_per_token * static_cast<double>(shape.tokens) * shape.activation_bytes;
+    kernels.collectives.push_back({collective.kind, static_cast<std::int64_t>(bytes), spec.tensor_parallel_degree});
+  }
+}
+
+// Note [Float8 casts]: torchao's Float8Linear casts each GEMM operand to float8 before torch._scaled_mm: an amax
+// reduction (read the bf16 tensor) and a scaled cast (read it again, write 1 byte per element), 5 bytes per element in
+// 2 kernels, for tensorwise and rowwise scaling alike (rowwise takes its amax along rows). Forward casts the input and
+// the weight — not the weight when FSDP all-gathered it in float8 already (its cast ran on the shard, before the
+// gather). Backward casts the output gradient and, as torchao saves the high-precision input and weight
+// (matmul_with_hp_or_float8_args), the input again for dW and the weight again for dX (an fp8 weight is transposed
+// instead: read and write 1 byte per element).
+void add_fp8_casts(const ProjectionSpec& projection, const PassShape& shape, bool backward, PassKernels& kernels) {
+  const double tokens = static_cast<double>(shape.tokens), in = static_cast<double>(projection.in_features),
+               out = static_cast<double>(projection.out_features);
+  constexpr double kCastBytesPerElement = 5.0;  // amax read 2 + cast read 2 + write 1
+  const double weight_bytes = shape.fp8_all_gather ? (backward ? 2.0 * in * out : 0.0) : kCastBytesPerElement * in * out;
+  const double casts = backward ? tokens * (out + in) : tokens * in;
+  kernels.memory_bytes += kCastBytesPerElement * casts + weight_bytes;
+  kernels.memory_kernels += (backward ? 4 : 2) + (weight_bytes > 0 ? 2 : 0);
+}
+
 // The forward kernels, all of them or (for a selective-op recompute) those the policy reruns.
 void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_recomputed_by_op_policy,
                  PassKernels& kernels) {
   for (const ProjectionSpec& projection : spec.projections) {
     if (only_recomputed_by_op_policy && projection.saved_by_op_policy) continue;
     if (projection.quantized) add_dequantize(projection, shape, kernels);
-    kernels.gemms.push_back({shape.tokens, projection.out_features, projection.in_features, 1.0});
+    const bool fp8 = shape.fp8_layer && projection_fp8(projection);
+    if (fp8) add_fp8_casts(projection, shape, false, kernels);
+    kernels.gemms.push_back({shape.tokens, projection.out_features, projection.in_features, 1.0, fp8});
     if (projection.lora_rank > 0) add_lora(projection, shape, false, kernels);
   }
   if (spec.attention && !only_recomputed_by_op_policy) add_attention(*spec.attention, shape, false, kernels);
@@ -186,9 +222,23 @@ void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_
     if (only_recomputed_by_op_policy && !elementwise.recomputed_by_op_policy) continue;
     add_elementwise(elementwise.forward, shape, kernels);
   }
+  add_collectives(spec, spec.tp_forward, shape, only_recomputed_by_op_policy, kernels);
 }
 
 }  // namespace
+
+bool runs_in_fp8(const LayerSpec& layer, const ProjectionSpec& projection) {
+  return layer.kind == LayerKind::transformer_block && projection_fp8(projection);
+}
+
+std::int64_t fp8_weight_elements(const LayerSpec& layer) {
+  if (layer.kind != LayerKind::transformer_block || !layer.kernels) return 0;
+  std::int64_t elements = 0;
+  for (const ProjectionSpec& projection : layer.kernels->projections) {
+    if (runs_in_fp8(layer, projection)) elements += projection.in_features * projection.out_features;
+  }
+  return elements;
+}
 
 LayerKernelSpec effective_kernel_spec(const ModelSpec& model, const LayerSpec& layer) {
   if (layer.kernels) return *layer.kernels;
@@ -211,6 +261,8 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
   shape.triton = training.attention_kernel == AttentionKernel::triton;
   shape.dequantized_bytes = dtype_bytes(training.finetune.quant_compute(training.precision));
   shape.double_quant = training.finetune.bnb.use_double_quant;
+  shape.fp8_all_gather = training.precision.fp8_all_gather;
+  shape.fp8_layer = training.precision.uses_fp8() && layer.kind == LayerKind::transformer_block;
   // A layer no trainable parameter precedes is never recorded by autograd: no backward, nothing to recompute.
   const bool backward_runs = !layer.finetune || layer.finetune->backward_needed;
   PassKernels kernels;
@@ -237,13 +289,16 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
         if (projection.lora_rank > 0) add_lora(projection, shape, true, kernels);
         if (projection.quantized) add_dequantize(projection, shape, kernels);
         // dX = dY·W (tokens × in × out) and dW = dYᵀ·X (out × in × tokens); a frozen weight needs no dW.
-        kernels.gemms.push_back({shape.tokens, projection.in_features, projection.out_features, 1.0});
+        const bool fp8 = shape.fp8_layer && projection_fp8(projection);
+        if (fp8) add_fp8_casts(projection, shape, true, kernels);
+        kernels.gemms.push_back({shape.tokens, projection.in_features, projection.out_features, 1.0, fp8});
         if (!projection.frozen_weight) {
-          kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0});
+          kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0, fp8});
         }
       }
       if (spec.attention) add_attention(*spec.attention, shape, true, kernels);
       for (const ElementwiseSpec& elementwise : spec.elementwise) add_elementwise(elementwise.backward, shape, kernels);
+      add_collectives(spec, spec.tp_backward, shape, false, kernels);
       return kernels;
   }
   throw InternalError("unknown ComputePass " + std::to_string(static_cast<int>(pass)));

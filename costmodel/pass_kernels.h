@@ -19,6 +19,7 @@ struct GemmCall {
   std::int64_t n = 0;
   std::int64_t k = 0;
   double batch = 1;
+  bool fp8 = false;      // a float8 GEMM (Note [Float8 training] in precision.h): at the fp8 tensor rate
   double flops() const;  // 2·m·n·k per matrix (one multiply-add = 2 FLOPs)
   bool operator==(const GemmCall&) const = default;
 };
@@ -35,16 +36,28 @@ struct AttentionCall {
   bool operator==(const AttentionCall&) const = default;
 };
 
+// One collective over activations inside a pass (Note [Tensor-parallel collectives] in kernel_spec.h): S bytes in
+// nccl-tests' convention over `ranks` ranks of one node.
+struct ActivationCollectiveCall {
+  ActivationCollective kind = ActivationCollective::all_gather;
+  std::int64_t bytes = 0;
+  int ranks = 1;
+  bool operator==(const ActivationCollectiveCall&) const = default;
+};
+
 struct PassKernels {
   std::vector<GemmCall> gemms;
+  std::vector<ActivationCollectiveCall> collectives;  // tensor parallelism's, on the compute stream
   std::vector<AttentionCall> attention;  // flash kernels; the eager (math) path is GEMMs and softmax traffic instead
   double memory_bytes = 0;               // HBM traffic of the memory-bound kernels
   double memory_kernels = 0;             // how many memory-bound kernels that is
   double flops() const;                  // GEMM + attention FLOPs (what the pass does on the hardware)
   double gemm_flops() const;
   double attention_flops() const;
-  double kernel_count() const;           // GEMMs + attention kernels + memory-bound kernels
-  bool empty() const { return gemms.empty() && attention.empty() && memory_bytes == 0 && memory_kernels == 0; }
+  double kernel_count() const;           // GEMMs + attention kernels + collectives + memory-bound kernels
+  bool empty() const {
+    return gemms.empty() && attention.empty() && collectives.empty() && memory_bytes == 0 && memory_kernels == 0;
+  }
   bool operator==(const PassKernels&) const = default;
 };
 
@@ -63,6 +76,13 @@ struct PassKernels {
 // derived from their FLOPs and activation sizes (Note [Derived kernels] in pass_kernels.cpp).
 PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const TrainingConfig& training,
                          ComputePass pass, ActivationCheckpointing checkpointing);
+
+// Note [Float8 training] (precision.h): whether a projection of `layer` runs in float8 — a transformer block's
+// nn.Linear (the output head, embeddings and norms stay bf16, torchtitan filter_fqns = ["output"]) whose features are
+// multiples of 16 (torchao's requirement for torch._scaled_mm), untouched by fine-tuning.
+bool runs_in_fp8(const LayerSpec& layer, const ProjectionSpec& projection);
+// The parameter elements of `layer` a float8 all-gather moves in 1 byte: its fp8 projections' weights.
+std::int64_t fp8_weight_elements(const LayerSpec& layer);
 
 // The spec pass_kernels uses for a layer: its own, or the derived one.
 LayerKernelSpec effective_kernel_spec(const ModelSpec& model, const LayerSpec& layer);

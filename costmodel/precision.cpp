@@ -8,19 +8,25 @@ namespace shardplan {
 namespace {
 
 std::vector<PrecisionRecipe> recipes() {
-  // {name, param storage, param compute, grad compute, reduce, grad storage, master, optimizer state}
+  // {name, param storage, param compute, grad compute, reduce, grad storage, master, optimizer state, fp8, fp8 gather}
+  constexpr Fp8Scaling none = Fp8Scaling::none;
   return {
-      {"fp32", 4, 4, 4, 4, 4, 0, 4},
+      {"fp32", 4, 4, 4, 4, 4, 0, 4, none, false},
       // FSDP1 MixedPrecision keeps the sharded flat parameter in fp32, casts it to bf16 before the all-gather and
       // casts the reduced bf16 gradient shard back to fp32 (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py).
-      {"bf16-mixed", 4, 2, 2, 2, 4, 0, 4},
+      {"bf16-mixed", 4, 2, 2, 2, 4, 0, 4, none, false},
       // FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan's default
       // (torchtitan/config/job_config.py, mixed_precision_reduce = "float32"): bf16 all-gathers and layers, gradients
       // produced and reduced in fp32. What the GPU executor runs (executor/gpu/runner).
-      {"bf16-mixed-fp32-reduce", 4, 2, 4, 4, 4, 0, 4},
-      {"pure-bf16", 2, 2, 2, 2, 2, 0, 2},
+      {"bf16-mixed-fp32-reduce", 4, 2, 4, 4, 4, 0, 4, none, false},
+      {"pure-bf16", 2, 2, 2, 2, 2, 0, 2, none, false},
       // ZeRO §3.1 mixed-precision Adam: fp16 params and grads; fp32 master copy + momentum + variance: K = 4+4+4 = 12.
-      {"zero-fp16", 2, 2, 2, 2, 2, 4, 4},
+      {"zero-fp16", 2, 2, 2, 2, 2, 4, 4, none, false},
+      // Note [Float8 training]: torchtitan's float8 runs on its bf16-mixed-fp32-reduce base. Tensorwise with the fp8
+      // all-gather (torchtitan [float8] enable_fsdp_float8_all_gather); rowwise all-gathers bf16 (torchao supports
+      // the fp8 all-gather for tensorwise scaling only).
+      {"fp8-tensorwise", 4, 2, 4, 4, 4, 0, 4, Fp8Scaling::tensorwise, true},
+      {"fp8-rowwise", 4, 2, 4, 4, 4, 0, 4, Fp8Scaling::rowwise, false},
   };
 }
 

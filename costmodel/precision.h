@@ -6,6 +6,15 @@
 
 namespace shardplan {
 
+// Note [Float8 training]: torchao's float8 training (torchao/float8/README.md; convert_to_float8_training) swaps the
+// nn.Linear modules its filter accepts for Float8Linear: each GEMM casts its operands to float8 e4m3 (gradients e5m2)
+// with a scale from their amax — one per tensor (tensorwise) or per row (rowwise) — and runs at the GPU's fp8 tensor
+// rate (torch._scaled_mm). torchtitan's filter leaves the output head in bf16 (filter_fqns = ["output"]) and torchao's
+// leaves layers that are not nn.Linear (embeddings, norms) and those whose dimensions are not multiples of 16. With
+// enable_fsdp_float8_all_gather (tensorwise only) FSDP2 all-gathers the fp8 weights, 1 byte per element, the scale
+// computed from an amax all-reduced once per step (precompute_float8_dynamic_scale_for_fsdp).
+enum class Fp8Scaling { none, tensorwise, rowwise };
+
 // Bytes per element of every copy of the model state. Each recipe is an immutable value named as users say it.
 struct PrecisionRecipe {
   std::string name;
@@ -16,6 +25,9 @@ struct PrecisionRecipe {
   int grad_storage_bytes = 4;     // the accumulated gradient each rank keeps (its shard, or all of it)
   int master_weight_bytes = 0;    // an extra fp32 copy of the parameters that the optimizer keeps
   int optimizer_state_bytes = 4;  // per optimizer state element (Adam's m and v)
+  Fp8Scaling fp8 = Fp8Scaling::none;  // Note [Float8 training]: the blocks' projections in float8
+  bool fp8_all_gather = false;        // their weights all-gathered in float8 (1 byte per element)
+  bool uses_fp8() const { return fp8 != Fp8Scaling::none; }
 };
 
 // fp32; bf16-mixed as FSDP MixedPrecision(param_dtype=bf16, reduce_dtype=bf16) does it (fp32 sharded params and

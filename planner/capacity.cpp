@@ -66,6 +66,7 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
       // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
       // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
       search_options.joint_prefetch_depth = false;
+      search_options.tensor_parallel_degrees = options.tensor_parallel_degrees;
       HardwareProfile profile = profile_from_cluster(cluster);
       for (const auto& [document, origin] : options.profiles) {
         if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);

@@ -22,6 +22,8 @@ struct CapacityOptions {
   double tokens = 1e12;                // the training budget
   std::int64_t global_batch_tokens = 0;  // 0: one micro-batch per rank (weak scaling); else fixed (strong scaling)
   std::string fabric;                  // "" : each GPU's default fabric
+  // The tensor-parallel degrees each point's search tries (SearchOptions::tensor_parallel_degrees).
+  std::vector<int> tensor_parallel_degrees = {1};
   // Calibrated profiles (shardplan.profile/v1 documents, with the file each came from): a profile applies to the
   // points of the GPU type it was measured on (its "device"); other types keep the catalog's defaults.
   std::vector<std::pair<nlohmann::json, std::string>> profiles;

@@ -132,6 +132,17 @@ constexpr const char* kRegroupHelper = R"PY(def _regroup_layers(model):
 
 ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   validate_plan(plan, model, world_size, gpus_per_node);
+  if (plan.training.precision.uses_fp8()) {
+    // torchao's float8 training composes with FSDP2 (its fp8 all-gather hooks are FSDP2's fsdp_pre_all_gather).
+    throw InputError("--export fsdp1: precision '" + plan.training.precision.name +
+                     "' (torchao float8 training) is expressed by the FSDP2 export only (expected --export fsdp2)");
+  }
+  if (plan.tensor_parallel_degree > 1) {
+    // FSDP1 composes with tensor parallelism only through DTensor-aware state-dict and device_mesh paths this
+    // export does not write; torchtitan and PyTorch's TP tutorial use FSDP2 for 2-D.
+    throw InputError("--export fsdp1: the plan has tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
+                     ", which this export cannot express (expected --export fsdp2 for a 2-D TP x FSDP plan)");
+  }
   const ShardingStrategy strategy = uniform_strategy(plan, "fsdp1");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);
   const auto groups = unit_module_paths(plan, model);

@@ -96,10 +96,64 @@ void write_prefetch(std::ostringstream& py, const Plan& plan, const std::vector<
   }
 }
 
+// Note [Exported tensor parallelism]: torchtitan's apply_tp (torchtitan/models/llama3/infra/parallelize.py) written
+// for Hugging Face Llama module names: per block, SequenceParallel norms, the attention and MLP inputs redistributed
+// from sequence shards to replicated, q/k/v and gate/up ColwiseParallel, o_proj and down_proj RowwiseParallel back to
+// sequence shards; the token embedding RowwiseParallel, the final norm SequenceParallel, lm_head ColwiseParallel with
+// vocabulary-sharded logits for loss_parallel. Applied before activation checkpointing and fully_shard, as torchtitan
+// orders them. The cost model's view of the same plan is Note [Tensor parallelism] (costmodel/tensor_parallel.h).
+std::string python_tensor_parallel(const ModelSpec& model) {
+  std::vector<std::string> blocks;
+  for (const LayerSpec& layer : model.layers) {
+    if (layer.kind == LayerKind::transformer_block) blocks.push_back(python_string(layer.name));
+  }
+  std::ostringstream py;
+  py << "TP_BLOCKS = " << python_list(blocks, 0, 12) << "\n\n\n"
+     << "def _apply_tensor_parallel(model, tp_mesh):\n"
+     << "    # torchtitan's apply_tp on Hugging Face Llama modules (Note [Exported tensor parallelism] in shardplan).\n"
+     << "    # Compute the loss under torch.distributed.tensor.parallel.loss_parallel(): the logits stay sharded over\n"
+     << "    # the vocabulary. Blocks see sequence shards between them; run attention with SDPA's causal kernel.\n"
+     << "    from torch.distributed.tensor import Replicate, Shard\n"
+     << "    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n"
+     << "                                                   SequenceParallel, parallelize_module)\n\n"
+     << "    parallelize_module(model, tp_mesh, {\n"
+     << "        \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),\n"
+     << "        \"model.norm\": SequenceParallel(),\n"
+     << "        \"lm_head\": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),\n"
+     << "    })\n"
+     << "    for path in TP_BLOCKS:\n"
+     << "        parallelize_module(model.get_submodule(path), tp_mesh, {\n"
+     << "            \"input_layernorm\": SequenceParallel(),\n"
+     << "            \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": Shard(1)},\n"
+     << "                                             desired_input_kwarg_layouts={\"hidden_states\": Replicate()},\n"
+     << "                                             use_local_output=True),\n"
+     << "            \"self_attn.q_proj\": ColwiseParallel(),\n"
+     << "            \"self_attn.k_proj\": ColwiseParallel(),\n"
+     << "            \"self_attn.v_proj\": ColwiseParallel(),\n"
+     << "            \"self_attn.o_proj\": RowwiseParallel(output_layouts=Shard(1)),\n"
+     << "            \"post_attention_layernorm\": SequenceParallel(),\n"
+     << "            \"mlp\": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),\n"
+     << "                                       use_local_output=True),\n"
+     << "            \"mlp.gate_proj\": ColwiseParallel(),\n"
+     << "            \"mlp.up_proj\": ColwiseParallel(),\n"
+     << "            \"mlp.down_proj\": RowwiseParallel(output_layouts=Shard(1)),\n"
+     << "        })\n";
+  return py.str();
+}
+
 }  // namespace
 
 ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   validate_plan(plan, model, world_size, gpus_per_node);
+  // Note [2-D plans] (tensor_parallel_view.h): FSDP shards over the data-parallel ranks of each TP index.
+  const int tp = plan.tensor_parallel_degree;
+  if (tp > 1 && model.architecture->family != DecoderArchitecture::Family::llama) {
+    throw InputError("--export fsdp2: tensor_parallel_degree " + std::to_string(tp) + " for a " +
+                     to_string(model.architecture->family) +
+                     " model: expected a llama-family model (the export's TP plan names Llama's nn.Linear modules; "
+                     "GPT-2's Conv1D projections are not what ColwiseParallel shards)");
+  }
+  const int data_parallel = world_size / tp;
   const auto groups = unit_module_paths(plan, model);
   const auto units = plan_units(plan, model);
   const TorchPrecision precision = torch_precision(plan.training.precision);
@@ -110,7 +164,7 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
   for (const auto& unit : plan.units) {
     forward.push_back(unit.forward_prefetch);
     backward.push_back(unit.backward_prefetch);
-    shardings.push_back(fsdp2_sharding(unit.strategy, world_size, gpus_per_node));
+    shardings.push_back(fsdp2_sharding(unit.strategy, data_parallel, gpus_per_node / tp));
   }
 
   std::ostringstream py;
@@ -136,7 +190,9 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << "SELECTIVE_OP_CHECKPOINT_LAYERS = "
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective_op) << "\n"
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
-     << "PLANNED_WORLD_SIZE = " << world_size << "\n\n"
+     << "PLANNED_WORLD_SIZE = " << world_size << "\n"
+     << "TENSOR_PARALLEL_DEGREE = " << tp << "  # the innermost mesh dimension, inside a node\n\n"
+     << (tp > 1 ? python_tensor_parallel(model) + "\n\n" : "")
      << finetune.tables << "\n\n"
      << python_module_helpers() << "\n\n" << finetune.functions << (finetuning ? "\n\n" : "")
      << "def _apply_activation_checkpointing(model):\n"
@@ -167,6 +223,29 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
   } else if (!precision.cast_model_to.empty()) {
     py << "    model.to(" << precision.cast_model_to << ")\n";
   }
+  if (plan.training.precision.uses_fp8()) {
+    // Note [Float8 training] (costmodel/precision.h): torchtitan's Float8 converter, before TP and fully_shard.
+    const bool rowwise = plan.training.precision.fp8 == Fp8Scaling::rowwise;
+    py << "    # torchao float8 training (" << (rowwise ? "rowwise" : "tensorwise")
+       << " scaling), the output head kept in bf16 as torchtitan's filter_fqns = [\"output\"] does.\n"
+       << "    from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+       << "    float8_config = "
+       << (rowwise ? "Float8LinearConfig.from_recipe_name(\"rowwise\")\n"
+                   : "Float8LinearConfig(enable_fsdp_float8_all_gather=True)\n")
+       << "    convert_to_float8_training(model, config=float8_config,\n"
+       << "                               module_filter_fn=lambda module, fqn: fqn != \"lm_head\" and\n"
+       << "                               module.in_features % 16 == 0 and module.out_features % 16 == 0)\n";
+  }
+  if (tp > 1) {
+    if (plan.training.precision.uses_fp8()) {
+      py << "    # With TP, torchtitan uses torchao's Float8ColwiseParallel / Float8RowwiseParallel in place of the plans\n"
+         << "    # below (torchao.float8.float8_tensor_parallel); the plain styles below gather bf16 activations.\n";
+    }
+    py << "    # Tensor parallelism first (Note [Exported tensor parallelism]), on the mesh's innermost dimension.\n"
+       << "    tp_mesh = init_device_mesh(device_type, (" << data_parallel << ", " << tp
+       << "), mesh_dim_names=(\"dp\", \"tp\"))[\"tp\"]\n"
+       << "    _apply_tensor_parallel(model, tp_mesh)\n";
+  }
   py << "    _apply_activation_checkpointing(model)\n\n";
 
   std::vector<std::string> declared;
@@ -175,10 +254,15 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
     if (std::find(declared.begin(), declared.end(), name) != declared.end()) continue;
     declared.push_back(name);
     py << "    " << name << " = init_device_mesh(device_type, ";
+    // With TP the FSDP dimensions are the outer ones of a mesh whose innermost is "tp" (torchtitan's ParallelDims).
+    const std::string tp_size = tp > 1 ? ", " + std::to_string(tp) : "";
+    const std::string tp_name = tp > 1 ? ", \"tp\"" : "";
     if (sharding.replicate == 1) {
-      py << "(" << sharding.shard << ",), mesh_dim_names=(\"shard\",))\n";
+      py << "(" << sharding.shard << (tp > 1 ? tp_size : ",") << "), mesh_dim_names=(\"shard\"" << (tp > 1 ? tp_name : ",")
+         << "))" << (tp > 1 ? "[\"shard\"]" : "") << "\n";
     } else {
-      py << "(" << sharding.replicate << ", " << sharding.shard << "), mesh_dim_names=(\"replicate\", \"shard\"))\n";
+      py << "(" << sharding.replicate << ", " << sharding.shard << tp_size << "), mesh_dim_names=(\"replicate\", \"shard\""
+         << tp_name << "))" << (tp > 1 ? "[\"replicate\", \"shard\"]" : "") << "\n";
     }
   }
   std::vector<std::string> dtypes;
@@ -229,6 +313,10 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
        << ", mp_policy=mp_policy" << offload_argument << ")\n";
   }
   write_prefetch(py, plan, groups);
+  if (plan.training.precision.fp8_all_gather) {
+    py << "\n    # The float8 all-gather's scales: after each optimizer step call\n"
+       << "    # torchao.float8.precompute_float8_dynamic_scale_for_fsdp(model) (one amax all-reduce for all weights).\n";
+  }
   py << (finetuning ? "    return trained\n" : "    return model\n");
   return {"fsdp2_plan.py", py.str()};
 }

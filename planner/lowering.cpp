@@ -8,6 +8,7 @@
 #include "compute_cost.h"
 #include "errors.h"
 #include "reduction_handover.h"
+#include "tensor_parallel_view.h"
 #include "unit_layout.h"
 
 namespace shardplan {
@@ -490,7 +491,26 @@ void Lowerer::optimizer_step(const std::vector<int>& reductions) {
   for (const auto& layout : layouts_) elements += layout.optimizer_shard_elements;
   Op step = optimizer_step_op(elements, plan_);
   step.deps = reductions;
-  emit(std::move(step));
+  const int step_id = emit(std::move(step));
+  // Note [Float8 training] (precision.h): with the float8 all-gather, torchao's precompute_float8_dynamic_scale_for_fsdp
+  // runs after the optimizer step: one all-reduce (max) of every float8 weight's amax, an fp32 each, over the ranks
+  // that shard them, before the next step's first gather.
+  if (!plan_.training.precision.fp8_all_gather || options_.world_size == 1) return;
+  std::int64_t weights = 0;
+  for (const LayerSpec& layer : model_.layers) {
+    if (layer.kind != LayerKind::transformer_block || !layer.kernels) continue;
+    for (const ProjectionSpec& projection : layer.kernels->projections) weights += runs_in_fp8(layer, projection) ? 1 : 0;
+  }
+  if (weights == 0) return;
+  Op amax = make_op(OpKind::all_reduce, StreamKind::all_reduce, -1, plan_.grad_accumulation_steps - 1);
+  amax.bytes = weights * 4;
+  amax.element_bytes = 4;
+  amax.group = GroupKind::world;
+  amax.group_size = options_.world_size;
+  amax.group_spans_nodes = options_.world_size > options_.gpus_per_node;
+  amax.group_ranks_per_node = std::min(options_.world_size, options_.gpus_per_node);
+  amax.deps.push_back(step_id);
+  emit(std::move(amax));
 }
 
 }  // namespace
@@ -507,6 +527,16 @@ Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan) {
 
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
   validate_plan(plan, model, options.world_size, options.gpus_per_node);
+  if (plan.tensor_parallel_degree > 1) {
+    // Note [2-D plans] (tensor_parallel_view.h): FSDP's schedule of one TP rank over the data-parallel ranks.
+    const DataParallelView view = data_parallel_view(plan, model, options.world_size, options.gpus_per_node);
+    LoweringOptions data_parallel = options;
+    data_parallel.world_size = view.world_size;
+    data_parallel.gpus_per_node = view.gpus_per_node;
+    StepSchedule schedule = lower_plan(view.plan, view.model, data_parallel);
+    schedule.tensor_parallel_degree = plan.tensor_parallel_degree;
+    return schedule;
+  }
   return Lowerer(plan, model, options).run();
 }
 

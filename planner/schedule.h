@@ -116,8 +116,11 @@ struct FragmentMark {
 struct StepSchedule {
   std::vector<Op> ops;
   MemoryByCategory persistent{};  // allocated before the step and kept (shards, optimizer states, overhead)
-  int world_size = 1;
-  int gpus_per_node = 1;
+  int world_size = 1;     // FSDP's ranks: the data-parallel ranks of a 2-D plan
+  int gpus_per_node = 1;  // of them per node
+  // Note [2-D plans] (tensor_parallel_view.h): > 1, each of the world_size ranks is a TP group of this many ranks of
+  // one node that run the same ops on their shards of every layer; the TP collectives are in the passes' kernels.
+  int tensor_parallel_degree = 1;
   int micro_batches = 1;
   std::int64_t seq_len = 0;             // each micro-batch's shape on one rank: sequences × tokens
   std::int64_t sequences_per_micro_batch = 0;

@@ -287,8 +287,8 @@ Plan with_prefetch_depth(const Plan& plan, int depth) {
   return variant;
 }
 
-SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                          const TrainingConfig& training, const SearchOptions& options) {
+SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                               const TrainingConfig& training, const SearchOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   SearchResult result;
   result.memory_cap_bytes = options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes;

@@ -34,6 +34,9 @@ struct SearchOptions {
   // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
   // search.cpp); otherwise only by the refinements.
   bool joint_prefetch_depth = true;
+  // Note [2-D plans] (tensor_parallel_view.h): the tensor-parallel degrees tried, each jointly with every knob above;
+  // degrees the model or the node cannot take are skipped. {1}: FSDP alone.
+  std::vector<int> tensor_parallel_degrees = {1};
 };
 
 struct PlanCandidate {
@@ -80,8 +83,13 @@ struct SearchResult {
 
 // `training` gives sequence length, global batch (micro-batch and accumulation are searched when the global batch
 // is set), precision, optimizer and attention kernel; its checkpointing and micro-batch are used by the baselines.
+// Over options.tensor_parallel_degrees: the fastest fitting plan of any degree (the least peak with --objective
+// memory), each degree searched by search_fsdp_plans over its data-parallel view (planner/search_2d.cpp).
 SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                           const TrainingConfig& training, const SearchOptions& options);
+// FSDP alone (tensor_parallel_degree 1) on this model and cluster.
+SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                               const TrainingConfig& training, const SearchOptions& options);
 
 // One setting of every knob but the wrapping, and the per-block plan it starts from (the DP then re-wraps it).
 struct KnobSetting {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "errors.h"
+#include "pass_kernels.h"
 
 namespace shardplan {
 namespace {
@@ -22,6 +23,7 @@ UnitParams unit_params(const ModelSpec& model, const std::vector<std::size_t>& l
   for (const std::size_t index : layers) {
     const LayerSpec& layer = model.layers[index];
     if (!layer.finetune) {
+      params.fp8_weights += fp8_weight_elements(layer);
       params.trainable += layer.param_count();
       continue;
     }
@@ -71,6 +73,12 @@ UnitLayout unit_layout(const PlanUnit& spec, const UnitParams& params, const Tra
   layout.gathered_category = spec.is_root ? MemoryCategory::root_unit : MemoryCategory::unsharded_params;
   // Gathered: every element in the param dtype; replicated, only the cast copy of the wide part.
   layout.gathered_bytes = (layout.gathers ? layout.padded_elements : wide) * compute;
+  // Note [Float8 training] (precision.h): torchao's fp8 all-gather (FSDP2 only: fsdp_pre_all_gather) casts the fp8
+  // projections' weight shards to float8 before the gather — 1 byte per element instead of the compute dtype's — and
+  // the unsharded copy is that float8 tensor; every other parameter gathers as before.
+  if (precision.fp8_all_gather && !fsdp1 && layout.gathers) {
+    layout.gathered_bytes -= params.fp8_weights * (compute - 1);
+  }
   if (layout.partial_group > 0) {
     layout.partial_copy_bytes = layout.padded_elements / layout.partial_group * compute;
   }

@@ -36,6 +36,7 @@ struct UnitParams {
   std::int64_t frozen = 0;                // F
   std::int64_t packed_bytes = 0;          // QLoRA's 4-bit codes
   std::int64_t quant_constant_bytes = 0;  // replicated on every rank
+  std::int64_t fp8_weights = 0;           // of T: float8 projections' weights (fp8_weight_elements, pass_kernels.h)
 };
 
 // The parameters of `layers` by how they train (their LayerFinetune, or all trainable).

@@ -58,6 +58,11 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
                       const ExecutorSupport& support) {
   check_finetune_supported(plan, rank, support);
   const PrecisionRecipe& precision = plan.training.precision;
+  if (precision.uses_fp8()) {
+    reject("precision '" + precision.name + "' (float8 GEMMs and all-gathers) is planned, simulated and exported, not "
+               "yet executed",
+           support, rank);
+  }
   bool supported = false;
   std::string names;
   for (const std::string& name : support.precisions) {

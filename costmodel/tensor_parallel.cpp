@@ -1,0 +1,183 @@
+// One TP rank's view of a model under Megatron-style tensor parallelism (Note [Tensor parallelism]).
+#include "tensor_parallel.h"
+
+#include "errors.h"
+
+namespace shardplan {
+namespace {
+
+enum class Split { none, column, row };
+
+std::int64_t share(std::int64_t count, int degree) { return (count + degree - 1) / degree; }  // the largest shard
+
+bool name_has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
+
+// Which way a block's tensor or projection is split, by its module name (torchtitan's layer plan, HF names).
+Split block_split(const std::string& name) {
+  for (const char* column : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "c_attn", "c_fc"}) {
+    if (name_has(name, column)) return Split::column;
+  }
+  for (const char* row : {"o_proj", "down_proj", "c_proj"}) {
+    if (name_has(name, row)) return Split::row;
+  }
+  return Split::none;
+}
+
+// HF nn.Linear weights are [out, in]; GPT-2's Conv1D weights are [in, out]. A column split divides the output
+// features (and the bias); a row split the input features (its bias stays whole, added after the reduction).
+void split_tensor(TensorSpec& tensor, Split split, bool conv1d, int degree) {
+  if (split == Split::none || tensor.shape.empty()) return;
+  const bool bias = tensor.shape.size() == 1;
+  if (bias) {
+    if (split == Split::column) tensor.shape[0] = share(tensor.shape[0], degree);
+    return;
+  }
+  const std::size_t out_dim = conv1d ? 1 : 0, in_dim = conv1d ? 0 : 1;
+  std::int64_t& dim = tensor.shape[split == Split::column ? out_dim : in_dim];
+  dim = share(dim, degree);
+}
+
+void scale_traffic(ElementwiseTraffic& traffic, double factor) {
+  traffic.act_elements *= factor;
+  traffic.fp32_elements *= factor;
+  traffic.byte_elements *= factor;
+}
+
+ActivationCollectiveSpec collective(ActivationCollective kind, double elements, bool recomputed = true) {
+  return {kind, elements, recomputed};
+}
+
+void shard_block(LayerSpec& layer, const DecoderArchitecture& arch, const TensorParallelStyle& style) {
+  const double t = style.degree, h = static_cast<double>(arch.hidden_size);
+  const bool conv1d = arch.family == DecoderArchitecture::Family::gpt2;
+  for (TensorSpec& tensor : layer.tensors) split_tensor(tensor, block_split(tensor.name), conv1d, style.degree);
+  layer.flops.matmul_flops_per_token /= t;
+  layer.flops.attention_flops_per_token_per_position /= t;
+  layer.flops.frozen_weight_flops_per_token /= t;
+
+  // Korthikanti et al. 2022 §4.2 / Table 2: of a block's kept tensors, the two norm inputs and the two
+  // column-parallel inputs (4h per token in both families) sit outside the TP regions; everything else is split.
+  ActivationFootprint& a = layer.activations;
+  const double sequence_share = style.sequence_parallel ? 1.0 / t : 1.0;
+  const double gathered_share = (!style.sequence_parallel || style.keeps_gathered_inputs) ? 1.0 : 1.0 / t;
+  const double outside = 4.0 * h;
+  a.elements_per_token = (a.elements_per_token - outside) / t + 2.0 * h * sequence_share + 2.0 * h * gathered_share;
+  a.mask_bytes_per_token *= sequence_share;  // GPT-2's dropouts after attention and MLP: in the sequence region
+  a.score_elements_per_token_per_position /= t;
+  a.score_mask_bytes_per_token_per_position /= t;
+  a.flash_stat_bytes_per_token /= t;
+  // Full recompute keeps the block input (on the sequence shard); selective-op keeps it beside saved matmul outputs
+  // and attention's output, all inside the TP regions.
+  a.selective_op_elements_per_token = (a.selective_op_elements_per_token - a.checkpoint_elements_per_token) / t +
+                                      a.checkpoint_elements_per_token * sequence_share;
+  a.checkpoint_elements_per_token *= sequence_share;
+
+  LayerKernelSpec& kernels = *layer.kernels;
+  for (ProjectionSpec& projection : kernels.projections) {
+    const Split split = block_split(projection.name);
+    if (split == Split::column) projection.out_features = share(projection.out_features, style.degree);
+    if (split == Split::row) projection.in_features = share(projection.in_features, style.degree);
+  }
+  if (kernels.attention) kernels.attention->heads = share(kernels.attention->heads, style.degree);
+  // Norms, residual adds and dropouts run on the sequence shard (with sequence parallelism) and the activation
+  // functions on the split FFN width: every memory-bound kernel's traffic is divided, or without sequence parallelism
+  // only those inside the TP regions.
+  for (ElementwiseSpec& elementwise : kernels.elementwise) {
+    const bool sequence_region = name_has(elementwise.name, "norm") || name_has(elementwise.name, "residual") ||
+                                 name_has(elementwise.name, "dropout");
+    const double factor = sequence_region ? sequence_share : 1.0 / t;
+    scale_traffic(elementwise.forward, factor);
+    scale_traffic(elementwise.backward, factor);
+  }
+  using AC = ActivationCollective;
+  if (style.sequence_parallel) {
+    // Forward: all-gather before attention, reduce-scatter after o_proj, likewise around the MLP. Backward: each
+    // all-gather's gradient is a reduce-scatter and each reduce-scatter's an all-gather (Korthikanti §4.2.2).
+    kernels.tp_forward = {collective(AC::all_gather, h), collective(AC::reduce_scatter, h, false),
+                          collective(AC::all_gather, h), collective(AC::reduce_scatter, h, false)};
+    kernels.tp_backward = {collective(AC::all_gather, h), collective(AC::reduce_scatter, h),
+                           collective(AC::all_gather, h), collective(AC::reduce_scatter, h)};
+    if (!style.keeps_gathered_inputs) {  // Megatron-LM gathers the column-parallel inputs again for dW
+      kernels.tp_backward.push_back(collective(AC::all_gather, h));
+      kernels.tp_backward.push_back(collective(AC::all_gather, h));
+    }
+  } else {
+    // Megatron's f and g: an all-reduce after each row-parallel output in forward, before each column-parallel
+    // input's gradient in backward.
+    kernels.tp_forward = {collective(AC::all_reduce, h), collective(AC::all_reduce, h)};
+    kernels.tp_backward = {collective(AC::all_reduce, h), collective(AC::all_reduce, h)};
+  }
+}
+
+void shard_outer_layer(LayerSpec& layer, const DecoderArchitecture& arch, const TensorParallelStyle& style,
+                       bool vocab_embedding) {
+  const double t = style.degree, h = static_cast<double>(arch.hidden_size);
+  const double sequence_share = style.sequence_parallel ? 1.0 / t : 1.0;
+  LayerKernelSpec& kernels = *layer.kernels;
+  ActivationFootprint& a = layer.activations;
+  using AC = ActivationCollective;
+  if (layer.kind == LayerKind::lm_head) {
+    // ColwiseParallel over the vocabulary with loss parallel: weight, GEMM, logits and the fp32 loss split t ways;
+    // its input gathered (and kept whole, as the linear saves it) under sequence parallelism.
+    for (TensorSpec& tensor : layer.tensors) tensor.shape[0] = share(tensor.shape[0], style.degree);
+    layer.flops.matmul_flops_per_token /= t;
+    layer.flops.frozen_weight_flops_per_token /= t;
+    a.elements_per_token = h + (a.elements_per_token - h) / t;
+    a.fp32_bytes_per_token /= t;
+    a.forward_workspace_fp32_per_token /= t;
+    a.backward_workspace_fp32_per_token /= t;
+    a.backward_workspace_elements_per_token /= t;
+    for (ProjectionSpec& projection : kernels.projections) {
+      projection.out_features = share(projection.out_features, style.degree);
+    }
+    for (ElementwiseSpec& elementwise : kernels.elementwise) {
+      scale_traffic(elementwise.forward, 1.0 / t);
+      scale_traffic(elementwise.backward, 1.0 / t);
+    }
+    if (style.sequence_parallel) {
+      kernels.tp_forward = {collective(AC::all_gather, h)};
+      kernels.tp_backward = {collective(AC::reduce_scatter, h)};
+    } else {
+      kernels.tp_backward = {collective(AC::all_reduce, h)};
+    }
+    return;
+  }
+  // The token embedding: RowwiseParallel over the vocabulary, its partial output reduced onto the sequence shards
+  // (reduce-scatter; all-reduce without sequence parallelism). Other embeddings (GPT-2's positions) and the final
+  // norm stay whole and work on the sequence shard.
+  if (vocab_embedding) {
+    for (TensorSpec& tensor : layer.tensors) tensor.shape[0] = share(tensor.shape[0], style.degree);
+    kernels.tp_forward = {collective(style.sequence_parallel ? AC::reduce_scatter : AC::all_reduce, h)};
+    if (style.sequence_parallel) kernels.tp_backward = {collective(AC::all_gather, h)};
+  }
+  a.elements_per_token *= sequence_share;
+  a.mask_bytes_per_token *= sequence_share;
+  for (ElementwiseSpec& elementwise : kernels.elementwise) {
+    scale_traffic(elementwise.forward, sequence_share);
+    scale_traffic(elementwise.backward, sequence_share);
+  }
+}
+
+}  // namespace
+
+ModelSpec tensor_parallel_shard(const ModelSpec& model, const TensorParallelStyle& style) {
+  if (style.degree == 1) return model;
+  SHARDPLAN_CHECK(style.degree > 1 && model.architecture, "tensor_parallel_shard: a degree > 1 and an architecture");
+  const DecoderArchitecture& arch = *model.architecture;
+  ModelSpec shard = model;
+  bool first_embedding = true;
+  for (LayerSpec& layer : shard.layers) {
+    SHARDPLAN_CHECK(layer.kernels.has_value(), "tensor_parallel_shard: layer '" + layer.name + "' has no kernel spec");
+    SHARDPLAN_CHECK(!layer.finetune, "tensor_parallel_shard: fine-tuned layers are not supported");
+    layer.kernels->tensor_parallel_degree = style.degree;
+    if (layer.kind == LayerKind::transformer_block) {
+      shard_block(layer, arch, style);
+    } else {
+      shard_outer_layer(layer, arch, style, layer.kind == LayerKind::embedding && first_embedding);
+      if (layer.kind == LayerKind::embedding) first_embedding = false;
+    }
+  }
+  return shard;
+}
+
+}  // namespace shardplan
