@@ -13,7 +13,10 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
   const auto run = [&](const std::string& name, const ShardingStrategy& strategy, const Wrapping& wrapping) {
     BaselineResult baseline;
     baseline.name = name;
-    baseline.candidate.plan = default_plan(model, training, strategy, wrapping, cluster.world_size());
+    // FSDP's own policies, without expert parallelism (Note [Expert parallelism]): what the plan is compared with.
+    TrainingConfig fsdp_alone = training;
+    fsdp_alone.expert_parallel_degree = 1;
+    baseline.candidate.plan = default_plan(model, fsdp_alone, strategy, wrapping, cluster.world_size());
     baseline.candidate.plan.name = name;
     // Note [Uniform requires_grad] (plan.h): a policy that puts frozen and trainable blocks in one FlatParameter is
     // one FSDP1 would refuse too; it is no baseline.

@@ -28,7 +28,8 @@ bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
          x.selective_op_elements_per_token == y.selective_op_elements_per_token &&
          x.forward_workspace_fp32_per_token == y.forward_workspace_fp32_per_token &&
          x.backward_workspace_fp32_per_token == y.backward_workspace_fp32_per_token &&
-         x.backward_workspace_elements_per_token == y.backward_workspace_elements_per_token && a.kernels == b.kernels;
+         x.backward_workspace_elements_per_token == y.backward_workspace_elements_per_token && a.kernels == b.kernels &&
+         a.moe == b.moe;
 }
 
 std::int64_t total_bytes(const MemoryByCategory& bytes) {
@@ -47,6 +48,7 @@ LayerSpec lean_layer(const LayerSpec& layer) {
   lean.activations = layer.activations;
   lean.kernels = layer.kernels;
   lean.finetune = layer.finetune;
+  lean.moe = layer.moe;  // Note [Expert parallelism]: the routed experts' share and the all-to-alls' payload
   if (const std::int64_t params = layer.param_count(); params > 0) lean.tensors.push_back({"", {params}});
   return lean;
 }
@@ -66,7 +68,8 @@ bool same_knobs(const Plan& a, const Plan& b) {
          a.offload.optimizer == b.offload.optimizer && x.seq_len == y.seq_len && x.micro_batch == y.micro_batch &&
          x.precision.name == y.precision.name && x.optimizer == y.optimizer &&
          x.flash_attention == y.flash_attention && x.attention_kernel == y.attention_kernel &&
-         x.no_sync_accumulation == y.no_sync_accumulation && x.finetune == y.finetune;
+         x.no_sync_accumulation == y.no_sync_accumulation && x.finetune == y.finetune &&
+         x.expert_parallel_degree == y.expert_parallel_degree;
 }
 
 }  // namespace

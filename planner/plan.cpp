@@ -148,6 +148,11 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     if (plan.units[id].is_root) throw InputError("plan: unit " + std::to_string(id) + ": only unit 0 may be the root");
   }
   plan_units(plan, model);  // ranges in bounds, ordered, non-overlapping, tied layers together
+  validate_expert_parallel(plan.training, model);
+  if (world_size % plan.training.expert_parallel_degree != 0) {
+    throw InputError("plan: expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +
+                     ": expected a divisor of the " + std::to_string(world_size) + " ranks");
+  }
   const int count = static_cast<int>(plan.units.size());
   for (int id = 0; id < count; ++id) {
     const auto& unit = plan.units[static_cast<std::size_t>(id)];

@@ -34,6 +34,9 @@ struct SearchOptions {
   // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
   // search.cpp); otherwise only by the refinements.
   bool joint_prefetch_depth = true;
+  // Expert-parallel degrees to search (Note [Expert parallelism] in unit_layout.h), each a search of its own; empty:
+  // the training's expert_parallel_degree only. expert_parallel_candidates gives those worth trying.
+  std::vector<int> expert_parallel_degrees;
 };
 
 struct PlanCandidate {
@@ -80,6 +83,10 @@ struct SearchResult {
 
 // `training` gives sequence length, global batch (micro-batch and accumulation are searched when the global batch
 // is set), precision, optimizer and attention kernel; its checkpointing and micro-batch are used by the baselines.
+// The expert-parallel degrees the planner tries for `model` on `cluster`: 1, and where the model has experts the powers
+// of two dividing every MoE block's expert count and the world, within one node (the all-to-alls stay on NVLink).
+std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster);
+
 SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                           const TrainingConfig& training, const SearchOptions& options);
 
