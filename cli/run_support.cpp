@@ -21,6 +21,7 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
     // Before anything lowers it against `model`, which is resolved for full training.
     const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
     runner::check_trains_every_parameter(plan, -1, {executor, {}});
+    runner::check_no_expert_parallel(plan, -1, {executor, {}});
     return plan;
   }
   TrainingConfig training;

@@ -13,10 +13,7 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
   const auto run = [&](const std::string& name, const ShardingStrategy& strategy, const Wrapping& wrapping) {
     BaselineResult baseline;
     baseline.name = name;
-    // FSDP's own policies, without expert parallelism (Note [Expert parallelism]): what the plan is compared with.
-    TrainingConfig fsdp_alone = training;
-    fsdp_alone.expert_parallel_degree = 1;
-    baseline.candidate.plan = default_plan(model, fsdp_alone, strategy, wrapping, cluster.world_size());
+    baseline.candidate.plan = default_plan(model, training, strategy, wrapping, cluster.world_size());
     baseline.candidate.plan.name = name;
     // Note [Uniform requires_grad] (plan.h): a policy that puts frozen and trainable blocks in one FlatParameter is
     // one FSDP1 would refuse too; it is no baseline.
@@ -50,9 +47,13 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
     }
   }
   run("size_based_auto_wrap_policy(1e8)", {}, size_based);
-  ShardingStrategy ddp;
-  ddp.kind = StrategyKind::no_shard;
-  run("no_shard (DDP)", ddp, wrap_per_block(model));
+  // Note [Expert parallelism] (unit_layout.h): DDP replicates every parameter, which EP's experts are not; an
+  // expert-parallel search has no DDP baseline.
+  if (training.expert_parallel_degree == 1) {
+    ShardingStrategy ddp;
+    ddp.kind = StrategyKind::no_shard;
+    run("no_shard (DDP)", ddp, wrap_per_block(model));
+  }
   return baselines;
 }
 

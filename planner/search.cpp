@@ -375,7 +375,11 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   if (options.expert_parallel_degrees.size() <= 1) {  // one degree (a model without experts): a plain search
     TrainingConfig with_degree = training;
     if (!options.expert_parallel_degrees.empty()) with_degree.expert_parallel_degree = options.expert_parallel_degrees[0];
-    return search_plans_at(model, cluster, profile, with_degree, options);
+    SearchResult result = search_plans_at(model, cluster, profile, with_degree, options);
+    if (result.feasible && with_degree.expert_parallel_degree > 1) {
+      result.best.knobs += ", expert parallel " + std::to_string(with_degree.expert_parallel_degree);
+    }
+    return result;
   }
   // Note [Expert parallelism] (unit_layout.h): each degree is its own search (it changes every MoE unit's gathers,
   // reductions and all-to-alls); the best fitting plan of them all wins, its knobs naming the degree.

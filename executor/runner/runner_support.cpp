@@ -34,15 +34,19 @@ void check_trains_every_parameter(const Plan& plan, int rank, const ExecutorSupp
          support, rank);
 }
 
-void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
-                      const ExecutorSupport& support) {
-  check_trains_every_parameter(plan, rank, support);
+void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport& support) {
   // Note [Expert parallelism] (planner/unit_layout.h): planned, simulated and exported; no runner has all-to-all yet.
   if (plan.training.expert_parallel_degree > 1) {
     reject("expert parallelism (expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +
                ") is planned and simulated, not yet executed; plan it with --expert-parallel 1",
            support, rank);
   }
+}
+
+void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
+                      const ExecutorSupport& support) {
+  check_trains_every_parameter(plan, rank, support);
+  check_no_expert_parallel(plan, rank, support);
   const PrecisionRecipe& precision = plan.training.precision;
   bool supported = false;
   std::string names;
