@@ -75,6 +75,10 @@ LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
   spec.projections = {{"q_proj", h, q, true},     {"k_proj", h, kv, false},   {"v_proj", h, kv, true},
                       {"o_proj", q, h, false},    {"gate_proj", h, f, true},  {"up_proj", h, f, false},
                       {"down_proj", f, h, true}};
+  if (arch.fused_projections) {  // Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj (the 1st and 3rd saved)
+    spec.projections = {{"qkv_proj", h, q + 2 * kv, true}, {"o_proj", q, h, false}, {"gate_up_proj", h, 2 * f, true},
+                        {"down_proj", f, h, false}};
+  }
   spec.attention = AttentionSpec{arch.num_heads, arch.head_dim(), true};
   spec.elementwise.push_back(rms_norm(h));
   if (arch.qk_norm) {  // Qwen3Attention: q_norm(q) and k_norm(k) per head, as LlamaRMSNorm runs them

@@ -44,6 +44,9 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
                      std::to_string(arch.num_heads) + ", got " + std::to_string(arch.num_kv_heads));
   }
   if (arch.dropout < 0 || arch.dropout >= 1) throw InputError(origin + ": field 'dropout': expected 0 <= p < 1");
+  if (arch.moe && arch.fused_projections) {
+    throw InputError(origin + ": field 'moe': expected separate projections (fused ones have no MoE variant here)");
+  }
   if (arch.moe && arch.family != DecoderArchitecture::Family::llama) {
     throw InputError(origin + ": field 'moe': expected a llama-family decoder (GPT-2 blocks have no MoE variant)");
   }
@@ -68,9 +71,13 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
   auto& t = layer.tensors;
   t.push_back({"input_layernorm.weight", {h}});
-  t.push_back({"self_attn.q_proj.weight", {q, h}});
-  t.push_back({"self_attn.k_proj.weight", {kv, h}});
-  t.push_back({"self_attn.v_proj.weight", {kv, h}});
+  if (arch.fused_projections) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim
+    t.push_back({"self_attn.qkv_proj.weight", {q + 2 * kv, h}});
+  } else {
+    t.push_back({"self_attn.q_proj.weight", {q, h}});
+    t.push_back({"self_attn.k_proj.weight", {kv, h}});
+    t.push_back({"self_attn.v_proj.weight", {kv, h}});
+  }
   if (arch.attention_bias) {  // Qwen2: biases on q, k, v only
     t.push_back({"self_attn.q_proj.bias", {q}});
     t.push_back({"self_attn.k_proj.bias", {kv}});
@@ -82,8 +89,12 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"self_attn.k_norm.weight", {arch.head_dim()}});
   }
   t.push_back({"post_attention_layernorm.weight", {h}});
-  t.push_back({"mlp.gate_proj.weight", {f, h}});
-  t.push_back({"mlp.up_proj.weight", {f, h}});
+  if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
+    t.push_back({"mlp.gate_up_proj.weight", {2 * f, h}});
+  } else {
+    t.push_back({"mlp.gate_proj.weight", {f, h}});
+    t.push_back({"mlp.up_proj.weight", {f, h}});
+  }
   t.push_back({"mlp.down_proj.weight", {h, f}});
   // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + 3 * h * f);

@@ -13,7 +13,7 @@
 namespace shardplan {
 namespace {
 
-enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe };
+enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3 };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -32,6 +32,7 @@ std::span<const KnownArchitecture> known_architectures() {
       {"Qwen2MoeForCausalLM", "qwen2_moe", HfKind::qwen2_moe},
       {"Qwen3ForCausalLM", "qwen3", HfKind::qwen3},
       {"Qwen3MoeForCausalLM", "qwen3_moe", HfKind::qwen3_moe},
+      {"Phi3ForCausalLM", "phi3", HfKind::phi3},
   };
   return table;
 }
@@ -126,6 +127,7 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     case HfKind::qwen2_moe: read_qwen2_moe(config, arch); break;
     case HfKind::qwen3_moe: read_qwen3_moe(config, arch); [[fallthrough]];
     case HfKind::qwen3: arch.qk_norm = true; break;  // Qwen3Attention: q_norm, k_norm
+    case HfKind::phi3: arch.fused_projections = true; break;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
     default: break;
   }
   return arch;

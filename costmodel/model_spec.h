@@ -133,6 +133,9 @@ struct DecoderArchitecture {
   // 0: hidden_size / num_heads.
   std::int64_t explicit_head_dim = 0;
   bool qk_norm = false;                     // Qwen3: RMSNorm over each head of q and k before RoPE (q_norm, k_norm)
+  // Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (Phi3Attention, Phi3MLP): the same weights
+  // and work, fewer GEMMs.
+  bool fused_projections = false;
   std::int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
   std::int64_t q_dim() const { return head_dim() * num_heads; }  // q_proj's output width, o_proj's input
   std::int64_t kv_dim() const { return head_dim() * num_kv_heads; }
