@@ -91,8 +91,11 @@ LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
   spec.elementwise.push_back(op("rotary", 10.0 * (qd + kvd), 0.0, 10));
   if (kv < q) spec.elementwise.push_back(op("repeat_kv", 2.0 * (qd + kvd), 0.0, 2));
   spec.elementwise.push_back(op("attention output transpose", 2.0 * qd, 0.0, 1));
+  if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));  // Gemma: post_attention_layernorm on the branch
   spec.elementwise.push_back(residual_add(h));
   spec.elementwise.push_back(rms_norm(h));
+  // Gemma's GeGLU (gelu_pytorch_tanh(gate) * up) moves what SiLU's does; its post_feedforward_layernorm one more norm.
+  if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));
   ElementwiseSpec swiglu;
   swiglu.name = "silu * up";
   swiglu.forward = {5.0 * fd, 0.0, 0.0, 2};

@@ -44,6 +44,9 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
                      std::to_string(arch.num_heads) + ", got " + std::to_string(arch.num_kv_heads));
   }
   if (arch.dropout < 0 || arch.dropout >= 1) throw InputError(origin + ": field 'dropout': expected 0 <= p < 1");
+  if (!(arch.final_logit_softcap >= 0 && arch.final_logit_softcap < 1e6)) {
+    throw InputError(origin + ": field 'final_logit_softcapping': expected a non-negative cap");
+  }
   if (arch.moe && arch.fused_projections) {
     throw InputError(origin + ": field 'moe': expected separate projections (fused ones have no MoE variant here)");
   }
@@ -89,6 +92,10 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"self_attn.k_norm.weight", {arch.head_dim()}});
   }
   t.push_back({"post_attention_layernorm.weight", {h}});
+  if (arch.sandwich_norms) {  // Gemma2DecoderLayer: two more RMSNorm(hidden) around the MLP
+    t.push_back({"pre_feedforward_layernorm.weight", {h}});
+    t.push_back({"post_feedforward_layernorm.weight", {h}});
+  }
   if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
     t.push_back({"mlp.gate_up_proj.weight", {2 * f, h}});
   } else {
@@ -103,8 +110,9 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   // attention: norm input h, q/k/v projection input h, q after RoPE q, k and v 2·kv, o_proj input q (Qwen3's q/k
   // norms keep their inputs too: q + kv); MLP: norm input h, gate/up input h, gate output f, SiLU output f, up output
   // f, down_proj input f. No dropout.
-  layer.activations.elements_per_token =
-      static_cast<double>(4 * h + 2 * q + 2 * kv + 4 * f + (arch.qk_norm ? q + kv : 0));
+  // Gemma's sandwich norms keep their inputs: the attention output and the MLP output (2h).
+  layer.activations.elements_per_token = static_cast<double>(4 * h + 2 * q + 2 * kv + 4 * f +
+                                                             (arch.qk_norm ? q + kv : 0) + (arch.sandwich_norms ? 2 * h : 0));
   layer.activations.score_elements_per_token_per_position = static_cast<double>(arch.num_heads);  // softmax output
   layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(arch.num_heads);  // fp32 log-sum-exp
   layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
@@ -165,6 +173,17 @@ LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> ti
   layer.activations.forward_workspace_fp32_per_token = static_cast<double>(vocab);
   layer.activations.backward_workspace_fp32_per_token = 2.0 * static_cast<double>(vocab);
   layer.kernels = lm_head_kernels(h, vocab);
+  if (arch.final_logit_softcap > 0) {
+    // Gemma2ForCausalLM.forward: logits / cap, tanh, · cap on the activation-dtype logits before the loss (three
+    // kernels reading and writing V each); tanh's backward needs its output, kept (V).
+    const auto v = static_cast<double>(vocab);
+    ElementwiseSpec softcap;
+    softcap.name = "final logit soft-capping";
+    softcap.forward = {6.0 * v, 0.0, 0.0, 3};
+    softcap.backward = {7.0 * v, 0.0, 0.0, 3};
+    layer.kernels->elementwise.insert(layer.kernels->elementwise.begin(), softcap);
+    layer.activations.elements_per_token += v;
+  }
   return layer;
 }
 

@@ -14,4 +14,7 @@ void read_qwen2_moe(const JsonObjectReader& config, DecoderArchitecture& arch);
 // Qwen3MoeForCausalLM: as Qwen2-MoE without the shared expert; its attention is Qwen3's (read_qwen3_attention).
 void read_qwen3_moe(const JsonObjectReader& config, DecoderArchitecture& arch);
 
+// hf_arch_gemma.cpp. Gemma2ForCausalLM, Gemma3ForCausalLM (text): sandwich norms, final_logit_softcapping.
+void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch);
+
 }  // namespace shardplan

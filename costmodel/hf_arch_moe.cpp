@@ -25,12 +25,21 @@ void read_qwen_sparse_layers(const JsonObjectReader& config, MoeArchitecture& mo
   }
 }
 
+// Router keys that change no parameter count, read so a malformed value is refused rather than half-read: the
+// load-balancing loss coefficient, whether the router logits are returned, whether top-k weights are renormalised.
+void check_router_keys(const JsonObjectReader& config) {
+  (void)config.non_negative_number("router_aux_loss_coef", 0.0);
+  (void)config.boolean("output_router_logits", false);
+  (void)config.boolean("norm_topk_prob", false);
+}
+
 }  // namespace
 
 // MixtralConfig (transformers/models/mixtral/configuration_mixtral.py): num_local_experts (default 8),
 // num_experts_per_tok (default 2); each expert is a SwiGLU of intermediate_size (MixtralBlockSparseTop2MLP: w1, w3
 // hidden → ffn_dim, w2 back); every layer is sparse; MixtralAttention has no biases.
 void read_mixtral_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  check_router_keys(config);
   MoeArchitecture moe;
   moe.naming = MoeNaming::mixtral;
   moe.num_experts = config.optional_int_in_range("num_local_experts", 1, 65536).value_or(8);
@@ -44,6 +53,7 @@ void read_mixtral_moe(const JsonObjectReader& config, DecoderArchitecture& arch)
 // shared_expert_intermediate_size gated by Linear(hidden, 1) (Qwen2MoeSparseMoeBlock.shared_expert_gate); dense
 // layers (none in the released checkpoints) use intermediate_size. Qwen2MoeAttention has q/k/v biases (bias=True).
 void read_qwen2_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  check_router_keys(config);
   MoeArchitecture moe = routed_experts(config, "num_experts");
   moe.naming = MoeNaming::qwen;
   moe.expert_intermediate_size = config.int_in_range("moe_intermediate_size", 1, limits::kMaxIntermediateSize);
@@ -57,6 +67,7 @@ void read_qwen2_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
 
 // Qwen3MoeConfig: as Qwen2-MoE without a shared expert (Qwen3MoeSparseMoeBlock: gate and experts only).
 void read_qwen3_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  check_router_keys(config);
   MoeArchitecture moe = routed_experts(config, "num_experts");
   moe.naming = MoeNaming::qwen;
   moe.expert_intermediate_size = config.int_in_range("moe_intermediate_size", 1, limits::kMaxIntermediateSize);

@@ -13,7 +13,7 @@
 namespace shardplan {
 namespace {
 
-enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3 };
+enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -33,6 +33,8 @@ std::span<const KnownArchitecture> known_architectures() {
       {"Qwen3ForCausalLM", "qwen3", HfKind::qwen3},
       {"Qwen3MoeForCausalLM", "qwen3_moe", HfKind::qwen3_moe},
       {"Phi3ForCausalLM", "phi3", HfKind::phi3},
+      {"Gemma2ForCausalLM", "gemma2", HfKind::gemma2},
+      {"Gemma3ForCausalLM", "gemma3_text", HfKind::gemma3_text},
   };
   return table;
 }
@@ -109,13 +111,15 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   // 2048 is LlamaConfig's default; it only bounds the sequence length, not the parameter count.
   arch.max_position_embeddings =
       config.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(2048);
-  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", false);
+  // Gemma2Config and Gemma3TextConfig tie by default (their configs omit the key); the llama family does not.
+  const bool gemma = kind == HfKind::gemma2 || kind == HfKind::gemma3_text;
+  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", gemma);
   // Qwen2Attention hard-codes bias=True on q/k/v and its config has no key for it; LlamaConfig has attention_bias
   // (default false); MistralAttention has no biases at all.
   // Qwen3Config and Qwen3MoeConfig have attention_bias (default false) too.
   if (kind == HfKind::qwen2) {
     arch.attention_bias = true;
-  } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe) {
+  } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe || gemma) {
     arch.attention_bias = config.boolean("attention_bias", false);
   }
   arch.dropout = 0.0;  // attention_dropout is 0 in every released llama-family checkpoint and keeps no masks
@@ -128,6 +132,8 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     case HfKind::qwen3_moe: read_qwen3_moe(config, arch); [[fallthrough]];
     case HfKind::qwen3: arch.qk_norm = true; break;  // Qwen3Attention: q_norm, k_norm
     case HfKind::phi3: arch.fused_projections = true; break;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+    case HfKind::gemma3_text: arch.qk_norm = true; [[fallthrough]];  // Gemma3Attention: q_norm, k_norm
+    case HfKind::gemma2: read_gemma(config, arch); break;
     default: break;
   }
   return arch;

@@ -136,6 +136,11 @@ struct DecoderArchitecture {
   // Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (Phi3Attention, Phi3MLP): the same weights
   // and work, fewer GEMMs.
   bool fused_projections = false;
+  // Gemma 2/3: a norm after attention and around the MLP (Gemma2DecoderLayer: post_attention_layernorm,
+  // pre_feedforward_layernorm, post_feedforward_layernorm) and the logits soft-capped, cap · tanh(logits / cap)
+  // (final_logit_softcapping; 0: none).
+  bool sandwich_norms = false;
+  double final_logit_softcap = 0.0;
   std::int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
   std::int64_t q_dim() const { return head_dim() * num_heads; }  // q_proj's output width, o_proj's input
   std::int64_t kv_dim() const { return head_dim() * num_kv_heads; }

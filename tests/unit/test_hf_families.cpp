@@ -1,5 +1,5 @@
 // Tests of the Hugging Face families beyond Llama/Mistral/Qwen2/GPT-2 without experts: Phi-3's fused projections,
-// Llama 3.x's rope_scaling configs; exact parameter counts and module paths.
+// Gemma 2/3's sandwich norms, soft-capping and tied embeddings, Llama 3.x's rope_scaling; exact counts, module paths.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -53,4 +53,27 @@ TEST_CASE("hf families: Llama 3.x configs with rope_scaling import with their pu
   // meta-llama/Llama-3.2-1B (tied embeddings, rope_type llama3): 1,235,814,400 parameters, as the preset.
   CHECK(hf_model("llama3.2-1b").param_count() == 1'235'814'400);
   CHECK(hf_model("llama3.1-405b").param_count() == 405'853'388'800);
+}
+
+TEST_CASE("hf families: Gemma 2 and Gemma 3 (text): head_dim, sandwich norms, tied embeddings, logit soft-capping") {
+  // google/gemma-2-2b: 2,614,341,888 parameters (the model card's 2.6B; 26 blocks of 77,865,984, the tied
+  // 256000 x 2304 embedding, the final norm).
+  const ModelSpec gemma2 = hf_model("gemma2-2b");
+  CHECK(gemma2.param_count() == 2'614'341'888);
+  const LayerSpec& block = gemma2.layers[1];
+  CHECK(has_tensor(block, "self_attn.q_proj.weight", {8 * 256, 2304}));
+  CHECK(has_tensor(block, "pre_feedforward_layernorm.weight", {2304}));
+  CHECK(has_tensor(block, "post_feedforward_layernorm.weight", {2304}));
+  CHECK(gemma2.architecture->tie_word_embeddings);  // Gemma2Config's default; the config omits the key
+  CHECK(gemma2.architecture->final_logit_softcap == 30.0);
+  const LayerSpec& head = gemma2.layers.back();
+  CHECK(head.tied_to_layer == std::optional<std::size_t>(0));
+  CHECK(head.kernels->elementwise.front().name == "final logit soft-capping");
+
+  // google/gemma-3-1b-it: 999,885,952 parameters (the card's 1B); q/k norms, no soft-capping, one kv head.
+  const ModelSpec gemma3 = hf_model("gemma3-1b");
+  CHECK(gemma3.param_count() == 999'885'952);
+  CHECK(has_tensor(gemma3.layers[1], "self_attn.q_norm.weight", {256}));
+  CHECK(has_tensor(gemma3.layers[1], "self_attn.k_proj.weight", {256, 1152}));
+  CHECK(gemma3.architecture->final_logit_softcap == 0.0);
 }
