@@ -147,6 +147,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     }
     check_distinct_outputs(
         {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});
+    // Note [Expert parallelism]: an MoE model's degree is searched unless --expert-parallel fixes it.
+    if (flags->training.expert_parallel == 0) options.expert_parallel_degrees = expert_parallel_candidates(model, cluster);
     check_search_work(training, model, cluster.world_size(), "plan");
     options.tensor_parallel_degrees = tensor_parallel_degrees(flags->tensor_parallel, model, cluster);
     const SearchResult result = search_plans(model, cluster, profile, training, options);

@@ -53,6 +53,10 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
                      "attention kernel: flash (FlashAttention-2, SDPA) | triton (Triton FlashAttention) | eager "
                      "(materialised scores, as --no-flash-attention)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
+  command.add_option("--expert-parallel", flags.expert_parallel,
+                     "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
+                     "all-to-all (default 1; plan searches it when not given)")
+      ->check(int_range(1, limits::kMaxWorldSize));
   command.add_option("--finetune", flags.finetune,
                      "full | frozen (--freeze patterns) | lora | qlora (LoRA over 4-bit base weights); default full");
   command.add_option("--freeze", flags.freeze,
@@ -211,6 +215,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
     }
   }
   training.no_sync_accumulation = flags.no_sync;
+  training.expert_parallel_degree = flags.expert_parallel > 0 ? flags.expert_parallel : 1;
   training.finetune = resolve_finetune(flags);
   validate_training(training, model);
   return training;

@@ -34,6 +34,8 @@ struct TrainingFlags {
   bool no_flash_attention = false;
   std::string attention;  // flash | triton | eager ("" : flash unless --no-flash-attention)
   bool no_sync = false;
+  // Note [Expert parallelism] (planner/unit_layout.h): 0 = not given (1; `plan` searches the degree for MoE models).
+  int expert_parallel = 0;
   // Fine-tuning (costmodel/finetune.h), named as PEFT's LoraConfig and bitsandbytes' BitsAndBytesConfig: values as
   // given ("" : not given), parsed and checked by resolve_training.
   std::string finetune;

@@ -22,6 +22,7 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
     // frozen and LoRA plans, the GPU executor full training only (its runner refuses the rest, also under auto).
     const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
     runner::check_finetune_supported(plan, -1, {executor, {}, false, flags.device != "gpu"});
+    runner::check_no_expert_parallel(plan, -1, {executor, {}});
     return plan;
   }
   TrainingConfig training;

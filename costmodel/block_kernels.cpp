@@ -67,21 +67,35 @@ ElementwiseSpec dropout(std::int64_t width) {
 // transpose(1, 2).contiguous() of its output [h, h]; o_proj; residual add; RMSNorm; gate and up projections;
 // act_fn(gate) * up [SiLU: f, f; mul: 2f, f]; down projection; residual add.
 LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
-  const std::int64_t h = arch.hidden_size, kv = arch.kv_dim(), f = arch.intermediate_size;
-  const double hd = static_cast<double>(h), kvd = static_cast<double>(kv), fd = static_cast<double>(f);
+  const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim(), f = arch.intermediate_size;
+  const double qd = static_cast<double>(q), kvd = static_cast<double>(kv), fd = static_cast<double>(f);
   LayerKernelSpec spec;
   // Forward matmul order q, k, v, o, gate, up, down (torchtitan's w1 = gate before w3 = up): the 1st, 3rd, 5th and
   // 7th are saved by the selective-op policy.
-  spec.projections = {{"q_proj", h, h, true},     {"k_proj", h, kv, false},   {"v_proj", h, kv, true},
-                      {"o_proj", h, h, false},    {"gate_proj", h, f, true},  {"up_proj", h, f, false},
+  spec.projections = {{"q_proj", h, q, true},     {"k_proj", h, kv, false},   {"v_proj", h, kv, true},
+                      {"o_proj", q, h, false},    {"gate_proj", h, f, true},  {"up_proj", h, f, false},
                       {"down_proj", f, h, true}};
+  if (arch.fused_projections) {  // Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj (the 1st and 3rd saved)
+    spec.projections = {{"qkv_proj", h, q + 2 * kv, true}, {"o_proj", q, h, false}, {"gate_up_proj", h, 2 * f, true},
+                        {"down_proj", f, h, false}};
+  }
   spec.attention = AttentionSpec{arch.num_heads, arch.head_dim(), true};
   spec.elementwise.push_back(rms_norm(h));
-  spec.elementwise.push_back(op("rotary", 10.0 * (hd + kvd), 0.0, 10));
-  if (kv < h) spec.elementwise.push_back(op("repeat_kv", 2.0 * (hd + kvd), 0.0, 2));
-  spec.elementwise.push_back(op("attention output transpose", 2.0 * hd, 0.0, 1));
+  if (arch.qk_norm) {  // Qwen3Attention: q_norm(q) and k_norm(k) per head, as LlamaRMSNorm runs them
+    ElementwiseSpec norms = rms_norm(q + kv);
+    norms.name = "q/k rmsnorm";
+    norms.forward.kernels *= 2;
+    norms.backward.kernels *= 2;
+    spec.elementwise.push_back(norms);
+  }
+  spec.elementwise.push_back(op("rotary", 10.0 * (qd + kvd), 0.0, 10));
+  if (kv < q) spec.elementwise.push_back(op("repeat_kv", 2.0 * (qd + kvd), 0.0, 2));
+  spec.elementwise.push_back(op("attention output transpose", 2.0 * qd, 0.0, 1));
+  if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));  // Gemma: post_attention_layernorm on the branch
   spec.elementwise.push_back(residual_add(h));
   spec.elementwise.push_back(rms_norm(h));
+  // Gemma's GeGLU (gelu_pytorch_tanh(gate) * up) moves what SiLU's does; its post_feedforward_layernorm one more norm.
+  if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));
   ElementwiseSpec swiglu;
   swiglu.name = "silu * up";
   swiglu.forward = {5.0 * fd, 0.0, 0.0, 2};

@@ -12,6 +12,7 @@ const CollectiveAlgorithm& collective_algorithm(CollectiveKind kind) {
     case CollectiveKind::all_gather: return all_gather_algorithm();
     case CollectiveKind::reduce_scatter: return reduce_scatter_algorithm();
     case CollectiveKind::all_reduce: return all_reduce_algorithm();
+    case CollectiveKind::all_to_all: return all_to_all_algorithm();
   }
   throw InternalError("unknown CollectiveKind " + std::to_string(static_cast<int>(kind)));
 }

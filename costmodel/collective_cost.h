@@ -8,12 +8,12 @@
 
 namespace shardplan {
 
-enum class CollectiveKind { all_gather, reduce_scatter, all_reduce };
+enum class CollectiveKind { all_gather, reduce_scatter, all_reduce, all_to_all };
 const char* to_string(CollectiveKind kind);
 
 // One collective's algorithm, as nccl-tests' testColl defines it (src/common.h, doc/PERFORMANCE.md): how many ring
 // steps it takes, how much of the message each rank moves over its link, and the busbw factor that turns algorithm
-// bandwidth into bus bandwidth. Implemented in all_gather.cpp, reduce_scatter.cpp, all_reduce.cpp.
+// bandwidth into bus bandwidth. Implemented in all_gather.cpp, reduce_scatter.cpp, all_reduce.cpp, all_to_all.cpp.
 struct CollectiveAlgorithm {
   CollectiveKind kind;
   const char* name;
@@ -23,6 +23,7 @@ struct CollectiveAlgorithm {
 const CollectiveAlgorithm& all_gather_algorithm();
 const CollectiveAlgorithm& reduce_scatter_algorithm();
 const CollectiveAlgorithm& all_reduce_algorithm();
+const CollectiveAlgorithm& all_to_all_algorithm();
 const CollectiveAlgorithm& collective_algorithm(CollectiveKind kind);
 
 // Where a group's ranks sit: a group whose ranks span nodes is limited by the network (Note [Rails] in
@@ -41,7 +42,8 @@ struct CollectiveCost {
 };
 
 // `message_bytes` is S in nccl-tests' convention: the full gathered output for all-gather, the full input for
-// reduce-scatter, the buffer for all-reduce. time = latency + bus_factor(n)·(S + S½) / busbw, NCCL's ring model:
+// reduce-scatter, the buffer for all-reduce, each rank's send buffer for all-to-all. time = latency +
+// bus_factor(n)·(S + S½) / busbw, NCCL's ring model:
 // latency = base + intra-node steps·α_intra + inter-node steps·α_inter (NCCL's src/graph/tuning.cc), busbw the tier's
 // achievable bus bandwidth (Note [Rails]), S½ = comm_half_efficiency_bytes. A group of one rank costs nothing.
 CollectiveCost collective_cost(CollectiveKind kind, std::int64_t message_bytes, const GroupPlacement& group,

@@ -2,6 +2,7 @@
 #include "decoder_builder.h"
 
 #include "block_kernels.h"
+#include "moe_block.h"
 
 #include "errors.h"
 #include "input_limits.h"
@@ -31,7 +32,10 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
   require_in_range(arch.num_heads, "num_heads", limits::kMaxHeads);
   require_in_range(arch.num_kv_heads, "num_kv_heads", limits::kMaxHeads);
   require_in_range(arch.max_position_embeddings, "max_position_embeddings", limits::kMaxPositions);
-  if (arch.hidden_size % arch.num_heads != 0) {
+  if (arch.explicit_head_dim != 0) {
+    require_in_range(arch.explicit_head_dim, "head_dim", limits::kMaxHiddenSize);
+    require_in_range(arch.explicit_head_dim * arch.num_heads, "head_dim * num_heads", limits::kMaxHiddenSize);
+  } else if (arch.hidden_size % arch.num_heads != 0) {
     throw InputError(origin + ": field 'num_heads': expected a divisor of hidden_size " +
                      std::to_string(arch.hidden_size) + ", got " + std::to_string(arch.num_heads));
   }
@@ -40,6 +44,16 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
                      std::to_string(arch.num_heads) + ", got " + std::to_string(arch.num_kv_heads));
   }
   if (arch.dropout < 0 || arch.dropout >= 1) throw InputError(origin + ": field 'dropout': expected 0 <= p < 1");
+  if (!(arch.final_logit_softcap >= 0 && arch.final_logit_softcap < 1e6)) {
+    throw InputError(origin + ": field 'final_logit_softcapping': expected a non-negative cap");
+  }
+  if (arch.moe && arch.fused_projections) {
+    throw InputError(origin + ": field 'moe': expected separate projections (fused ones have no MoE variant here)");
+  }
+  if (arch.moe && arch.family != DecoderArchitecture::Family::llama) {
+    throw InputError(origin + ": field 'moe': expected a llama-family decoder (GPT-2 blocks have no MoE variant)");
+  }
+  check_moe_architecture(arch, origin);
 }
 
 // `adds_to_input`: GPT-2's position embedding, added onto the token embedding.
@@ -55,30 +69,50 @@ LayerSpec embedding_layer(const std::string& name, std::int64_t rows, std::int64
 
 // Llama / Mistral / Qwen2 block: RMSNorm → attention (GQA, RoPE) → residual → RMSNorm → SwiGLU MLP → residual.
 LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
-  const std::int64_t h = arch.hidden_size, kv = arch.kv_dim(), f = arch.intermediate_size;
+  // q is the query heads' width: hidden_size unless the config gives head_dim apart (Qwen3).
+  const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim(), f = arch.intermediate_size;
   LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
   auto& t = layer.tensors;
   t.push_back({"input_layernorm.weight", {h}});
-  t.push_back({"self_attn.q_proj.weight", {h, h}});
-  t.push_back({"self_attn.k_proj.weight", {kv, h}});
-  t.push_back({"self_attn.v_proj.weight", {kv, h}});
+  if (arch.fused_projections) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim
+    t.push_back({"self_attn.qkv_proj.weight", {q + 2 * kv, h}});
+  } else {
+    t.push_back({"self_attn.q_proj.weight", {q, h}});
+    t.push_back({"self_attn.k_proj.weight", {kv, h}});
+    t.push_back({"self_attn.v_proj.weight", {kv, h}});
+  }
   if (arch.attention_bias) {  // Qwen2: biases on q, k, v only
-    t.push_back({"self_attn.q_proj.bias", {h}});
+    t.push_back({"self_attn.q_proj.bias", {q}});
     t.push_back({"self_attn.k_proj.bias", {kv}});
     t.push_back({"self_attn.v_proj.bias", {kv}});
   }
-  t.push_back({"self_attn.o_proj.weight", {h, h}});
+  t.push_back({"self_attn.o_proj.weight", {h, q}});
+  if (arch.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by the heads
+    t.push_back({"self_attn.q_norm.weight", {arch.head_dim()}});
+    t.push_back({"self_attn.k_norm.weight", {arch.head_dim()}});
+  }
   t.push_back({"post_attention_layernorm.weight", {h}});
-  t.push_back({"mlp.gate_proj.weight", {f, h}});
-  t.push_back({"mlp.up_proj.weight", {f, h}});
+  if (arch.sandwich_norms) {  // Gemma2DecoderLayer: two more RMSNorm(hidden) around the MLP
+    t.push_back({"pre_feedforward_layernorm.weight", {h}});
+    t.push_back({"post_feedforward_layernorm.weight", {h}});
+  }
+  if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
+    t.push_back({"mlp.gate_up_proj.weight", {2 * f, h}});
+  } else {
+    t.push_back({"mlp.gate_proj.weight", {f, h}});
+    t.push_back({"mlp.up_proj.weight", {f, h}});
+  }
   t.push_back({"mlp.down_proj.weight", {h, f}});
   // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
-  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * h + 2 * h * kv + h * h + 3 * h * f);
-  layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(h);
+  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + 3 * h * f);
+  layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(q);
   // Kept for backward, per token (Korthikanti §4.2's accounting applied to this block, as PyTorch eager keeps them):
-  // attention: norm input h, q/k/v projection input h, q after RoPE h, k and v 2·kv, o_proj input h;
-  // MLP: norm input h, gate/up input h, gate output f, SiLU output f, up output f, down_proj input f. No dropout.
-  layer.activations.elements_per_token = static_cast<double>(6 * h + 2 * kv + 4 * f);
+  // attention: norm input h, q/k/v projection input h, q after RoPE q, k and v 2·kv, o_proj input q (Qwen3's q/k
+  // norms keep their inputs too: q + kv); MLP: norm input h, gate/up input h, gate output f, SiLU output f, up output
+  // f, down_proj input f. No dropout.
+  // Gemma's sandwich norms keep their inputs: the attention output and the MLP output (2h).
+  layer.activations.elements_per_token = static_cast<double>(4 * h + 2 * q + 2 * kv + 4 * f +
+                                                             (arch.qk_norm ? q + kv : 0) + (arch.sandwich_norms ? 2 * h : 0));
   layer.activations.score_elements_per_token_per_position = static_cast<double>(arch.num_heads);  // softmax output
   layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(arch.num_heads);  // fp32 log-sum-exp
   layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
@@ -139,6 +173,17 @@ LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> ti
   layer.activations.forward_workspace_fp32_per_token = static_cast<double>(vocab);
   layer.activations.backward_workspace_fp32_per_token = 2.0 * static_cast<double>(vocab);
   layer.kernels = lm_head_kernels(h, vocab);
+  if (arch.final_logit_softcap > 0) {
+    // Gemma2ForCausalLM.forward: logits / cap, tanh, · cap on the activation-dtype logits before the loss (three
+    // kernels reading and writing V each); tanh's backward needs its output, kept (V).
+    const auto v = static_cast<double>(vocab);
+    ElementwiseSpec softcap;
+    softcap.name = "final logit soft-capping";
+    softcap.forward = {6.0 * v, 0.0, 0.0, 3};
+    softcap.backward = {7.0 * v, 0.0, 0.0, 3};
+    layer.kernels->elementwise.insert(layer.kernels->elementwise.begin(), softcap);
+    layer.activations.elements_per_token += v;
+  }
   return layer;
 }
 
@@ -164,6 +209,7 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
   }
   for (std::int64_t index = 0; index < arch.num_layers; ++index) {
     model.layers.push_back(gpt2 ? gpt2_block(arch, index) : llama_block(arch, index));
+    if (arch.moe && arch.moe->is_sparse_layer(index)) replace_mlp_with_moe(arch, model.layers.back());
   }
   model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2));
   model.layers.push_back(lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt));

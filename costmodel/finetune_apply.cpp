@@ -85,6 +85,7 @@ std::vector<std::string> lora_target_modules(const ModelSpec& model, const Finet
   // peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: "llama": ["q_proj", "v_proj"]
   // (also mistral, qwen2), "gpt2": ["c_attn"].
   if (model.architecture && model.architecture->family == DecoderArchitecture::Family::gpt2) return {"c_attn"};
+  if (model.architecture && model.architecture->fused_projections) return {"qkv_proj"};  // PEFT's "phi3"
   return {"q_proj", "v_proj"};
 }
 

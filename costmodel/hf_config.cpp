@@ -6,13 +6,14 @@
 #include <string_view>
 
 #include "errors.h"
+#include "hf_arch.h"
 #include "input_limits.h"
 #include "json_input.h"
 
 namespace shardplan {
 namespace {
 
-enum class HfKind { llama, mistral, qwen2, gpt2 };
+enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -27,6 +28,13 @@ std::span<const KnownArchitecture> known_architectures() {
       {"MistralForCausalLM", "mistral", HfKind::mistral},
       {"Qwen2ForCausalLM", "qwen2", HfKind::qwen2},
       {"GPT2LMHeadModel", "gpt2", HfKind::gpt2},
+      {"MixtralForCausalLM", "mixtral", HfKind::mixtral},
+      {"Qwen2MoeForCausalLM", "qwen2_moe", HfKind::qwen2_moe},
+      {"Qwen3ForCausalLM", "qwen3", HfKind::qwen3},
+      {"Qwen3MoeForCausalLM", "qwen3_moe", HfKind::qwen3_moe},
+      {"Phi3ForCausalLM", "phi3", HfKind::phi3},
+      {"Gemma2ForCausalLM", "gemma2", HfKind::gemma2},
+      {"Gemma3ForCausalLM", "gemma3_text", HfKind::gemma3_text},
   };
   return table;
 }
@@ -77,13 +85,17 @@ std::int64_t size_field(const JsonObjectReader& config, std::string_view key, st
 
 // Keys that change the parameter count in ways DecoderArchitecture cannot express: refusing them beats silently
 // planning for the wrong model size.
-void reject_inexpressible(const JsonObjectReader& config, const DecoderArchitecture& arch) {
-  // Newer llama configs carry head_dim; only hidden_size / num_attention_heads is representable (Mistral-Nemo isn't).
+void reject_inexpressible(const JsonObjectReader& config) {
+  if (config.boolean("mlp_bias", false)) config.fail("mlp_bias", "false (MLP biases are not supported)");
+}
+
+// Newer llama configs, Mistral-Nemo and Qwen3 carry head_dim, which may differ from hidden_size / num_heads: q_proj
+// is then num_heads × head_dim wide (LlamaAttention: self.head_dim = getattr(config, "head_dim", hidden // heads)).
+void read_head_dim(const JsonObjectReader& config, DecoderArchitecture& arch) {
   if (const auto head_dim = optional_nullable_int(config, "head_dim", limits::kMaxHiddenSize);
       head_dim && *head_dim * arch.num_heads != arch.hidden_size) {
-    config.fail("head_dim", "hidden_size / num_attention_heads (a decoupled head_dim is not supported)");
+    arch.explicit_head_dim = *head_dim;
   }
-  if (config.boolean("mlp_bias", false)) config.fail("mlp_bias", "false (MLP biases are not supported)");
 }
 
 DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
@@ -99,16 +111,31 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   // 2048 is LlamaConfig's default; it only bounds the sequence length, not the parameter count.
   arch.max_position_embeddings =
       config.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(2048);
-  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", false);
+  // Gemma2Config and Gemma3TextConfig tie by default (their configs omit the key); the llama family does not.
+  const bool gemma = kind == HfKind::gemma2 || kind == HfKind::gemma3_text;
+  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", gemma);
   // Qwen2Attention hard-codes bias=True on q/k/v and its config has no key for it; LlamaConfig has attention_bias
   // (default false); MistralAttention has no biases at all.
+  // Qwen3Config and Qwen3MoeConfig have attention_bias (default false) too.
   if (kind == HfKind::qwen2) {
     arch.attention_bias = true;
-  } else if (kind == HfKind::llama) {
+  } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe || gemma) {
     arch.attention_bias = config.boolean("attention_bias", false);
   }
   arch.dropout = 0.0;  // attention_dropout is 0 in every released llama-family checkpoint and keeps no masks
-  reject_inexpressible(config, arch);
+  reject_inexpressible(config);
+  read_head_dim(config, arch);
+  // Each family's own keys (hf_arch.h).
+  switch (kind) {
+    case HfKind::mixtral: read_mixtral_moe(config, arch); break;
+    case HfKind::qwen2_moe: read_qwen2_moe(config, arch); break;
+    case HfKind::qwen3_moe: read_qwen3_moe(config, arch); [[fallthrough]];
+    case HfKind::qwen3: arch.qk_norm = true; break;  // Qwen3Attention: q_norm, k_norm
+    case HfKind::phi3: arch.fused_projections = true; break;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+    case HfKind::gemma3_text: arch.qk_norm = true; [[fallthrough]];  // Gemma3Attention: q_norm, k_norm
+    case HfKind::gemma2: read_gemma(config, arch); break;
+    default: break;
+  }
   return arch;
 }
 

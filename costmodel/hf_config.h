@@ -1,4 +1,4 @@
-// Import of a Hugging Face `config.json` (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel).
+// Import of a Hugging Face `config.json`: Llama, Mistral, Qwen2, GPT-2, Mixtral, Qwen2-MoE, Qwen3, Qwen3-MoE.
 #pragma once
 
 #include <string>

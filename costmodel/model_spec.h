@@ -8,6 +8,7 @@
 
 #include "finetune.h"
 #include "kernel_spec.h"
+#include "moe_architecture.h"
 
 namespace shardplan {
 
@@ -98,6 +99,9 @@ struct LayerSpec {
   // Set by finetuned_model (finetune_apply.h) for every layer when the model trains less than all its parameters;
   // absent: every parameter trains.
   std::optional<LayerFinetune> finetune;
+  // A block whose MLP is a mixture of experts: its routing, for expert parallelism (Note [Expert parallelism] in
+  // planner/unit_layout.h) and the all-to-alls the lowering emits.
+  std::optional<MoeLayerRouting> moe;
 
   std::int64_t param_count() const;
   // causal_skip: the attention kernel skips masked work (flash); it applies only where the layer is causal.
@@ -128,7 +132,23 @@ struct DecoderArchitecture {
   bool tie_word_embeddings = false;
   bool attention_bias = false;              // Qwen2 puts biases on q, k and v
   double dropout = 0.0;                     // GPT-2's resid/attn/embd dropout; llama has none
-  std::int64_t head_dim() const { return hidden_size / num_heads; }
+  // A mixture-of-experts MLP in place of the dense one (Mixtral, Qwen2/3-MoE); intermediate_size is then the dense
+  // MLP's width where the architecture has dense layers too.
+  std::optional<MoeArchitecture> moe;
+  // A head dimension given apart from hidden_size / num_heads (Qwen3, Gemma, Mistral-Nemo: config "head_dim");
+  // 0: hidden_size / num_heads.
+  std::int64_t explicit_head_dim = 0;
+  bool qk_norm = false;                     // Qwen3: RMSNorm over each head of q and k before RoPE (q_norm, k_norm)
+  // Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (Phi3Attention, Phi3MLP): the same weights
+  // and work, fewer GEMMs.
+  bool fused_projections = false;
+  // Gemma 2/3: a norm after attention and around the MLP (Gemma2DecoderLayer: post_attention_layernorm,
+  // pre_feedforward_layernorm, post_feedforward_layernorm) and the logits soft-capped, cap · tanh(logits / cap)
+  // (final_logit_softcapping; 0: none).
+  bool sandwich_norms = false;
+  double final_logit_softcap = 0.0;
+  std::int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
+  std::int64_t q_dim() const { return head_dim() * num_heads; }  // q_proj's output width, o_proj's input
   std::int64_t kv_dim() const { return head_dim() * num_kv_heads; }
 };
 const char* to_string(DecoderArchitecture::Family family);

@@ -73,7 +73,26 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
                      std::to_string(model.architecture->max_position_embeddings) + " positions");
   }
   validate_finetune(training.finetune, training.precision, FinetuneFieldNames::cli());
+  validate_expert_parallel(training, model);
   check_step_bytes(training, model, 1, "--micro-batch");
+}
+
+void validate_expert_parallel(const TrainingConfig& training, const ModelSpec& model) {
+  const int degree = training.expert_parallel_degree;
+  const std::string flag = "--expert-parallel " + std::to_string(degree);
+  if (degree < 1 || degree > limits::kMaxWorldSize) throw InputError(flag + ": expected a positive number of ranks");
+  if (degree == 1) return;
+  bool has_experts = false;
+  for (const LayerSpec& layer : model.layers) {
+    if (!layer.moe) continue;
+    has_experts = true;
+    if (layer.moe->num_experts % degree != 0) {
+      throw InputError(flag + ": expected a divisor of the " + std::to_string(layer.moe->num_experts) +
+                       " experts of " + layer.name);
+    }
+  }
+  if (!has_experts) throw InputError(flag + ": the model has no experts; expected 1");
+  if (!training.finetune.trains_all()) throw InputError(flag + ": expert parallelism with fine-tuning is not supported yet");
 }
 
 double step_bytes_bound(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches) {
@@ -133,6 +152,7 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
           {"flash_attention", training.flash_attention},
           {"attention_kernel", to_string(training.attention_kernel)},
           {"no_sync_accumulation", training.no_sync_accumulation},
+          {"expert_parallel_degree", training.expert_parallel_degree},
           {"finetune", to_json(training.finetune, training.precision)}};
 }
 

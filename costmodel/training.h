@@ -36,6 +36,10 @@ struct TrainingConfig {
   // Which parameters train (full, frozen patterns, LoRA, QLoRA) and under which FSDP front end. The model a plan is
   // lowered against must be resolved for it (finetuned_model in finetune_apply.h).
   FinetuneConfig finetune;
+  // Expert parallelism (Note [Expert parallelism] in planner/unit_layout.h): each MoE block's routed experts are split
+  // over groups of this many consecutive ranks, tokens reach them by all-to-all; 1: FSDP alone (every rank gathers
+  // every expert). Plan JSON "training": {"expert_parallel_degree"}; CLI --expert-parallel.
+  int expert_parallel_degree = 1;
 
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }
   // global_batch / (micro_batch × data-parallel ranks); InputError when it does not divide evenly.
@@ -53,6 +57,11 @@ ActivationCheckpointing block_checkpointing(const TrainingConfig& training, std:
 // says), the fine-tuning settings that need no model (validate_finetune) and that one micro-batch's step stays below
 // limits::kMaxStepBytes. InputError names the flag.
 void validate_training(const TrainingConfig& training, const ModelSpec& model);
+
+// Note [Expert parallelism] (planner/unit_layout.h): expert_parallel_degree is 1, or divides the routed experts of
+// every MoE block of `model` (a model without experts takes only 1); not combined with fine-tuning yet. InputError
+// naming --expert-parallel.
+void validate_expert_parallel(const TrainingConfig& training, const ModelSpec& model);
 
 // Every byte a step of `micro_batches` micro-batches could allocate, summed in a double (it cannot overflow): each
 // micro-batch's activations without recompute, in fp32, twice over (a recompute allocates them again), and the model

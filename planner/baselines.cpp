@@ -47,9 +47,13 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
     }
   }
   run("size_based_auto_wrap_policy(1e8)", {}, size_based);
-  ShardingStrategy ddp;
-  ddp.kind = StrategyKind::no_shard;
-  run("no_shard (DDP)", ddp, wrap_per_block(model));
+  // Note [Expert parallelism] (unit_layout.h): DDP replicates every parameter, which EP's experts are not; an
+  // expert-parallel search has no DDP baseline.
+  if (training.expert_parallel_degree == 1) {
+    ShardingStrategy ddp;
+    ddp.kind = StrategyKind::no_shard;
+    run("no_shard (DDP)", ddp, wrap_per_block(model));
+  }
   return baselines;
 }
 

@@ -68,6 +68,19 @@ EstimateResult run_estimate(const EstimateRequest& request) {
   return result;
 }
 
+namespace {
+
+// What the simulated step's collectives move on one rank: count and bytes (nccl-tests' S) by kind.
+nlohmann::json collectives_per_step(const SimulationSummary& simulation) {
+  nlohmann::json totals = nlohmann::json::object();
+  for (const auto& collective : simulation.collectives) {
+    totals[collective.kind] = {{"count", collective.count}, {"bytes", collective.bytes}};
+  }
+  return totals;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const EstimateResult& result) {
   const auto& request = result.request;
   const auto& memory = result.memory;
@@ -121,7 +134,8 @@ nlohmann::json to_json(const EstimateResult& result) {
           {"strategy", std::move(strategy)},
           {"units_policy", request.units_policy},
           {"units", std::move(units)},
-          {"memory", std::move(memory_json)}};
+          {"memory", std::move(memory_json)},
+          {"collectives_per_step", collectives_per_step(result.simulation)}};
 }
 
 std::string render_text(const EstimateResult& result) {
@@ -155,6 +169,9 @@ std::string render_text(const EstimateResult& result) {
           : request.training.attention_kernel == AttentionKernel::triton ? ", Triton FlashAttention"
                                                                           : ", flash attention")
       << (request.offload_params ? ", CPU offload" : "")
+      << (request.training.expert_parallel_degree > 1
+              ? ", expert parallel " + std::to_string(request.training.expert_parallel_degree)
+              : "")
       << "\n";
   out << "strategy  " << to_string(memory.layout.kind) << " (params/grads/optimizer sharded over "
       << memory.layout.param_group << "/" << memory.layout.grad_group << "/" << memory.layout.optimizer_group
@@ -190,6 +207,14 @@ std::string render_text(const EstimateResult& result) {
     out << "  peak at: " << (result.simulation.peak_op.empty() ? "step start" : result.simulation.peak_op)
         << " (simulated step " << result.simulation.step_time_s << " s; closed-form bound "
         << gib(result.closed_form.total_bytes()) << ")\n";
+    // What one rank's collectives move per step (an MoE model's all-gathers carry every expert it gathers).
+    out << "\ncollectives per step (one rank)\n";
+    for (const auto& collective : result.simulation.collectives) {
+      if (collective.count == 0) continue;
+      std::snprintf(total, sizeof total, "  %-18s %6d ops %s   (%s bytes)\n", collective.kind.c_str(), collective.count,
+                    gib(collective.bytes).c_str(), with_commas(collective.bytes).c_str());
+      out << total;
+    }
   }
   return out.str();
 }

@@ -17,7 +17,8 @@ namespace {
 // blocks of one model may differ in anything (Swin's stages, a vision tower beside a language model).
 bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
   return a.kind == b.kind && a.param_count() == b.param_count() && a.tied_to_layer == b.tied_to_layer &&
-         a.finetune == b.finetune && a.flops == b.flops && a.activations == b.activations && a.kernels == b.kernels;
+         a.finetune == b.finetune && a.flops == b.flops && a.activations == b.activations && a.kernels == b.kernels &&
+         a.moe == b.moe;
 }
 
 std::int64_t total_bytes(const MemoryByCategory& bytes) {
@@ -36,6 +37,7 @@ LayerSpec lean_layer(const LayerSpec& layer) {
   lean.activations = layer.activations;
   lean.kernels = layer.kernels;
   lean.finetune = layer.finetune;
+  lean.moe = layer.moe;  // Note [Expert parallelism]: the routed experts' share and the all-to-alls' payload
   if (const std::int64_t params = layer.param_count(); params > 0) lean.tensors.push_back({"", {params}});
   return lean;
 }
@@ -55,7 +57,8 @@ bool same_knobs(const Plan& a, const Plan& b) {
          a.offload.optimizer == b.offload.optimizer && x.seq_len == y.seq_len && x.micro_batch == y.micro_batch &&
          x.precision.name == y.precision.name && x.optimizer == y.optimizer &&
          x.flash_attention == y.flash_attention && x.attention_kernel == y.attention_kernel &&
-         x.no_sync_accumulation == y.no_sync_accumulation && x.finetune == y.finetune;
+         x.no_sync_accumulation == y.no_sync_accumulation && x.finetune == y.finetune &&
+         x.expert_parallel_degree == y.expert_parallel_degree;
 }
 
 }  // namespace

@@ -87,6 +87,15 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
   if (!training.flash_attention) patterns.push_back("selective");
   std::vector<KnobSetting> settings;
   for (const auto& strategy : strategies_for(cluster)) {
+    // Note [Expert parallelism] (unit_layout.h): the experts' shards split the shard group into EP groups, so only
+    // strategies that shard parameters and gradients alike over a multiple of the degree take it.
+    if (training.expert_parallel_degree > 1) {
+      const ShardingLayout layout = resolve_sharding(strategy, cluster.world_size(), cluster.gpus_per_node);
+      if (!layout.params_sharded() || layout.grad_group != layout.param_group ||
+          layout.param_group % training.expert_parallel_degree != 0) {
+        continue;
+      }
+    }
     for (const auto& pattern : patterns) {
       for (auto micro : micro_batches) settings.push_back({strategy, pattern, micro, offload});
     }

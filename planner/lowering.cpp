@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <deque>
 
 #include "compute_cost.h"
@@ -78,6 +79,10 @@ class Lowerer {
 
   int emit(Op op) {
     op.id = static_cast<int>(schedule_.ops.size());
+    if (op.stream == StreamKind::compute && compute_waits_for_ >= 0) {
+      op.deps.push_back(compute_waits_for_);  // Note [Expert parallelism]: the tokens are back from their experts
+      compute_waits_for_ = -1;
+    }
     if (op.stream == StreamKind::compute) last_compute_ = op.id;
     schedule_.ops.push_back(std::move(op));
     return schedule_.ops.back().id;
@@ -264,7 +269,41 @@ class Lowerer {
       op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer) + workspace});
       if (workspace > 0) op.frees.push_back({MemoryCategory::activations, workspace});
     }
-    return emit(std::move(op));
+    const int id = emit(std::move(op));
+    // torchtitan's selective-op policy saves the all-to-alls' outputs (its _save_list holds all_to_all_single), and
+    // attention-core recompute does not reach the MLP: only full recompute exchanges the tokens again.
+    if (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full) {
+      emit_all_to_alls(layer, unit, micro, id);
+    }
+    return id;
+  }
+
+  // Note [Expert parallelism] (unit_layout.h): an MoE block's dispatch and combine over its EP group, after the
+  // block's compute op `after`; the next compute op waits for the combine.
+  void emit_all_to_alls(std::size_t layer, int unit, int micro, int after) {
+    const LayerSpec& spec = model_.layers[layer];
+    const int degree = plan_.training.expert_parallel_degree;
+    if (!spec.moe || degree <= 1) return;
+    const MoeLayerRouting& routing = *spec.moe;
+    const double slots = static_cast<double>(plan_.training.tokens_per_micro_batch()) *
+                         static_cast<double>(routing.experts_per_token) * routing.capacity_factor;
+    const int element_bytes = plan_.training.precision.param_compute_bytes;
+    const auto bytes = static_cast<std::int64_t>(std::llround(slots * static_cast<double>(routing.hidden_size))) *
+                       element_bytes;
+    int previous = after;
+    for (int leg = 0; leg < 2; ++leg) {  // dispatch, then combine
+      Op exchange = make_op(OpKind::all_to_all, StreamKind::all_to_all, unit, micro);
+      exchange.layer = static_cast<int>(layer);
+      exchange.bytes = bytes;
+      exchange.element_bytes = element_bytes;
+      exchange.group = GroupKind::expert;
+      exchange.group_size = degree;
+      exchange.group_spans_nodes = degree > options_.gpus_per_node;
+      exchange.group_ranks_per_node = std::min(degree, options_.gpus_per_node);
+      exchange.deps.push_back(previous);
+      previous = emit(std::move(exchange));
+    }
+    compute_waits_for_ = previous;
   }
 
   // Note [Fragments] (schedule.h): the next op begins a fragment.
@@ -407,6 +446,7 @@ class Lowerer {
   std::vector<LimiterEntry> limiter_sequence_;  // every gather the rate limiter counts, in issue order
   std::deque<int> pending_;                     // gather requests held back by the rate limiter
   int last_compute_ = -1;
+  int compute_waits_for_ = -1;  // an all-to-all the next compute op depends on (-1: none)
   int last_free_ = -1;
   int last_backward_ = -1;
   MemoryChange pending_alloc_{MemoryCategory::activations, 0};
@@ -423,7 +463,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   grads_allocated_[unit] = false;
   if (layout.grad_group > 1) {
     Op scatter = make_op(OpKind::reduce_scatter, StreamKind::reduce_scatter, unit, micro);
-    scatter.bytes = layout.grad_padded_elements * precision.reduce_bytes;
+    scatter.bytes = layout.reduce_scatter_elements() * precision.reduce_bytes;  // Note [Expert parallelism]
     scatter.element_bytes = precision.reduce_bytes;
     scatter.group = GroupKind::shard;
     scatter.group_size = layout.grad_group;

@@ -34,6 +34,8 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
       return collective_cost(CollectiveKind::reduce_scatter, op.bytes, group, profile).time_s;
     case OpKind::all_reduce:
       return collective_cost(CollectiveKind::all_reduce, op.bytes, group, profile).time_s;
+    case OpKind::all_to_all:
+      return collective_cost(CollectiveKind::all_to_all, op.bytes, group, profile).time_s;
     case OpKind::host_to_device:
     case OpKind::device_to_host:
       return host_copy_time_s(op.bytes, profile);

@@ -154,6 +154,11 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     throw InputError("plan: tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
                      " with CPU offload: not yet supported (expected tensor_parallel_degree 1 or no offload)");
   }
+  validate_expert_parallel(plan.training, model);
+  if (world_size % plan.training.expert_parallel_degree != 0) {
+    throw InputError("plan: expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +
+                     ": expected a divisor of the " + std::to_string(world_size) + " ranks");
+  }
   const int count = static_cast<int>(plan.units.size());
   for (int id = 0; id < count; ++id) {
     const auto& unit = plan.units[static_cast<std::size_t>(id)];
@@ -209,6 +214,15 @@ void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int wor
                      "of a known architecture: use a preset or a Hugging Face config.json)");
   }
   const DecoderArchitecture& arch = *model.architecture;
+  // tensor_parallel_shard (costmodel/tensor_parallel.h) splits projections by their HF names; experts and fused
+  // projections have none it knows, so it would replicate them silently.
+  if (arch.moe) {
+    throw InputError(value + "1 for a mixture-of-experts model (not yet supported: its experts split by expert "
+                     "parallelism, --expert-parallel)");
+  }
+  if (arch.fused_projections) {
+    throw InputError(value + "1 for fused qkv_proj/gate_up_proj projections (Phi-3; not yet supported)");
+  }
   const std::pair<const char*, std::int64_t> widths[] = {
       {"attention heads", arch.num_heads}, {"key/value heads", arch.num_kv_heads}, {"FFN width", arch.intermediate_size}};
   for (const auto& [name, width] : widths) {

@@ -13,6 +13,7 @@ const char* to_string(StreamKind stream) {
     case StreamKind::all_reduce: return "all_reduce";
     case StreamKind::host_to_device: return "h2d";
     case StreamKind::device_to_host: return "d2h";
+    case StreamKind::all_to_all: return "all_to_all";
   }
   return "compute";
 }
@@ -30,6 +31,7 @@ const char* to_string(OpKind kind) {
     case OpKind::host_to_device: return "host_to_device";
     case OpKind::device_to_host: return "device_to_host";
     case OpKind::optimizer_step: return "optimizer_step";
+    case OpKind::all_to_all: return "all_to_all";
   }
   return "forward";
 }
@@ -41,6 +43,7 @@ const char* to_string(GroupKind group) {
     case GroupKind::replica: return "replica";
     case GroupKind::world: return "world";
     case GroupKind::partial_reshard: return "partial_reshard";
+    case GroupKind::expert: return "expert";
   }
   return "none";
 }

@@ -13,8 +13,9 @@
 
 namespace shardplan {
 
-enum class StreamKind { compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host };
-inline constexpr int kStreamCount = 6;
+// all_to_all: expert parallelism's dispatch and combine (Note [Expert parallelism] in unit_layout.h).
+enum class StreamKind { compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host, all_to_all };
+inline constexpr int kStreamCount = 7;
 const char* to_string(StreamKind stream);
 
 enum class OpKind {
@@ -29,15 +30,17 @@ enum class OpKind {
   host_to_device,  // CPU offload: copy a parameter shard in before its all-gather
   device_to_host,  // CPU offload: copy a gradient shard out after its reduce-scatter
   optimizer_step,  // update this rank's shard
+  all_to_all,      // MoE tokens to their experts' ranks and back, over the expert-parallel group (all_to_all stream)
 };
 const char* to_string(OpKind kind);
 // The ops that move data between ranks (each on its own stream, Note [Runner streams]).
 inline bool is_collective(OpKind kind) {
-  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce ||
+         kind == OpKind::all_to_all;
 }
 
 // The ranks a collective runs over, as the executor creates sub-communicators and the cost model places them.
-enum class GroupKind { none, shard, replica, world, partial_reshard };
+enum class GroupKind { none, shard, replica, world, partial_reshard, expert };
 const char* to_string(GroupKind group);
 
 struct MemoryChange {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "errors.h"
@@ -287,8 +288,10 @@ Plan with_prefetch_depth(const Plan& plan, int depth) {
   return variant;
 }
 
-SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                               const TrainingConfig& training, const SearchOptions& options) {
+namespace {
+
+SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                             const TrainingConfig& training, const SearchOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   SearchResult result;
   result.memory_cap_bytes = options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes;
@@ -340,6 +343,64 @@ SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, c
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
+}
+
+// The better of two searches: a feasible one, then the objective's order (time: step time; memory: peak).
+bool better_search(const SearchResult& candidate, const SearchResult& best, SearchObjective objective) {
+  if (candidate.feasible != best.feasible) return candidate.feasible;
+  if (!candidate.feasible) return false;
+  const auto& a = candidate.best.summary;
+  const auto& b = best.best.summary;
+  return objective == SearchObjective::memory ? a.peak_memory_bytes < b.peak_memory_bytes
+                                              : a.step_time_s < b.step_time_s;
+}
+
+}  // namespace
+
+std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster) {
+  std::int64_t experts = 0;  // the gcd of the MoE blocks' expert counts
+  for (const LayerSpec& layer : model.layers) {
+    if (layer.moe) experts = std::gcd(experts, layer.moe->num_experts);
+  }
+  std::vector<int> degrees = {1};
+  if (experts == 0) return degrees;  // no experts: nothing to search
+  for (int degree = 2; degree <= cluster.gpus_per_node && degree <= experts; degree *= 2) {
+    if (experts % degree == 0 && cluster.world_size() % degree == 0) degrees.push_back(degree);
+  }
+  return degrees;
+}
+
+SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                               const TrainingConfig& training, const SearchOptions& options) {
+  if (options.expert_parallel_degrees.size() <= 1) {  // one degree (a model without experts): a plain search
+    TrainingConfig with_degree = training;
+    if (!options.expert_parallel_degrees.empty()) with_degree.expert_parallel_degree = options.expert_parallel_degrees[0];
+    SearchResult result = search_plans_at(model, cluster, profile, with_degree, options);
+    if (result.feasible && with_degree.expert_parallel_degree > 1) {
+      result.best.knobs += ", expert parallel " + std::to_string(with_degree.expert_parallel_degree);
+    }
+    return result;
+  }
+  // Note [Expert parallelism] (unit_layout.h): each degree is its own search (it changes every MoE unit's gathers,
+  // reductions and all-to-alls); the best fitting plan of them all wins, its knobs naming the degree.
+  std::optional<SearchResult> best;
+  std::size_t evaluated = 0;
+  double seconds = 0;
+  for (const int degree : options.expert_parallel_degrees) {
+    TrainingConfig with_degree = training;
+    with_degree.expert_parallel_degree = degree;
+    SearchResult result = search_plans_at(model, cluster, profile, with_degree, options);
+    evaluated += result.candidates_evaluated;
+    seconds += result.seconds;
+    // The best may be a baseline, which runs FSDP alone.
+    if (result.feasible) {
+      result.best.knobs += ", expert parallel " + std::to_string(result.best.plan.training.expert_parallel_degree);
+    }
+    if (!best || better_search(result, *best, options.objective)) best = std::move(result);
+  }
+  best->candidates_evaluated = evaluated;
+  best->seconds = seconds;
+  return std::move(*best);
 }
 
 nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {

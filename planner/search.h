@@ -37,6 +37,9 @@ struct SearchOptions {
   // Note [2-D plans] (tensor_parallel_view.h): the tensor-parallel degrees tried, each jointly with every knob above;
   // degrees the model or the node cannot take are skipped. {1}: FSDP alone.
   std::vector<int> tensor_parallel_degrees = {1};
+  // Expert-parallel degrees to search (Note [Expert parallelism] in unit_layout.h), each a search of its own; empty:
+  // the training's expert_parallel_degree only. expert_parallel_candidates gives those worth trying.
+  std::vector<int> expert_parallel_degrees;
 };
 
 struct PlanCandidate {
@@ -81,13 +84,18 @@ struct SearchResult {
   std::int64_t memory_cap_bytes = 0;
 };
 
+// The expert-parallel degrees the planner tries for `model` on `cluster`: 1, and where the model has experts the powers
+// of two dividing every MoE block's expert count and the world, within one node (the all-to-alls stay on NVLink).
+std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster);
+
 // `training` gives sequence length, global batch (micro-batch and accumulation are searched when the global batch
 // is set), precision, optimizer and attention kernel; its checkpointing and micro-batch are used by the baselines.
 // Over options.tensor_parallel_degrees: the fastest fitting plan of any degree (the least peak with --objective
 // memory), each degree searched by search_fsdp_plans over its data-parallel view (planner/search_2d.cpp).
 SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                           const TrainingConfig& training, const SearchOptions& options);
-// FSDP alone (tensor_parallel_degree 1) on this model and cluster.
+// FSDP alone (tensor_parallel_degree 1) on this model and cluster, over options.expert_parallel_degrees (each a search
+// of its own; the fastest fitting wins).
 SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                                const TrainingConfig& training, const SearchOptions& options);
 

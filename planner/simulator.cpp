@@ -137,7 +137,8 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     summary.stream_busy_s.emplace_back(to_string(static_cast<StreamKind>(stream)),
                                        stream_busy[static_cast<std::size_t>(stream)]);
   }
-  for (OpKind kind : {OpKind::all_gather, OpKind::reduce_scatter, OpKind::all_reduce}) {
+  for (OpKind kind : {OpKind::all_gather, OpKind::reduce_scatter, OpKind::all_reduce, OpKind::all_to_all}) {
+    if (kind == OpKind::all_to_all && schedule.count(kind) == 0) continue;  // only plans with expert parallelism
     CollectiveTotals totals;
     totals.kind = to_string(kind);
     for (std::size_t index = 0; index < count; ++index) {

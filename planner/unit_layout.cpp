@@ -22,6 +22,7 @@ UnitParams unit_params(const ModelSpec& model, const std::vector<std::size_t>& l
   UnitParams params;
   for (const std::size_t index : layers) {
     const LayerSpec& layer = model.layers[index];
+    if (layer.moe) params.routed_expert += layer.moe->routed_expert_elements;
     if (!layer.finetune) {
       params.fp8_weights += fp8_weight_elements(layer);
       params.trainable += layer.param_count();
@@ -83,6 +84,21 @@ UnitLayout unit_layout(const PlanUnit& spec, const UnitParams& params, const Tra
     layout.partial_copy_bytes = layout.padded_elements / layout.partial_group * compute;
   }
   layout.grad_copy_bytes = layout.grad_padded_elements * precision.grad_compute_bytes;
+  const int expert_parallel = training.expert_parallel_degree;
+  if (expert_parallel > 1 && params.routed_expert > 0) {  // Note [Expert parallelism]
+    if (!layout.gathers || layout.param_group % expert_parallel != 0 || layout.grad_group != layout.param_group) {
+      throw InputError("expert_parallel_degree " + std::to_string(expert_parallel) +
+                       ": expected a divisor of the unit's shard group of " + std::to_string(layout.param_group) +
+                       " ranks, parameters and gradients sharded alike (full_shard, shard_grad_op or hybrid_shard)");
+    }
+    layout.remote_expert_elements = params.routed_expert - params.routed_expert / expert_parallel;
+    layout.gathered_bytes -= layout.remote_expert_elements * compute;
+    layout.grad_copy_bytes -= layout.remote_expert_elements * precision.grad_compute_bytes;
+    if (layout.partial_group > 0) {
+      layout.partial_copy_bytes =
+          (layout.padded_elements - layout.remote_expert_elements) / layout.partial_group * compute;
+    }
+  }
   return layout;
 }
 

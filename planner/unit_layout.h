@@ -31,8 +31,28 @@ namespace shardplan {
 //  - QLoRA's quantisation constants are not parameters: every rank keeps all of them (Note [Quantisation constants]
 //    in costmodel/finetune_apply.h), counted with the sharded parameters and never offloaded.
 // Full training is T only, where both front ends agree with the layout before fine-tuning existed.
+// Note [Expert parallelism]: expert parallelism (EP) as torchtitan composes it with FSDP2 (torchtitan
+// parallelize_llama4 / apply_moe_ep_fsdp: the experts get `fully_shard(block.moe.experts, mesh=dp_mod_ep)`, the EP
+// mesh borrowing from dp_shard; DeepSpeed-MoE's expert groups likewise): the ranks form groups of EP consecutive
+// ranks; each rank of a group holds num_experts / EP of every MoE block's routed experts, and FSDP shards those over
+// the N / EP ranks that hold the same experts — so a rank's shard (and its gradient and optimizer shards) is what
+// FSDP alone gives it, N ranks sharing every parameter. What changes:
+//  - a unit's all-gather, gathered copy, full-size gradient and reduce-scatter carry its non-expert parameters and
+//    only its own experts: the routed experts' elements / EP (UnitLayout::remote_expert_elements are not gathered);
+//  - tokens travel to the ranks of their experts and back: per MoE block, an all-to-all dispatch and an all-to-all
+//    combine over the EP group in forward, two more in backward (their gradients), two more in a recompute, each
+//    carrying every routed slot's hidden vector (tokens × top-k × capacity factor × hidden × the compute dtype),
+//    balanced routing assumed (what the router's load-balancing loss aims at; Fedus et al. 2021 §2.2).
+// Expected expert work per rank is unchanged (EP ranks each receive tokens × top-k slots for num_experts / EP
+// experts), so compute and activations stay as under FSDP alone. Simplifications: the unit's gathered experts travel
+// in its one all-gather over the shard group (torchtitan issues a second all-gather over the N / EP group: the same
+// bytes, another group's latency); the all-to-alls run after the block's compute op and the next compute op waits
+// for them (in the block they sit between the router and the experts, and after the experts: the same serial time,
+// since the expert GEMMs need the dispatched tokens); their send and receive buffers are the routed activations
+// already counted in the block's kept activations.
 struct UnitParams {
   std::int64_t trainable = 0;             // T
+  std::int64_t routed_expert = 0;         // of T + F: the MoE blocks' routed experts (Note [Expert parallelism])
   std::int64_t frozen = 0;                // F
   std::int64_t packed_bytes = 0;          // QLoRA's 4-bit codes
   std::int64_t quant_constant_bytes = 0;  // replicated on every rank
@@ -69,6 +89,10 @@ struct UnitLayout {
   std::int64_t gathered_bytes = 0;      // the gathered (or cast) copy in the compute dtype
   std::int64_t partial_copy_bytes = 0;  // the copy kept sharded over partial_group after forward
   std::int64_t grad_copy_bytes = 0;     // the full-size gradient in the compute dtype
+  // Note [Expert parallelism]: the routed-expert elements the other ranks of this rank's EP group hold; not in the
+  // gathered copy, the full-size gradient or the reduce-scatter.
+  std::int64_t remote_expert_elements = 0;
+  std::int64_t reduce_scatter_elements() const { return grad_padded_elements - remote_expert_elements; }
 };
 
 // One unit's sizes: its strategy resolved for the world (InputError when it cannot be), `params` under `training`'s

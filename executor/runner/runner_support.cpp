@@ -54,9 +54,19 @@ void check_finetune_supported(const Plan& plan, int rank, const ExecutorSupport&
   }
 }
 
+void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport& support) {
+  // Note [Expert parallelism] (planner/unit_layout.h): planned, simulated and exported; no runner has all-to-all yet.
+  if (plan.training.expert_parallel_degree > 1) {
+    reject("expert parallelism (expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +
+               ") is planned and simulated, not yet executed; plan it with --expert-parallel 1",
+           support, rank);
+  }
+}
+
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support) {
   check_finetune_supported(plan, rank, support);
+  check_no_expert_parallel(plan, rank, support);
   const PrecisionRecipe& precision = plan.training.precision;
   if (precision.uses_fp8()) {
     reject("precision '" + precision.name + "' (float8 GEMMs and all-gathers) is planned, simulated and exported, not "

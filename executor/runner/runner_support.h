@@ -39,6 +39,9 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
 // The first of those checks, which needs no layouts: `run` makes it as it reads the plan, before it resolves the
 // model for the plan's fine-tuning.
 void check_finetune_supported(const Plan& plan, int rank, const ExecutorSupport& support = {});
+// Likewise needing no layouts: expert parallelism (Note [Expert parallelism] in planner/unit_layout.h) is planned and
+// simulated; no runner has its all-to-alls yet.
+void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
 // each of the schedule's sequences per micro-batch × seq_len. Shared by the CPU and GPU runners' step().

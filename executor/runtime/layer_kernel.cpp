@@ -26,6 +26,16 @@ DecoderDims decoder_dims(const ModelSpec& model) {
     throw InputError(origin + ": lora_dropout " + std::to_string(finetune.lora.dropout) +
                      ": the CPU runtime implements no dropout; expected lora_dropout 0");
   }
+  // Mixture-of-experts MLPs, a head_dim apart from hidden / heads and Qwen3's q/k norms have no kernels here yet.
+  if (arch.moe) throw InputError(origin + ": mixture-of-experts blocks are not supported by the runtime yet");
+  if (arch.sandwich_norms || arch.final_logit_softcap > 0) {
+    throw InputError(origin + ": Gemma's sandwich norms and logit soft-capping are not supported by the runtime yet");
+  }
+  if (arch.fused_projections) throw InputError(origin + ": fused qkv/gate_up projections are not supported by the runtime yet");
+  if (arch.explicit_head_dim != 0 || arch.qk_norm) {
+    throw InputError(origin + ": a head_dim other than hidden_size / num_heads and q/k norms are not supported by the "
+                     "runtime yet");
+  }
   if (arch.num_heads < 1 || arch.num_kv_heads < 1 || arch.hidden_size % arch.num_heads != 0 ||
       arch.num_heads % arch.num_kv_heads != 0) {
     throw InputError(origin + ": expected num_heads dividing hidden_size and num_kv_heads dividing num_heads");

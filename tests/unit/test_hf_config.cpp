@@ -173,7 +173,7 @@ TEST_CASE("hf: model_type is the fallback when architectures is absent or null")
       input_error_message([&] { shardplan::architecture_from_hf_config(document, "config.json"); });
   CHECK(contains(message, "config.json: field 'model_type'"));
   CHECK(contains(message, "'bert'"));
-  CHECK(contains(message, "llama, mistral, qwen2, gpt2"));
+  CHECK(contains(message, "llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text"));
 }
 
 TEST_CASE("hf: unsupported architecture names the field and lists the supported ones") {
@@ -181,7 +181,9 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
   document["architectures"] = nlohmann::json::array({"BertForMaskedLM"});
   const auto message = input_error_message([&] { shardplan::architecture_from_hf_config(document, "bert.json"); });
   CHECK(contains(message, "bert.json: field 'architectures': unsupported architecture 'BertForMaskedLM'"));
-  CHECK(contains(message, "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)"));
+  CHECK(contains(message, "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, "
+                          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                          "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
   document["architectures"] = nlohmann::json::array({"LlamaForSequenceClassification"});
@@ -231,10 +233,15 @@ TEST_CASE("hf: missing, negative and non-integer fields are rejected by name") {
 }
 
 TEST_CASE("hf: keys that would change the parameter count in inexpressible ways are refused") {
+  // A head_dim apart from hidden / heads (Mistral-Nemo, Qwen3) is expressible: q_proj is heads × head_dim wide.
   auto decoupled = small_llama();
   decoupled["head_dim"] = 32;  // 4 heads × 32 != 64
-  CHECK(contains(input_error_message([&] { shardplan::architecture_from_hf_config(decoupled, "config.json"); }),
-                 "'head_dim'"));
+  const auto decoupled_arch = shardplan::architecture_from_hf_config(decoupled, "config.json");
+  CHECK(decoupled_arch.head_dim() == 32);
+  CHECK(decoupled_arch.q_dim() == 128);
+  auto matching = small_llama();
+  matching["head_dim"] = 16;  // 4 × 16 == 64: the usual split
+  CHECK(shardplan::architecture_from_hf_config(matching, "config.json").explicit_head_dim == 0);
 
   auto mlp_bias = small_llama();
   mlp_bias["mlp_bias"] = true;
