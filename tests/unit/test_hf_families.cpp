@@ -28,7 +28,8 @@ bool has_tensor(const LayerSpec& layer, const std::string& name, const std::vect
 }  // namespace
 
 TEST_CASE("hf families: Phi-3's fused qkv_proj and gate_up_proj, with the published parameter count") {
-  // microsoft/Phi-3-mini-4k-instruct model card: "3.8B parameters"; every tensor's numel summed: 3,821,079,552
+  // microsoft/Phi-3-mini-4k-instruct model card: "3.8B parameters"; exactly 3,821,079,552 in keras-team/keras-hub
+  // keras_hub/src/models/phi3/phi3_presets.py (phi3_mini_4k_instruct_en "params") and the HF API's NumWeights
   // (32 blocks of 113,252,352, untied 32064 × 3072 embedding and head, the final norm).
   const ModelSpec phi3 = hf_model("phi3-mini-4k");
   CHECK(phi3.param_count() == 3'821'079'552);
@@ -56,7 +57,8 @@ TEST_CASE("hf families: Llama 3.x configs with rope_scaling import with their pu
 }
 
 TEST_CASE("hf families: Gemma 2 and Gemma 3 (text): head_dim, sandwich norms, tied embeddings, logit soft-capping") {
-  // google/gemma-2-2b: 2,614,341,888 parameters (the model card's 2.6B; 26 blocks of 77,865,984, the tied
+  // google/gemma-2-2b: 2,614,341,888 parameters (the model card's 2.6B; the HF API's safetensors parameter count
+  // "BF16": 2614341888, as public weight inventories record it; 26 blocks of 77,865,984, the tied
   // 256000 x 2304 embedding, the final norm).
   const ModelSpec gemma2 = hf_model("gemma2-2b");
   CHECK(gemma2.param_count() == 2'614'341'888);
@@ -70,7 +72,8 @@ TEST_CASE("hf families: Gemma 2 and Gemma 3 (text): head_dim, sandwich norms, ti
   CHECK(head.tied_to_layer == std::optional<std::size_t>(0));
   CHECK(head.kernels->elementwise.front().name == "final logit soft-capping");
 
-  // google/gemma-3-1b-it: 999,885,952 parameters (the card's 1B); q/k norms, no soft-capping, one kv head.
+  // google/gemma-3-1b-it: 999,885,952 parameters (the card's 1B; exactly so in keras-team/keras-hub
+  // keras_hub/src/models/gemma3/gemma3_presets.py, gemma3_1b "params"); q/k norms, no soft-capping, one kv head.
   const ModelSpec gemma3 = hf_model("gemma3-1b");
   CHECK(gemma3.param_count() == 999'885'952);
   CHECK(has_tensor(gemma3.layers[1], "self_attn.q_norm.weight", {256}));

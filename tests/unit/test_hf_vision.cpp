@@ -36,8 +36,8 @@ TEST_CASE("HF vision: ViT-B/16 (google/vit-base-patch16-224) has torchvision vit
 }
 
 TEST_CASE("HF vision: CLIP ViT-L/14 vision tower (openai/clip-vit-large-patch14) has 303,179,776 parameters") {
-  // open_clip's ViT-L-14 image tower, 303,966,208 with its 1024 × 768 projection (which CLIPVisionModel leaves to
-  // CLIPModel's visual_projection): 303,966,208 − 786,432.
+  // transformers' CLIPVisionModel of openai/clip-vit-large-patch14 counts 303,179,776 (tanganke/fusion_bench's docs,
+  // "Inspection of Model Information": all_params 303179776); the visual projection (1024 × 768) belongs to CLIPModel.
   const ModelSpec model = load_model("examples/hf/clip-vit-large-patch14-vision.json");
   CHECK(model.param_count() == 303179776);
   CHECK(model.default_seq_len == 257);
@@ -48,8 +48,9 @@ TEST_CASE("HF vision: CLIP ViT-L/14 vision tower (openai/clip-vit-large-patch14)
 }
 
 TEST_CASE("HF vision: SigLIP so400m/14 at 384 px (google/siglip-so400m-patch14-384) has 428,225,600 parameters") {
-  // SoViT-400m/14's 428M (Alabdulmohsin et al. 2023, "Getting ViT in Shape", Table 2), with its attention-pooling
-  // head; no class token: (384 / 14)² = 729 tokens.
+  // SoViT-400m/14's 428M (Alabdulmohsin et al. 2023, "Getting ViT in Shape", Table 2); 428,225,600 exactly for
+  // google/siglip-so400m-patch14-384's vision model as public projects count it (sum of numel), with its
+  // attention-pooling head; no class token: (384 / 14)² = 729 tokens.
   const ModelSpec model = load_model("examples/hf/siglip-so400m-patch14-384-vision.json");
   CHECK(model.param_count() == 428225600);
   CHECK(model.default_seq_len == 729);

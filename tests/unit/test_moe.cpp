@@ -85,11 +85,13 @@ TEST_CASE("moe: shipped MoE and Qwen3 configs build models with the published ex
   CHECK(hf_model("mixtral-8x7b").param_count() == 93'405'585'408 / 2);
   // Qwen/Qwen3-30B-A3B model.safetensors.index.json: "total_size": 61064245248 bytes of bf16 (model card: 30.5B).
   CHECK(hf_model("qwen3-30b-a3b").param_count() == 61'064'245'248 / 2);
-  // Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B, Non-Embedding: 6.95B"; untied, 151936 × 4096 twice.
+  // Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B, Non-Embedding: 6.95B"; the HF API's safetensors total is
+  // 8190735360 (as clients and GGUF metadata, n_params, record it); untied, 151936 × 4096 twice.
   const ModelSpec qwen3 = hf_model("qwen3-8b");
   CHECK(qwen3.param_count() == 8'190'735'360);
   CHECK(qwen3.param_count() - 2 * 151'936 * 4'096 == 6'946'075'648);
-  // Qwen/Qwen1.5-MoE-A2.7B model card: "14.3B parameters in total and 2.7B activated parameters".
+  // Qwen/Qwen1.5-MoE-A2.7B model card: "14.3B parameters in total and 2.7B activated parameters"; exactly
+  // 14,315,784,192 in keras-team/keras-hub keras_hub/src/models/qwen_moe/qwen_moe_presets.py ("params").
   CHECK(hf_model("qwen1.5-moe-a2.7b").param_count() == 14'315'784'192);
 }
 
