@@ -44,6 +44,24 @@ void check_deepseek_router_keys(const JsonObjectReader& config, std::int64_t exp
   }
 }
 
+// Keys that change no parameter count but name what the counted work assumes, read so a malformed or different value
+// is refused rather than ignored: the SwiGLU activation the MLP and expert kernels count (hidden_act "silu"), the
+// top-k method (DeepseekV2MoE: greedy, group_limited_greedy; V3: noaux_tc), the RoPE base and the norms' epsilon.
+void check_deepseek_keys(const JsonObjectReader& config) {
+  if (config.has("hidden_act") && config.string("hidden_act") != "silu") {
+    config.fail("hidden_act", "'silu' (DeepSeek's MLPs and experts are SwiGLU)");
+  }
+  if (config.has("topk_method")) {
+    const std::string method = config.string("topk_method");
+    if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc") {
+      config.fail("topk_method", "'greedy', 'group_limited_greedy' or 'noaux_tc'");
+    }
+  }
+  if (config.has("rope_theta")) (void)config.number_in_range("rope_theta", 1e-6, 1e12);
+  if (config.has("rms_norm_eps")) (void)config.number_in_range("rms_norm_eps", 0.0, 1.0);
+  (void)config.optional_int_in_range("ep_size", 1, limits::kMaxLayers);
+}
+
 }  // namespace
 
 // DeepseekV2ForCausalLM / DeepseekV3ForCausalLM. The decoder layer (DeepseekV2DecoderLayer) is the llama one with MLA
@@ -60,6 +78,7 @@ void read_deepseek(const JsonObjectReader& config, DecoderArchitecture& arch, bo
     config.fail("attention_bias", "false (biases on DeepSeek's MLA projections are not supported)");
   }
   arch.attention_bias = false;
+  check_deepseek_keys(config);
   arch.mla = read_mla(config);
   (void)config.optional_int_in_range("num_nextn_predict_layers", 0, limits::kMaxLayers);  // see above: not modelled
   const auto experts = nullable_int(config, "n_routed_experts", 1, 65536);

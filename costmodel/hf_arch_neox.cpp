@@ -1,6 +1,8 @@
 // Field mapping of the Hugging Face GPT-NeoX config (EleutherAI Pythia, gpt-neox-20b) onto DecoderArchitecture.
 #include "hf_arch.h"
 
+#include <string>
+
 #include "input_limits.h"
 
 namespace shardplan {
@@ -32,6 +34,17 @@ DecoderArchitecture gpt_neox_architecture(const JsonObjectReader& config) {
     if (config.non_negative_number(key, 0.0) != 0.0) config.fail(key, "0 (dropout in GPT-NeoX is not supported)");
   }
   arch.dropout = 0.0;
+  // Read for their ranges only (no parameter count changes), so a malformed value is refused rather than ignored:
+  // the GeLU variants the kernels count as one GeLU (GPTNeoXMLP's act: "gelu" in Pythia, "gelu_fast" in
+  // gpt-neox-20b), the RoPE base, the LayerNorms' epsilon.
+  if (config.has("hidden_act")) {
+    const std::string act = config.string("hidden_act");
+    if (act != "gelu" && act != "gelu_fast" && act != "gelu_new") {
+      config.fail("hidden_act", "'gelu', 'gelu_fast' or 'gelu_new'");
+    }
+  }
+  if (config.has("rotary_emb_base")) (void)config.number_in_range("rotary_emb_base", 1e-6, 1e12);
+  if (config.has("layer_norm_eps")) (void)config.number_in_range("layer_norm_eps", 0.0, 1.0);
   return arch;
 }
 

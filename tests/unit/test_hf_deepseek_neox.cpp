@@ -216,6 +216,9 @@ TEST_CASE("hf gpt-neox: Pythia-1B imports with its published exact count and tra
   }
   CHECK(kernel_flops == doctest::Approx(block.flops.matmul_flops_per_token));
   CHECK(block.kernels->elementwise[1].name == "partial rotary");
+  // EleutherAI/gpt-neox-20b: 20,554,567,680 parameters (the model card's "Total params"; Black et al. 2022,
+  // "GPT-NeoX-20B", Table 1).
+  CHECK(hf_model("gpt-neox-20b").param_count() == 20'554'567'680);
   // Tensor parallelism is refused by name; so is a rotary_pct outside (0, 1].
   CHECK(refusal([&] { validate_tensor_parallel_degree(2, pythia, 8, 8, "plan: tensor_parallel_degree"); })
             .find("GPT-NeoX") != std::string::npos);
