@@ -2,6 +2,8 @@
 #include "decoder_builder.h"
 
 #include "block_kernels.h"
+#include "mla_block.h"
+#include "neox_block.h"
 #include "moe_block.h"
 
 #include "errors.h"
@@ -43,6 +45,9 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
     throw InputError(origin + ": field 'num_kv_heads': expected a divisor of num_heads " +
                      std::to_string(arch.num_heads) + ", got " + std::to_string(arch.num_kv_heads));
   }
+  if (!(arch.rotary_fraction > 0 && arch.rotary_fraction <= 1)) {
+    throw InputError(origin + ": field 'rotary_pct': expected a share of the head dims in (0, 1]");
+  }
   if (arch.dropout < 0 || arch.dropout >= 1) throw InputError(origin + ": field 'dropout': expected 0 <= p < 1");
   if (!(arch.final_logit_softcap >= 0 && arch.final_logit_softcap < 1e6)) {
     throw InputError(origin + ": field 'final_logit_softcapping': expected a non-negative cap");
@@ -52,6 +57,24 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
   }
   if (arch.moe && arch.family != DecoderArchitecture::Family::llama) {
     throw InputError(origin + ": field 'moe': expected a llama-family decoder (GPT-2 blocks have no MoE variant)");
+  }
+  if (arch.mla) {
+    const MlaArchitecture& mla = *arch.mla;
+    if (arch.fused_projections || arch.qk_norm || arch.sandwich_norms || arch.attention_bias ||
+        arch.family != DecoderArchitecture::Family::llama) {
+      throw InputError(origin + ": field 'kv_lora_rank': expected a DeepSeek decoder (multi-head latent attention "
+                       "has no fused, q/k-normed, sandwich-normed, biased or GPT-2 variant here)");
+    }
+    if (mla.q_lora_rank < 0 || mla.q_lora_rank > limits::kMaxHiddenSize) {
+      throw InputError(origin + ": field 'q_lora_rank': expected 0 (none) or a positive integer at most " +
+                       std::to_string(limits::kMaxHiddenSize));
+    }
+    require_in_range(mla.kv_lora_rank, "kv_lora_rank", limits::kMaxHiddenSize);
+    require_in_range(mla.qk_nope_head_dim, "qk_nope_head_dim", 65536);
+    require_in_range(mla.qk_rope_head_dim, "qk_rope_head_dim", 65536);
+    require_in_range(mla.v_head_dim, "v_head_dim", 65536);
+    require_in_range(arch.num_heads * (mla.qk_head_dim() + mla.v_head_dim), "num_heads * (qk_head_dim + v_head_dim)",
+                     limits::kMaxHiddenSize);
   }
   check_moe_architecture(arch, origin);
 }
@@ -156,9 +179,10 @@ LayerSpec final_norm(const std::string& name, std::int64_t hidden, bool with_bia
   return layer;
 }
 
-LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> tied_to) {
+// `name`: GPTNeoXForCausalLM calls its head embed_out.
+LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> tied_to, const std::string& name) {
   const std::int64_t h = arch.hidden_size, vocab = arch.vocab_size;
-  LayerSpec layer = make_layer("lm_head", LayerKind::lm_head);
+  LayerSpec layer = make_layer(name, LayerKind::lm_head);
   layer.tied_to_layer = tied_to;
   if (!tied_to) layer.tensors = {{"weight", {vocab, h}}};
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * vocab);
@@ -200,6 +224,16 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
   model.default_seq_len = std::min<std::int64_t>(arch.max_position_embeddings, 8192);
   model.architecture = arch;
   const bool gpt2 = arch.family == DecoderArchitecture::Family::gpt2;
+  const bool neox = arch.family == DecoderArchitecture::Family::gpt_neox;
+  if (neox) {  // GPTNeoXModel: embed_in, layers, final_layer_norm; GPTNeoXForCausalLM.embed_out (no position table)
+    model.layers.push_back(embedding_layer("gpt_neox.embed_in", arch.vocab_size, arch.hidden_size, 0.0, false));
+    for (std::int64_t index = 0; index < arch.num_layers; ++index) model.layers.push_back(gpt_neox_block(arch, index));
+    model.layers.push_back(final_norm("gpt_neox.final_layer_norm", arch.hidden_size, true));
+    model.layers.push_back(
+        lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, "embed_out"));
+    validate_model(model, origin);
+    return model;
+  }
   if (gpt2) {
     model.layers.push_back(embedding_layer("transformer.wte", arch.vocab_size, arch.hidden_size, 0.0, false));
     model.layers.push_back(
@@ -209,10 +243,12 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
   }
   for (std::int64_t index = 0; index < arch.num_layers; ++index) {
     model.layers.push_back(gpt2 ? gpt2_block(arch, index) : llama_block(arch, index));
+    if (arch.mla) replace_attention_with_mla(arch, model.layers.back());
     if (arch.moe && arch.moe->is_sparse_layer(index)) replace_mlp_with_moe(arch, model.layers.back());
   }
   model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2));
-  model.layers.push_back(lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt));
+  model.layers.push_back(
+      lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, "lm_head"));
   validate_model(model, origin);
   return model;
 }

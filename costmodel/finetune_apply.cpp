@@ -86,6 +86,10 @@ std::vector<std::string> lora_target_modules(const ModelSpec& model, const Finet
   // (also mistral, qwen2), "gpt2": ["c_attn"].
   if (model.architecture && model.architecture->family == DecoderArchitecture::Family::gpt2) return {"c_attn"};
   if (model.architecture && model.architecture->fused_projections) return {"qkv_proj"};  // PEFT's "phi3"
+  // PEFT's "gpt_neox": ["query_key_value"].
+  if (model.architecture && model.architecture->family == DecoderArchitecture::Family::gpt_neox) {
+    return {"query_key_value"};
+  }
   return {"q_proj", "v_proj"};
 }
 

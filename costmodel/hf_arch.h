@@ -17,4 +17,13 @@ void read_qwen3_moe(const JsonObjectReader& config, DecoderArchitecture& arch);
 // hf_arch_gemma.cpp. Gemma2ForCausalLM, Gemma3ForCausalLM (text): sandwich norms, final_logit_softcapping.
 void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch);
 
+// hf_arch_deepseek.cpp. DeepseekV2ForCausalLM, DeepseekV3ForCausalLM: Multi-head Latent Attention (q_lora_rank,
+// kv_lora_rank, qk_nope/qk_rope/v head dims) and the DeepSeekMoE MLP (n_routed_experts, n_shared_experts,
+// moe_intermediate_size, first_k_dense_replace dense layers; V3's router correction bias).
+void read_deepseek(const JsonObjectReader& config, DecoderArchitecture& arch, bool v3);
+
+// hf_arch_neox.cpp. GPTNeoXForCausalLM (its own family, not the llama base): fused query_key_value, parallel
+// residual, partial rotary (rotary_pct), LayerNorms and dense layers with biases, untied embed_out.
+DecoderArchitecture gpt_neox_architecture(const JsonObjectReader& config);
+
 }  // namespace shardplan

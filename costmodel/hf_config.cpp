@@ -13,7 +13,8 @@
 namespace shardplan {
 namespace {
 
-enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text };
+enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text,
+                    deepseek_v2, deepseek_v3, gpt_neox };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -35,6 +36,9 @@ std::span<const KnownArchitecture> known_architectures() {
       {"Phi3ForCausalLM", "phi3", HfKind::phi3},
       {"Gemma2ForCausalLM", "gemma2", HfKind::gemma2},
       {"Gemma3ForCausalLM", "gemma3_text", HfKind::gemma3_text},
+      {"DeepseekV2ForCausalLM", "deepseek_v2", HfKind::deepseek_v2},
+      {"DeepseekV3ForCausalLM", "deepseek_v3", HfKind::deepseek_v3},
+      {"GPTNeoXForCausalLM", "gpt_neox", HfKind::gpt_neox},
   };
   return table;
 }
@@ -134,6 +138,8 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     case HfKind::phi3: arch.fused_projections = true; break;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
     case HfKind::gemma3_text: arch.qk_norm = true; [[fallthrough]];  // Gemma3Attention: q_norm, k_norm
     case HfKind::gemma2: read_gemma(config, arch); break;
+    case HfKind::deepseek_v2: read_deepseek(config, arch, false); break;
+    case HfKind::deepseek_v3: read_deepseek(config, arch, true); break;
     default: break;
   }
   return arch;
@@ -173,6 +179,7 @@ bool looks_like_hf_config(const nlohmann::json& document) {
 DecoderArchitecture architecture_from_hf_config(const nlohmann::json& document, const std::string& origin) {
   const JsonObjectReader config(document, origin);
   const HfKind kind = detect_kind(config);
+  if (kind == HfKind::gpt_neox) return gpt_neox_architecture(config);
   return kind == HfKind::gpt2 ? gpt2(config) : llama_family(config, kind);
 }
 

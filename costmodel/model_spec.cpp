@@ -39,7 +39,12 @@ const char* to_string(ActivationCheckpointing mode) {
 }
 
 const char* to_string(DecoderArchitecture::Family family) {
-  return family == DecoderArchitecture::Family::gpt2 ? "gpt2" : "llama";
+  switch (family) {
+    case DecoderArchitecture::Family::gpt2: return "gpt2";
+    case DecoderArchitecture::Family::gpt_neox: return "gpt_neox";
+    case DecoderArchitecture::Family::llama: break;
+  }
+  return "llama";
 }
 
 std::int64_t TensorSpec::element_count() const {

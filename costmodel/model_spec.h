@@ -8,6 +8,7 @@
 
 #include "finetune.h"
 #include "kernel_spec.h"
+#include "mla_architecture.h"
 #include "moe_architecture.h"
 
 namespace shardplan {
@@ -120,7 +121,7 @@ struct LayerSpec {
 
 // The architecture a model was built from, kept for the executor (which builds real layers) and for exports.
 struct DecoderArchitecture {
-  enum class Family { llama, gpt2 };
+  enum class Family { llama, gpt2, gpt_neox };  // gpt_neox: GPTNeoXForCausalLM (Pythia, gpt-neox-20b)
   Family family = Family::llama;
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -147,6 +148,13 @@ struct DecoderArchitecture {
   // (final_logit_softcapping; 0: none).
   bool sandwich_norms = false;
   double final_logit_softcap = 0.0;
+  // DeepSeek-V2/V3: Multi-head Latent Attention in place of q/k/v projections (mla_architecture.h); the attention
+  // width is then num_heads × the MLA head dims, not head_dim().
+  std::optional<MlaArchitecture> mla;
+  // GPT-NeoX: the share of each head's dims rotary embeddings cover (config rotary_pct; 1: all, as in llama) and
+  // attention and MLP computed in parallel from the same input (use_parallel_residual).
+  double rotary_fraction = 1.0;
+  bool parallel_residual = false;
   std::int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
   std::int64_t q_dim() const { return head_dim() * num_heads; }  // q_proj's output width, o_proj's input
   std::int64_t kv_dim() const { return head_dim() * num_kv_heads; }

@@ -18,6 +18,7 @@ inline constexpr double kDroplessCapacityFactor = 1.0;
 enum class MoeNaming {
   mixtral,  // block_sparse_moe.gate, block_sparse_moe.experts.N.{w1,w2,w3} (MixtralSparseMoeBlock)
   qwen,     // mlp.gate, mlp.experts.N.{gate,up,down}_proj, mlp.shared_expert.*, mlp.shared_expert_gate
+  deepseek, // mlp.gate, mlp.experts.N.{gate,up,down}_proj, mlp.shared_experts.* (DeepseekV2MoE, DeepseekV3MoE)
 };
 
 struct MoeArchitecture {
@@ -27,6 +28,9 @@ struct MoeArchitecture {
   std::int64_t expert_intermediate_size = 0;  // each routed expert's SwiGLU width
   std::int64_t shared_intermediate_size = 0;  // the always-on shared expert's width (Qwen2-MoE); 0: none
   bool shared_expert_gate = false;            // Qwen2-MoE's sigmoid gate Linear(hidden, 1) on the shared expert
+  // DeepSeek-V3's router bias for auxiliary-loss-free load balancing (DeepSeek-V3 report §2.1.2, Eq. (16)):
+  // mlp.gate.e_score_correction_bias, one value per routed expert, used in top-k selection only.
+  bool router_correction_bias = false;
   // Blocks are MoE when index % sparse_step == sparse_step - 1 and not in the first first_dense_layers
   // (Qwen2MoeDecoderLayer: decoder_sparse_step; DeepSeek: first_k_dense_replace).
   std::int64_t sparse_step = 1;

@@ -23,11 +23,13 @@ ElementwiseSpec elementwise(std::string name, double act, double fp32, int kerne
 struct MoeNames {
   std::string block;     // "block_sparse_moe" / "mlp"
   std::string gate, up, down;
+  std::string shared;    // Qwen2MoeSparseMoeBlock.shared_expert; DeepseekV2MoE.shared_experts
 };
 
 MoeNames names_of(MoeNaming naming) {
-  if (naming == MoeNaming::mixtral) return {"block_sparse_moe", "w1", "w3", "w2"};
-  return {"mlp", "gate_proj", "up_proj", "down_proj"};
+  if (naming == MoeNaming::mixtral) return {"block_sparse_moe", "w1", "w3", "w2", "shared_expert"};
+  if (naming == MoeNaming::deepseek) return {"mlp", "gate_proj", "up_proj", "down_proj", "shared_experts"};
+  return {"mlp", "gate_proj", "up_proj", "down_proj", "shared_expert"};
 }
 
 bool is_dense_mlp_projection(const ProjectionSpec& projection) {
@@ -67,7 +69,9 @@ void check_moe_architecture(const DecoderArchitecture& arch, const std::string& 
 // Qwen3MoeSparseMoeBlock: router_logits = gate(x); routing_weights = softmax(router_logits, dtype=float32); top-k
 // (Qwen3-MoE and Mixtral renormalise them); then per expert: top_x = where(expert_mask[e]); current_state =
 // x[top_x] (index_select); expert(current_state) * routing_weights[top_x] (SwiGLU: w2(silu(w1 x) * w3 x)); index_add_
-// into the output. Qwen2-MoE adds shared_expert(x) * sigmoid(shared_expert_gate(x)).
+// into the output. Qwen2-MoE adds shared_expert(x) * sigmoid(shared_expert_gate(x)). DeepseekV2MoE / DeepseekV3MoE
+// (transformers/models/deepseek_v2, deepseek_v3) run the same loop and add shared_experts(x) ungated (a SwiGLU of
+// n_shared_experts × moe_intermediate_size); V3 scores with a sigmoid instead of the softmax, the same traffic.
 void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
   const MoeArchitecture& moe = *arch.moe;
   const MoeNames names = names_of(moe.naming);
@@ -84,6 +88,7 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
                                [](const TensorSpec& tensor) { return tensor.name.starts_with("mlp."); }),
                 tensors.end());
   tensors.push_back({prefix + "gate.weight", {experts, h}});
+  if (moe.router_correction_bias) tensors.push_back({prefix + "gate.e_score_correction_bias", {experts}});
   std::int64_t routed_elements = 0;
   for (std::int64_t expert = 0; expert < experts; ++expert) {
     const std::string path = prefix + "experts." + std::to_string(expert) + ".";
@@ -93,9 +98,9 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
     routed_elements += 3 * fe * h;
   }
   if (fs > 0) {
-    tensors.push_back({prefix + "shared_expert.gate_proj.weight", {fs, h}});
-    tensors.push_back({prefix + "shared_expert.up_proj.weight", {fs, h}});
-    tensors.push_back({prefix + "shared_expert.down_proj.weight", {h, fs}});
+    tensors.push_back({prefix + names.shared + ".gate_proj.weight", {fs, h}});
+    tensors.push_back({prefix + names.shared + ".up_proj.weight", {fs, h}});
+    tensors.push_back({prefix + names.shared + ".down_proj.weight", {h, fs}});
   }
   if (moe.shared_expert_gate) tensors.push_back({prefix + "shared_expert_gate.weight", {1, h}});
 
@@ -132,9 +137,9 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
   spec.projections.push_back({prefix + "experts." + names.up, h, slot_width(fe), true});
   spec.projections.push_back({prefix + "experts." + names.down, fe, slot_width(h), false});
   if (fs > 0) {
-    spec.projections.push_back({prefix + "shared_expert.gate_proj", h, fs, true});
-    spec.projections.push_back({prefix + "shared_expert.up_proj", h, fs, false});
-    spec.projections.push_back({prefix + "shared_expert.down_proj", fs, h, true});
+    spec.projections.push_back({prefix + names.shared + ".gate_proj", h, fs, true});
+    spec.projections.push_back({prefix + names.shared + ".up_proj", h, fs, false});
+    spec.projections.push_back({prefix + names.shared + ".down_proj", fs, h, true});
   }
   if (moe.shared_expert_gate) spec.projections.push_back({prefix + "shared_expert_gate", h, 1, false});
   const int per_expert = static_cast<int>(std::min<std::int64_t>(experts, 1 << 20));

@@ -155,6 +155,12 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   // The template's knobs on the window: its root, its unit template and the window's layers' checkpointing.
   Plan window_template = template_;
   window_template.layer_checkpointing = std::move(modes);
+  // A window of dense blocks only (DeepSeek's first_k_dense_replace layers before its MoE ones): expert parallelism
+  // changes nothing there (Note [Expert parallelism] in unit_layout.h: only routed experts are split, only MoE blocks
+  // exchange tokens), while validate_plan refuses a degree above 1 for a model without experts; it lowers at 1.
+  if (std::none_of(window.layers.begin(), window.layers.end(), [](const LayerSpec& layer) { return layer.moe.has_value(); })) {
+    window_template.training.expert_parallel_degree = 1;
+  }
   std::vector<bool> kept;
   for (const UnitChoice& unit : units) kept.push_back(unit.kept);
   const Plan plan = plan_with_units(window, window_template, ranges, kept);

@@ -216,6 +216,14 @@ void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int wor
   const DecoderArchitecture& arch = *model.architecture;
   // tensor_parallel_shard (costmodel/tensor_parallel.h) splits projections by their HF names; experts and fused
   // projections have none it knows, so it would replicate them silently.
+  if (arch.family == DecoderArchitecture::Family::gpt_neox) {
+    throw InputError(value + "1 for GPT-NeoX (not yet supported: tensor_parallel_shard knows no query_key_value, "
+                     "dense_h_to_4h names)");
+  }
+  if (arch.mla) {
+    throw InputError(value + "1 for multi-head latent attention (DeepSeek-V2/V3; not yet supported: "
+                     "tensor_parallel_shard knows no MLA projection names)");
+  }
   if (arch.moe) {
     throw InputError(value + "1 for a mixture-of-experts model (not yet supported: its experts split by expert "
                      "parallelism, --expert-parallel)");

@@ -27,6 +27,10 @@ DecoderDims decoder_dims(const ModelSpec& model) {
                      ": the CPU runtime implements no dropout; expected lora_dropout 0");
   }
   // Mixture-of-experts MLPs, a head_dim apart from hidden / heads and Qwen3's q/k norms have no kernels here yet.
+  if (arch.mla) {
+    throw InputError(origin + ": DeepSeek's multi-head latent attention (DeepSeek-V2/V3) is not supported by the "
+                     "runtime yet");
+  }
   if (arch.moe) throw InputError(origin + ": mixture-of-experts blocks are not supported by the runtime yet");
   if (arch.sandwich_norms || arch.final_logit_softcap > 0) {
     throw InputError(origin + ": Gemma's sandwich norms and logit soft-capping are not supported by the runtime yet");

@@ -173,7 +173,8 @@ TEST_CASE("hf: model_type is the fallback when architectures is absent or null")
       input_error_message([&] { shardplan::architecture_from_hf_config(document, "config.json"); });
   CHECK(contains(message, "config.json: field 'model_type'"));
   CHECK(contains(message, "'bert'"));
-  CHECK(contains(message, "llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text"));
+  CHECK(contains(message, "llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text, "
+                          "deepseek_v2, deepseek_v3, gpt_neox"));
 }
 
 TEST_CASE("hf: unsupported architecture names the field and lists the supported ones") {
@@ -183,7 +184,8 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
   CHECK(contains(message, "bert.json: field 'architectures': unsupported architecture 'BertForMaskedLM'"));
   CHECK(contains(message, "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, "
                           "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                          "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)"));
+                          "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, DeepseekV2ForCausalLM, "
+                          "DeepseekV3ForCausalLM, GPTNeoXForCausalLM)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
   document["architectures"] = nlohmann::json::array({"LlamaForSequenceClassification"});
