@@ -8,24 +8,15 @@
 #include "decoder_builder.h"
 #include "errors.h"
 #include "hf_config.h"
+#include "hf_example_models.h"
 #include "json_input.h"
 #include "plan.h"
 
 using namespace shardplan;
+using shardplan::testing::hf_model;
+using shardplan::testing::has_tensor;
 
 namespace {
-
-ModelSpec hf_model(const std::string& name) {
-  const std::string path = "examples/hf/" + name + ".json";
-  return build_decoder(name, architecture_from_hf_config(read_json_file(path), path), path);
-}
-
-bool has_tensor(const LayerSpec& layer, const std::string& name, const std::vector<std::int64_t>& shape) {
-  for (const auto& tensor : layer.tensors) {
-    if (tensor.name == name) return tensor.shape == shape;
-  }
-  return false;
-}
 
 bool names_tensor(const LayerSpec& layer, const std::string& prefix) {
   for (const auto& tensor : layer.tensors) {

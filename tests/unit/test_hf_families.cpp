@@ -7,25 +7,12 @@
 #include "decoder_builder.h"
 #include "finetune_apply.h"
 #include "hf_config.h"
+#include "hf_example_models.h"
 #include "json_input.h"
 
 using namespace shardplan;
-
-namespace {
-
-ModelSpec hf_model(const std::string& name) {
-  const std::string path = "examples/hf/" + name + ".json";
-  return build_decoder(name, architecture_from_hf_config(read_json_file(path), path), path);
-}
-
-bool has_tensor(const LayerSpec& layer, const std::string& name, const std::vector<std::int64_t>& shape) {
-  for (const auto& tensor : layer.tensors) {
-    if (tensor.name == name) return tensor.shape == shape;
-  }
-  return false;
-}
-
-}  // namespace
+using shardplan::testing::hf_model;
+using shardplan::testing::has_tensor;
 
 TEST_CASE("hf families: Phi-3's fused qkv_proj and gate_up_proj, with the published parameter count") {
   // microsoft/Phi-3-mini-4k-instruct model card: "3.8B parameters"; exactly 3,821,079,552 in keras-team/keras-hub

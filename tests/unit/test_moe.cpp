@@ -10,6 +10,7 @@
 #include "hardware_catalog.h"
 #include "hardware_profile.h"
 #include "hf_config.h"
+#include "hf_example_models.h"
 #include "json_input.h"
 #include "lowering.h"
 #include "plan_json.h"
@@ -18,13 +19,9 @@
 #include "unit_layout.h"
 
 using namespace shardplan;
+using shardplan::testing::hf_model;
 
 namespace {
-
-ModelSpec hf_model(const std::string& name) {
-  const std::string path = "examples/hf/" + name + ".json";
-  return build_decoder(name, architecture_from_hf_config(read_json_file(path), path), path);
-}
 
 const TensorSpec* find_tensor(const LayerSpec& layer, const std::string& name) {
   for (const auto& tensor : layer.tensors) {
