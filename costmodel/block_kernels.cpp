@@ -10,11 +10,7 @@ namespace {
 // gradient through; where the residual branches meet, one add sums the two gradients). Reductions over a row
 // (norm statistics) write one value per row, not counted.
 ElementwiseSpec op(std::string name, double act, double fp32, int kernels) {
-  ElementwiseSpec spec;
-  spec.name = std::move(name);
-  spec.forward = {act, fp32, 0.0, kernels};
-  spec.backward = {2.0 * act, 2.0 * fp32, 0.0, 2 * kernels};
-  return spec;
+  return elementwise_kernel(std::move(name), act, fp32, kernels);
 }
 
 // HF LlamaRMSNorm.forward (transformers/models/llama/modeling_llama.py): hidden.to(float32) [read h, write h fp32];
@@ -189,6 +185,15 @@ double selective_op_kept_elements(const LayerKernelSpec& spec, std::int64_t hidd
   }
   if (spec.attention) kept += static_cast<double>(spec.attention->heads * spec.attention->head_dim);
   return kept;
+}
+
+// Note [Elementwise traffic] above.
+ElementwiseSpec elementwise_kernel(std::string name, double act, double fp32, int kernels) {
+  ElementwiseSpec spec;
+  spec.name = std::move(name);
+  spec.forward = {act, fp32, 0.0, kernels};
+  spec.backward = {2.0 * act, 2.0 * fp32, 0.0, 2 * kernels};
+  return spec;
 }
 
 }  // namespace shardplan

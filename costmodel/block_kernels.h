@@ -3,11 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernel_spec.h"
 #include "model_spec.h"
 
 namespace shardplan {
+
+// A memory-bound kernel (Note [Elementwise traffic] in block_kernels.cpp): forward reads and writes `act`
+// activation-dtype and `fp32` fp32 elements per token in `kernels` launches; backward about twice that.
+ElementwiseSpec elementwise_kernel(std::string name, double act, double fp32, int kernels);
 
 LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch);
 LayerKernelSpec gpt2_block_kernels(const DecoderArchitecture& arch);

@@ -13,10 +13,14 @@ namespace shardplan {
 // sliding_window makes every other layer (Gemma 2) or five of six (Gemma 3) attend to a window only, which the
 // attention FLOPs here count in full — an upper bound once sequences exceed the window; the embedding's scaling by
 // √hidden is one multiply. The parameter count is exact. GeGLU (gelu_pytorch_tanh) replaces SiLU: the same tensors.
+namespace {
+
 // A key that may be null (transformers' "unset"), else a number in the range.
 void check_nullable_number(const JsonObjectReader& config, std::string_view key, double least, double most) {
   if (config.has(key) && !config.raw().at(std::string(key)).is_null()) (void)config.number_in_range(key, least, most);
 }
+
+}  // namespace
 
 void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch) {
   arch.sandwich_norms = true;

@@ -33,6 +33,17 @@ void check_router_keys(const JsonObjectReader& config) {
   (void)config.boolean("norm_topk_prob", false);
 }
 
+// What Qwen2-MoE and Qwen3-MoE name alike: num_experts, num_experts_per_tok, moe_intermediate_size per expert, the
+// sparse-layer keys and the router keys.
+MoeArchitecture qwen_routed_experts(const JsonObjectReader& config) {
+  check_router_keys(config);
+  MoeArchitecture moe = routed_experts(config, "num_experts");
+  moe.naming = MoeNaming::qwen;
+  moe.expert_intermediate_size = config.int_in_range("moe_intermediate_size", 1, limits::kMaxIntermediateSize);
+  read_qwen_sparse_layers(config, moe);
+  return moe;
+}
+
 }  // namespace
 
 // MixtralConfig (transformers/models/mixtral/configuration_mixtral.py): num_local_experts (default 8),
@@ -53,26 +64,17 @@ void read_mixtral_moe(const JsonObjectReader& config, DecoderArchitecture& arch)
 // shared_expert_intermediate_size gated by Linear(hidden, 1) (Qwen2MoeSparseMoeBlock.shared_expert_gate); dense
 // layers (none in the released checkpoints) use intermediate_size. Qwen2MoeAttention has q/k/v biases (bias=True).
 void read_qwen2_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
-  check_router_keys(config);
-  MoeArchitecture moe = routed_experts(config, "num_experts");
-  moe.naming = MoeNaming::qwen;
-  moe.expert_intermediate_size = config.int_in_range("moe_intermediate_size", 1, limits::kMaxIntermediateSize);
+  MoeArchitecture moe = qwen_routed_experts(config);
   moe.shared_intermediate_size =
       config.int_in_range("shared_expert_intermediate_size", 1, limits::kMaxIntermediateSize);
   moe.shared_expert_gate = true;
-  read_qwen_sparse_layers(config, moe);
   arch.attention_bias = true;
   arch.moe = moe;
 }
 
 // Qwen3MoeConfig: as Qwen2-MoE without a shared expert (Qwen3MoeSparseMoeBlock: gate and experts only).
 void read_qwen3_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
-  check_router_keys(config);
-  MoeArchitecture moe = routed_experts(config, "num_experts");
-  moe.naming = MoeNaming::qwen;
-  moe.expert_intermediate_size = config.int_in_range("moe_intermediate_size", 1, limits::kMaxIntermediateSize);
-  read_qwen_sparse_layers(config, moe);
-  arch.moe = moe;
+  arch.moe = qwen_routed_experts(config);
 }
 
 }  // namespace shardplan

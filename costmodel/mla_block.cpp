@@ -9,20 +9,10 @@
 namespace shardplan {
 namespace {
 
-// Note [Elementwise traffic] (block_kernels.cpp): forward reads and writes `act` activation-dtype and `fp32` fp32
-// elements per token in `kernels` launches; backward about twice that.
-ElementwiseSpec elementwise(std::string name, double act, double fp32, int kernels) {
-  ElementwiseSpec spec;
-  spec.name = std::move(name);
-  spec.forward = {act, fp32, 0.0, kernels};
-  spec.backward = {2.0 * act, 2.0 * fp32, 0.0, 2 * kernels};
-  return spec;
-}
-
 // DeepseekV2RMSNorm is LlamaRMSNorm's code: the traffic block_kernels.cpp's rms_norm counts (4w + 7w fp32, 8 kernels).
 ElementwiseSpec latent_rms_norm(std::string name, std::int64_t width) {
   const auto w = static_cast<double>(width);
-  return elementwise(std::move(name), 4.0 * w, 7.0 * w, 8);
+  return elementwise_kernel(std::move(name), 4.0 * w, 7.0 * w, 8);
 }
 
 bool is_llama_attention_op(const std::string& name) {
@@ -114,9 +104,9 @@ void replace_attention_with_mla(const DecoderArchitecture& arch, LayerSpec& bloc
   std::vector<ElementwiseSpec> mla_ops;
   if (rq > 0) mla_ops.push_back(latent_rms_norm("q_a_layernorm", rq));
   mla_ops.push_back(latent_rms_norm("kv_a_layernorm", rkv));
-  mla_ops.push_back(elementwise("rotary", 10.0 * static_cast<double>(heads * rope + rope), 0.0, 10));
-  mla_ops.push_back(elementwise("query/key concat", 4.0 * static_cast<double>(q_width), 0.0, 2));
-  mla_ops.push_back(elementwise("attention output transpose", 2.0 * static_cast<double>(o_in), 0.0, 1));
+  mla_ops.push_back(elementwise_kernel("rotary", 10.0 * static_cast<double>(heads * rope + rope), 0.0, 10));
+  mla_ops.push_back(elementwise_kernel("query/key concat", 4.0 * static_cast<double>(q_width), 0.0, 2));
+  mla_ops.push_back(elementwise_kernel("attention output transpose", 2.0 * static_cast<double>(o_in), 0.0, 1));
   auto& ops = spec.elementwise;
   ops.erase(std::remove_if(ops.begin(), ops.end(),
                            [](const ElementwiseSpec& op) {

@@ -10,16 +10,6 @@
 namespace shardplan {
 namespace {
 
-// Note [Elementwise traffic] (block_kernels.cpp): forward reads and writes `act` activation-dtype and `fp32` fp32
-// elements per token in `kernels` launches; backward about twice that.
-ElementwiseSpec elementwise(std::string name, double act, double fp32, int kernels) {
-  ElementwiseSpec spec;
-  spec.name = std::move(name);
-  spec.forward = {act, fp32, 0.0, kernels};
-  spec.backward = {2.0 * act, 2.0 * fp32, 0.0, 2 * kernels};
-  return spec;
-}
-
 struct MoeNames {
   std::string block;     // "block_sparse_moe" / "mlp"
   std::string gate, up, down;
@@ -146,24 +136,24 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
   auto swiglu = std::find_if(spec.elementwise.begin(), spec.elementwise.end(),
                              [](const ElementwiseSpec& op) { return op.name == "silu * up"; });
   const double ed = static_cast<double>(experts);
-  ElementwiseSpec routed_swiglu = elementwise("experts: silu * up", 5.0 * slots * fed, 0.0, 2 * per_expert);
+  ElementwiseSpec routed_swiglu = elementwise_kernel("experts: silu * up", 5.0 * slots * fed, 0.0, 2 * per_expert);
   routed_swiglu.backward = {9.0 * slots * fed, 0.0, 0.0, 3 * per_expert};
   std::vector<ElementwiseSpec> moe_ops = {
       // softmax(dtype=float) reads E and writes E fp32; topk and the renormalisation read it again.
-      elementwise("router softmax + top-k", ed, 3.0 * ed, 4),
+      elementwise_kernel("router softmax + top-k", ed, 3.0 * ed, 4),
       // where(expert_mask[e]) and x[top_x]: read and write h per routed slot.
-      elementwise("expert dispatch (index_select)", 2.0 * slots * hd, 0.0, 2 * per_expert),
+      elementwise_kernel("expert dispatch (index_select)", 2.0 * slots * hd, 0.0, 2 * per_expert),
       routed_swiglu,
       // expert output * routing weight: read h, write h per slot; index_add_ reads it and the output row, writes it.
-      elementwise("routing-weight multiply", 2.0 * slots * hd, 0.0, per_expert),
-      elementwise("expert combine (index_add)", 3.0 * slots * hd, 0.0, per_expert)};
+      elementwise_kernel("routing-weight multiply", 2.0 * slots * hd, 0.0, per_expert),
+      elementwise_kernel("expert combine (index_add)", 3.0 * slots * hd, 0.0, per_expert)};
   if (fs > 0) {
-    ElementwiseSpec shared_swiglu = elementwise("shared expert: silu * up", 5.0 * fsd, 0.0, 2);
+    ElementwiseSpec shared_swiglu = elementwise_kernel("shared expert: silu * up", 5.0 * fsd, 0.0, 2);
     shared_swiglu.backward = {9.0 * fsd, 0.0, 0.0, 3};
     moe_ops.push_back(shared_swiglu);
     // sigmoid(gate) * shared output, added to the routed output.
-    if (moe.shared_expert_gate) moe_ops.push_back(elementwise("shared expert gate", 3.0 * hd, 0.0, 2));
-    moe_ops.push_back(elementwise("shared + routed add", 3.0 * hd, 0.0, 1));
+    if (moe.shared_expert_gate) moe_ops.push_back(elementwise_kernel("shared expert gate", 3.0 * hd, 0.0, 2));
+    moe_ops.push_back(elementwise_kernel("shared + routed add", 3.0 * hd, 0.0, 1));
   }
   SHARDPLAN_CHECK(swiglu != spec.elementwise.end(), "a llama block's kernels carry its SwiGLU");
   swiglu = spec.elementwise.erase(swiglu);

@@ -8,21 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "run_binary.h"
+#include "run_json.h"
 
 namespace {
 
 using nlohmann::json;
 using shardplan_test::expect_input_error;
 using shardplan_test::RunResult;
+using shardplan_test::run_json;
 using shardplan_test::run_shardplan;
 using shardplan_test::TempFile;
-
-json run_json(const std::vector<std::string>& args) {
-  const RunResult result = run_shardplan(args);
-  INFO(result.err);
-  REQUIRE(result.exit_status == 0);
-  return json::parse(result.out);
-}
 
 // A two-block DeepSeek-V2 small enough for CPU ranks: MLA with q compression, one dense then one MoE layer.
 const std::string kTinyDeepseek =

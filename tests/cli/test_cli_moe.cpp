@@ -9,12 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "run_binary.h"
+#include "run_json.h"
 
 namespace {
 
 using nlohmann::json;
 using shardplan_test::expect_input_error;
 using shardplan_test::RunResult;
+using shardplan_test::run_json;
 using shardplan_test::run_shardplan;
 using shardplan_test::TempFile;
 
@@ -26,13 +28,6 @@ std::vector<std::string> command(const std::string& name, std::vector<std::strin
   args.insert(args.end(), kMixtral.begin(), kMixtral.end());
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
-}
-
-json run_json(const std::vector<std::string>& args) {
-  const RunResult result = run_shardplan(args);
-  INFO(result.err);
-  REQUIRE(result.exit_status == 0);
-  return json::parse(result.out);
 }
 
 // A two-block Mixtral small enough for CPU ranks.
