@@ -50,7 +50,8 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
       ->capture_default_str();
   command.add_flag("--no-flash-attention", flags.no_flash_attention, "materialise attention scores (s² memory)");
   command.add_option("--attention", flags.attention,
-                     "attention kernel: flash (FlashAttention-2, SDPA) | triton (Triton FlashAttention) | eager "
+                     "attention kernel: flash (FlashAttention-2, SDPA) | triton (Triton FlashAttention, llm-foundry's "
+                     "attn_impl: triton) | eager "
                      "(materialised scores, as --no-flash-attention)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
   command.add_option("--expert-parallel", flags.expert_parallel,

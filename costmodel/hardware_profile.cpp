@@ -132,7 +132,11 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   set_if_given(gpu.attention_backward_efficiency, profile.attention_backward_efficiency);
   set_if_given(gpu.attention_half_seq_len, profile.attention_half_seq_len);
   // Note [Triton attention]: measured only on A100 (FlashAttention-2 paper, Fig. 4c: 0.44 of FlashAttention-2's
-  // plateau); elsewhere that ratio of the device's flash rate.
+  // plateau); elsewhere that ratio of the device's flash rate. The kernel is HazyResearch's flash_attn_triton.py on the
+  // pre-MLIR Triton, which llm-foundry ran as attn_impl: triton (its benchmark tables, benchmarks/published-runs); no
+  // published measurement of it on H100 was found. The ratio carries over because both run Ampere-style tensor-core
+  // code on Hopper: FlashAttention-2 has no wgmma path (FlashAttention-3 paper, §1), and the pre-MLIR Triton predates
+  // Triton's Hopper backend.
   profile.triton_attention_efficiency = gpu.triton_attention_efficiency > 0
                                             ? gpu.triton_attention_efficiency
                                             : 0.44 * profile.attention_forward_efficiency;
