@@ -1,6 +1,6 @@
 // Tensor parallelism × FSDP on a 2-D mesh (TP 2 inner, FSDP over the DP group) trains like the single-process
 // reference: losses, AdamW's moments (the reduced gradients), final parameters, and the collectives per step equal
-// the schedule's FSDP ones plus the TP ones its blocks and replicated gradients run.
+// the schedule's: its FSDP collective ops plus the TP collectives its passes' kernels list (the cost model's).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -157,10 +157,29 @@ void check_tensor_parallel(const TensorParallelCase& c) {
   const ReferenceShards reference_shards{runtime::model_layout(c.model), runner};
   // The ranks of one TP group train on the same micro-batches: those of their DP rank (TP inner).
   const int data_parallel_rank = world.rank() / kTensorParallel;
-  const comm::CommCounters expected = runner.expected_step_collectives();
-  // The TP collectives are in it: the blocks' all-gathers beside FSDP's parameter all-gathers.
-  CHECK(expected.calls(comm::Collective::all_gather) >
-        Runner::expected_collectives(runner.schedule()).calls(comm::Collective::all_gather));
+  // What one step must run, read here from the schedule the simulator times: its collective ops (FSDP's, over the
+  // DP group) plus the TP collectives each forward, recompute and backward op's kernels list (Note [Tensor-parallel
+  // collectives] in costmodel/kernel_spec.h) — the runner counts what its kernels and groups actually call.
+  const StepSchedule& schedule = runner.schedule();
+  REQUIRE(schedule.tensor_parallel_degree == kTensorParallel);
+  comm::CommCounters expected = Runner::expected_collectives(schedule);
+  const std::uint64_t fsdp_all_gathers = expected.calls(comm::Collective::all_gather);
+  for (const Op& op : schedule.ops) {
+    if (!op.kernels) continue;
+    for (const ActivationCollectiveCall& call : op.kernels->collectives) {
+      const comm::Collective kind = call.kind == ActivationCollective::all_gather       ? comm::Collective::all_gather
+                                    : call.kind == ActivationCollective::reduce_scatter ? comm::Collective::reduce_scatter
+                                                                                        : comm::Collective::all_reduce;
+      CHECK(call.ranks == kTensorParallel);
+      expected[kind].calls += 1;
+      expected[kind].bytes += static_cast<std::uint64_t>(call.bytes);
+    }
+  }
+  CHECK(expected.calls(comm::Collective::all_gather) > fsdp_all_gathers);  // the TP ones are in it
+  const comm::CommCounters runner_expected = runner.expected_step_collectives();
+  for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
+    CHECK(runner_expected.tallies[kind].calls == expected.tallies[kind].calls);
+  }
 
   for (int step = 0; step < steps; ++step) {
     const auto batches = rank_micro_batches(data, step, k, data_parallel, data_parallel_rank);
@@ -169,10 +188,20 @@ void check_tensor_parallel(const TensorParallelCase& c) {
     INFO(c.model.name, ", ", c.strategy, ", step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
     CHECK(close(report.loss, reference_loss, 1e-5));
     check_moments(runner, reference_shards, reference, step);
+    std::string counts;
     for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
       INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
       CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
       CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
+      counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
+                std::to_string(report.collectives.tallies[kind].calls) + "/" +
+                std::to_string(expected.tallies[kind].calls) + " calls " +
+                std::to_string(report.collectives.tallies[kind].bytes) + "/" +
+                std::to_string(expected.tallies[kind].bytes) + " B";
+    }
+    if (world.rank() == 0) {
+      MESSAGE(c.model.name, " ", c.strategy, " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
+              "; run/schedule:", counts);
     }
   }
   check_parameters(runner, reference_shards, reference, options.adamw, c.parameters);
