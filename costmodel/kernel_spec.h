@@ -63,11 +63,18 @@ struct ElementwiseSpec {
 // collectives over the activations inside the pass, on the compute stream's critical path: PyTorch's
 // parallelize_module inserts them in the modules' forward hooks (DTensor redistribute), and the next kernel waits for
 // their output. Each is one full activation tensor of `elements_per_token` per token in nccl-tests' S convention
-// (the gathered output of an all-gather, the input of a reduce-scatter), over the layer's TP group of one node.
+// (the gathered output of an all-gather, the input of a reduce-scatter), over the layer's TP group of one node, or a
+// fixed number of elements (a replicated parameter's gradient). The CPU executor runs exactly these, in this order
+// (executor/runtime/tensor_parallel_group.h), and its counts per step are checked against the schedule's.
 enum class ActivationCollective { all_gather, reduce_scatter, all_reduce };
 struct ActivationCollectiveSpec {
   ActivationCollective kind = ActivationCollective::all_gather;
   double elements_per_token = 0;
+  // Elements moved whatever the tokens: a parameter's gradient summed over the TP group (`gradient_of` names it).
+  double elements = 0;
+  std::string gradient_of;
+  // Moved in fp32 whatever the compute dtype (loss parallel's statistics: torchtitan casts the logits to float).
+  bool fp32 = false;
   // Rerun by a recompute pass: full recompute reruns every forward collective; torchtitan's selective-op policy
   // saves reduce_scatter_tensor's output (its _save_list) and reruns the all-gathers.
   bool recomputed_by_op_policy = true;

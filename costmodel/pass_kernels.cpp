@@ -184,7 +184,9 @@ void add_collectives(const LayerKernelSpec& spec, const std::vector<ActivationCo
                      const PassShape& shape, bool only_recomputed_by_op_policy, PassKernels& kernels) {
   for (const ActivationCollectiveSpec& collective : collectives) {
     if (only_recomputed_by_op_policy && !collective.recomputed_by_op_policy) continue;
-    const double bytes = collective.elements_per_token * static_cast<double>(shape.tokens) * shape.activation_bytes;
+    const double element_bytes = collective.fp32 ? 4.0 : shape.activation_bytes;
+    const double bytes =
+        (collective.elements_per_token * static_cast<double>(shape.tokens) + collective.elements) * element_bytes;
     kernels.collectives.push_back({collective.kind, static_cast<std::int64_t>(bytes), spec.tensor_parallel_degree});
   }
 }

@@ -44,13 +44,43 @@ void scale_traffic(ElementwiseTraffic& traffic, double factor) {
 }
 
 ActivationCollectiveSpec collective(ActivationCollective kind, double elements, bool recomputed = true) {
-  return {kind, elements, recomputed};
+  ActivationCollectiveSpec spec;
+  spec.kind = kind;
+  spec.elements_per_token = elements;
+  spec.recomputed_by_op_policy = recomputed;
+  return spec;
+}
+
+// Note [Sequence-parallel parameter gradients]: a tensor left whole on a layer that runs on the sequence shard (norm
+// scales and biases, a row-parallel projection's bias added after the reduce-scatter, GPT-2's position table) gets
+// from each TP rank the gradient of its own tokens only. DTensor holds it as Replicate and the op's gradient comes out
+// Partial, so autograd's redistribution to the parameter's placement all-reduces it over the TP group, one per
+// tensor (as Megatron-LM sums the sequence-parallel layernorm gradients over the TP group,
+// megatron/core/distributed/finalize_model_grads.py _allreduce_layernorm_grads). Listed after the pass's activation
+// collectives, in tensor order; the executor runs them after the layer's backward (Note [Replicated gradients] in
+// executor/runner/tensor_parallel_runner.h).
+void add_gradient_all_reduces(const LayerSpec& layer, const std::vector<bool>& whole,
+                              std::vector<ActivationCollectiveSpec>& backward) {
+  for (std::size_t i = 0; i < layer.tensors.size(); ++i) {
+    if (!whole[i]) continue;
+    ActivationCollectiveSpec spec;
+    spec.kind = ActivationCollective::all_reduce;
+    spec.elements = static_cast<double>(layer.tensors[i].element_count());
+    spec.gradient_of = layer.tensors[i].name;
+    backward.push_back(spec);
+  }
 }
 
 void shard_block(LayerSpec& layer, const DecoderArchitecture& arch, const TensorParallelStyle& style) {
   const double t = style.degree, h = static_cast<double>(arch.hidden_size);
   const bool conv1d = arch.family == DecoderArchitecture::Family::gpt2;
-  for (TensorSpec& tensor : layer.tensors) split_tensor(tensor, block_split(tensor.name), conv1d, style.degree);
+  std::vector<bool> whole;
+  for (TensorSpec& tensor : layer.tensors) {
+    const Split split = block_split(tensor.name);
+    split_tensor(tensor, split, conv1d, style.degree);
+    // A column-parallel bias is split with its weight; a row-parallel one stays whole (split_tensor).
+    whole.push_back(split == Split::none || (split == Split::row && tensor.shape.size() == 1));
+  }
   layer.flops.matmul_flops_per_token /= t;
   layer.flops.attention_flops_per_token_per_position /= t;
   layer.flops.frozen_weight_flops_per_token /= t;
@@ -101,6 +131,7 @@ void shard_block(LayerSpec& layer, const DecoderArchitecture& arch, const Tensor
       kernels.tp_backward.push_back(collective(AC::all_gather, h));
       kernels.tp_backward.push_back(collective(AC::all_gather, h));
     }
+    add_gradient_all_reduces(layer, whole, kernels.tp_backward);
   } else {
     // Megatron's f and g: an all-reduce after each row-parallel output in forward, before each column-parallel
     // input's gradient in backward.
@@ -140,6 +171,16 @@ void shard_outer_layer(LayerSpec& layer, const DecoderArchitecture& arch, const 
     } else {
       kernels.tp_backward = {collective(AC::all_reduce, h)};
     }
+    // Loss parallel (torch/distributed/tensor/parallel/loss.py, the cross-entropy on vocabulary-sharded logits):
+    // _log_softmax all-reduces each token's maximum (MAX) and its sum of exponentials (SUM), _nll_loss_forward the
+    // target's log-probability (its _MaskPartial reduction), one fp32 value per token each (torchtitan's
+    // cross_entropy_loss casts the logits to float); the fused backward (_nll_loss_and_log_softmax_backward) needs
+    // no collective.
+    for (int statistic = 0; statistic < 3; ++statistic) {
+      ActivationCollectiveSpec spec = collective(AC::all_reduce, 1.0);
+      spec.fp32 = true;
+      kernels.tp_forward.push_back(spec);
+    }
     return;
   }
   // The token embedding: RowwiseParallel over the vocabulary, its partial output reduced onto the sequence shards
@@ -150,6 +191,9 @@ void shard_outer_layer(LayerSpec& layer, const DecoderArchitecture& arch, const 
     kernels.tp_forward = {collective(style.sequence_parallel ? AC::reduce_scatter : AC::all_reduce, h)};
     if (style.sequence_parallel) kernels.tp_backward = {collective(AC::all_gather, h)};
   }
+  if (style.sequence_parallel) {  // Note [Sequence-parallel parameter gradients]: the tensors left whole
+    add_gradient_all_reduces(layer, std::vector<bool>(layer.tensors.size(), !vocab_embedding), kernels.tp_backward);
+  }
   a.elements_per_token *= sequence_share;
   a.mask_bytes_per_token *= sequence_share;
   for (ElementwiseSpec& elementwise : kernels.elementwise) {
@@ -159,6 +203,14 @@ void shard_outer_layer(LayerSpec& layer, const DecoderArchitecture& arch, const 
 }
 
 }  // namespace
+
+TensorParallelStyle pytorch_tensor_parallel(int degree) {
+  TensorParallelStyle style;
+  style.degree = degree;
+  style.sequence_parallel = true;       // torchtitan's apply_tp: SequenceParallel on the norms, Shard(1) residuals
+  style.keeps_gathered_inputs = true;   // DTensor: the linear saves its redistributed (gathered) input
+  return style;
+}
 
 ModelSpec tensor_parallel_shard(const ModelSpec& model, const TensorParallelStyle& style) {
   if (style.degree == 1) return model;

@@ -19,7 +19,9 @@ namespace shardplan {
 //   conjugates in backward: Korthikanti §4.2.2, the same bus bytes as the 2 + 2 all-reduces of TP without it).
 // - The embedding is RowwiseParallel (vocabulary split; its partial output reduce-scattered onto the sequence
 //   shards), the output head ColwiseParallel with loss parallel (logits stay split over the vocabulary, the
-//   cross-entropy runs on V/t columns, its input all-gathered), the final norm SequenceParallel.
+//   cross-entropy runs on V/t columns, its input all-gathered, three fp32 statistics per token all-reduced), the
+//   final norm SequenceParallel. Each tensor left whole on a sequence-sharded layer has its gradient all-reduced over
+//   the TP group in backward (Note [Sequence-parallel parameter gradients] in tensor_parallel.cpp).
 // What autograd keeps: PyTorch's DTensor saves the all-gathered input of each column-parallel projection (the
 // linear's saved input is the redistributed tensor), so 2 of the block's tensors of h per token are kept whole;
 // Megatron-LM's sequence parallelism keeps the shard and all-gathers it again in backward (Korthikanti §4.2.3), which
@@ -29,6 +31,10 @@ struct TensorParallelStyle {
   bool sequence_parallel = true;
   bool keeps_gathered_inputs = true;  // PyTorch DTensor: true; Megatron-LM sequence parallelism: false
 };
+
+// PyTorch's tensor parallelism as torchtitan applies it: sequence parallel, DTensor's saved gathered inputs, loss
+// parallel. The style the planner's 2-D plans, the exports and the CPU executor use.
+TensorParallelStyle pytorch_tensor_parallel(int degree);
 
 // One TP rank's model: every layer's parameters, FLOPs, kernels and kept activations as that rank holds and runs
 // them, with the TP collectives of each pass in its kernel spec (Note [Tensor-parallel collectives] in

@@ -3,14 +3,6 @@
 
 namespace shardplan {
 
-TensorParallelStyle pytorch_tensor_parallel(int degree) {
-  TensorParallelStyle style;
-  style.degree = degree;
-  style.sequence_parallel = true;       // torchtitan's apply_tp: SequenceParallel on the norms, Shard(1) residuals
-  style.keeps_gathered_inputs = true;   // DTensor: the linear saves its redistributed (gathered) input
-  return style;
-}
-
 DataParallelView data_parallel_view(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   const int degree = plan.tensor_parallel_degree;
   DataParallelView view;

@@ -22,9 +22,6 @@ struct DataParallelView {
   int gpus_per_node = 1;  // of them per node
 };
 
-// PyTorch's tensor parallelism as torchtitan applies it: sequence parallel, DTensor's saved gathered inputs.
-TensorParallelStyle pytorch_tensor_parallel(int degree);
-
 // The view of a plan already validated against model and world (validate_plan).
 DataParallelView data_parallel_view(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
 

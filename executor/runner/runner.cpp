@@ -9,6 +9,7 @@
 #include "runner_support.h"
 #include "tensor_parallel_group.h"
 #include "tensor_parallel_model.h"
+#include "tensor_parallel_view.h"
 #include "unit_layout.h"
 
 namespace shardplan::runner {
@@ -46,17 +47,21 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     if (tp > 1) {
       // The plan as the user wrote it, for the whole world (Note [Tensor parallel degree] in plan.h) ...
       validate_plan(plan_, model_, world_size_, gpus_per_node);
-      rank_model_ = runtime::tensor_parallel_rank_model(model_, tp);  // InputError when heads or FFN don't divide
-      // ... and, Note [2-D mesh], the schedule of its DP group: FSDP alone over world / tp ranks of the TP rank's
-      // parameters (the schedule carries no TP ops yet; the runner adds them, tensor_parallel_collectives).
-      lowered_plan_.tensor_parallel_degree = 1;
-      lowered_gpus_per_node = gpus_per_node / tp;
+      // ... the CPU kernels' checks (InputError when heads, FFN or vocabulary don't divide) ...
+      (void)runtime::tensor_parallel_rank_model(model_, tp);
+      // ... and, Note [2-D mesh], the planner's view of its DP group: FSDP alone over world / tp ranks of the TP
+      // rank's model, the cost model's (Note [2-D plans]); the units' layouts are those of that model.
+      const DataParallelView view = data_parallel_view(plan_, model_, world_size_, gpus_per_node);
+      rank_model_ = view.model;
+      lowered_plan_ = view.plan;
+      lowered_gpus_per_node = view.gpus_per_node;
     }
     data_parallel_size_ = plan_.data_parallel_ranks(world_size_);
     data_parallel_rank_ = world.rank() / tp;  // TP inner
     layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size_, lowered_gpus_per_node);
     check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
-    schedule_ = lower_plan(lowered_plan_, rank_model_, {data_parallel_size_, lowered_gpus_per_node, 0});
+    // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
+    schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
     const std::int64_t whole_tokens = schedule_.sequences_per_micro_batch * schedule_.seq_len;
     if (whole_tokens % tp != 0) {
       throw InputError("plan: a micro-batch of " + std::to_string(whole_tokens) + " tokens does not split over " +
@@ -171,9 +176,7 @@ comm::CommCounters Runner::expected_collectives(const StepSchedule& schedule) {
 
 comm::CommCounters Runner::expected_step_collectives() const {
   comm::CommCounters expected = expected_collectives(schedule_);
-  if (!tensor_parallel_) return expected;
-  const comm::CommCounters tp = tensor_parallel_collectives(
-      schedule_, rank_model_, static_cast<std::int64_t>(schedule_.sequences_per_micro_batch) * schedule_.seq_len);
+  const comm::CommCounters tp = expected_pass_collectives(schedule_);
   for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
     expected.tallies[kind].calls += tp.tallies[kind].calls;
     expected.tallies[kind].bytes += tp.tallies[kind].bytes;

@@ -81,7 +81,8 @@ class Runner {
   int data_parallel_rank() const { return data_parallel_rank_; }
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
-  // The same for this runner's step: the schedule's, plus its TP collectives (tensor_parallel_collectives).
+  // The same for this runner's step: the schedule's collective ops, plus the TP collectives in its passes' kernels
+  // (expected_pass_collectives).
   comm::CommCounters expected_step_collectives() const;
 
   // What a checkpoint (checkpoint.h) saves and restores: this rank's flat parameters (shard, m, v) in unit order, the

@@ -23,8 +23,7 @@ class Runner::StepWalker {
     if (r_.tensor_parallel_) {
       // Note [Sequence-parallel tokens]: the layers see this TP rank's share of each micro-batch.
       for (const runtime::Batch& whole : batches_) {
-        shares_.push_back(
-            sequence_parallel_share(whole, r_.tensor_parallel_degree_, r_.tensor_parallel_->rank()));
+        shares_.push_back(sequence_parallel_share(whole, r_.tensor_parallel_degree_));
       }
       r_.tensor_parallel_->set_progress([this] { progress(); });
     }
@@ -239,10 +238,9 @@ class Runner::StepWalker {
     const auto layer = static_cast<std::size_t>(op.layer);
     if (layer + 1 == r_.kernels_.size()) {
       // dL/dloss of one micro-batch's mean loss when k are accumulated into one step (Note [Gradient mean]); with
-      // tensor parallelism each TP rank's loss is the mean over its 1/tp share of the tokens, and the micro-batch's
-      // mean is the mean of the tp shares' means.
-      grad_ = runtime::Activations::scalar(
-          1.0f / static_cast<float>(static_cast<std::int64_t>(batches_.size()) * r_.tensor_parallel_degree_));
+      // tensor parallelism every TP rank's loss-parallel head computes the whole micro-batch's mean (Note
+      // [Vocabulary-parallel layers]).
+      grad_ = runtime::Activations::scalar(1.0f / static_cast<float>(batches_.size()));
     }
     // Note [Gradient hazard]: the schedule lets a unit's reduction of micro-batch m overlap the compute of m + 1 and
     // does not order it before the unit's next backward, which writes the same gradient buffer (the replicated
@@ -266,7 +264,7 @@ class Runner::StepWalker {
     const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[layer]);
     if (workspace > 0) r_.tracker_.allocate(MemoryCategory::activations, workspace);
     std::optional<ReplicatedGradients> replicated;  // Note [Replicated gradients]
-    if (r_.tensor_parallel_) replicated.emplace(grads, r_.model_.layers[layer].kind);
+    if (r_.tensor_parallel_) replicated.emplace(grads, r_.rank_model_.layers[layer]);
     grad_ = r_.kernels_[layer]->backward(params, saved_[layer], grad_, grads);
     if (replicated) replicated->sum_over(*r_.tensor_parallel_);
     if (workspace > 0) r_.tracker_.release(MemoryCategory::activations, workspace);

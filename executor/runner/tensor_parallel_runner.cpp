@@ -1,5 +1,5 @@
 // The CPU runner's tensor parallelism: polling TP collectives, sequence shares of a batch, replicated gradient sums
-// and the expected TP collective counts of a step.
+// and the collective counts of a step's passes, read from the schedule.
 #include "tensor_parallel_runner.h"
 
 #include <algorithm>
@@ -28,68 +28,59 @@ void CommTensorParallelGroup::all_reduce(std::span<float> buffer) {
   wait(comm_->all_reduce(buffer.data(), buffer.size()));
 }
 
-runtime::Batch sequence_parallel_share(const runtime::Batch& batch, int degree, int rank) {
+void CommTensorParallelGroup::all_reduce_max(std::span<float> buffer) {
+  wait(comm_->all_reduce(buffer.data(), buffer.size(), comm::ReduceOp::max));
+}
+
+runtime::Batch sequence_parallel_share(const runtime::Batch& batch, int degree) {
   const std::int64_t whole = batch.token_count();
   if (whole % degree != 0) {
     throw InputError("step: a micro-batch of " + std::to_string(whole) + " tokens does not split over " +
                      std::to_string(degree) + " tensor-parallel ranks");
   }
-  const std::int64_t share = whole / degree, first = share * rank;
-  runtime::Batch part;
+  runtime::Batch part = batch;  // the whole micro-batch's ids (Note [Sequence-parallel tokens])
   part.micro_batch = 1;
-  part.seq_len = static_cast<int>(share);
-  part.tokens.assign(batch.tokens.begin() + first, batch.tokens.begin() + first + share);
-  part.targets.assign(batch.targets.begin() + first, batch.targets.begin() + first + share);
+  part.seq_len = static_cast<int>(whole / degree);
+  part.group_degree = degree;
   return part;
 }
 
-ReplicatedGradients::ReplicatedGradients(const runtime::LayerParams& grads, LayerKind kind) {
-  for (const runtime::BoundTensor& tensor : grads.tensors) {
-    if (runtime::tensor_parallel_split(kind, tensor.name) != runtime::TensorParallelSplit::replicated) continue;
-    tensors_.push_back(tensor);
-    kept_.insert(kept_.end(), tensor.data, tensor.data + tensor.element_count);
-    std::fill_n(tensor.data, tensor.element_count, 0.0f);
+ReplicatedGradients::ReplicatedGradients(const runtime::LayerParams& grads, const LayerSpec& rank_layer) {
+  if (!rank_layer.kernels) return;
+  for (const ActivationCollectiveSpec& collective : rank_layer.kernels->tp_backward) {
+    if (collective.gradient_of.empty()) continue;
+    const auto found = std::find_if(grads.tensors.begin(), grads.tensors.end(), [&](const runtime::BoundTensor& t) {
+      return t.name == collective.gradient_of;
+    });
+    SHARDPLAN_CHECK(found != grads.tensors.end() && found->data != nullptr &&
+                        static_cast<double>(found->element_count) == collective.elements,
+                    "layer '" + rank_layer.name + "': no gradient of '" + collective.gradient_of + "' to sum over TP");
+    tensors_.push_back(*found);
+    kept_.emplace_back(found->data, found->data + found->element_count);
+    std::fill_n(found->data, found->element_count, 0.0f);
   }
 }
 
 void ReplicatedGradients::sum_over(runtime::TensorParallelGroup& group) {
-  if (tensors_.empty()) return;
-  std::vector<float> deltas;
-  deltas.reserve(kept_.size());
-  for (const runtime::BoundTensor& tensor : tensors_) deltas.insert(deltas.end(), tensor.data, tensor.data + tensor.element_count);
-  group.all_reduce(deltas);
-  std::size_t at = 0;
-  for (const runtime::BoundTensor& tensor : tensors_) {
-    for (std::int64_t i = 0; i < tensor.element_count; ++i, ++at) tensor.data[i] = kept_[at] + deltas[at];
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const runtime::BoundTensor& tensor = tensors_[i];
+    std::span<float> delta(tensor.data, static_cast<std::size_t>(tensor.element_count));
+    group.all_reduce(delta);
+    for (std::size_t e = 0; e < delta.size(); ++e) delta[e] += kept_[i][e];
   }
 }
 
-comm::CommCounters tensor_parallel_collectives(const StepSchedule& schedule, const ModelSpec& model,
-                                               std::int64_t whole_tokens) {
+comm::CommCounters expected_pass_collectives(const StepSchedule& schedule) {
   comm::CommCounters expected;
-  const auto activation_bytes = static_cast<std::uint64_t>(whole_tokens * model.hidden_size) * sizeof(float);
   for (const Op& op : schedule.ops) {
-    if (op.kind != OpKind::forward && op.kind != OpKind::recompute && op.kind != OpKind::backward) continue;
-    const LayerSpec& layer = model.layers.at(static_cast<std::size_t>(op.layer));
-    if (layer.kind == LayerKind::transformer_block) {
-      const runtime::TensorParallelPassCollectives pass = runtime::kTensorParallelBlockPass;
-      expected[comm::Collective::all_gather].calls += static_cast<std::uint64_t>(pass.all_gathers);
-      expected[comm::Collective::all_gather].bytes += static_cast<std::uint64_t>(pass.all_gathers) * activation_bytes;
-      expected[comm::Collective::reduce_scatter].calls += static_cast<std::uint64_t>(pass.reduce_scatters);
-      expected[comm::Collective::reduce_scatter].bytes +=
-          static_cast<std::uint64_t>(pass.reduce_scatters) * activation_bytes;
+    if (!op.kernels) continue;
+    for (const ActivationCollectiveCall& call : op.kernels->collectives) {
+      const comm::Collective kind = call.kind == ActivationCollective::all_gather       ? comm::Collective::all_gather
+                                    : call.kind == ActivationCollective::reduce_scatter ? comm::Collective::reduce_scatter
+                                                                                        : comm::Collective::all_reduce;
+      expected[kind].calls += 1;
+      expected[kind].bytes += static_cast<std::uint64_t>(call.bytes);
     }
-    if (op.kind != OpKind::backward) continue;
-    const LayerSpec& owner = model.layers.at(layer.tied_to_layer.value_or(static_cast<std::size_t>(op.layer)));
-    std::int64_t replicated = 0;
-    for (const TensorSpec& tensor : owner.tensors) {
-      if (runtime::tensor_parallel_split(owner.kind, tensor.name) == runtime::TensorParallelSplit::replicated) {
-        replicated += tensor.element_count();
-      }
-    }
-    if (replicated == 0) continue;
-    expected[comm::Collective::all_reduce].calls += 1;
-    expected[comm::Collective::all_reduce].bytes += static_cast<std::uint64_t>(replicated) * sizeof(float);
   }
   return expected;
 }

@@ -1,5 +1,5 @@
 // The CPU runner's tensor parallelism: the TP group the kernels call, each TP rank's share of a micro-batch, the sum
-// of replicated parameters' gradients over the TP group, and the TP collectives one step runs.
+// of replicated parameters' gradients over the TP group, and the collectives one step's passes run.
 #pragma once
 
 #include <memory>
@@ -35,6 +35,7 @@ class CommTensorParallelGroup final : public runtime::TensorParallelGroup {
   void all_gather(std::span<const float> local, std::span<float> whole) override;
   void reduce_scatter(std::span<const float> whole, std::span<float> local) override;
   void all_reduce(std::span<float> buffer) override;
+  void all_reduce_max(std::span<float> buffer) override;
   void set_progress(runtime::ProgressPoll progress) { progress_ = std::move(progress); }
 
  private:
@@ -43,34 +44,33 @@ class CommTensorParallelGroup final : public runtime::TensorParallelGroup {
   runtime::ProgressPoll progress_;
 };
 
-// TP rank `rank`'s share of `batch` (Note [Sequence-parallel tokens]): one sequence of its token rows.
-runtime::Batch sequence_parallel_share(const runtime::Batch& batch, int degree, int rank);
+// A TP rank's share of `batch` (Note [Sequence-parallel tokens]): one sequence of whole / degree token rows (the
+// rank's rows of the activations), with the whole micro-batch's ids (Batch::group_degree).
+runtime::Batch sequence_parallel_share(const runtime::Batch& batch, int degree);
 
-// Note [Replicated gradients]: a replicated parameter (norm scales, embedding, final norm, lm_head: Note
+// Note [Replicated gradients]: a tensor the TP split leaves whole on a sequence-sharded layer (the norm scales: Note
 // [Tensor-parallel split]) is used by every TP rank on its own tokens, so each rank's backward adds only its share of
-// the gradient; Megatron sums them over the TP group for sequence-parallel norms (its all-reduce of layernorm grads)
-// and DTensor does it for a Replicate parameter whose gradient is Partial. Here the sum runs inside each backward
-// op, in layer order on every TP rank (so the TP communicator sees one order): what this backward added to the
-// layer's replicated gradients is all-reduced over the TP group and added back, one all-reduce per backward op. The
-// sum then goes through FSDP's reduction over the DP group as every other gradient does.
+// the gradient. The cost model lists their sums as all-reduces at the end of the layer's backward, one per tensor
+// (`gradient_of` in the rank model's tp_backward, Note [Sequence-parallel parameter gradients] in
+// costmodel/tensor_parallel.cpp); the runner runs exactly those, in that order on every TP rank: what this backward
+// added to each is all-reduced over the TP group and added back. The sums then go through FSDP's reduction over the
+// DP group as every other gradient does.
 class ReplicatedGradients {
  public:
-  // Before the layer's backward: keeps and zeroes the replicated tensors of `grads` (the layer's gradient view).
-  ReplicatedGradients(const runtime::LayerParams& grads, LayerKind kind);
-  // After it: the deltas summed over `group`, plus what was kept.
+  // Before the layer's backward: keeps and zeroes the gradients `rank_layer`'s tp_backward sums (`grads`: the
+  // layer's gradient view; a tied layer's are its owner's, whose gradients the owner's own backward sums).
+  ReplicatedGradients(const runtime::LayerParams& grads, const LayerSpec& rank_layer);
+  // After it: each delta summed over `group`, plus what was kept.
   void sum_over(runtime::TensorParallelGroup& group);
-  std::int64_t elements() const { return static_cast<std::int64_t>(kept_.size()); }
 
  private:
   std::vector<runtime::BoundTensor> tensors_;
-  std::vector<float> kept_;
+  std::vector<std::vector<float>> kept_;
 };
 
-// The TP collectives one step of `schedule` runs on each rank (model: the TP rank's model the schedule was lowered
-// for; whole_tokens: tokens of one micro-batch): per forward, recompute and backward op of a transformer block
-// kTensorParallelBlockPass's all-gathers and reduce-scatters of whole_tokens × hidden fp32, and per backward op of a
-// layer with replicated tensors one all-reduce of them (Note [Replicated gradients]). Bytes follow CommCounters.
-comm::CommCounters tensor_parallel_collectives(const StepSchedule& schedule, const ModelSpec& model,
-                                               std::int64_t whole_tokens);
+// The collectives the passes of `schedule` run inside its forward, recompute and backward ops (the TP collectives in
+// each op's kernels, Note [Tensor-parallel collectives] in costmodel/kernel_spec.h), counted as CommCounters counts
+// them: calls, and S bytes in nccl-tests' convention.
+comm::CommCounters expected_pass_collectives(const StepSchedule& schedule);
 
 }  // namespace shardplan::runner

@@ -1,6 +1,8 @@
 // The LayerKernel driver: input checks, checkpointing (Note [Kernel driver]) and the model-level dimension checks.
 #include "layer_kernel.h"
 
+#include <algorithm>
+
 #include "errors.h"
 
 namespace shardplan::runtime {
@@ -77,7 +79,7 @@ void check_batch(const Batch& batch) {
     throw InputError("batch: expected positive micro_batch and seq_len, got " + std::to_string(batch.micro_batch) +
                      " and " + std::to_string(batch.seq_len));
   }
-  const auto expected = static_cast<std::size_t>(batch.token_count());
+  const auto expected = static_cast<std::size_t>(batch.token_count() * std::max(batch.group_degree, 1));
   if (batch.tokens.size() != expected || batch.targets.size() != expected) {
     throw InputError("batch: expected " + std::to_string(expected) + " tokens and targets, got " +
                      std::to_string(batch.tokens.size()) + " and " + std::to_string(batch.targets.size()));
@@ -93,6 +95,8 @@ LayerForward LayerKernel::forward(const LayerParams& params, const Batch& batch,
   in.micro_batch = batch.micro_batch;
   in.seq_len = batch.seq_len;
   in.ids = batch_ids(batch, input_ids());
+  SHARDPLAN_CHECK(batch.group_degree == 1 || input_ids() == InputIds::none || reads_group_ids(),
+                  std::string(kernel_name()) + ": reads its rows' ids, given a TP group's micro-batch");
   if (kind() != LayerKind::embedding) {
     SHARDPLAN_CHECK(input.micro_batch == batch.micro_batch && input.seq_len == batch.seq_len &&
                         input.width == input_width() &&

@@ -69,6 +69,8 @@ class LayerKernel {
   virtual LayerKind kind() const = 0;
   virtual const char* kernel_name() const = 0;
   virtual InputIds input_ids() const { return InputIds::none; }
+  // Whether the kernel reads the TP group's whole micro-batch of ids (Batch::group_degree) rather than its rows'.
+  virtual bool reads_group_ids() const { return false; }
   virtual std::int64_t output_width() const = 0;
 
   // `input` is the previous layer's output (ignored, may be empty, for the embedding).

@@ -90,13 +90,22 @@ std::unique_ptr<LayerKernel> make_layer_kernel(const ModelSpec& model, std::size
 std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& rank_model, std::size_t index,
                                                                const AttentionShape& whole,
                                                                TensorParallelGroup& group) {
-  if (index >= rank_model.layers.size() || rank_model.layers[index].kind != LayerKind::transformer_block) {
-    return make_layer_kernel(rank_model, index);  // replicated tensors, whole shapes (Note [Tensor-parallel split])
+  if (index >= rank_model.layers.size() || rank_model.layers[index].kind == LayerKind::norm) {
+    return make_layer_kernel(rank_model, index);  // whole scale, on the sequence shard (Note [Tensor-parallel split])
   }
   const DecoderDims rank_dims = tensor_parallel_dims(decoder_dims(rank_model), group.degree());
   const LayerSpec& layer = rank_model.layers[index];
-  check_tensors(rank_model, layer, layer, rank_dims);
-  return make_sequence_parallel_block(rank_dims, whole, group);
+  const std::size_t owner = layer.tied_to_layer.value_or(index);
+  if (owner > index) throw InputError("model '" + rank_model.name + "': layer '" + layer.name + "' tied forward");
+  check_tensors(rank_model, layer, rank_model.layers[owner], rank_dims);
+  switch (layer.kind) {
+    case LayerKind::embedding: return make_vocab_parallel_embedding(rank_dims, group);
+    case LayerKind::transformer_block: return make_sequence_parallel_block(rank_dims, whole, group);
+    case LayerKind::lm_head: return make_loss_parallel_head(rank_dims, group);
+    case LayerKind::norm:
+    case LayerKind::other: break;
+  }
+  return make_layer_kernel(rank_model, index);  // InputError for a kind the runtime has no kernel for
 }
 
 }  // namespace shardplan::runtime

@@ -21,6 +21,10 @@ struct Batch {
   int seq_len = 0;
   std::vector<std::int32_t> tokens;   // [micro_batch × seq_len], row-major
   std::vector<std::int32_t> targets;  // [micro_batch × seq_len], row-major
+  // On a TP rank (Note [Sequence-parallel tokens] in tensor_parallel_group.h): micro_batch × seq_len is this rank's
+  // share of the group's micro-batch, while tokens and targets hold the whole micro-batch, group_degree times as
+  // many ids, which the vocabulary-parallel embedding and loss read. 1 otherwise.
+  int group_degree = 1;
   std::int64_t token_count() const { return static_cast<std::int64_t>(micro_batch) * seq_len; }
 };
 

@@ -23,30 +23,32 @@ class TensorParallelGroup {
   virtual void reduce_scatter(std::span<const float> whole, std::span<float> local) = 0;
   // buffer[i] = Σ_r buffer_of_rank_r[i], in place.
   virtual void all_reduce(std::span<float> buffer) = 0;
+  // buffer[i] = max_r buffer_of_rank_r[i], in place.
+  virtual void all_reduce_max(std::span<float> buffer) = 0;
 };
 
 // Note [Sequence-parallel tokens]: a TP group's ranks share one micro-batch of `whole` = micro_batch × seq_len
 // tokens; rank r holds the contiguous r-th of its flattened [micro_batch × seq_len] token rows (so an all-gather of
 // the ranks' rows is the micro-batch in order). Outside the attention and MLP GEMMs everything is per token (norms,
 // residuals, embedding, loss; RoPE's positions are applied inside attention, on the gathered sequence), so the
-// replicated layers run unchanged on a "batch" of one sequence of whole.tokens()/degree tokens.
+// replicated layers run unchanged on a "batch" of one sequence of whole.tokens()/degree tokens. That batch's ids are
+// the whole micro-batch's (Batch::group_degree): the vocabulary-parallel embedding and loss read every token's.
 
 // Kernel for layer `index` of `rank_model` (tensor_parallel_rank_model) on a TP group: a sequence-parallel decoder
-// block for transformer blocks (Note [Sequence-parallel block]), the ordinary kernel for every other layer (their
-// tensors are replicated). `group` must outlive the kernel. InputError as make_layer_kernel.
+// block for transformer blocks (Note [Sequence-parallel block]), the vocabulary-parallel embedding and loss-parallel
+// head (Note [Vocabulary-parallel layers]), the ordinary kernel on the sequence shard for the final norm. Each runs
+// the collectives the cost model lists in the layer's kernel spec (tp_forward, tp_backward; the parameter-gradient
+// all-reduces are the executor's, after the backward). `group` must outlive the kernel. InputError as
+// make_layer_kernel.
 std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& rank_model, std::size_t index,
                                                                const AttentionShape& whole,
                                                                TensorParallelGroup& group);
 
-// The sequence-parallel decoder block (tensor_parallel_block.cpp) for one TP rank's dimensions (tensor_parallel_dims).
+// The TP kernels for one TP rank's dimensions (tensor_parallel_dims): decoder_block.cpp and
+// tensor_parallel_vocab.cpp.
 std::unique_ptr<LayerKernel> make_sequence_parallel_block(const DecoderDims& rank_dims, const AttentionShape& whole,
                                                           TensorParallelGroup& group);
-
-// The TP collectives one pass (a forward, a recompute or a backward) of one sequence-parallel decoder block runs.
-struct TensorParallelPassCollectives {
-  int all_gathers = 2;       // before the column-parallel q/k/v and gate/up GEMMs (forward); of dL/dy (backward)
-  int reduce_scatters = 2;   // after the row-parallel o and down GEMMs (forward); of dL/dx partials (backward)
-};
-inline constexpr TensorParallelPassCollectives kTensorParallelBlockPass{};
+std::unique_ptr<LayerKernel> make_vocab_parallel_embedding(const DecoderDims& rank_dims, TensorParallelGroup& group);
+std::unique_ptr<LayerKernel> make_loss_parallel_head(const DecoderDims& rank_dims, TensorParallelGroup& group);
 
 }  // namespace shardplan::runtime

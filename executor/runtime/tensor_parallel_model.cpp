@@ -6,48 +6,28 @@
 #include <string>
 
 #include "errors.h"
+#include "tensor_parallel.h"
 
 namespace shardplan::runtime {
 
-TensorParallelSplit tensor_parallel_split(LayerKind kind, std::string_view tensor_name) {
-  if (kind != LayerKind::transformer_block) return TensorParallelSplit::replicated;
-  for (std::string_view column_parallel : {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.",
-                                           "mlp.gate_proj.", "mlp.up_proj."}) {
-    if (tensor_name.starts_with(column_parallel)) return TensorParallelSplit::rows;
-  }
-  for (std::string_view row_parallel : {"self_attn.o_proj.", "mlp.down_proj."}) {
-    if (tensor_name.starts_with(row_parallel)) return TensorParallelSplit::columns;
-  }
-  return TensorParallelSplit::replicated;
-}
-
 ModelSpec tensor_parallel_rank_model(const ModelSpec& model, int degree) {
-  const DecoderDims whole = decoder_dims(model);  // InputError for a model the CPU kernels cannot run
-  (void)tensor_parallel_dims(whole, degree);
-  ModelSpec rank_model = model;
-  for (LayerSpec& layer : rank_model.layers) {
-    for (TensorSpec& tensor : layer.tensors) {
-      switch (tensor_parallel_split(layer.kind, tensor.name)) {
-        case TensorParallelSplit::replicated: break;
-        case TensorParallelSplit::rows: tensor.shape.at(0) /= degree; break;
-        case TensorParallelSplit::columns: tensor.shape.at(1) /= degree; break;
-      }
-    }
-  }
-  return rank_model;
+  (void)tensor_parallel_dims(decoder_dims(model), degree);  // InputError for a model the CPU kernels cannot run
+  return tensor_parallel_shard(model, pytorch_tensor_parallel(degree));
 }
 
 DecoderDims tensor_parallel_dims(const DecoderDims& whole, int degree) {
   if (degree < 1 || whole.num_kv_heads % degree != 0 || whole.num_heads % degree != 0 ||
-      whole.intermediate_size % degree != 0) {
+      whole.intermediate_size % degree != 0 || whole.vocab_size % degree != 0) {
     throw InputError("tensor_parallel_degree " + std::to_string(degree) + ": expected a degree dividing the kv heads (" +
                      std::to_string(whole.num_kv_heads) + "), the heads (" + std::to_string(whole.num_heads) +
-                     ") and intermediate_size (" + std::to_string(whole.intermediate_size) + ")");
+                     "), intermediate_size (" + std::to_string(whole.intermediate_size) + ") and vocab_size (" +
+                     std::to_string(whole.vocab_size) + ")");
   }
   DecoderDims dims = whole;
   dims.num_heads /= degree;
   dims.num_kv_heads /= degree;
   dims.intermediate_size /= degree;
+  dims.vocab_size /= degree;
   return dims;
 }
 
