@@ -113,6 +113,10 @@ std::int64_t feature_layer_count(const JsonObjectReader& config, std::int64_t vi
   const nlohmann::json& value = config.raw().at("vision_feature_layer");
   const std::vector<nlohmann::json> indices = value.is_array() ? config.array("vision_feature_layer")
                                                                : std::vector<nlohmann::json>{value};
+  if (static_cast<std::int64_t>(indices.size()) > vision_layers + 1) {
+    config.fail("vision_feature_layer",
+                "at most one index per hidden state (" + std::to_string(vision_layers + 1) + ")");
+  }
   for (const nlohmann::json& index : indices) {
     if (!JsonObjectReader::integer_in(index, -(vision_layers + 1), vision_layers)) {
       config.fail("vision_feature_layer", "an index of the vision tower's hidden states, from " +

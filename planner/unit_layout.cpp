@@ -161,7 +161,8 @@ std::int64_t kept_activation_bytes(const ModelSpec& model, const TrainingConfig&
   const LayerSpec& spec = model.layers[layer];
   const double per_token = spec.activation_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
                                                            training.flash_attention, mode);
-  return static_cast<std::int64_t>(std::llround(per_token * static_cast<double>(training.tokens_per_micro_batch(spec))));
+  const auto tokens = static_cast<double>(training.tokens_per_micro_batch(spec));
+  return static_cast<std::int64_t>(std::llround(per_token * tokens));
 }
 
 ActivationCheckpointing layer_checkpointing_of(const Plan& plan, const ModelSpec& model, std::size_t layer) {

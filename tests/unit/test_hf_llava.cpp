@@ -65,7 +65,8 @@ TEST_CASE("HF LLaVA: llava-hf/llava-1.5-7b-hf has its published 7,063,427,072 pa
   CHECK(model.block_count() == 24 + 1 + 32);
   CHECK(model.layers.front().name == "language_model.model.embed_tokens");  // forward embeds the text first
   CHECK(model.layers[1].name == "vision_tower.vision_model.embeddings");
-  CHECK(model.layers[index_of(model, "vision_tower.vision_model.encoder.layers.23") + 1].name == "multi_modal_projector");
+  const std::size_t last_vision = index_of(model, "vision_tower.vision_model.encoder.layers.23");
+  CHECK(model.layers[last_vision + 1].name == "multi_modal_projector");
   CHECK(model.layers[index_of(model, "multi_modal_projector") + 1].name == "language_model.model.layers.0");
   CHECK(model.layers.back().name == "language_model.lm_head");
   CHECK(model.layers[index_of(model, "language_model.model.layers.31") + 1].name == "language_model.model.norm");
@@ -73,7 +74,7 @@ TEST_CASE("HF LLaVA: llava-hf/llava-1.5-7b-hf has its published 7,063,427,072 pa
   CHECK(model.default_seq_len == 4096);  // text_config's max_position_embeddings
 }
 
-TEST_CASE("HF LLaVA: the vision tower runs on one image's 577 tokens, the projector on its 576, the decoder on --seq-len") {
+TEST_CASE("HF LLaVA: the vision tower runs on an image's 577 tokens, the projector on 576, the decoder on --seq-len") {
   const ModelSpec model = load_model(kLlava);
   const LayerSpec& vision = model.layers[index_of(model, "vision_tower.vision_model.encoder.layers.5")];
   const LayerSpec& projector = model.layers[index_of(model, "multi_modal_projector")];
@@ -98,7 +99,7 @@ TEST_CASE("HF LLaVA: the vision tower runs on one image's 577 tokens, the projec
   CHECK(with_class_token.layers[index_of(with_class_token, "multi_modal_projector")].tokens_per_sample(64) == 577);
 }
 
-TEST_CASE("HF LLaVA: a vision layer's FLOPs, kernels and kept bytes are the same at any --seq-len; a decoder layer's grow") {
+TEST_CASE("HF LLaVA: a vision layer's FLOPs, kernels and kept bytes are the same at any --seq-len; a decoder's grow") {
   const ModelSpec model = load_model(kLlava);
   const std::size_t vision = index_of(model, "vision_tower.vision_model.encoder.layers.0");
   const std::size_t text = index_of(model, "language_model.model.layers.0");
@@ -124,12 +125,15 @@ TEST_CASE("HF LLaVA: a vision layer's FLOPs, kernels and kept bytes are the same
           4 * shardplan::kept_activation_bytes(model, short_run, text, mode));
   }
   // Full recompute keeps one block input per token: 2 images' 577 tokens × 1024 in bf16.
-  CHECK(shardplan::kept_activation_bytes(model, short_run, vision, ActivationCheckpointing::full) == 2 * 577 * 1024 * 2);
+  CHECK(shardplan::kept_activation_bytes(model, short_run, vision, ActivationCheckpointing::full) ==
+        2 * 577 * 1024 * 2);
   // The model's FLOPs per training token count the vision tower per sample: 577/seq of a vision layer's per-token work.
   ModelSpec text_only = model;
   std::erase_if(text_only.layers, [](const LayerSpec& layer) { return layer.fixed_tokens_per_sample.has_value(); });
-  const double vision_share = (model.forward_flops_per_token(2048, true) - text_only.forward_flops_per_token(2048, true)) /
-                              (model.forward_flops_per_token(4096, true) - text_only.forward_flops_per_token(4096, true));
+  const auto vision_flops = [&](std::int64_t seq_len) {
+    return model.forward_flops_per_token(seq_len, true) - text_only.forward_flops_per_token(seq_len, true);
+  };
+  const double vision_share = vision_flops(2048) / vision_flops(4096);
   CHECK(vision_share == doctest::Approx(2.0));  // the same work per sample over half the tokens
 }
 
@@ -170,7 +174,8 @@ TEST_CASE("Model JSON: a layer's tokens_per_sample is read, checked and written 
   const ModelSpec model = shardplan::model_from_json(document, "m.json");
   CHECK(model.layers[0].tokens_per_sample(4096) == 50);
   CHECK(model.layers[1].tokens_per_sample(4096) == 4096);
-  CHECK(model.layers[0].forward_flops_per_token(4096, true) == doctest::Approx(model.layers[0].flops.matmul_flops_per_token + 256.0 * 50));
+  CHECK(model.layers[0].forward_flops_per_token(4096, true) ==
+        doctest::Approx(model.layers[0].flops.matmul_flops_per_token + 256.0 * 50));
   const nlohmann::json written = shardplan::to_json(model);
   CHECK(written["layers"][0]["tokens_per_sample"] == 50);
   CHECK_FALSE(written["layers"][1].contains("tokens_per_sample"));
