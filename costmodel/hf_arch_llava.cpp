@@ -149,7 +149,8 @@ ModelSpec llava_model_from_hf_config(const nlohmann::json& document, const std::
       build_decoder(name, architecture_from_hf_config(filled_text_config(text), origin + " (text_config)"), origin);
 
   // Per sample one image (Note [Tokens per sample]): its tokens in the tower, and the features the projector maps —
-  // the patches under "default" (the class token dropped: selected_image_feature[:, 1:]), every token under "full".
+  // all but the first under "default" (selected_image_feature[:, 1:]: CLIP's class token; SigLIP, which has none,
+  // loses a patch), every token under "full".
   const std::string strategy = config.optional_string("vision_feature_select_strategy").value_or("default");
   if (strategy != "default" && strategy != "full") config.fail("vision_feature_select_strategy", "default or full");
   const std::int64_t image_tokens = tower.tokens_per_image - (strategy == "default" ? 1 : 0);
