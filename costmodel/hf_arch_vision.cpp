@@ -1,5 +1,5 @@
-// Hugging Face ViT, CLIP-vision and SigLIP-vision configs → ModelSpec: patch embedding, non-causal encoder blocks
-// (LayerNorm, multi-head attention with biases, GELU MLP), final LayerNorm and the model's head.
+// Hugging Face ViT, CLIP-vision and SigLIP-vision configs → ModelSpec (and the vision tower LLaVA embeds): patch
+// embedding, non-causal encoder blocks (LayerNorm, multi-head attention with biases, GELU MLP), final LayerNorm, head.
 #include "hf_arch_vision.h"
 
 #include <optional>
@@ -13,7 +13,7 @@
 namespace shardplan {
 namespace {
 
-enum class VisionKind { vit, vit_classifier, clip, siglip, llava };
+enum class VisionKind { vit, vit_classifier, clip, siglip };
 
 struct KnownVision {
   std::string_view class_name;
@@ -26,7 +26,6 @@ constexpr KnownVision kKnown[] = {
     {"ViTForImageClassification", "", VisionKind::vit_classifier},
     {"CLIPVisionModel", "clip_vision_model", VisionKind::clip},
     {"SiglipVisionModel", "siglip_vision_model", VisionKind::siglip},
-    {"LlavaForConditionalGeneration", "llava", VisionKind::llava},
 };
 
 std::optional<VisionKind> detect(const nlohmann::json& document) {
@@ -206,43 +205,87 @@ std::int64_t label_count(const JsonObjectReader& config) {
   return 2;
 }
 
+// SiglipMultiheadAttentionPoolingHead: a probe vector attends over the patches (nn.MultiheadAttention: in_proj
+// 3h × h, out_proj), then LayerNorm and an MLP on the pooled vector. The keys and values are projections of every
+// patch (2h² multiply-adds a token); the rest is per image.
+LayerSpec siglip_head(const VisionShape& shape, const std::string& name, double per_image) {
+  const std::int64_t h = shape.hidden, f = shape.intermediate;
+  std::vector<TensorSpec> head = {{"probe", {1, 1, h}},
+                                  {"attention.in_proj_weight", {3 * h, h}},
+                                  {"attention.in_proj_bias", {3 * h}},
+                                  {"attention.out_proj.weight", {h, h}},
+                                  {"attention.out_proj.bias", {h}},
+                                  {"layernorm.weight", {h}},
+                                  {"layernorm.bias", {h}},
+                                  {"mlp.fc1.weight", {f, h}},
+                                  {"mlp.fc1.bias", {f}},
+                                  {"mlp.fc2.weight", {h, f}},
+                                  {"mlp.fc2.bias", {h}}};
+  const double flops =
+      2.0 * static_cast<double>(2 * h * h) + 2.0 * static_cast<double>(2 * h * h + 2 * h * f) * per_image;
+  return plain_layer(name, LayerKind::other, std::move(head), flops, 3.0 * static_cast<double>(h));
+}
+
+// The encoder as a vision model (transformers' *VisionModel / ViTModel) holds it: embeddings, CLIP's pre_layrnorm,
+// the blocks, the final norm and SigLIP's head; the ViT pooler and classifier are the caller's.
+VisionTower build_tower(const JsonObjectReader& config, VisionKind kind, const std::string& prefix) {
+  const VisionShape shape = read_shape(config, kind);
+  const bool vit = kind == VisionKind::vit || kind == VisionKind::vit_classifier;
+  const std::int64_t h = shape.hidden;
+  VisionTower tower;
+  tower.hidden_size = h;
+  tower.num_heads = shape.heads;
+  tower.patches = shape.patches();
+  tower.tokens_per_image = shape.patches() + (kind == VisionKind::siglip ? 0 : 1);  // + the class token
+  tower.stem.push_back(patch_embedding(shape, kind, prefix + "embeddings"));
+  if (kind == VisionKind::clip) {
+    tower.stem.push_back(plain_layer(prefix + "pre_layrnorm", LayerKind::norm, {{"weight", {h}}, {"bias", {h}}}, 0.0,
+                                     static_cast<double>(h)));
+  }
+  const std::string blocks = prefix + (vit ? "encoder.layer." : "encoder.layers.");
+  for (std::int64_t index = 0; index < shape.layers; ++index) {
+    tower.blocks.push_back(encoder_block(shape, kind, blocks + std::to_string(index)));
+  }
+  const std::vector<TensorSpec> final_norm = {{"weight", {h}}, {"bias", {h}}};
+  tower.tail.push_back(plain_layer(prefix + (vit ? "layernorm" : "post_layernorm"), LayerKind::norm, final_norm, 0.0,
+                                   static_cast<double>(h)));
+  if (kind == VisionKind::siglip && config.boolean("vision_use_head", true)) {
+    tower.tail.push_back(siglip_head(shape, prefix + "head", 1.0 / static_cast<double>(tower.tokens_per_image)));
+  }
+  return tower;
+}
+
 }  // namespace
 
 bool is_hf_vision_config(const nlohmann::json& document) { return detect(document).has_value(); }
+
+VisionTower vision_tower_from_hf_config(const JsonObjectReader& config, const std::string& prefix) {
+  // LlavaConfig reads a vision_config dict without model_type as CLIP's (configuration_llava.py, transformers 4.45).
+  const std::string model_type = config.optional_string("model_type").value_or("clip_vision_model");
+  if (model_type == "clip_vision_model") return build_tower(config, VisionKind::clip, prefix);
+  if (model_type == "siglip_vision_model") return build_tower(config, VisionKind::siglip, prefix);
+  config.fail("model_type", "clip_vision_model or siglip_vision_model (the vision towers supported), got '" +
+                                model_type + "'");
+}
 
 ModelSpec vision_model_from_hf_config(const nlohmann::json& document, const std::string& name,
                                       const std::string& origin) {
   const VisionKind kind = detect(document).value();
   const JsonObjectReader config(document, origin);
-  if (kind == VisionKind::llava) {
-    throw InputError(origin + ": LlavaForConditionalGeneration is not yet supported: its vision tower runs on the "
-                              "image's patches and its language model on the text sequence, and the step model has "
-                              "one sequence length for all layers; plan the vision_config and text_config apart");
-  }
-  const VisionShape shape = read_shape(config, kind);
   const bool vit = kind == VisionKind::vit || kind == VisionKind::vit_classifier;
-  const std::int64_t h = shape.hidden;
-  const std::int64_t tokens = shape.patches() + (kind == VisionKind::siglip ? 0 : 1);  // + the class token
-  const double per_image = 1.0 / static_cast<double>(tokens);  // a head that reads one vector per image
   const std::string prefix = kind == VisionKind::vit_classifier ? "vit." : vit ? "" : "vision_model.";
+  VisionTower tower = build_tower(config, kind, prefix);
+  const std::int64_t h = tower.hidden_size;
+  const double per_image = 1.0 / static_cast<double>(tower.tokens_per_image);  // a head that reads one vector
 
   ModelSpec model;
   model.name = name;
   model.hidden_size = h;
-  model.num_heads = shape.heads;
-  model.default_seq_len = tokens;
-  model.layers.push_back(patch_embedding(shape, kind, prefix + "embeddings"));
-  if (kind == VisionKind::clip) {
-    model.layers.push_back(plain_layer(prefix + "pre_layrnorm", LayerKind::norm, {{"weight", {h}}, {"bias", {h}}}, 0.0,
-                                       static_cast<double>(h)));
+  model.num_heads = tower.num_heads;
+  model.default_seq_len = tower.tokens_per_image;
+  for (auto* part : {&tower.stem, &tower.blocks, &tower.tail}) {
+    for (LayerSpec& layer : *part) model.layers.push_back(std::move(layer));
   }
-  const std::string blocks = prefix + (vit ? "encoder.layer." : "encoder.layers.");
-  for (std::int64_t index = 0; index < shape.layers; ++index) {
-    model.layers.push_back(encoder_block(shape, kind, blocks + std::to_string(index)));
-  }
-  const std::vector<TensorSpec> final_norm = {{"weight", {h}}, {"bias", {h}}};
-  model.layers.push_back(plain_layer(prefix + (vit ? "layernorm" : "post_layernorm"), LayerKind::norm, final_norm, 0.0,
-                                     static_cast<double>(h)));
   if (kind == VisionKind::vit && config.boolean("add_pooling_layer", true)) {
     // ViTPooler: dense + tanh on the class token.
     model.layers.push_back(plain_layer("pooler", LayerKind::other, {{"dense.weight", {h, h}}, {"dense.bias", {h}}},
@@ -252,26 +295,6 @@ ModelSpec vision_model_from_hf_config(const nlohmann::json& document, const std:
     model.layers.push_back(plain_layer("classifier", LayerKind::other,
                                        {{"weight", {labels, h}}, {"bias", {labels}}},
                                        2.0 * static_cast<double>(h * labels) * per_image, h * per_image));
-  } else if (kind == VisionKind::siglip && config.boolean("vision_use_head", true)) {
-    // SiglipMultiheadAttentionPoolingHead: a probe vector attends over the patches (nn.MultiheadAttention: in_proj
-    // 3h × h, out_proj), then LayerNorm and an MLP on the pooled vector. The keys and values are projections of every
-    // patch (2h² multiply-adds a token); the rest is per image.
-    const std::int64_t f = shape.intermediate;
-    std::vector<TensorSpec> head = {{"probe", {1, 1, h}},
-                                    {"attention.in_proj_weight", {3 * h, h}},
-                                    {"attention.in_proj_bias", {3 * h}},
-                                    {"attention.out_proj.weight", {h, h}},
-                                    {"attention.out_proj.bias", {h}},
-                                    {"layernorm.weight", {h}},
-                                    {"layernorm.bias", {h}},
-                                    {"mlp.fc1.weight", {f, h}},
-                                    {"mlp.fc1.bias", {f}},
-                                    {"mlp.fc2.weight", {h, f}},
-                                    {"mlp.fc2.bias", {h}}};
-    const double flops = 2.0 * static_cast<double>(2 * h * h) +
-                         2.0 * static_cast<double>(2 * h * h + 2 * h * f) * per_image;
-    model.layers.push_back(plain_layer(prefix + "head", LayerKind::other, std::move(head), flops,
-                                       3.0 * static_cast<double>(h)));
   }
   validate_model(model, origin);
   return model;

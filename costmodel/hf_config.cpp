@@ -43,12 +43,25 @@ std::span<const KnownArchitecture> known_architectures() {
   return table;
 }
 
+// The configs model_source.cpp hands to the other importers before this one (hf_arch_vision.h, hf_arch_llava.h): an
+// unsupported architecture's error lists them too.
+constexpr KnownArchitecture kOtherImporters[] = {
+    {"ViTModel", "vit", HfKind::llama},
+    {"ViTForImageClassification", "", HfKind::llama},
+    {"CLIPVisionModel", "clip_vision_model", HfKind::llama},
+    {"SiglipVisionModel", "siglip_vision_model", HfKind::llama},
+    {"LlavaForConditionalGeneration", "llava", HfKind::llama},
+};
+
 std::string supported_list(std::string_view KnownArchitecture::*member) {
   std::string list;
-  for (const auto& known : known_architectures()) {
+  const auto add = [&](const KnownArchitecture& known) {
+    if ((known.*member).empty()) return;
     if (!list.empty()) list += ", ";
     list += std::string(known.*member);
-  }
+  };
+  for (const auto& known : known_architectures()) add(known);
+  for (const auto& known : kOtherImporters) add(known);
   return list;
 }
 

@@ -92,7 +92,7 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
                                "attention_flops_per_token_per_position", "activation_elements_per_token",
                                "activation_score_elements_per_token_per_position", "activation_mask_bytes_per_token",
                                "activation_score_mask_bytes_per_token_per_position", "checkpoint_elements_per_token",
-                               "causal", "class", "attention_heads", "measured"});
+                               "causal", "class", "attention_heads", "measured", "tokens_per_sample"});
     // "" names the root module, whose own parameters (ViT's class_token) a bridge-written file lists as a layer: the
     // exports' get_submodule("") is the model itself.
     const bool root_module = entry.has("name") && entry.raw().at("name") == "";
@@ -171,6 +171,8 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
         per_token("checkpoint_elements_per_token", limits::kMaxActivationElementsPerToken,
                   layer.activations.checkpoint_elements_per_token);
     layer.flops.causal_attention = entry.boolean("causal", true);
+    // Note [Tokens per sample] (model_spec.h): a layer that runs on a fixed count per sample (a vision tower's patches).
+    layer.fixed_tokens_per_sample = entry.optional_int_in_range("tokens_per_sample", 1, limits::kMaxSeqLen);
     if (layer.flops.attention_flops_per_token_per_position == 0) {
       layer.activations.flash_stat_bytes_per_token = 0;  // no attention core, no log-sum-exp
     } else if (const auto heads = entry.optional_int_in_range("attention_heads", 1, limits::kMaxHeads)) {
@@ -239,6 +241,7 @@ nlohmann::json to_json(const ModelSpec& model) {
   for (const auto& layer : model.layers) {
     nlohmann::json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}, {"params", layer.param_count()}};
     if (layer.tied_to_layer) entry["tied_to"] = model.layers[*layer.tied_to_layer].name;
+    if (layer.fixed_tokens_per_sample) entry["tokens_per_sample"] = *layer.fixed_tokens_per_sample;
     layers.push_back(std::move(entry));
   }
   return {{"schema", "shardplan.model/v1"},

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "errors.h"
+#include "input_limits.h"
 #include "name_suggest.h"
 
 namespace shardplan {
@@ -60,8 +61,8 @@ std::int64_t LayerSpec::param_count() const {
 double LayerSpec::forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
   // A causal kernel that skips the masked upper triangle does half the attention work (FlashAttention-2, §3.1).
   const double attention_share = causal_skip && flops.causal_attention ? 0.5 : 1.0;
-  return flops.matmul_flops_per_token +
-         attention_share * flops.attention_flops_per_token_per_position * static_cast<double>(seq_len);
+  const auto positions = static_cast<double>(tokens_per_sample(seq_len));
+  return flops.matmul_flops_per_token + attention_share * flops.attention_flops_per_token_per_position * positions;
 }
 
 double LayerSpec::backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
@@ -72,7 +73,7 @@ double LayerSpec::backward_flops_per_token(std::int64_t seq_len, bool causal_ski
 double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
                                              ActivationCheckpointing checkpointing) const {
   const auto& a = activations;
-  const double s = static_cast<double>(seq_len);
+  const double s = static_cast<double>(tokens_per_sample(seq_len));
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::full) {
     // Full recompute keeps only the block input: 2sbh bytes in 16-bit (Korthikanti et al. 2022, §4.1).
     return a.checkpoint_elements_per_token * activation_element_bytes;
@@ -124,7 +125,10 @@ std::size_t ModelSpec::block_count() const {
 
 double ModelSpec::forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
   double total = 0;
-  for (const auto& layer : layers) total += layer.forward_flops_per_token(seq_len, causal_skip);
+  for (const auto& layer : layers) {
+    const double share = static_cast<double>(layer.tokens_per_sample(seq_len)) / static_cast<double>(seq_len);
+    total += layer.forward_flops_per_token(seq_len, causal_skip) * share;
+  }
   return total;
 }
 
@@ -145,6 +149,11 @@ void validate_model(const ModelSpec& model, const std::string& origin) {
         throw InputError(where + ": field 'tied_to': expected an earlier layer that owns parameters");
       }
       if (!layer.tensors.empty()) throw InputError(where + ": a tied layer must not list its own tensors");
+    }
+    // Note [Input limits]: a sample's tokens in the range of --seq-len, so micro-batch × tokens stays in 64 bits.
+    if (layer.fixed_tokens_per_sample &&
+        (*layer.fixed_tokens_per_sample < 1 || *layer.fixed_tokens_per_sample > limits::kMaxSeqLen)) {
+      throw InputError(where + ": field 'tokens_per_sample': expected an integer from 1 to 16777216");
     }
     if (layer.flops.matmul_flops_per_token < 0 || layer.flops.attention_flops_per_token_per_position < 0 ||
         layer.activations.elements_per_token < 0) {

@@ -103,14 +103,24 @@ struct LayerSpec {
   // A block whose MLP is a mixture of experts: its routing, for expert parallelism (Note [Expert parallelism] in
   // planner/unit_layout.h) and the all-to-alls the lowering emits.
   std::optional<MoeLayerRouting> moe;
+  // Note [Tokens per sample]: the tokens one training sample puts through this layer when the model fixes that count
+  // rather than --seq-len does — a multimodal model's vision tower runs on its image's patches (577 per image for
+  // CLIP ViT-L/14 at 336 px, class token included) while its decoder runs on the training sequence. Absent: the
+  // training sequence. Read only through tokens_per_sample() and TrainingConfig::tokens_per_micro_batch(layer).
+  std::optional<std::int64_t> fixed_tokens_per_sample;
 
   std::int64_t param_count() const;
-  // causal_skip: the attention kernel skips masked work (flash); it applies only where the layer is causal.
+  // Note [Tokens per sample]: the layer's own count where fixed, else the training sequence length `seq_len`. It is
+  // also the number of positions the layer's attention spans (each sample's tokens attend among themselves).
+  std::int64_t tokens_per_sample(std::int64_t seq_len) const { return fixed_tokens_per_sample.value_or(seq_len); }
+  // Per token of this layer, at training sequence length `seq_len` (the attention spans tokens_per_sample(seq_len)
+  // positions). causal_skip: the attention kernel skips masked work (flash); it applies only where the layer is causal.
   double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
   // Backward's model FLOPs: 2× forward, less the weight gradients frozen weights skip; none where autograd runs no
   // backward (LayerFinetune::backward_needed).
   double backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
-  // Bytes kept for backward per token under the given checkpointing (only transformer blocks are checkpointed).
+  // Bytes kept for backward per token of this layer under the given checkpointing (only transformer blocks are
+  // checkpointed); the s² terms span tokens_per_sample(seq_len) positions.
   double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
                                     ActivationCheckpointing checkpointing) const;
   // The workspaces per token (ActivationFootprint): forward's upcast exists only when activations are narrower than
@@ -175,7 +185,8 @@ struct ModelSpec {
 
   std::int64_t param_count() const;
   std::size_t block_count() const;  // transformer blocks
-  // Model FLOPs for one token's forward pass at this sequence length (no recompute): the MFU numerator / 3.
+  // Model FLOPs of the forward pass per token of the training sequence at this length (no recompute): the MFU
+  // numerator / 3. A layer with its own token count (Note [Tokens per sample]) adds its work per sample over seq_len.
   double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
 };
 

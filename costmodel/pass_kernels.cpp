@@ -255,9 +255,10 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
   if (!layer.kernels) derived = derived_kernel_spec(model, layer);
   const LayerKernelSpec& spec = layer.kernels ? *layer.kernels : derived;
   PassShape shape;
-  shape.tokens = training.tokens_per_micro_batch();
+  // Note [Tokens per sample] (model_spec.h): the layer's own tokens, over which its attention spans.
+  shape.tokens = training.tokens_per_micro_batch(layer);
   shape.sequences = training.micro_batch;
-  shape.seq_len = training.seq_len;
+  shape.seq_len = layer.tokens_per_sample(training.seq_len);
   shape.activation_bytes = training.precision.param_compute_bytes;
   shape.flash = training.flash_attention;
   shape.triton = training.attention_kernel == AttentionKernel::triton;

@@ -67,6 +67,12 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
       training.micro_batch * training.seq_len > limits::kMaxTokensPerMicroBatch) {
     throw InputError("--micro-batch: expected at most 2^32 tokens per micro-batch (micro-batch × seq-len)");
   }
+  for (const LayerSpec& layer : model.layers) {  // Note [Tokens per sample]: a layer with its own count
+    if (layer.fixed_tokens_per_sample && training.tokens_per_micro_batch(layer) > limits::kMaxTokensPerMicroBatch) {
+      throw InputError("--micro-batch: expected at most 2^32 tokens per micro-batch in layer " + layer.name + " (" +
+                       std::to_string(*layer.fixed_tokens_per_sample) + " tokens per sample)");
+    }
+  }
   if (training.global_batch > limits::kMaxGlobalBatch) throw InputError("--global-batch: expected at most 2^32");
   if (model.architecture && training.seq_len > model.architecture->max_position_embeddings) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
@@ -96,13 +102,13 @@ void validate_expert_parallel(const TrainingConfig& training, const ModelSpec& m
 }
 
 double step_bytes_bound(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches) {
-  double activation_bytes = 0;
+  double activation_bytes = 0;  // per micro-batch
   for (const LayerSpec& layer : model.layers) {
     activation_bytes += layer.activation_bytes_per_token(training.seq_len, 4, training.flash_attention,
-                                                        ActivationCheckpointing::none);
+                                                        ActivationCheckpointing::none) *
+                        static_cast<double>(training.tokens_per_micro_batch(layer));
   }
-  const double per_micro_batch = 2.0 * activation_bytes * static_cast<double>(training.tokens_per_micro_batch()) +
-                                 32.0 * static_cast<double>(model.param_count());
+  const double per_micro_batch = 2.0 * activation_bytes + 32.0 * static_cast<double>(model.param_count());
   return per_micro_batch * static_cast<double>(micro_batches);
 }
 

@@ -41,7 +41,13 @@ struct TrainingConfig {
   // every expert). Plan JSON "training": {"expert_parallel_degree"}; CLI --expert-parallel.
   int expert_parallel_degree = 1;
 
+  // Tokens of the training sequence in one micro-batch: what throughput counts.
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }
+  // The tokens `layer` processes in one micro-batch (Note [Tokens per sample] in model_spec.h): its own count per
+  // sample where the model fixes one, else the training sequence. Every per-layer cost multiplies by this.
+  std::int64_t tokens_per_micro_batch(const LayerSpec& layer) const {
+    return layer.tokens_per_sample(seq_len) * micro_batch;
+  }
   // global_batch / (micro_batch × data-parallel ranks); InputError when it does not divide evenly.
   std::int64_t grad_accumulation_steps(int data_parallel_ranks) const;
 };

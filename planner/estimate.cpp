@@ -119,6 +119,7 @@ nlohmann::json to_json(const EstimateResult& result) {
                       {"kind", to_string(layer.kind)},
                       {"params", layer.param_count()},
                       {"causal_attention", layer.flops.causal_attention},
+                      {"tokens_per_sample", layer.tokens_per_sample(training.seq_len)},
                       {"forward_flops_per_token", layer.forward_flops_per_token(training.seq_len,
                                                                                 training.flash_attention)},
                       {"kept_activation_bytes", kept_activation_bytes(request.model, training, index, mode)}});

@@ -18,7 +18,7 @@ namespace {
 bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
   return a.kind == b.kind && a.param_count() == b.param_count() && a.tied_to_layer == b.tied_to_layer &&
          a.finetune == b.finetune && a.flops == b.flops && a.activations == b.activations && a.kernels == b.kernels &&
-         a.moe == b.moe;
+         a.moe == b.moe && a.fixed_tokens_per_sample == b.fixed_tokens_per_sample;
 }
 
 std::int64_t total_bytes(const MemoryByCategory& bytes) {
@@ -38,6 +38,7 @@ LayerSpec lean_layer(const LayerSpec& layer) {
   lean.kernels = layer.kernels;
   lean.finetune = layer.finetune;
   lean.moe = layer.moe;  // Note [Expert parallelism]: the routed experts' share and the all-to-alls' payload
+  lean.fixed_tokens_per_sample = layer.fixed_tokens_per_sample;  // Note [Tokens per sample] (model_spec.h)
   if (const std::int64_t params = layer.param_count(); params > 0) lean.tensors.push_back({"", {params}});
   return lean;
 }

@@ -254,9 +254,9 @@ class Lowerer {
     if (pass != ComputePass::recompute) {
       // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
       // FLOPs, whatever the kernels do beyond that (a flash backward's recompute, activation recompute).
-      const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch());
       // Frozen weights skip their weight gradients (LayerSpec::backward_flops_per_token).
       const LayerSpec& spec = model_.layers[layer];
+      const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch(spec));
       const std::int64_t seq = plan_.training.seq_len;
       const bool causal = plan_.training.flash_attention;
       schedule_.model_flops_per_rank +=
@@ -285,7 +285,7 @@ class Lowerer {
     const int degree = plan_.training.expert_parallel_degree;
     if (!spec.moe || degree <= 1) return;
     const MoeLayerRouting& routing = *spec.moe;
-    const double slots = static_cast<double>(plan_.training.tokens_per_micro_batch()) *
+    const double slots = static_cast<double>(plan_.training.tokens_per_micro_batch(spec)) *
                          static_cast<double>(routing.experts_per_token) * routing.capacity_factor;
     const int element_bytes = plan_.training.precision.param_compute_bytes;
     const auto bytes = static_cast<std::int64_t>(std::llround(slots * static_cast<double>(routing.hidden_size))) *

@@ -158,9 +158,11 @@ MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const
 
 std::int64_t kept_activation_bytes(const ModelSpec& model, const TrainingConfig& training, std::size_t layer,
                                    ActivationCheckpointing mode) {
-  const double per_token = model.layers[layer].activation_bytes_per_token(
-      training.seq_len, training.precision.param_compute_bytes, training.flash_attention, mode);
-  return static_cast<std::int64_t>(std::llround(per_token * static_cast<double>(training.tokens_per_micro_batch())));
+  const LayerSpec& spec = model.layers[layer];
+  const double per_token = spec.activation_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
+                                                           training.flash_attention, mode);
+  const auto tokens = static_cast<double>(training.tokens_per_micro_batch(spec));
+  return static_cast<std::int64_t>(std::llround(per_token * tokens));
 }
 
 ActivationCheckpointing layer_checkpointing_of(const Plan& plan, const ModelSpec& model, std::size_t layer) {
@@ -178,8 +180,10 @@ std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& mode
 
 namespace {
 
-std::int64_t per_micro_batch(double bytes_per_token, const TrainingConfig& training) {
-  return static_cast<std::int64_t>(std::llround(bytes_per_token * static_cast<double>(training.tokens_per_micro_batch())));
+// Per token of `layer` (Note [Tokens per sample] in model_spec.h) to per micro-batch.
+std::int64_t per_micro_batch(double bytes_per_token, const LayerSpec& layer, const TrainingConfig& training) {
+  return static_cast<std::int64_t>(
+      std::llround(bytes_per_token * static_cast<double>(training.tokens_per_micro_batch(layer))));
 }
 
 }  // namespace
@@ -194,7 +198,8 @@ std::int64_t dequantized_weight_bytes(const Plan& plan, const ModelSpec& model, 
 std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
   const int element_bytes = plan.training.precision.param_compute_bytes;
   return recomputed_activation_bytes(plan, model, layer) +
-         per_micro_batch(model.layers[layer].forward_workspace_bytes_per_token(element_bytes), plan.training) +
+         per_micro_batch(model.layers[layer].forward_workspace_bytes_per_token(element_bytes), model.layers[layer],
+                         plan.training) +
          dequantized_weight_bytes(plan, model, layer);
 }
 
@@ -203,7 +208,8 @@ std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, 
   const auto& finetune = model.layers[layer].finetune;
   const bool runs = !finetune || finetune->backward_needed;
   const std::int64_t dequantized = runs ? dequantized_weight_bytes(plan, model, layer) : 0;
-  return per_micro_batch(model.layers[layer].backward_workspace_bytes_per_token(element_bytes), plan.training) +
+  return per_micro_batch(model.layers[layer].backward_workspace_bytes_per_token(element_bytes), model.layers[layer],
+                         plan.training) +
          dequantized;
 }
 

@@ -185,7 +185,8 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
   CHECK(contains(message, "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, "
                           "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                           "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, DeepseekV2ForCausalLM, "
-                          "DeepseekV3ForCausalLM, GPTNeoXForCausalLM)"));
+                          "DeepseekV3ForCausalLM, GPTNeoXForCausalLM, ViTModel, ViTForImageClassification, "
+                          "CLIPVisionModel, SiglipVisionModel, LlavaForConditionalGeneration)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
   document["architectures"] = nlohmann::json::array({"LlamaForSequenceClassification"});
