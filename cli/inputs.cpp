@@ -51,8 +51,8 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
   command.add_flag("--no-flash-attention", flags.no_flash_attention, "materialise attention scores (s² memory)");
   command.add_option("--attention", flags.attention,
                      "attention kernel: flash (FlashAttention-2, SDPA) | triton (Triton FlashAttention, llm-foundry's "
-                     "attn_impl: triton) | eager "
-                     "(materialised scores, as --no-flash-attention)");
+                     "attn_impl: triton) | eager (HF attn_implementation=\"eager\": materialised scores, and what "
+                     "autograd keeps for each composite op)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
   command.add_option("--expert-parallel", flags.expert_parallel,
                      "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
@@ -206,6 +206,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
     }
     if (flags.attention == "eager") {
       training.flash_attention = false;
+      training.attention_kernel = AttentionKernel::eager;
     } else {
       try {
         training.attention_kernel = attention_kernel_from_string(flags.attention);

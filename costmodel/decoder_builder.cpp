@@ -90,6 +90,41 @@ LayerSpec embedding_layer(const std::string& name, std::int64_t rows, std::int64
   return layer;
 }
 
+// Note [Eager composite activations] for the llama block, as HF's modeling_llama runs it with
+// attn_implementation="eager" (LlamaRMSNorm, apply_rotary_pos_emb, repeat_kv, eager_attention_forward, LlamaMLP). What
+// each op's autograd node saves is tools/autograd/derivatives.yaml's: a node keeps an input or its result only where
+// a gradient formula names it, and mul.Tensor names `other` for self's gradient and `self` for other's.
+//   LlamaRMSNorm: x.to(float32) (a copy under bf16/fp16; _to_copy saves nothing) → pow(2) saves its input, the fp32
+//     x → mean (nothing since pytorch/pytorch#109935, torch 2.2; 1.13-2.1 kept its input x², pytorch#109876) → + eps
+//     → rsqrt saves its result, one fp32 per row → x · rsqrt (mul saves both, already kept) → .to(dtype) → weight · it
+//     saves it, the activation-dtype x·rsqrt (for the weight's gradient). The weighted output is what the projections
+//     keep (elements_per_token). So beyond elements_per_token: x·rsqrt, and the rsqrt, and the input in fp32.
+//   RoPE: q·cos + rotate_half(q)·sin saves cos and sin only (q needs no gradient from them); they are
+//     LlamaModel.rotary_emb's 1 × s × head_dim tables, computed once per forward and shared by every layer and every
+//     sequence of the batch: 2·s·head_dim elements per micro-batch for the whole model, not per token of a block
+//     (Llama 3 8B: 256 per token at micro-batch 1 for all 32 layers, beside ~90k per layer), and not counted.
+//   repeat_kv: expand + reshape copies k and v to every query head (n_rep = heads / kv_heads; none when 1), and
+//     matmul's bmm saves both operands: q after RoPE (q), kᵀ and v at q width each. elements_per_token counts 2·kv.
+//   softmax(dtype=float32) saves its fp32 result (heads × s per token); .to(q.dtype) casts it back and P·V's bmm saves
+//     the cast (the score elements); in fp32 they are one tensor. The scaling (mul by a Python scalar) and the mask
+//     add save nothing; dropout with p = 0 returns its input.
+//   LlamaMLP: silu saves its input (gate output), mul its two inputs (silu output, up output), down_proj its input:
+//     the 4f of elements_per_token, as counted.
+// Qwen3's q_norm/k_norm are the same RMSNorm over each head (heads + kv_heads rows); Gemma's sandwich norms are
+// counted as LlamaRMSNorm (Gemma2RMSNorm keeps x·rsqrt in fp32, 2 bytes more per element under bf16: not modelled).
+// DeepSeek's MLA norms (q_a_layernorm, kv_a_layernorm) are not counted here; MLA's k and v are per head already.
+void set_eager_llama_block_activations(const DecoderArchitecture& arch, ActivationFootprint& kept) {
+  const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim();
+  const std::int64_t hidden_norms = arch.sandwich_norms ? 4 : 2;
+  const std::int64_t head_norm_width = arch.qk_norm ? q + kv : 0;
+  const std::int64_t head_norm_rows = arch.qk_norm ? arch.num_heads + arch.num_kv_heads : 0;
+  kept.eager_norm_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
+  kept.eager_norm_fp32_elements_per_token = static_cast<double>(hidden_norms + head_norm_rows);
+  kept.eager_upcast_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
+  kept.eager_attention_elements_per_token = arch.mla ? 0.0 : static_cast<double>(2 * (q - kv));
+  kept.eager_score_fp32_elements_per_token_per_position = static_cast<double>(arch.num_heads);
+}
+
 // Llama / Mistral / Qwen2 block: RMSNorm → attention (GQA, RoPE) → residual → RMSNorm → SwiGLU MLP → residual.
 LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   // q is the query heads' width: hidden_size unless the config gives head_dim apart (Qwen3).
@@ -129,16 +164,18 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + 3 * h * f);
   layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(q);
-  // Kept for backward, per token (Korthikanti §4.2's accounting applied to this block, as PyTorch eager keeps them):
+  // Kept for backward, per token (Korthikanti §4.2's accounting applied to this block: the tensors backward needs):
   // attention: norm input h, q/k/v projection input h, q after RoPE q, k and v 2·kv, o_proj input q (Qwen3's q/k
   // norms keep their inputs too: q + kv); MLP: norm input h, gate/up input h, gate output f, SiLU output f, up output
-  // f, down_proj input f. No dropout.
+  // f, down_proj input f. No dropout. This is what a fused path keeps (flash/SDPA, torchtitan); eager HF code keeps
+  // more (set_eager_llama_block_activations above).
   // Gemma's sandwich norms keep their inputs: the attention output and the MLP output (2h).
   layer.activations.elements_per_token = static_cast<double>(4 * h + 2 * q + 2 * kv + 4 * f +
                                                              (arch.qk_norm ? q + kv : 0) + (arch.sandwich_norms ? 2 * h : 0));
   layer.activations.score_elements_per_token_per_position = static_cast<double>(arch.num_heads);  // softmax output
   layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(arch.num_heads);  // fp32 log-sum-exp
   layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
+  set_eager_llama_block_activations(arch, layer.activations);
   layer.kernels = llama_block_kernels(arch);
   layer.activations.selective_op_elements_per_token = selective_op_kept_elements(*layer.kernels, h);
   return layer;
@@ -175,6 +212,11 @@ LayerSpec final_norm(const std::string& name, std::int64_t hidden, bool with_bia
   layer.tensors = {{"weight", {hidden}}};
   if (with_bias) layer.tensors.push_back({"bias", {hidden}});
   layer.activations.elements_per_token = static_cast<double>(hidden);  // its input
+  if (!with_bias) {  // LlamaRMSNorm (model.norm) in eager: Note [Eager composite activations] above
+    layer.activations.eager_norm_elements_per_token = static_cast<double>(hidden);
+    layer.activations.eager_norm_fp32_elements_per_token = 1.0;
+    layer.activations.eager_upcast_elements_per_token = static_cast<double>(hidden);
+  }
   layer.kernels = final_norm_kernels(hidden, with_bias);
   return layer;
 }

@@ -62,6 +62,8 @@ void drop_kept_activations(ActivationFootprint& a) {
   a.elements_per_token = a.mask_bytes_per_token = a.score_elements_per_token_per_position = 0;
   a.score_mask_bytes_per_token_per_position = a.flash_stat_bytes_per_token = a.fp32_bytes_per_token = 0;
   a.checkpoint_elements_per_token = a.selective_op_elements_per_token = 0;
+  a.eager_norm_elements_per_token = a.eager_norm_fp32_elements_per_token = a.eager_upcast_elements_per_token = 0;
+  a.eager_attention_elements_per_token = a.eager_score_fp32_elements_per_token_per_position = 0;
 }
 
 }  // namespace

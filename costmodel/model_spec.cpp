@@ -70,10 +70,12 @@ double LayerSpec::backward_flops_per_token(std::int64_t seq_len, bool causal_ski
   return 2.0 * forward_flops_per_token(seq_len, causal_skip) - flops.frozen_weight_flops_per_token;
 }
 
-double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
+double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes,
+                                             AttentionActivations attention,
                                              ActivationCheckpointing checkpointing) const {
   const auto& a = activations;
   const double s = static_cast<double>(tokens_per_sample(seq_len));
+  const bool flash_attention = attention == AttentionActivations::flash;
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::full) {
     // Full recompute keeps only the block input: 2sbh bytes in 16-bit (Korthikanti et al. 2022, §4.1).
     return a.checkpoint_elements_per_token * activation_element_bytes;
@@ -85,7 +87,8 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
            (flash_attention ? a.flash_stat_bytes_per_token : 0.0);
   }
   // The fp32 copy (logits upcast for the loss) exists only when activations are narrower than fp32.
-  const double upcast = activation_element_bytes < 4 ? a.fp32_bytes_per_token : 0.0;
+  const bool narrow = activation_element_bytes < 4;
+  const double upcast = narrow ? a.fp32_bytes_per_token : 0.0;
   double bytes = a.elements_per_token * activation_element_bytes + a.mask_bytes_per_token + upcast;
   // The s² terms (softmax output, its dropout) are what selective recompute drops (Korthikanti §5) and what a flash
   // kernel never materialises; flash keeps its per-head log-sum-exp instead.
@@ -96,6 +99,16 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
   } else if (keeps_scores) {
     bytes += s * (a.score_elements_per_token_per_position * activation_element_bytes +
                   a.score_mask_bytes_per_token_per_position);
+  }
+  if (attention == AttentionActivations::eager_composite) {
+    // Note [Eager composite activations]: the norms' extra tensors and their fp32 inputs; repeat_kv's copies and the
+    // softmax's fp32 output belong to the attention core, which selective recompute rebuilds from q, k and v.
+    bytes += a.eager_norm_elements_per_token * activation_element_bytes + 4.0 * a.eager_norm_fp32_elements_per_token +
+             (narrow ? 4.0 - activation_element_bytes : 0.0) * a.eager_upcast_elements_per_token;
+    if (keeps_scores) {
+      bytes += a.eager_attention_elements_per_token * activation_element_bytes +
+               (narrow ? 4.0 * s * a.eager_score_fp32_elements_per_token_per_position : 0.0);
+    }
   }
   return bytes;
 }

@@ -67,8 +67,27 @@ struct ActivationFootprint {
   double forward_workspace_fp32_per_token = 0;
   double backward_workspace_fp32_per_token = 0;
   double backward_workspace_elements_per_token = 0;
+  // Note [Eager composite activations]: what eager PyTorch's autograd keeps beyond the fields above when the layer
+  // runs as Hugging Face's attn_implementation="eager" code (AttentionActivations::eager_composite), op by op as
+  // tools/autograd/derivatives.yaml says each op saves; absent (0) for layers whose kept tensors are measured whole
+  // (model files) or whose eager code keeps nothing more. decoder_builder.cpp (llama_block) says which tensors.
+  double eager_norm_elements_per_token = 0;       // activation dtype: each RMSNorm's x·rsqrt (its weight's gradient)
+  double eager_norm_fp32_elements_per_token = 0;  // fp32 whatever the activation dtype: each RMSNorm's rsqrt per row
+  // Of elements_per_token, the tensors eager keeps in fp32 whatever the activation dtype (each RMSNorm's input,
+  // upcast by x.to(float32) before pow saves it): they cost 4 bytes, not the activation dtype's.
+  double eager_upcast_elements_per_token = 0;
+  double eager_attention_elements_per_token = 0;  // activation dtype: repeat_kv's k and v beyond the kv heads
+  // × s: the softmax's fp32 output when activations are narrower than fp32 (softmax(dtype=float32) keeps it, and the
+  // P·V matmul keeps its cast back, the score elements above); in fp32 the two are one tensor.
+  double eager_score_fp32_elements_per_token_per_position = 0;
   bool operator==(const ActivationFootprint&) const = default;
 };
+
+// What a transformer block keeps of its attention core, by how attention runs: a fused kernel (FlashAttention, SDPA's
+// flash/efficient kernels: no scores, a log-sum-exp per head); the scores materialised by kernels that keep exactly
+// the tensors ActivationFootprint's plain fields list (shardplan's CPU and GPU runtimes, --no-flash-attention); or
+// eager PyTorch's composite ops, which keep what autograd saves for each op (Note [Eager composite activations]).
+enum class AttentionActivations { flash, materialised, eager_composite };
 
 // A layer's parameters under a fine-tuning config (finetune_apply.h), in elements: what trains (its base tensors left
 // trainable and its LoRA adapters), what is frozen in full precision, what is frozen and stored 4-bit (QLoRA).
@@ -121,8 +140,15 @@ struct LayerSpec {
   double backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
   // Bytes kept for backward per token of this layer under the given checkpointing (only transformer blocks are
   // checkpointed); the s² terms span tokens_per_sample(seq_len) positions.
-  double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
+  double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, AttentionActivations attention,
                                     ActivationCheckpointing checkpointing) const;
+  // flash_attention: flash, else materialised (the runtimes' and the tests' shorthand).
+  double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
+                                    ActivationCheckpointing checkpointing) const {
+    return activation_bytes_per_token(
+        seq_len, activation_element_bytes,
+        flash_attention ? AttentionActivations::flash : AttentionActivations::materialised, checkpointing);
+  }
   // The workspaces per token (ActivationFootprint): forward's upcast exists only when activations are narrower than
   // fp32, as does backward's cast of its fp32 gradient.
   double forward_workspace_bytes_per_token(int activation_element_bytes) const;

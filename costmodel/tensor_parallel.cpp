@@ -96,6 +96,13 @@ void shard_block(LayerSpec& layer, const DecoderArchitecture& arch, const Tensor
   a.score_elements_per_token_per_position /= t;
   a.score_mask_bytes_per_token_per_position /= t;
   a.flash_stat_bytes_per_token /= t;
+  // Note [Eager composite activations]: the RMSNorms run on the sequence region; repeat_kv's copies and the fp32
+  // softmax output are per head, split.
+  a.eager_norm_elements_per_token *= sequence_share;
+  a.eager_norm_fp32_elements_per_token *= sequence_share;
+  a.eager_upcast_elements_per_token *= sequence_share;
+  a.eager_attention_elements_per_token /= t;
+  a.eager_score_fp32_elements_per_token_per_position /= t;
   // Full recompute keeps the block input (on the sequence shard); selective-op keeps it beside saved matmul outputs
   // and attention's output, all inside the TP regions.
   a.selective_op_elements_per_token = (a.selective_op_elements_per_token - a.checkpoint_elements_per_token) / t +

@@ -28,13 +28,27 @@ std::int64_t TrainingConfig::grad_accumulation_steps(int data_parallel_ranks) co
   return steps;
 }
 
-const char* to_string(AttentionKernel kernel) { return kernel == AttentionKernel::triton ? "triton" : "flash"; }
+const char* to_string(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::triton: return "triton";
+    case AttentionKernel::eager: return "eager";
+    case AttentionKernel::flash: break;
+  }
+  return "flash";
+}
 
 AttentionKernel attention_kernel_from_string(const std::string& text) {
   if (text == "flash") return AttentionKernel::flash;
   if (text == "triton") return AttentionKernel::triton;
-  throw InputError("attention kernel '" + text + "': expected flash or triton" +
-                   did_you_mean(text, {"flash", "triton"}));
+  if (text == "eager") return AttentionKernel::eager;
+  throw InputError("attention kernel '" + text + "': expected flash, triton or eager" +
+                   did_you_mean(text, {"flash", "triton", "eager"}));
+}
+
+AttentionActivations TrainingConfig::attention_activations() const {
+  if (flash_attention) return AttentionActivations::flash;
+  return attention_kernel == AttentionKernel::eager ? AttentionActivations::eager_composite
+                                                    : AttentionActivations::materialised;
 }
 
 ActivationCheckpointing checkpointing_from_string(const std::string& text) {
@@ -74,6 +88,9 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
     }
   }
   if (training.global_batch > limits::kMaxGlobalBatch) throw InputError("--global-batch: expected at most 2^32");
+  if (training.flash_attention && training.attention_kernel == AttentionKernel::eager) {
+    throw InputError("attention_kernel eager: expected flash_attention false (eager attention materialises the scores)");
+  }
   if (model.architecture && training.seq_len > model.architecture->max_position_embeddings) {
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
                      std::to_string(model.architecture->max_position_embeddings) + " positions");
@@ -104,7 +121,7 @@ void validate_expert_parallel(const TrainingConfig& training, const ModelSpec& m
 double step_bytes_bound(const TrainingConfig& training, const ModelSpec& model, std::int64_t micro_batches) {
   double activation_bytes = 0;  // per micro-batch
   for (const LayerSpec& layer : model.layers) {
-    activation_bytes += layer.activation_bytes_per_token(training.seq_len, 4, training.flash_attention,
+    activation_bytes += layer.activation_bytes_per_token(training.seq_len, 4, training.attention_activations(),
                                                         ActivationCheckpointing::none) *
                         static_cast<double>(training.tokens_per_micro_batch(layer));
   }

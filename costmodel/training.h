@@ -14,9 +14,13 @@ namespace shardplan {
 
 // The fused attention kernel a run uses when flash_attention is set: FlashAttention-2 (flash-attn 2.x, and what
 // PyTorch's SDPA runs on sm80/sm90) or the older Triton FlashAttention (flash_attn_triton, MPT's attn_impl: triton).
-enum class AttentionKernel { flash, triton };
+// eager: no fused kernel but eager PyTorch's composite ops (HF attn_implementation="eager"), with flash_attention
+// false: the scores are materialised and each op keeps what its autograd node saves (Note [Eager composite
+// activations] in model_spec.h). flash_attention false with flash or triton: the scores are materialised by kernels
+// that keep the minimal set (shardplan's runtimes, --no-flash-attention).
+enum class AttentionKernel { flash, triton, eager };
 const char* to_string(AttentionKernel kernel);
-AttentionKernel attention_kernel_from_string(const std::string& text);  // flash | triton
+AttentionKernel attention_kernel_from_string(const std::string& text);  // flash | triton | eager
 
 struct TrainingConfig {
   std::int64_t seq_len = 2048;
@@ -48,6 +52,8 @@ struct TrainingConfig {
   std::int64_t tokens_per_micro_batch(const LayerSpec& layer) const {
     return layer.tokens_per_sample(seq_len) * micro_batch;
   }
+  // What the blocks keep of attention (LayerSpec::activation_bytes_per_token), from flash_attention and the kernel.
+  AttentionActivations attention_activations() const;
   // global_batch / (micro_batch × data-parallel ranks); InputError when it does not divide evenly.
   std::int64_t grad_accumulation_steps(int data_parallel_ranks) const;
 };

@@ -166,7 +166,8 @@ std::string render_text(const EstimateResult& result) {
               ? " on blocks " + std::to_string(request.training.checkpoint_every_blocks) + ", " +
                     std::to_string(2 * request.training.checkpoint_every_blocks) + ", ..."
               : "")
-      << (!request.training.flash_attention                                   ? ", eager attention"
+      << (request.training.attention_kernel == AttentionKernel::eager ? ", eager attention"
+          : !request.training.flash_attention                            ? ", materialised attention"
           : request.training.attention_kernel == AttentionKernel::triton ? ", Triton FlashAttention"
                                                                           : ", flash attention")
       << (request.offload_params ? ", CPU offload" : "")

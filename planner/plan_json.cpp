@@ -63,7 +63,7 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
     training.attention_kernel =
         attention_kernel_from_string(block.optional_string("attention_kernel").value_or("flash"));
   } catch (const InputError&) {
-    block.fail("attention_kernel", "\"flash\" or \"triton\"");
+    block.fail("attention_kernel", "\"flash\", \"triton\" or \"eager\"");
   }
   training.no_sync_accumulation = block.boolean("no_sync", false);
   // Note [Expert parallelism]: absent in plans of models without experts; validate_plan checks it against the model.

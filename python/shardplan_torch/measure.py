@@ -74,15 +74,31 @@ def scaled_input(tensor, scale):
     return torch.randn(shape, dtype=tensor.dtype, generator=generator)
 
 
-def measure_block(block, args, scale):
-    """One block on a random input `scale`× its captured one: forward FLOPs, saved bytes, tokens per sample."""
+def scaled_further_input(tensor, tokens, scale):
+    """A block's further input (beyond the hidden states) at `scale`× the tokens: a random tensor whose dimensions
+    equal to the token count `tokens` are `scale`× as long (HF's rotary tables 1 × s × head_dim, a mask s × s); one
+    with no such dimension is passed as it is."""
+    if not torch.is_tensor(tensor) or tokens not in tuple(tensor.shape):
+        return tensor
+    shape = [extent * scale if extent == tokens else extent for extent in tensor.shape]
+    if not tensor.is_floating_point():
+        return torch.zeros(shape, dtype=tensor.dtype)
+    return torch.randn(shape, dtype=tensor.dtype, generator=torch.Generator().manual_seed(1))
+
+
+def measure_block(block, args, scale, shared=()):
+    """One block on a random input `scale`× its captured one: forward FLOPs, saved bytes, tokens per sample.
+    shared: indices of further inputs the model hands to every block alike (HF's position_embeddings, computed once
+    per forward): what the block saves of them is kept once for the whole model, not per block, so it is not counted
+    here (like the parameters)."""
     x = scaled_input(args[0], scale).requires_grad_(args[0].is_floating_point())
-    rest = tuple(args[1:])
+    tokens = args[0].shape[1] if args[0].dim() == 3 else None
+    rest = tuple(scaled_further_input(a, tokens, scale) if tokens and scale != 1 else a for a in args[1:])
     block.train()
     with FlopCounter() as counter:
         with torch.no_grad():
             block(x, *rest)
-    with SavedTensors(block) as saved:
+    with SavedTensors(block, [rest[i - 1] for i in shared if torch.is_tensor(rest[i - 1])]) as saved:
         out = block(x, *rest)
     first = out[0] if isinstance(out, (tuple, list)) else out
     first.float().sum().backward()  # the saved tensors are the ones backward reads; it runs
@@ -92,6 +108,18 @@ def measure_block(block, args, scale):
             "saved_floating_bytes": saved.total.floating_bytes,
             "saved_floating_elements": saved.total.floating_elements,
             "saved_other_bytes": saved.total.other_bytes, "dtype": str(x.dtype).replace("torch.", "")}
+
+
+def shared_inputs(inputs, path):
+    """Indices of the further inputs of block `path` (whole_model_pass's inputs) that another block was handed too,
+    the same tensor: per-forward state the model computes once (HF's rotary position_embeddings)."""
+    def pointer(tensor):
+        return tensor.data_ptr() if torch.is_tensor(tensor) and tensor.numel() > 0 else None
+    mine = inputs[path]
+    others = [args for other, args in inputs.items() if other != path]
+    return tuple(i for i in range(1, len(mine))
+                 if pointer(mine[i]) is not None and
+                 any(i < len(args) and pointer(args[i]) == pointer(mine[i]) for args in others))
 
 
 def linear_fit(x1, y1, x2, y2):

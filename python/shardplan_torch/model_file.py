@@ -106,7 +106,8 @@ def describe_model(model, example_input, name=None, wrap_classes=None, causal=Fa
         key = (group["class"], tuple(tuple(t["shape"]) for t in group["tensors"]), tuple(args[0].shape))
         if key not in measured:
             scales = (1, 2) if args[0].dim() == 3 else (1, 4)
-            samples = [measure.measure_block(module, args, scale) for scale in scales]
+            shared = measure.shared_inputs(whole["inputs"], group["path"])
+            samples = [measure.measure_block(module, args, scale, shared) for scale in scales]
             measured[key] = _block_layer(group, module, samples, model_tokens, causal)
         layer = dict(measured[key])
         layer["name"] = group["path"]

@@ -1,7 +1,7 @@
 # The bytes autograd keeps for backward while a piece of code runs forward, measured with
 # torch.autograd.graph.saved_tensors_hooks (torch >= 1.10): every tensor an op saves for its backward passes through
 # the pack hook. Each storage counts once however many ops save it (or views of it), and the model's own parameters
-# and buffers count not at all (they are model state, not activations).
+# and buffers count not at all (they are model state, not activations), nor do tensors named as shared.
 import torch
 
 
@@ -25,8 +25,9 @@ class SavedTensors:
     """with SavedTensors(model) as saved: forward(); saved.total (a Kept), or saved.by_part[name] for the parts named
     by setting saved.current while the forward runs (a module-stack hook does)."""
 
-    def __init__(self, model):
-        self._state = {_storage(t)[0] for t in list(model.parameters()) + list(model.buffers())}
+    def __init__(self, model, shared=()):
+        # shared: further tensors that are not this part's own activations (inputs every block is handed alike).
+        self._state = {_storage(t)[0] for t in list(model.parameters()) + list(model.buffers()) + list(shared)}
         self._seen = set()
         self.current = None
         self.total = Kept()

@@ -26,11 +26,13 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotary_tables(seq_len, head_dim, theta=500000.0):
+def rotary_tables(seq_len, head_dim, dtype, theta=500000.0):
+    """cos and sin, 1 × seq_len × head_dim in the activation dtype, as LlamaRotaryEmbedding.forward returns them for
+    position_ids [1, s] (the default: one row shared by every sequence of the batch)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     freqs = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
+    emb = torch.cat((freqs, freqs), dim=-1)[None]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 class LlamaBlock(nn.Module):
@@ -47,14 +49,15 @@ class LlamaBlock(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
-    def forward(self, x):
+    def forward(self, x, cos, sin):
+        # cos, sin: LlamaDecoderLayer's position_embeddings, computed once by the model for every layer.
         b, s, h = x.shape
         residual = x
         x = self.input_layernorm(x)
         q = self.q_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        cos, sin = rotary_tables(s, self.head_dim)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # apply_rotary_pos_emb's unsqueeze_dim=1
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         groups = self.num_heads // self.kv_heads
@@ -72,7 +75,8 @@ class LlamaBlock(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """embed_tokens → layers → norm → lm_head, as LlamaForCausalLM (untied)."""
+    """embed_tokens → layers → norm → lm_head, as LlamaForCausalLM (untied). As LlamaModel.forward does with its
+    rotary_emb, the rotary tables are computed once per forward and handed to every layer."""
 
     def __init__(self, vocab, hidden, intermediate, layers, heads, kv_heads):
         super().__init__()
@@ -83,8 +87,9 @@ class LlamaModel(nn.Module):
 
     def forward(self, tokens):
         x = self.embed_tokens(tokens)
+        cos, sin = rotary_tables(tokens.shape[1], self.layers[0].head_dim, x.dtype)
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, cos, sin)
         return self.lm_head(self.norm(x))
 
 
