@@ -147,6 +147,14 @@ void shard_block(LayerSpec& layer, const DecoderArchitecture& arch, const Tensor
   }
 }
 
+// Note [Loss-parallel workspaces]: torch/distributed/tensor/parallel/loss.py replaces the fused log_softmax and
+// nll_loss kernels by decompositions with collectives inserted. _log_softmax (after torch._decomp's) allocates
+// `shifted = x - x_max`, `torch.exp(shifted)` and `shifted - shifted_logsumexp`, each a new fp32 tensor of the
+// rank's V/t logits per token: beside the float upcast x, shifted and exp(shifted) are alive before the kept output
+// exists, and shifted beside it after — 2 workspaces of V/t fp32 per token (the fused kernel: the upcast only, 1).
+// _nll_loss_and_log_softmax_backward computes `(grad_input + torch.exp(x)) * grad_output` with grad_input =
+// zeros_like(x): zeros, exp(x) and their sum are alive together beside the kept log-softmax output — 3 (the fused
+// backward: nll_loss's gradient and log_softmax's, 2; decoder_builder.cpp lm_head).
 void shard_outer_layer(LayerSpec& layer, const DecoderArchitecture& arch, const TensorParallelStyle& style,
                        bool vocab_embedding) {
   const double t = style.degree, h = static_cast<double>(arch.hidden_size);
@@ -162,8 +170,10 @@ void shard_outer_layer(LayerSpec& layer, const DecoderArchitecture& arch, const 
     layer.flops.frozen_weight_flops_per_token /= t;
     a.elements_per_token = h + (a.elements_per_token - h) / t;
     a.fp32_bytes_per_token /= t;
-    a.forward_workspace_fp32_per_token /= t;
-    a.backward_workspace_fp32_per_token /= t;
+    // Loss parallel's cross-entropy is not the fused kernels' (Note [Loss-parallel workspaces]).
+    const double vocab_share = static_cast<double>(share(arch.vocab_size, style.degree));
+    a.forward_workspace_fp32_per_token = 2.0 * vocab_share;
+    a.backward_workspace_fp32_per_token = 3.0 * vocab_share;
     a.backward_workspace_elements_per_token /= t;
     for (ProjectionSpec& projection : kernels.projections) {
       projection.out_features = share(projection.out_features, style.degree);

@@ -165,6 +165,22 @@ TEST_CASE("tensor parallel: one TP rank holds 1/t of every projection, embedding
   CHECK(shard.forward_flops_per_token(8192, true) == doctest::Approx(model.forward_flops_per_token(8192, true) / 8));
 }
 
+// Note [Loss-parallel workspaces]: loss.py's decomposed log_softmax holds 2 fp32 tensors of V/t logits per token
+// beside its kept output, its fused nll/log_softmax backward 3; the single-GPU head's fused kernels 1 and 2 of V.
+TEST_CASE("tensor parallel: loss parallel's workspaces are its decomposed cross-entropy's") {
+  const ModelSpec model = preset_model("llama3-8b");
+  const ModelSpec shard = tensor_parallel_shard(model, pytorch_tensor_parallel(8));
+  const LayerSpec& whole_head = model.layers.back();
+  const LayerSpec& head = shard.layers.back();
+  REQUIRE(head.kind == LayerKind::lm_head);
+  const double vocab = 128256;
+  CHECK(whole_head.activations.forward_workspace_fp32_per_token == vocab);
+  CHECK(whole_head.activations.backward_workspace_fp32_per_token == 2 * vocab);
+  CHECK(head.activations.forward_workspace_fp32_per_token == 2 * vocab / 8);
+  CHECK(head.activations.backward_workspace_fp32_per_token == 3 * vocab / 8);
+  CHECK(head.backward_workspace_bytes_per_token(2) == 4.0 * 3 * vocab / 8);
+}
+
 TEST_CASE("tensor parallel: a 2-D plan lowers to FSDP over world / t ranks with TP collectives in its passes") {
   const ModelSpec model = preset_model("llama3-8b");
   const Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
