@@ -210,8 +210,9 @@ void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int wor
     throw InputError(value + "1 when fine-tuning (tensor parallelism with frozen or LoRA layers is not yet supported)");
   }
   if (!model.architecture) {
-    throw InputError(value + "1 for a model given as a layer list (tensor parallelism splits the heads and the FFN "
-                     "of a known architecture: use a preset or a Hugging Face config.json)");
+    throw InputError(value + "1 for a model without a decoder architecture (a layer list, a vision encoder or a "
+                     "LLaVA model; tensor parallelism splits the heads and the FFN of a known decoder: use a preset "
+                     "or a decoder's Hugging Face config.json)");
   }
   const DecoderArchitecture& arch = *model.architecture;
   // tensor_parallel_shard (costmodel/tensor_parallel.h) splits projections by their HF names; experts and fused
