@@ -17,6 +17,8 @@ const LayerSpec& first_block(const ModelSpec& model) {
   }
   throw InternalError("no block");
 }
+// A block of a temporary model would dangle.
+const LayerSpec& first_block(const ModelSpec&& model) = delete;
 
 constexpr auto kEager = AttentionActivations::eager_composite;
 constexpr auto kNone = ActivationCheckpointing::none;
@@ -28,7 +30,8 @@ constexpr auto kNone = ActivationCheckpointing::none;
 // 6h + 4q + 4f + 2 = 2690 elements, and the softmax output, 4 heads per position. What autograd saved for
 // tests/python/llama_reference.py's block under torch >= 2.2, element for element (test_torch_bridge.py).
 TEST_CASE("eager llama block: fp32 kept elements per token are 6h + 4q + 4f + 2 and the softmax output") {
-  const LayerSpec& block = first_block(preset_model("tiny-llama"));
+  const ModelSpec block_model = preset_model("tiny-llama");
+  const LayerSpec& block = first_block(block_model);
   const double h = 128, q = 128, f = 352, heads = 4;
   CHECK(6 * h + 4 * q + 4 * f + 2 == 2690);
   for (std::int64_t s : {128, 1000}) {
@@ -47,7 +50,8 @@ TEST_CASE("eager llama block: fp32 kept elements per token are 6h + 4q + 4f + 2 
 // fp32, x·rsqrt is cast back before the weight multiplies it; softmax(dtype=float32) keeps its fp32 output and P·V
 // its bf16 cast: 2 bytes × (4h + 4q + 4f) + 4 bytes × (2h + 2) + 6 bytes × heads per position.
 TEST_CASE("eager llama block: bf16 counts the fp32 tensors at 4 bytes (llama3-8b)") {
-  const LayerSpec& block = first_block(preset_model("llama3-8b"));
+  const ModelSpec block_model = preset_model("llama3-8b");
+  const LayerSpec& block = first_block(block_model);
   const double h = 4096, q = 4096, f = 14336, heads = 32;
   for (std::int64_t s : {1024, 8192}) {
     CAPTURE(s);
@@ -57,7 +61,8 @@ TEST_CASE("eager llama block: bf16 counts the fp32 tensors at 4 bytes (llama3-8b
 }
 
 TEST_CASE("eager llama block: the flash and materialised paths keep what they kept") {
-  const LayerSpec& block = first_block(preset_model("llama3-8b"));
+  const ModelSpec block_model = preset_model("llama3-8b");
+  const LayerSpec& block = first_block(block_model);
   const double h = 4096, kv = 1024, f = 14336, heads = 32;
   CHECK(block.activation_bytes_per_token(8192, 2, AttentionActivations::flash, kNone) ==
         doctest::Approx(2.0 * (6 * h + 2 * kv + 4 * f) + 4.0 * heads));
@@ -69,13 +74,15 @@ TEST_CASE("eager llama block: the flash and materialised paths keep what they ke
   CHECK(block.activation_bytes_per_token(1024, 2, true, kNone) ==
         block.activation_bytes_per_token(1024, 2, AttentionActivations::flash, kNone));
   // GPT-2 (LayerNorm, no GQA) has no composite extras counted: eager is the materialised set there.
-  const LayerSpec& gpt2 = first_block(preset_model("gpt2"));
+  const ModelSpec gpt2_model = preset_model("gpt2");
+  const LayerSpec& gpt2 = first_block(gpt2_model);
   CHECK(gpt2.activation_bytes_per_token(1024, 2, kEager, kNone) ==
         gpt2.activation_bytes_per_token(1024, 2, AttentionActivations::materialised, kNone));
 }
 
 TEST_CASE("eager llama block under checkpointing: full keeps the input, selective keeps the norms' extras only") {
-  const LayerSpec& block = first_block(preset_model("tiny-llama"));
+  const ModelSpec block_model = preset_model("tiny-llama");
+  const LayerSpec& block = first_block(block_model);
   const double h = 128, kv = 64, f = 352;
   CHECK(block.activation_bytes_per_token(512, 4, kEager, ActivationCheckpointing::full) == doctest::Approx(4.0 * h));
   // Selective recompute rebuilds the attention core from q, k and v: no scores, no repeat_kv copies.
@@ -89,7 +96,8 @@ TEST_CASE("eager llama block under tensor parallelism: norms on the sequence sha
   style.degree = 4;
   style.sequence_parallel = false;
   const LayerSpec& whole = first_block(model);
-  const LayerSpec& shard = first_block(tensor_parallel_shard(model, style));
+  const ModelSpec shard_model = tensor_parallel_shard(model, style);
+  const LayerSpec& shard = first_block(shard_model);
   const double h = 4096, q = 4096, kv = 1024, heads = 32;
   const auto extra = [](const LayerSpec& block) {
     return block.activation_bytes_per_token(2048, 2, kEager, kNone) -
