@@ -62,6 +62,7 @@ void drop_kept_activations(ActivationFootprint& a) {
   a.elements_per_token = a.mask_bytes_per_token = a.score_elements_per_token_per_position = 0;
   a.score_mask_bytes_per_token_per_position = a.flash_stat_bytes_per_token = a.fp32_bytes_per_token = 0;
   a.checkpoint_elements_per_token = a.selective_op_elements_per_token = 0;
+  a.compiled_recomputed_elements_per_token = a.compiled_unread_selective_op_elements_per_token = 0;
 }
 
 }  // namespace

@@ -70,8 +70,9 @@ double LayerSpec::backward_flops_per_token(std::int64_t seq_len, bool causal_ski
 }
 
 double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
-                                             ActivationCheckpointing checkpointing) const {
+                                             ActivationCheckpointing checkpointing, bool torch_compile) const {
   const auto& a = activations;
+  const bool compiled = torch_compile && kind == LayerKind::transformer_block;
   const double s = static_cast<double>(seq_len);
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::full) {
     // Full recompute keeps only the block input: 2sbh bytes in 16-bit (Korthikanti et al. 2022, §4.1).
@@ -80,12 +81,14 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::selective_op) {
     // Note [Selective-op checkpointing] (pass_kernels.h): the block input, the saved matmuls' outputs and attention's
     // output, with the flash kernel's log-sum-exp (or, eager, nothing of the scores: they are recomputed).
-    return a.selective_op_elements_per_token * activation_element_bytes +
+    const double unread = compiled ? a.compiled_unread_selective_op_elements_per_token : 0.0;
+    return (a.selective_op_elements_per_token - unread) * activation_element_bytes +
            (flash_attention ? a.flash_stat_bytes_per_token : 0.0);
   }
   // The fp32 copy (logits upcast for the loss) exists only when activations are narrower than fp32.
   const double upcast = activation_element_bytes < 4 ? a.fp32_bytes_per_token : 0.0;
-  double bytes = a.elements_per_token * activation_element_bytes + a.mask_bytes_per_token + upcast;
+  const double recomputed = compiled ? a.compiled_recomputed_elements_per_token : 0.0;
+  double bytes = (a.elements_per_token - recomputed) * activation_element_bytes + a.mask_bytes_per_token + upcast;
   // The s² terms (softmax output, its dropout) are what selective recompute drops (Korthikanti §5) and what a flash
   // kernel never materialises; flash keeps its per-head log-sum-exp instead.
   const bool keeps_scores = !(kind == LayerKind::transformer_block &&

@@ -61,6 +61,10 @@ struct ActivationFootprint {
   // What torchtitan's selective-op policy keeps (activation-dtype elements; flash_stat_bytes_per_token on top): the
   // block input, every other matmul's output and attention's output (block_kernels.h selective_op_kept_elements).
   double selective_op_elements_per_token = 0;
+  // Under torch.compile (TrainingConfig::torch_compile), what the compiled block does not keep of the two above
+  // (Note [Compiled blocks] in compiled_block.h); 0 for blocks modelled eager only.
+  double compiled_recomputed_elements_per_token = 0;
+  double compiled_unread_selective_op_elements_per_token = 0;
   // Working memory alive only while the layer's forward or backward op runs (Note [Workspaces] in unit_layout.h):
   // fp32 elements when activations are narrower than fp32 (the loss's upcast of the logits beside log_softmax's
   // output), and in backward fp32 gradients plus their cast to the activation dtype (the logits' gradient).
@@ -111,8 +115,9 @@ struct LayerSpec {
   // backward (LayerFinetune::backward_needed).
   double backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
   // Bytes kept for backward per token under the given checkpointing (only transformer blocks are checkpointed).
+  // `torch_compile`: the block runs compiled (Note [Compiled blocks]).
   double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
-                                    ActivationCheckpointing checkpointing) const;
+                                    ActivationCheckpointing checkpointing, bool torch_compile = false) const;
   // The workspaces per token (ActivationFootprint): forward's upcast exists only when activations are narrower than
   // fp32, as does backward's cast of its fp32 gradient.
   double forward_workspace_bytes_per_token(int activation_element_bytes) const;

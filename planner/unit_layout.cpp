@@ -159,7 +159,7 @@ MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const
 std::int64_t kept_activation_bytes(const ModelSpec& model, const TrainingConfig& training, std::size_t layer,
                                    ActivationCheckpointing mode) {
   const double per_token = model.layers[layer].activation_bytes_per_token(
-      training.seq_len, training.precision.param_compute_bytes, training.flash_attention, mode);
+      training.seq_len, training.precision.param_compute_bytes, training.flash_attention, mode, training.torch_compile);
   return static_cast<std::int64_t>(std::llround(per_token * static_cast<double>(training.tokens_per_micro_batch())));
 }
 
