@@ -151,6 +151,10 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     if (flags->training.expert_parallel == 0) options.expert_parallel_degrees = expert_parallel_candidates(model, cluster);
     check_search_work(training, model, cluster.world_size(), "plan");
     options.tensor_parallel_degrees = tensor_parallel_degrees(flags->tensor_parallel, model, cluster);
+    if (training.torch_compile) {  // Note [Compiled blocks]: derived for the unsharded block only
+      if (flags->tensor_parallel != "auto") check_compile_tensor_parallel(options.tensor_parallel_degrees.front());
+      options.tensor_parallel_degrees = {1};
+    }
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {
       output.json(to_json(result, model));

@@ -86,6 +86,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       const TrainingConfig training = resolve_training(flags->training, base);
       if (flags->tensor_parallel == "auto") throw InputError("--tensor-parallel: expected one degree (1, 2, 4, 8)");
       const int tensor_parallel = tensor_parallel_degrees(flags->tensor_parallel, base, cluster).front();
+      if (training.torch_compile) check_compile_tensor_parallel(tensor_parallel);
       // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
       plan = default_plan(base, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, base),
                           cluster.world_size() / tensor_parallel);

@@ -54,6 +54,8 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
                      "attn_impl: triton) | eager (HF attn_implementation=\"eager\": materialised scores, and what "
                      "autograd keeps for each composite op)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
+  command.add_flag("--compile", flags.torch_compile,
+                   "torch.compile each transformer block (AOTAutograd keeps less for backward; kernels as eager)");
   command.add_option("--expert-parallel", flags.expert_parallel,
                      "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
                      "all-to-all (default 1; plan searches it when not given)")
@@ -217,6 +219,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
     }
   }
   training.no_sync_accumulation = flags.no_sync;
+  training.torch_compile = flags.torch_compile;
   training.expert_parallel_degree = flags.expert_parallel > 0 ? flags.expert_parallel : 1;
   training.finetune = resolve_finetune(flags);
   validate_training(training, model);
@@ -241,6 +244,13 @@ std::vector<int> tensor_parallel_degrees(const std::string& text, const ModelSpe
   if (degree < 1) throw InputError("--tensor-parallel '" + text + "': expected auto or a degree (1, 2, 4, 8)");
   validate_tensor_parallel_degree(degree, model, cluster.world_size(), cluster.gpus_per_node, "--tensor-parallel");
   return {degree};
+}
+
+void check_compile_tensor_parallel(int degree) {
+  if (degree != 1) {
+    throw InputError("--compile with --tensor-parallel " + std::to_string(degree) +
+                     ": not yet modelled (expected --tensor-parallel 1)");
+  }
 }
 
 void print_json(const nlohmann::json& document) {

@@ -34,6 +34,7 @@ struct TrainingFlags {
   bool no_flash_attention = false;
   std::string attention;  // flash | triton | eager ("" : flash unless --no-flash-attention)
   bool no_sync = false;
+  bool torch_compile = false;
   // Note [Expert parallelism] (planner/unit_layout.h): 0 = not given (1; `plan` searches the degree for MoE models).
   int expert_parallel = 0;
   // Fine-tuning (costmodel/finetune.h), named as PEFT's LoraConfig and bitsandbytes' BitsAndBytesConfig: values as
@@ -61,6 +62,8 @@ ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training);
 // --tensor-parallel: "auto" searches 1, 2, 4 and 8 (those the model and node take), a number that one degree only
 // (checked against the model and cluster: InputError naming the flag), "1" FSDP alone.
 std::vector<int> tensor_parallel_degrees(const std::string& text, const ModelSpec& model, const Cluster& cluster);
+// --compile is modelled for FSDP alone (Note [Compiled blocks]): InputError for a tensor-parallel degree above 1.
+void check_compile_tensor_parallel(int degree);
 
 // Prints a JSON document (pretty, newline-terminated) to stdout.
 void print_json(const nlohmann::json& document);

@@ -2,6 +2,7 @@
 #include "decoder_builder.h"
 
 #include "block_kernels.h"
+#include "compiled_block.h"
 #include "mla_block.h"
 #include "neox_block.h"
 #include "moe_block.h"
@@ -178,6 +179,9 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   set_eager_llama_block_activations(arch, layer.activations);
   layer.kernels = llama_block_kernels(arch);
   layer.activations.selective_op_elements_per_token = selective_op_kept_elements(*layer.kernels, h);
+  const CompiledBlockSavings compiled = compiled_llama_block_savings(arch, *layer.kernels);
+  layer.activations.compiled_recomputed_elements_per_token = compiled.recomputed_elements_per_token;
+  layer.activations.compiled_unread_selective_op_elements_per_token = compiled.unread_selective_op_elements_per_token;
   return layer;
 }
 

@@ -64,6 +64,7 @@ void drop_kept_activations(ActivationFootprint& a) {
   a.checkpoint_elements_per_token = a.selective_op_elements_per_token = 0;
   a.eager_norm_elements_per_token = a.eager_norm_fp32_elements_per_token = a.eager_upcast_elements_per_token = 0;
   a.eager_attention_elements_per_token = a.eager_score_fp32_elements_per_token_per_position = 0;
+  a.compiled_recomputed_elements_per_token = a.compiled_unread_selective_op_elements_per_token = 0;
 }
 
 }  // namespace

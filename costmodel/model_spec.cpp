@@ -71,9 +71,10 @@ double LayerSpec::backward_flops_per_token(std::int64_t seq_len, bool causal_ski
 }
 
 double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes,
-                                             AttentionActivations attention,
-                                             ActivationCheckpointing checkpointing) const {
+                                             AttentionActivations attention, ActivationCheckpointing checkpointing,
+                                             bool torch_compile) const {
   const auto& a = activations;
+  const bool compiled = torch_compile && kind == LayerKind::transformer_block;
   const double s = static_cast<double>(tokens_per_sample(seq_len));
   const bool flash_attention = attention == AttentionActivations::flash;
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::full) {
@@ -83,13 +84,15 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
   if (kind == LayerKind::transformer_block && checkpointing == ActivationCheckpointing::selective_op) {
     // Note [Selective-op checkpointing] (pass_kernels.h): the block input, the saved matmuls' outputs and attention's
     // output, with the flash kernel's log-sum-exp (or, eager, nothing of the scores: they are recomputed).
-    return a.selective_op_elements_per_token * activation_element_bytes +
+    const double unread = compiled ? a.compiled_unread_selective_op_elements_per_token : 0.0;
+    return (a.selective_op_elements_per_token - unread) * activation_element_bytes +
            (flash_attention ? a.flash_stat_bytes_per_token : 0.0);
   }
   // The fp32 copy (logits upcast for the loss) exists only when activations are narrower than fp32.
   const bool narrow = activation_element_bytes < 4;
   const double upcast = narrow ? a.fp32_bytes_per_token : 0.0;
-  double bytes = a.elements_per_token * activation_element_bytes + a.mask_bytes_per_token + upcast;
+  const double recomputed = compiled ? a.compiled_recomputed_elements_per_token : 0.0;
+  double bytes = (a.elements_per_token - recomputed) * activation_element_bytes + a.mask_bytes_per_token + upcast;
   // The s² terms (softmax output, its dropout) are what selective recompute drops (Korthikanti §5) and what a flash
   // kernel never materialises; flash keeps its per-head log-sum-exp instead.
   const bool keeps_scores = !(kind == LayerKind::transformer_block &&
@@ -100,9 +103,11 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
     bytes += s * (a.score_elements_per_token_per_position * activation_element_bytes +
                   a.score_mask_bytes_per_token_per_position);
   }
-  if (attention == AttentionActivations::eager_composite) {
+  if (attention == AttentionActivations::eager_composite && !compiled) {
     // Note [Eager composite activations]: the norms' extra tensors and their fp32 inputs; repeat_kv's copies and the
-    // softmax's fp32 output belong to the attention core, which selective recompute rebuilds from q, k and v.
+    // softmax's fp32 output belong to the attention core, which selective recompute rebuilds from q, k and v. A
+    // compiled block saves none of these (Note [Compiled blocks]: the partitioner keeps only what a matmul's or the
+    // attention's backward reads, and recomputes pointwise ops inside its fused kernels).
     bytes += a.eager_norm_elements_per_token * activation_element_bytes + 4.0 * a.eager_norm_fp32_elements_per_token +
              (narrow ? 4.0 - activation_element_bytes : 0.0) * a.eager_upcast_elements_per_token;
     if (keeps_scores) {

@@ -61,6 +61,10 @@ struct ActivationFootprint {
   // What torchtitan's selective-op policy keeps (activation-dtype elements; flash_stat_bytes_per_token on top): the
   // block input, every other matmul's output and attention's output (block_kernels.h selective_op_kept_elements).
   double selective_op_elements_per_token = 0;
+  // Under torch.compile (TrainingConfig::torch_compile), what the compiled block does not keep of the two above
+  // (Note [Compiled blocks] in compiled_block.h); 0 for blocks modelled eager only.
+  double compiled_recomputed_elements_per_token = 0;
+  double compiled_unread_selective_op_elements_per_token = 0;
   // Working memory alive only while the layer's forward or backward op runs (Note [Workspaces] in unit_layout.h):
   // fp32 elements when activations are narrower than fp32 (the loss's upcast of the logits beside log_softmax's
   // output), and in backward fp32 gradients plus their cast to the activation dtype (the logits' gradient).
@@ -139,15 +143,17 @@ struct LayerSpec {
   // backward (LayerFinetune::backward_needed).
   double backward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;
   // Bytes kept for backward per token of this layer under the given checkpointing (only transformer blocks are
-  // checkpointed); the s² terms span tokens_per_sample(seq_len) positions.
+  // checkpointed); the s² terms span tokens_per_sample(seq_len) positions. `torch_compile`: the block runs compiled
+  // (Note [Compiled blocks]).
   double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, AttentionActivations attention,
-                                    ActivationCheckpointing checkpointing) const;
+                                    ActivationCheckpointing checkpointing, bool torch_compile = false) const;
   // flash_attention: flash, else materialised (the runtimes' and the tests' shorthand).
   double activation_bytes_per_token(std::int64_t seq_len, int activation_element_bytes, bool flash_attention,
-                                    ActivationCheckpointing checkpointing) const {
+                                    ActivationCheckpointing checkpointing, bool torch_compile = false) const {
     return activation_bytes_per_token(
         seq_len, activation_element_bytes,
-        flash_attention ? AttentionActivations::flash : AttentionActivations::materialised, checkpointing);
+        flash_attention ? AttentionActivations::flash : AttentionActivations::materialised, checkpointing,
+        torch_compile);
   }
   // The workspaces per token (ActivationFootprint): forward's upcast exists only when activations are narrower than
   // fp32, as does backward's cast of its fp32 gradient.

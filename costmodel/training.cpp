@@ -163,20 +163,22 @@ void check_search_work(const TrainingConfig& training, const ModelSpec& model, s
 }
 
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) {
-  return {{"seq_len", training.seq_len},
-          {"micro_batch", training.micro_batch},
-          {"global_batch",
-           training.global_batch == 0 ? training.micro_batch * data_parallel_ranks : training.global_batch},
-          {"grad_accumulation_steps", training.grad_accumulation_steps(data_parallel_ranks)},
-          {"precision", training.precision.name},
-          {"optimizer", to_string(training.optimizer)},
-          {"activation_checkpointing", to_string(training.checkpointing)},
-          {"checkpoint_every_blocks", training.checkpoint_every_blocks},
-          {"flash_attention", training.flash_attention},
-          {"attention_kernel", to_string(training.attention_kernel)},
-          {"no_sync_accumulation", training.no_sync_accumulation},
-          {"expert_parallel_degree", training.expert_parallel_degree},
-          {"finetune", to_json(training.finetune, training.precision)}};
+  nlohmann::json document = {{"seq_len", training.seq_len},
+                             {"micro_batch", training.micro_batch},
+                             {"global_batch", training.global_batch == 0 ? training.micro_batch * data_parallel_ranks
+                                                                         : training.global_batch},
+                             {"grad_accumulation_steps", training.grad_accumulation_steps(data_parallel_ranks)},
+                             {"precision", training.precision.name},
+                             {"optimizer", to_string(training.optimizer)},
+                             {"activation_checkpointing", to_string(training.checkpointing)},
+                             {"checkpoint_every_blocks", training.checkpoint_every_blocks},
+                             {"flash_attention", training.flash_attention},
+                             {"attention_kernel", to_string(training.attention_kernel)},
+                             {"no_sync_accumulation", training.no_sync_accumulation},
+                             {"expert_parallel_degree", training.expert_parallel_degree},
+                             {"finetune", to_json(training.finetune, training.precision)}};
+  if (training.torch_compile) document["torch_compile"] = true;  // eager runs report as before
+  return document;
 }
 
 nlohmann::json to_json(const FinetuneConfig& finetune, const PrecisionRecipe& precision) {

@@ -44,6 +44,10 @@ struct TrainingConfig {
   // over groups of this many consecutive ranks, tokens reach them by all-to-all; 1: FSDP alone (every rank gathers
   // every expert). Plan JSON "training": {"expert_parallel_degree"}; CLI --expert-parallel.
   int expert_parallel_degree = 1;
+  // torch.compile on each transformer block (torchtitan's `compile`): AOTAutograd's partitioner decides what the block
+  // keeps for backward (Note [Compiled blocks] in compiled_block.h). Plan JSON "training": {"torch_compile"}; CLI
+  // --compile.
+  bool torch_compile = false;
 
   // Tokens of the training sequence in one micro-batch: what throughput counts.
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }

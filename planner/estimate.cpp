@@ -170,6 +170,7 @@ std::string render_text(const EstimateResult& result) {
           : !request.training.flash_attention                            ? ", materialised attention"
           : request.training.attention_kernel == AttentionKernel::triton ? ", Triton FlashAttention"
                                                                           : ", flash attention")
+      << (request.training.torch_compile ? ", torch.compile" : "")
       << (request.offload_params ? ", CPU offload" : "")
       << (request.training.expert_parallel_degree > 1
               ? ", expert parallel " + std::to_string(request.training.expert_parallel_degree)

@@ -247,6 +247,18 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
        << "    _apply_tensor_parallel(model, tp_mesh)\n";
   }
   py << "    _apply_activation_checkpointing(model)\n\n";
+  if (plan.training.torch_compile) {
+    // Note [Compiled blocks] (costmodel/compiled_block.h): torchtitan's apply_compile, after AC and before sharding.
+    std::string blocks;
+    for (const LayerSpec& layer : model.layers) {
+      if (layer.kind != LayerKind::transformer_block) continue;
+      blocks += (blocks.empty() ? "" : ", ") + python_string(layer.name);
+    }
+    py << "    # torch.compile each transformer block (fullgraph, as torchtitan's apply_compile), after AC, before\n"
+       << "    # fully_shard: AOTAutograd's partitioner chooses what each block keeps for backward.\n"
+       << "    for path in [" << blocks << "]:\n"
+       << "        _replace_module(model, path, torch.compile(model.get_submodule(path), fullgraph=True))\n\n";
+  }
 
   std::vector<std::string> declared;
   for (const auto& sharding : shardings) {

@@ -154,6 +154,11 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     throw InputError("plan: tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
                      " with CPU offload: not yet supported (expected tensor_parallel_degree 1 or no offload)");
   }
+  if (plan.tensor_parallel_degree > 1 && plan.training.torch_compile) {
+    // Note [Compiled blocks]: the compiled block's savings are derived for the unsharded block only.
+    throw InputError("plan: torch_compile with tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
+                     ": not yet modelled (expected tensor_parallel_degree 1 or torch_compile false)");
+  }
   validate_expert_parallel(plan.training, model);
   if (world_size % plan.training.expert_parallel_degree != 0) {
     throw InputError("plan: expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +

@@ -41,7 +41,8 @@ ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::strin
 
 TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_steps) {
   block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
-                             "flash_attention", "attention_kernel", "no_sync", "expert_parallel_degree"});
+                             "flash_attention", "attention_kernel", "no_sync", "expert_parallel_degree",
+                             "torch_compile"});
   TrainingConfig training;
   // Note [Input limits]: in range as read; validate_training and validate_plan check the products.
   training.seq_len = block.int_in_range("seq_len", 1, limits::kMaxSeqLen);
@@ -66,6 +67,7 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
     block.fail("attention_kernel", "\"flash\", \"triton\" or \"eager\"");
   }
   training.no_sync_accumulation = block.boolean("no_sync", false);
+  training.torch_compile = block.boolean("torch_compile", false);  // Note [Compiled blocks]; absent: eager
   // Note [Expert parallelism]: absent in plans of models without experts; validate_plan checks it against the model.
   training.expert_parallel_degree = static_cast<int>(
       block.optional_int_in_range("expert_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
@@ -207,6 +209,7 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
           {"units", std::move(units)}};
   // FSDP alone (degree 1) writes no field, so plans from before tensor parallelism existed write as they did.
   if (plan.tensor_parallel_degree != 1) document["tensor_parallel_degree"] = plan.tensor_parallel_degree;
+  if (plan.training.torch_compile) document["training"]["torch_compile"] = true;  // eager plans write as before
   if (plan.training.expert_parallel_degree > 1) {  // plans without expert parallelism read and write as before
     document["training"]["expert_parallel_degree"] = plan.training.expert_parallel_degree;
   }

@@ -11,7 +11,7 @@ namespace shardplan {
 
 // {"schema": "shardplan.plan/v1", "name", "model",
 //  "training": {"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer", "flash_attention",
-//               "no_sync"},
+//               "no_sync", "expert_parallel_degree" (optional), "torch_compile" (optional, false without it)},
 //  "finetune": {...} (optional, full training without it: costmodel/finetune_json.h),
 //  "max_inflight_all_gathers": 2, "offload": {"params": false, "optimizer": false},
 //  "units": [{"name", "root": true|false, "first_layer", "last_layer" (inclusive; non-root only),

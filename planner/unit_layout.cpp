@@ -160,7 +160,8 @@ std::int64_t kept_activation_bytes(const ModelSpec& model, const TrainingConfig&
                                    ActivationCheckpointing mode) {
   const LayerSpec& spec = model.layers[layer];
   const double per_token = spec.activation_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
-                                                           training.attention_activations(), mode);
+                                                           training.attention_activations(), mode,
+                                                           training.torch_compile);
   const auto tokens = static_cast<double>(training.tokens_per_micro_batch(spec));
   return static_cast<std::int64_t>(std::llround(per_token * tokens));
 }

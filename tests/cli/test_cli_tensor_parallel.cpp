@@ -2,6 +2,7 @@
 // fp8 plans, and bad --tensor-parallel or fp8 on a GPU without it exit 2 with one line.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -50,4 +51,34 @@ TEST_CASE("bad tensor-parallel and fp8 input: one line naming the flag, exit 2")
                                         "--precision", "fp8-tensorwise", "--json"});
   INFO(h100.err);
   CHECK(h100.exit_status == 0);
+}
+
+TEST_CASE("`--compile`: kept activations shrink, the plan carries torch_compile, TP above 1 is refused in one line") {
+  const std::vector<std::string> base = {"estimate", "-m", "llama3-8b", "-c", "8xH100-80GB", "--seq-len", "4096",
+                                         "--ac", "selective-op", "--json"};
+  std::vector<std::string> compiled = base;
+  compiled.push_back("--compile");
+  const RunResult eager_run = run_shardplan(base);
+  const RunResult compiled_run = run_shardplan(compiled);
+  INFO(eager_run.err, compiled_run.err);
+  REQUIRE(eager_run.exit_status == 0);
+  REQUIRE(compiled_run.exit_status == 0);
+  const json eager = json::parse(eager_run.out), with_compile = json::parse(compiled_run.out);
+  CHECK_FALSE(eager.at("training").contains("torch_compile"));
+  CHECK(with_compile.at("training").at("torch_compile") == true);
+  // Note [Compiled blocks]: a block's down_proj output (h = 4096 per token, 2 bytes, 4096 tokens) is not kept.
+  const auto block_kept = [](const json& document) {
+    return document.at("layers").at(1).at("kept_activation_bytes").get<std::int64_t>();
+  };
+  CHECK(block_kept(eager) - block_kept(with_compile) == 4096 * 4096 * 2);
+  TempFile plan_file("compiled-plan");
+  const RunResult planned = run_shardplan({"plan", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64",
+                                           "--tensor-parallel", "auto", "--compile", "--json", "--out",
+                                           plan_file.path()});
+  INFO(planned.err);
+  REQUIRE(planned.exit_status == 0);
+  CHECK(json::parse(planned.out).at("plan").at("training").at("torch_compile") == true);
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64", "--tensor-parallel", "2",
+                      "--compile"},
+                     {"--compile with --tensor-parallel 2"});
 }
