@@ -1,6 +1,7 @@
 // ModelSpec arithmetic: parameter counts, FLOPs per token and activation bytes per token, plus validation.
 #include "model_spec.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "errors.h"
@@ -127,6 +128,31 @@ double LayerSpec::backward_workspace_bytes_per_token(int activation_element_byte
                           ? activations.backward_workspace_elements_per_token * activation_element_bytes
                           : 0.0;
   return 4.0 * activations.backward_workspace_fp32_per_token + cast;
+}
+
+double LayerSpec::largest_tensor_bytes_per_token(std::int64_t seq_len, int activation_element_bytes,
+                                                 AttentionActivations attention) const {
+  if (!kernels) return 0;
+  const auto element_bytes = static_cast<double>(activation_element_bytes);
+  double largest = 0;
+  // y = x·Wᵀ reads x (in_features per token) and writes y (out_features); under tensor parallelism the widths are
+  // the rank's shard and the tokens the gathered sequence (Note [Tensor-parallel collectives] in kernel_spec.h).
+  for (const ProjectionSpec& projection : kernels->projections) {
+    largest = std::max(largest, static_cast<double>(std::max(projection.in_features, projection.out_features)) *
+                                    element_bytes);
+  }
+  // Materialised scores: one (heads × positions) row per token; eager's softmax(dtype=float32) writes them in fp32
+  // (Note [Eager composite activations]).
+  if (kernels->attention && attention != AttentionActivations::flash) {
+    const double score_bytes = attention == AttentionActivations::eager_composite ? std::max(4.0, element_bytes)
+                                                                                   : element_bytes;
+    largest = std::max(largest, static_cast<double>(kernels->attention->heads) *
+                                    static_cast<double>(tokens_per_sample(seq_len)) * score_bytes);
+  }
+  // The loss's fp32 upcast of the logits (one tensor: ActivationFootprint::fp32_bytes_per_token), whose
+  // workspaces (the shifted logits, exp, the gradients) are tensors of the same shape.
+  if (activation_element_bytes < 4) largest = std::max(largest, activations.fp32_bytes_per_token);
+  return largest;
 }
 
 std::int64_t ModelSpec::param_count() const {

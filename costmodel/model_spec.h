@@ -159,6 +159,11 @@ struct LayerSpec {
   // fp32, as does backward's cast of its fp32 gradient.
   double forward_workspace_bytes_per_token(int activation_element_bytes) const;
   double backward_workspace_bytes_per_token(int activation_element_bytes) const;
+  // Note [Allocator size classes] (planner/caching_allocator.h): the bytes per token of the largest single tensor the
+  // layer's passes allocate — a GEMM's input or output at its widest, the attention scores where they are
+  // materialised, the loss's fp32 logits; 0 where the layer has no kernel description (explicit model files).
+  double largest_tensor_bytes_per_token(std::int64_t seq_len, int activation_element_bytes,
+                                        AttentionActivations attention) const;
 };
 
 // The architecture a model was built from, kept for the executor (which builds real layers) and for exports.

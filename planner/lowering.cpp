@@ -577,7 +577,12 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
     schedule.tensor_parallel_degree = plan.tensor_parallel_degree;
     return schedule;
   }
-  return Lowerer(plan, model, options).run();
+  StepSchedule schedule = Lowerer(plan, model, options).run();
+  schedule.activation_tensor_bytes.reserve(model.layers.size());
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    schedule.activation_tensor_bytes.push_back(largest_activation_tensor_bytes(plan, model, layer));
+  }
+  return schedule;
 }
 
 }  // namespace shardplan

@@ -133,6 +133,9 @@ struct StepSchedule {
   int compute_element_bytes = 2;        // the dtype layers compute in (peak FLOP/s to use)
   std::vector<std::string> unit_names;
   std::vector<FragmentMark> fragments;  // Note [Fragments], in op order
+  // Per model layer, the largest single tensor its passes allocate per micro-batch: the size class of the layer's
+  // activation memory for the caching allocator's model (Note [Allocator size classes] in caching_allocator.h).
+  std::vector<std::int64_t> activation_tensor_bytes;
 
   std::size_t count(OpKind kind) const;
 };

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 
+#include "caching_allocator.h"
 #include "errors.h"
 #include "op_placement.h"
 
@@ -37,11 +38,14 @@ std::string describe_op(const Op& op, const StepSchedule& schedule, const std::v
 namespace {
 
 // Note [Reserved memory]: PyTorch's caching allocator keeps freed blocks cached for the stream that allocated them
-// and never hands them to another stream's allocations, so FSDP's reserved memory is each stream pool's own peak,
+// and never hands them to another stream's allocations, so FSDP's reserved memory is each stream pool's own,
 // summed: "the outstanding fragmentation for fsdp2 is only inter-stream fragmentation: 1) all-gather stream has its
 // own memory pool, 2) default stream has its own memory pool" (verl-project/verl#3020, FSDP2's maintainer). Gathered
 // parameters come from the all-gather stream, reduction buffers from the reduction streams, everything else from
-// the default stream; the overhead term (CUDA context, NCCL, library workspaces) is outside the allocator.
+// the default stream; the overhead term (CUDA context, NCCL, library workspaces) is outside the allocator. Within a
+// pool, what it reserves beyond its allocated peak is the segments of smaller tensors that larger ones cannot use
+// (Note [Allocator size classes] in caching_allocator.h): activations are classed by their layer's largest tensor
+// (StepSchedule::activation_tensor_bytes), everything else is class 0.
 constexpr std::size_t kAllocatorPools = 3;
 int allocator_pool(MemoryCategory category) {
   switch (category) {
@@ -51,6 +55,12 @@ int allocator_pool(MemoryCategory category) {
     case MemoryCategory::overhead: return -1;
     default: return 0;
   }
+}
+
+std::int64_t size_class(const MemoryChange& change, const Op& op, const StepSchedule& schedule) {
+  if (change.category != MemoryCategory::activations || op.layer < 0) return 0;
+  const auto layer = static_cast<std::size_t>(op.layer);
+  return layer < schedule.activation_tensor_bytes.size() ? schedule.activation_tensor_bytes[layer] : 0;
 }
 
 // One pass of the timing walk: every op's start and end, and each stream's busy time.
@@ -168,16 +178,11 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
   for (auto bytes : current) total += bytes;
   summary.peak_memory_bytes = total;
   summary.memory_at_peak = current;
-  std::array<long long, kAllocatorPools> pool_bytes{}, pool_peaks{};
-  const auto track_pools = [&] {
-    pool_bytes.fill(0);
-    for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
-      const auto pool = allocator_pool(static_cast<MemoryCategory>(category));
-      if (pool >= 0) pool_bytes[static_cast<std::size_t>(pool)] += current[category];
-    }
-    for (std::size_t pool = 0; pool < kAllocatorPools; ++pool) pool_peaks[pool] = std::max(pool_peaks[pool], pool_bytes[pool]);
-  };
-  track_pools();
+  std::array<SizeClassPool, kAllocatorPools> pools;
+  for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+    const auto pool = allocator_pool(static_cast<MemoryCategory>(category));
+    if (pool >= 0) pools[static_cast<std::size_t>(pool)].allocate(current[category], 0);
+  }
   const auto sample = [&](double time_s) {
     if (!record_timeline) return;
     if (!result.timeline.memory.empty() && result.timeline.memory.back().time_s == time_s) {
@@ -193,6 +198,14 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
       for (const MemoryChange& change : changes) {
         current[static_cast<std::size_t>(change.category)] += sign * change.bytes;
         total += sign * change.bytes;
+        const auto pool = allocator_pool(change.category);
+        if (pool < 0) continue;
+        SizeClassPool& allocator = pools[static_cast<std::size_t>(pool)];
+        if (sign > 0) {
+          allocator.allocate(change.bytes, size_class(change, op, schedule));
+        } else {
+          allocator.free(change.bytes, size_class(change, op, schedule));
+        }
       }
     };
     if (event.is_free) {
@@ -206,10 +219,9 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
       summary.memory_at_peak = current;
       summary.peak_op_id = event.op_id;
     }
-    track_pools();
     sample(event.time_s);
   }
-  for (long long peak : pool_peaks) summary.reserved_peak_bytes += peak;
+  for (const SizeClassPool& pool : pools) summary.reserved_peak_bytes += pool.reserved_bytes();
   summary.device_peak_bytes =
       summary.reserved_peak_bytes + schedule.persistent[static_cast<std::size_t>(MemoryCategory::overhead)];
   if (summary.peak_op_id >= 0) {

@@ -196,6 +196,14 @@ std::int64_t dequantized_weight_bytes(const Plan& plan, const ModelSpec& model, 
   return finetune->largest_quantized_weight * dtype_bytes(training.finetune.quant_compute(training.precision));
 }
 
+std::int64_t largest_activation_tensor_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
+  const TrainingConfig& training = plan.training;
+  const LayerSpec& spec = model.layers[layer];
+  const double per_token = spec.largest_tensor_bytes_per_token(training.seq_len, training.precision.param_compute_bytes,
+                                                               training.attention_activations());
+  return std::max(per_micro_batch(per_token, spec, training), dequantized_weight_bytes(plan, model, layer));
+}
+
 std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer) {
   const int element_bytes = plan.training.precision.param_compute_bytes;
   return recomputed_activation_bytes(plan, model, layer) +

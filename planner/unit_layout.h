@@ -137,6 +137,9 @@ std::int64_t recomputed_activation_bytes(const Plan& plan, const ModelSpec& mode
 std::int64_t forward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 std::int64_t dequantized_weight_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
+// Note [Allocator size classes] (caching_allocator.h): the largest single tensor a pass of the layer allocates per
+// micro-batch (LayerSpec::largest_tensor_bytes_per_token, or the dequantised QLoRA weight where that is larger).
+std::int64_t largest_activation_tensor_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 
 // HBM bytes a fused optimizer step moves per shard element: parameters read and written, gradients read, master
 // weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)).
