@@ -144,6 +144,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
         throw InputError("--export '" + flags->export_format + "': expected fsdp2, fsdp1 or deepspeed" +
                          did_you_mean(flags->export_format, formats));
       }
+      // Note [Exported compile]: before the search, so a refused export prints and writes nothing.
+      check_export_compile(flags->export_format, training);
     }
     check_distinct_outputs(
         {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});

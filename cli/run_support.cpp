@@ -23,6 +23,11 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
     const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
     runner::check_finetune_supported(plan, -1, {executor, {}, false, flags.device != "gpu"});
     runner::check_no_expert_parallel(plan, -1, {executor, {}});
+    try {
+      runner::check_not_compiled(plan, -1, {executor, {}});
+    } catch (const InputError& error) {
+      throw InputError(flags.plan_file + ": " + error.what());  // the file that asked for it, as for bad input
+    }
     return plan;
   }
   TrainingConfig training;

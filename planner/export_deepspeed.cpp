@@ -113,6 +113,7 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
                      std::to_string(plan.tensor_parallel_degree) +
                      ", which a DeepSpeed ZeRO config cannot express (expected --export fsdp2 for a 2-D TP x FSDP plan)");
   }
+  check_export_compile("deepspeed", plan.training);  // Note [Exported compile]: refused
   const ShardingStrategy strategy = export_detail::uniform_strategy(plan, "deepspeed");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);
   const int stage = zero_stage(strategy.kind);

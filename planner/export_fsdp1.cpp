@@ -143,6 +143,8 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
     throw InputError("--export fsdp1: the plan has tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
                      ", which this export cannot express (expected --export fsdp2 for a 2-D TP x FSDP plan)");
   }
+  check_export_compile("fsdp1", plan.training);  // Note [Exported compile]
+  const bool compiled = plan.training.torch_compile;
   const ShardingStrategy strategy = uniform_strategy(plan, "fsdp1");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);
   const auto groups = unit_module_paths(plan, model);
@@ -181,6 +183,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
   } else if (!use_orig_params) {
     orig_params_reason = "planned for FSDP1 without them: no unit mixes frozen and trainable parameters";
   }
+  if (compiled) orig_params_reason += "; torch.compile traces FSDP1 modules only with True";
 
   std::vector<Regroup> regroups;
   std::vector<std::string> original_targets;  // each non-root unit's first module, before regrouping
@@ -259,10 +262,14 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective) << "\n"
      << "SELECTIVE_OP_CHECKPOINT_LAYERS = "
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective_op) << "\n"
+     << (compiled ? "# torch.compile each transformer block (fullgraph), after wrapping and AC (_compile_blocks).\n"
+                    "COMPILED_BLOCKS = " + python_transformer_blocks(model) + "\n"
+                  : std::string())
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
      << "PLANNED_WORLD_SIZE = " << world_size << "\n\n"
      << finetune.tables << "\n\n"
-     << python_module_helpers() << "\n\n" << kRegroupHelper << "\n\n" << finetune.functions
+     << python_module_helpers() << "\n\n" << kRegroupHelper << "\n\n"
+     << (compiled ? python_compile_blocks_fsdp1() + "\n\n" : std::string()) << finetune.functions
      << (finetuning ? "\n\n" : "")
      << "def fsdp_kwargs(device_id=None):\n"
      << "    \"\"\"The FullyShardedDataParallel keyword arguments of the plan (FSDP1 gives every unit the same).\"\"\"\n"
@@ -314,6 +321,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "    full = {model.get_submodule(path) for path in FULL_CHECKPOINT_LAYERS}\n"
      << "    selective = {model.get_submodule(path) for path in SELECTIVE_CHECKPOINT_LAYERS}\n"
      << "    selective_op = {model.get_submodule(path) for path in SELECTIVE_OP_CHECKPOINT_LAYERS}\n"
+     << (compiled ? "    compiled = [model.get_submodule(path) for path in COMPILED_BLOCKS]\n" : "")
      << "    _regroup_layers(model)\n"
      << "    targets = {model.get_submodule(path) for path in FSDP1_WRAP_TARGETS}\n"
      << "    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: module in targets)\n"
@@ -334,8 +342,9 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
      << "        apply_activation_checkpointing(\n"
      << "            model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper,\n"
      << "                                                           context_fn=_selective_op_checkpoint_context),\n"
-     << "            check_fn=lambda module: module in selective_op)\n"
-     << "    return model\n";
+     << "            check_fn=lambda module: module in selective_op)\n";
+  if (compiled) py << "    _compile_blocks(model, compiled)  # last: around the checkpoint wrappers, as torchtitan\n";
+  py << "    return model\n";
   return {"fsdp1_plan.py", py.str()};
 }
 

@@ -33,6 +33,11 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
 // InputError when units map to different ZeRO stages or an offload DeepSpeed cannot do at that stage is planned.
 ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
 
+// InputError unless `format` can carry a torch.compile'd plan (training.torch_compile; Note [Exported compile] in
+// export_compile.cpp): fsdp2 and fsdp1 compile each block (fsdp1 with use_orig_params=True), deepspeed cannot.
+// `plan` calls it before its search; the exporters call it too.
+void check_export_compile(const std::string& format, const TrainingConfig& training);
+
 // The formats export_plan knows: {"fsdp2", "fsdp1", "deepspeed"}.
 std::vector<std::string> export_formats();
 
@@ -94,6 +99,11 @@ struct PythonFinetune {
   std::string functions;
 };
 PythonFinetune python_finetune(const Plan& plan, const ModelSpec& model, bool fsdp1);
+
+// The transformer blocks' module paths as a Python list literal after "COMPILED_BLOCKS = ", and the FSDP1 script's
+// _compile_blocks(model, blocks), both defined in export_compile.cpp (Note [Exported compile]).
+std::string python_transformer_blocks(const ModelSpec& model);
+std::string python_compile_blocks_fsdp1();
 
 // "full_shard", "hybrid_shard:8": the strategy as plan JSON spells it, for messages and comments.
 std::string strategy_label(const ShardingStrategy& strategy);

@@ -63,10 +63,22 @@ void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport&
   }
 }
 
+void check_not_compiled(const Plan& plan, int rank, const ExecutorSupport& support) {
+  // Refused rather than run eager: `run` compares what it measures with the plan's prediction, and a compiled plan's
+  // prediction keeps less per block than eager kernels do (Note [Compiled blocks] in costmodel/compiled_block.h).
+  // Neither runner can compile anything (layer kernels are Eigen on CPU, cuBLAS/CUDA on GPU).
+  if (plan.training.torch_compile) {
+    reject("training.torch_compile is set (planned with --compile), but the runners execute eager kernels and the "
+               "prediction a run is compared with must be eager too; re-plan without --compile to run it",
+           support, rank);
+  }
+}
+
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support) {
   check_finetune_supported(plan, rank, support);
   check_no_expert_parallel(plan, rank, support);
+  check_not_compiled(plan, rank, support);
   const PrecisionRecipe& precision = plan.training.precision;
   if (precision.uses_fp8()) {
     reject("precision '" + precision.name + "' (float8 GEMMs and all-gathers) is planned, simulated and exported, not "

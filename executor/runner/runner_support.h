@@ -42,6 +42,9 @@ void check_finetune_supported(const Plan& plan, int rank, const ExecutorSupport&
 // Likewise needing no layouts: expert parallelism (Note [Expert parallelism] in planner/unit_layout.h) is planned and
 // simulated; no runner has its all-to-alls yet.
 void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport& support = {});
+// Likewise: a torch.compile'd plan (training.torch_compile, Note [Compiled blocks]) predicts what compiled blocks keep;
+// the runners execute eager kernels, so a run of it would be compared with a prediction it does not run.
+void check_not_compiled(const Plan& plan, int rank, const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
 // each of the schedule's sequences per micro-batch × seq_len. Shared by the CPU and GPU runners' step().
