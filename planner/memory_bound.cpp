@@ -22,7 +22,7 @@ namespace shardplan {
 //    recompute and backward workspace: max over l of (Σ_{l' <= l} kept(l') + max(fw(l), recomputed(l) + bw(l)))
 //    (unit_layout.h's functions, which the lowering calls; Note [Workspaces]).
 //  - Root unit: its G. A unit is gathered again only after its free, and a gather waits for the compute op issued
-//    before it (lowering.cpp, emit_gather), so one copy of a unit at a time.
+//    before it (lowering_gathers.cpp, emit_gather), so one copy of a unit at a time.
 //  - Unsharded params: (a) every non-root unit kept gathered after forward (reshard_after_forward false) — all are
 //    gathered when backward starts; (b) every partial copy (reshard_after_forward = k), alive from the unit's forward
 //    free to the end of its backward all-gather, all of them at backward's start; (c) the copies in flight. Two copies

@@ -153,7 +153,7 @@ comm::CollectiveTally expected_reduce_scatters(const Runner& runner, int shard_g
 //   every unit's frozen-shard memcmp fails from step 0 and the gathered base differs from the initial model;
 // - gathered shards left rank after rank (finish_unshard not called after the all-gather, Note [Frozen shards]): the
 //   losses differ from step 0, m and v are 1e-4 to 0.99 off in every unit, the adapters' movement 0.98 off;
-// - the lowering reduce-scattering units without trainable parameters too (planner/lowering.cpp reduce's
+// - the lowering reduce-scattering units without trainable parameters too (planner/lowering_reductions.cpp reduce's
 //   `grad_elements == 0` return removed): the run stops at "unit 'root' reduced without a gradient" (the runner's
 //   own check, which the count against the layout, expected_reduce_scatters, backs up).
 void check_finetune(const FinetuneCase& c) {

@@ -1,0 +1,97 @@
+// The Lowerer (Note [Lowering] in lowering.h): the state of one Plan → StepSchedule lowering. Its passes are defined
+// in lowering.cpp, the ops they emit by concern in lowering_gathers.cpp (all-gathers, the rate limiter, frees),
+// lowering_compute.cpp (compute ops, MoE all-to-alls) and lowering_reductions.cpp (gradient reductions, the optimizer
+// step). Internal to planner/.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "lowering.h"
+#include "pass_kernels.h"
+#include "reduction_handover.h"
+#include "unit_layout.h"
+
+namespace shardplan::lowering_internal {  // Note [Lowering] in lowering.h
+
+// An op of `kind` on `stream` for `unit` in micro-batch `micro`; the caller fills the rest.
+inline Op make_op(OpKind kind, StreamKind stream, int unit, int micro) {
+  Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.unit = unit;
+  op.micro_batch = micro;
+  return op;
+}
+
+struct Segment {
+  int unit;
+  std::size_t first_layer;
+  std::size_t last_layer;  // inclusive
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options);
+  StepSchedule run();
+
+ private:
+  // --- segments and the passes (lowering.cpp) ----------------------------------------------------------------------
+  int owner_of(std::size_t layer) const;
+  int emit(Op op);
+  void mark(int micro, FragmentPass pass, int unit);
+  void forward_pass(int micro);
+  std::vector<int> backward_pass(int micro, bool synchronise);
+  void take_pending_alloc(Op& op);
+  bool last_segment_of(int unit, std::size_t index, bool forward) const;
+
+  // --- all-gathers and the rate limiter (lowering_gathers.cpp) -----------------------------------------------------
+  bool counts_toward_limit(int unit, bool backward) const;
+  bool limiter_allows() const;
+  int limiter_dependency() const;
+  void request_gather(int unit, int micro, bool backward);
+  void emit_gather(int unit, int micro, bool backward, int limiter_dep);
+  void ensure_gathered(int unit, int micro, bool backward);
+  void emit_wait(int unit, int micro);
+  void emit_free(int unit, int micro, bool backward);
+  void start_pass();
+
+  // --- compute (lowering_compute.cpp) ------------------------------------------------------------------------------
+  std::int64_t kept_bytes(std::size_t layer) const;
+  ActivationCheckpointing checkpointing(std::size_t layer) const;
+  std::shared_ptr<const PassKernels> kernels_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode);
+  int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass);
+  void emit_all_to_alls(std::size_t layer, int unit, int micro, int after);
+
+  // --- gradient reductions and the optimizer step (lowering_reductions.cpp) ----------------------------------------
+  void reduce(int unit, int micro, std::vector<int>& reductions);
+  void optimizer_step(const std::vector<int>& reductions);
+
+  const Plan& plan_;
+  const ModelSpec& model_;
+  LoweringOptions options_;
+  std::vector<UnitLayout> layouts_;
+  std::vector<Segment> segments_;
+  StepSchedule schedule_;
+  std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_, grads_produced_;
+  std::vector<int> last_reduction_;  // each unit's latest gradient reduction op (-1: none yet)
+  std::vector<int> gather_op_;
+  struct LimiterEntry {
+    int unit;
+    int free_op;  // the free_unsharded op that released it, -1 until issued
+  };
+  std::vector<LimiterEntry> limiter_sequence_;  // every gather the rate limiter counts, in issue order
+  std::deque<int> pending_;                     // gather requests held back by the rate limiter
+  int last_compute_ = -1;
+  int compute_waits_for_ = -1;  // an all-to-all the next compute op depends on (-1: none)
+  int last_free_ = -1;
+  int last_backward_ = -1;
+  MemoryChange pending_alloc_{MemoryCategory::activations, 0};
+  ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
+  std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
+};
+
+}  // namespace shardplan::lowering_internal

@@ -1,0 +1,96 @@
+// The Lowerer's compute ops (Note [Lowering] in lowering.h): each layer pass's kernels, FLOPs and activation memory,
+// and the all-to-alls around an expert-parallel MoE block (Note [Expert parallelism] in unit_layout.h).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "lowerer.h"
+#include "unit_layout.h"
+
+namespace shardplan::lowering_internal {  // Note [Lowering] in lowering.h
+
+// The layer's activation bytes and checkpointing come from unit_layout.h, which the closed-form bound shares.
+std::int64_t Lowerer::kept_bytes(std::size_t layer) const {
+  return kept_activation_bytes(model_, plan_.training, layer, checkpointing(layer));
+}
+
+ActivationCheckpointing Lowerer::checkpointing(std::size_t layer) const {
+  return layer_checkpointing_of(plan_, model_, layer);
+}
+
+// The pass's kernels, built once per layer, pass and checkpointing mode of this lowering and shared by its ops.
+std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, ComputePass pass,
+                                                       ActivationCheckpointing mode) {
+  auto& slot = kernel_cache_[static_cast<std::size_t>(pass) * kCheckpointingModes + static_cast<std::size_t>(mode)];
+  if (slot.empty()) slot.resize(model_.layers.size());
+  auto& kernels = slot[layer];
+  if (!kernels) kernels = std::make_shared<const PassKernels>(pass_kernels(model_, layer, plan_.training, pass, mode));
+  return kernels;
+}
+
+int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
+  Op op;
+  op.kind = kind;
+  op.unit = unit;
+  op.layer = static_cast<int>(layer);
+  op.micro_batch = micro;
+  op.checkpointing = checkpointing(layer);
+  op.kernels = kernels_of(layer, pass, op.checkpointing);
+  op.flops = op.kernels->flops();
+  schedule_.hardware_flops_per_rank += op.flops;
+  if (pass != ComputePass::recompute) {
+    // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
+    // FLOPs, whatever the kernels do beyond that (a flash backward's recompute, activation recompute).
+    // Frozen weights skip their weight gradients (LayerSpec::backward_flops_per_token).
+    const LayerSpec& spec = model_.layers[layer];
+    const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch(spec));
+    const std::int64_t seq = plan_.training.seq_len;
+    const bool causal = plan_.training.flash_attention;
+    schedule_.model_flops_per_rank +=
+        tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
+                                               : spec.backward_flops_per_token(seq, causal));
+  }
+  if (kind == OpKind::forward) {
+    // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
+    const std::int64_t workspace = forward_workspace_bytes(plan_, model_, layer);
+    op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer) + workspace});
+    if (workspace > 0) op.frees.push_back({MemoryCategory::activations, workspace});
+  }
+  const int id = emit(std::move(op));
+  // torchtitan's selective-op policy saves the all-to-alls' outputs (its _save_list holds all_to_all_single), and
+  // attention-core recompute does not reach the MLP: only full recompute exchanges the tokens again.
+  if (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full) {
+    emit_all_to_alls(layer, unit, micro, id);
+  }
+  return id;
+}
+
+// Note [Expert parallelism] (unit_layout.h): an MoE block's dispatch and combine over its EP group, after the
+// block's compute op `after`; the next compute op waits for the combine.
+void Lowerer::emit_all_to_alls(std::size_t layer, int unit, int micro, int after) {
+  const LayerSpec& spec = model_.layers[layer];
+  const int degree = plan_.training.expert_parallel_degree;
+  if (!spec.moe || degree <= 1) return;
+  const MoeLayerRouting& routing = *spec.moe;
+  const double slots = static_cast<double>(plan_.training.tokens_per_micro_batch(spec)) *
+                       static_cast<double>(routing.experts_per_token) * routing.capacity_factor;
+  const int element_bytes = plan_.training.precision.param_compute_bytes;
+  const auto bytes = static_cast<std::int64_t>(std::llround(slots * static_cast<double>(routing.hidden_size))) *
+                     element_bytes;
+  int previous = after;
+  for (int leg = 0; leg < 2; ++leg) {  // dispatch, then combine
+    Op exchange = make_op(OpKind::all_to_all, StreamKind::all_to_all, unit, micro);
+    exchange.layer = static_cast<int>(layer);
+    exchange.bytes = bytes;
+    exchange.element_bytes = element_bytes;
+    exchange.group = GroupKind::expert;
+    exchange.group_size = degree;
+    exchange.group_spans_nodes = degree > options_.gpus_per_node;
+    exchange.group_ranks_per_node = std::min(degree, options_.gpus_per_node);
+    exchange.deps.push_back(previous);
+    previous = emit(std::move(exchange));
+  }
+  compute_waits_for_ = previous;
+}
+
+}  // namespace shardplan::lowering_internal
