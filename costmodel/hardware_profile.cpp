@@ -126,6 +126,7 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   profile.hbm_bytes_per_s = gpu.hbm_bytes_per_s;
   profile.pcie_bytes_per_s = gpu.pcie_bytes_per_s;
   profile.context_overhead_bytes = gpu.context_overhead_bytes;
+  profile.device_memory_bytes = gpu.memory_bytes;
   set_if_given(gpu.max_compute_efficiency, profile.max_compute_efficiency);
   set_if_given(gpu.half_efficiency_flops, profile.half_efficiency_flops);
   set_if_given(gpu.attention_forward_efficiency, profile.attention_forward_efficiency);

@@ -77,6 +77,9 @@ struct HardwareProfile {
   double overlap_collective_slowdown = 1.0;
 
   std::int64_t context_overhead_bytes = 0;  // runtime context, library workspaces (memory model's overhead term)
+  // The device's memory (the catalog GPU's), which bounds what the caching allocator can reserve (Note [Reserved
+  // memory] in planner/simulator.cpp); 0: unknown, no bound.
+  std::int64_t device_memory_bytes = 0;
 
   // Host time every compute-stream op that does work (forward, backward, recompute, optimizer step) costs on top of it: dispatch and bookkeeping between ops (a kernel
   // launch when the host is the bottleneck; in the CPU executor, the runner's per-op bookkeeping and MPI polling on

@@ -45,7 +45,11 @@ namespace {
 // the default stream; the overhead term (CUDA context, NCCL, library workspaces) is outside the allocator. Within a
 // pool, what it reserves beyond its allocated peak is the segments of smaller tensors that larger ones cannot use
 // (Note [Allocator size classes] in caching_allocator.h): activations are classed by their layer's largest tensor
-// (StepSchedule::activation_tensor_bytes), everything else is class 0.
+// (StepSchedule::activation_tensor_bytes), everything else is class 0. What the pools can reserve is bounded by the
+// device: a cudaMalloc that fails makes the allocator release its unused cached segments and try again
+// (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks before the retry in malloc), so segments that smaller
+// tensors left are given back before the device runs out; beyond the device's memory less the overhead, only the
+// allocated peak itself can push reserved.
 constexpr std::size_t kAllocatorPools = 3;
 int allocator_pool(MemoryCategory category) {
   switch (category) {
@@ -222,8 +226,13 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     sample(event.time_s);
   }
   for (const SizeClassPool& pool : pools) summary.reserved_peak_bytes += pool.reserved_bytes();
-  summary.device_peak_bytes =
-      summary.reserved_peak_bytes + schedule.persistent[static_cast<std::size_t>(MemoryCategory::overhead)];
+  const std::int64_t overhead_bytes = schedule.persistent[static_cast<std::size_t>(MemoryCategory::overhead)];
+  if (profile.device_memory_bytes > 0) {  // Note [Reserved memory]: the retry after a failed cudaMalloc
+    summary.reserved_peak_bytes =
+        std::min(summary.reserved_peak_bytes, std::max(profile.device_memory_bytes - overhead_bytes,
+                                                       summary.peak_memory_bytes - overhead_bytes));
+  }
+  summary.device_peak_bytes = summary.reserved_peak_bytes + overhead_bytes;
   if (summary.peak_op_id >= 0) {
     summary.peak_op = describe_op(schedule.ops[static_cast<std::size_t>(summary.peak_op_id)], schedule, nullptr);
   }

@@ -92,6 +92,13 @@ TEST_CASE("simulator: the loss's larger tensors reserve on top of the block's fr
   CHECK(classed.device_peak_bytes == 16 * GiB);  // no overhead term in this schedule
   // The other way round, the block's tensors larger: the block's free 4 hold part of the loss's 10 (6 new), but the
   // loss's segments cannot hold the block's backward — it finds 4 free beside its kept 2 and grows by 1: 7 + 6.
+  // A device of 14 GiB: the failed cudaMalloc releases the unused segments and retries, so reserved stays within it;
+  // one smaller than the allocated peak leaves the allocated peak.
+  HardwareProfile device = millisecond_ops();
+  device.device_memory_bytes = 14 * GiB;
+  CHECK(simulate(two_layer_schedule({GiB, 4 * GiB}), device).summary.reserved_peak_bytes == 14 * GiB);
+  device.device_memory_bytes = 10 * GiB;
+  CHECK(simulate(two_layer_schedule({GiB, 4 * GiB}), device).summary.reserved_peak_bytes == 12 * GiB);
   const SimulationSummary reversed = simulate(two_layer_schedule({4 * GiB, GiB}), millisecond_ops()).summary;
   CHECK(reversed.reserved_peak_bytes == 13 * GiB);
 }
