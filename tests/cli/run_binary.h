@@ -147,4 +147,12 @@ inline std::string mpirun_missing() {
   return "";
 }
 
+// A fresh, empty directory for one test's output files, named for the test and this process.
+inline std::filesystem::path scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 }  // namespace shardplan_test

@@ -17,16 +17,10 @@ namespace {
 using shardplan_test::expect_input_error;
 using shardplan_test::RunResult;
 using shardplan_test::run_shardplan;
+using shardplan_test::scratch;
 using shardplan_test::TempFile;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::filesystem::path scratch(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 std::string read(const std::filesystem::path& path) {
   std::ifstream stream(path, std::ios::binary);

@@ -17,15 +17,9 @@ namespace {
 using nlohmann::json;
 using shardplan_test::RunResult;
 using shardplan_test::run_shardplan;
+using shardplan_test::scratch;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::filesystem::path scratch(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("shardplan-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Writes the three exports of a small plan into `dir`.
 void export_all(const std::filesystem::path& dir) {
