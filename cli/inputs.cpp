@@ -55,7 +55,8 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
                      "autograd keeps for each composite op)");
   command.add_flag("--no-sync", flags.no_sync, "keep unsharded gradients across accumulation micro-batches");
   command.add_flag("--compile", flags.torch_compile,
-                   "torch.compile each transformer block (AOTAutograd keeps less for backward; kernels as eager)");
+                   "torch.compile each transformer block (AOTAutograd keeps less for backward; kernels as eager); "
+                   "the fsdp2 and fsdp1 exports compile, deepspeed exports and `run` refuse it");
   command.add_option("--expert-parallel", flags.expert_parallel,
                      "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
                      "all-to-all (default 1; plan searches it when not given)")
