@@ -157,6 +157,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       if (flags->tensor_parallel != "auto") check_compile_tensor_parallel(options.tensor_parallel_degrees.front());
       options.tensor_parallel_degrees = {1};
     }
+    // Note [Export constrains the search] (planner/export_support.cpp): only plans the export can write are searched.
+    if (!flags->export_format.empty()) {
+      restrict_search_to_export(flags->export_format, model, training, flags->tensor_parallel != "auto",
+                                options.tensor_parallel_degrees, options.expert_parallel_degrees);
+    }
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {
       output.json(to_json(result, model));

@@ -106,13 +106,7 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
     throw InputError("--export deepspeed: precision '" + plan.training.precision.name +
                      "' (torchao float8 training) is expressed by the FSDP2 export only (expected --export fsdp2)");
   }
-  if (plan.tensor_parallel_degree > 1) {
-    // A DeepSpeed config has no tensor-parallel section for ZeRO-3 training (TP comes from Megatron-DeepSpeed's model
-    // code, or AutoTP for inference), so the plan's TP cannot be written into one.
-    throw InputError("--export deepspeed: the plan has tensor_parallel_degree " +
-                     std::to_string(plan.tensor_parallel_degree) +
-                     ", which a DeepSpeed ZeRO config cannot express (expected --export fsdp2 for a 2-D TP x FSDP plan)");
-  }
+  check_export_support("deepspeed", plan, model);  // Note [Export constrains the search]: no TP, no EP
   check_export_compile("deepspeed", plan.training);  // Note [Exported compile]: refused
   const ShardingStrategy strategy = export_detail::uniform_strategy(plan, "deepspeed");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);

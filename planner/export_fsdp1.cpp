@@ -137,12 +137,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
     throw InputError("--export fsdp1: precision '" + plan.training.precision.name +
                      "' (torchao float8 training) is expressed by the FSDP2 export only (expected --export fsdp2)");
   }
-  if (plan.tensor_parallel_degree > 1) {
-    // FSDP1 composes with tensor parallelism only through DTensor-aware state-dict and device_mesh paths this
-    // export does not write; torchtitan and PyTorch's TP tutorial use FSDP2 for 2-D.
-    throw InputError("--export fsdp1: the plan has tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
-                     ", which this export cannot express (expected --export fsdp2 for a 2-D TP x FSDP plan)");
-  }
+  check_export_support("fsdp1", plan, model);  // Note [Export constrains the search]: no TP, no EP
   check_export_compile("fsdp1", plan.training);  // Note [Exported compile]
   const bool compiled = plan.training.torch_compile;
   const ShardingStrategy strategy = uniform_strategy(plan, "fsdp1");

@@ -20,10 +20,9 @@ struct Fsdp2Sharding {
   int shard = 1;
   bool may_reshard = true;  // false: the strategy keeps parameters gathered after forward (SHARD_GRAD_OP, ZeRO-2)
   std::string note;
-  std::string mesh_name() const {
-    return replicate == 1 ? "mesh_shard_" + std::to_string(shard)
-                          : "mesh_" + std::to_string(replicate) + "x" + std::to_string(shard);
-  }
+  // Its slice of the one root mesh (Note [One root mesh]): every unit sharding over all data-parallel ranks uses
+  // "dp_mesh", the one 2-D (replicate, shard) layout "hsdp_mesh".
+  std::string mesh_name() const { return replicate == 1 ? "dp_mesh" : "hsdp_mesh"; }
 };
 
 Fsdp2Sharding fsdp2_sharding(const ShardingStrategy& strategy, int world_size, int gpus_per_node) {
@@ -96,26 +95,114 @@ void write_prefetch(std::ostringstream& py, const Plan& plan, const std::vector<
   }
 }
 
+// Note [One root mesh]: FSDP2 requires a TP-sharded parameter's DP mesh and TP mesh to have the same root ("FSDP
+// requires the DP and TP mesh to have the same parent mesh", FSDPParam._init_sharded_param in
+// torch/distributed/fsdp/_fully_shard/_fsdp_param.py), and meshes built by separate init_device_mesh calls do not.
+// So the script builds ONE mesh, in torchtitan's ParallelDims order (torchtitan/distributed/parallel_dims.py:
+// dp_replicate, dp_shard, then tp innermost, a dimension only where it is used), and slices it: mesh["tp"] for
+// parallelize_module, mesh["dp_shard"] (or mesh["dp_replicate", "dp_shard"]) for fully_shard. A plan mixing a 2-D
+// layout with units sharded over every data-parallel rank gets the latter as mesh["dp_replicate", "dp_shard"]
+// flattened, as torchtitan flattens its "dp" mesh (DeviceMesh._flatten). Two different 2-D layouts (replicate x shard)
+// are not slices of one mesh: such a plan is refused.
+struct RootMesh {
+  int replicate = 1;  // > 1: a "dp_replicate" dimension
+  int shard = 1;
+  int tp = 1;         // > 1: a "tp" dimension, innermost
+  bool has_replicate() const { return replicate > 1; }
+};
+
+RootMesh root_mesh(const Plan& plan, const std::vector<Fsdp2Sharding>& shardings, int data_parallel, int tp) {
+  RootMesh root{1, data_parallel, tp};
+  for (std::size_t id = 0; id < shardings.size(); ++id) {
+    const Fsdp2Sharding& sharding = shardings[id];
+    if (sharding.replicate == 1) continue;
+    if (root.has_replicate() && sharding.replicate != root.replicate) {
+      throw InputError("--export fsdp2: unit " + std::to_string(id) + " ('" + plan.units[id].name + "') needs a " +
+                       std::to_string(sharding.replicate) + " x " + std::to_string(sharding.shard) +
+                       " (replicate x shard) mesh but another unit needs " + std::to_string(root.replicate) + " x " +
+                       std::to_string(root.shard) +
+                       ", and FSDP2's meshes must be slices of one root mesh (expected one hybrid group size per plan)");
+    }
+    root.replicate = sharding.replicate;
+    root.shard = sharding.shard;
+  }
+  return root;
+}
+
+// The init_device_mesh call and each unit mesh's slice of it, as lines of apply_plan.
+std::string python_root_mesh(const RootMesh& root, const std::vector<Fsdp2Sharding>& shardings) {
+  std::vector<std::pair<std::string, int>> dims;
+  if (root.has_replicate()) dims.emplace_back("dp_replicate", root.replicate);
+  dims.emplace_back("dp_shard", root.shard);
+  if (root.tp > 1) dims.emplace_back("tp", root.tp);
+  std::string sizes, names;
+  for (const auto& [name, size] : dims) {
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(size);
+    names += (names.empty() ? "" : ", ") + python_string(name);
+  }
+  if (dims.size() == 1) {
+    sizes += ",";
+    names += ",";
+  }
+  std::ostringstream py;
+  py << "    # One root mesh, sliced for TP and for FSDP (Note [One root mesh] in shardplan: FSDP2 requires the DP and\n"
+     << "    # TP meshes to share one parent), its dimensions in torchtitan's ParallelDims order.\n"
+     << "    mesh = init_device_mesh(device_type, (" << sizes << "), mesh_dim_names=(" << names << "))\n";
+  const bool flat = std::any_of(shardings.begin(), shardings.end(), [](const Fsdp2Sharding& s) { return s.replicate == 1; });
+  const bool hybrid = root.has_replicate();
+  if (flat) {
+    py << "    dp_mesh = " << (hybrid ? "mesh[\"dp_replicate\", \"dp_shard\"]._flatten(\"dp\")" : "mesh[\"dp_shard\"]")
+       << "\n";
+  }
+  if (hybrid) py << "    hsdp_mesh = mesh[\"dp_replicate\", \"dp_shard\"]\n";
+  return py.str();
+}
+
 // Note [Exported tensor parallelism]: torchtitan's apply_tp (torchtitan/models/llama3/infra/parallelize.py) written
 // for Hugging Face Llama module names: per block, SequenceParallel norms, the attention and MLP inputs redistributed
 // from sequence shards to replicated, q/k/v and gate/up ColwiseParallel, o_proj and down_proj RowwiseParallel back to
 // sequence shards; the token embedding RowwiseParallel, the final norm SequenceParallel, lm_head ColwiseParallel with
 // vocabulary-sharded logits for loss_parallel. Applied before activation checkpointing and fully_shard, as torchtitan
 // orders them. The cost model's view of the same plan is Note [Tensor parallelism] (costmodel/tensor_parallel.h).
-std::string python_tensor_parallel(const ModelSpec& model) {
+std::string python_tensor_parallel(const ModelSpec& model, bool float8_tensorwise) {
   std::vector<std::string> blocks;
   for (const LayerSpec& layer : model.layers) {
     if (layer.kind == LayerKind::transformer_block) blocks.push_back(python_string(layer.name));
   }
   std::ostringstream py;
   py << "TP_BLOCKS = " << python_list(blocks, 0, 12) << "\n\n\n"
+     << "def _full_length_positions(module, args, kwargs):\n"
+     << "    # Rotary embeddings from the full sequence. The embedding's output is sharded over the sequence, and\n"
+     << "    # LlamaModel derives cache_position, position_ids and then cos/sin from that local length, while attention\n"
+     << "    # sees the gathered full length (transformers PR #32597). torchtitan hands every block the full-length\n"
+     << "    # freqs_cis (torchtitan/models/llama3/model/model.py); here LlamaModel gets full-length position_ids from\n"
+     << "    # the replicated input_ids, so model.model.rotary_emb (replicated, not parallelized) computes cos/sin for\n"
+     << "    # every position. Training uses no KV cache, and SDPA's causal path (no padding mask) is the one that holds.\n"
+     << "    import torch\n\n"
+     << "    input_ids = kwargs.get(\"input_ids\", args[0] if args else None)\n"
+     << "    if kwargs.get(\"position_ids\") is None and input_ids is not None:\n"
+     << "        kwargs[\"position_ids\"] = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)\n"
+     << "    kwargs[\"use_cache\"] = False\n"
+     << "    return args, kwargs\n\n\n"
      << "def _apply_tensor_parallel(model, tp_mesh):\n"
      << "    # torchtitan's apply_tp on Hugging Face Llama modules (Note [Exported tensor parallelism] in shardplan).\n"
      << "    # Compute the loss under torch.distributed.tensor.parallel.loss_parallel(): the logits stay sharded over\n"
      << "    # the vocabulary. Blocks see sequence shards between them; run attention with SDPA's causal kernel.\n"
      << "    from torch.distributed.tensor import Replicate, Shard\n"
      << "    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n"
-     << "                                                   SequenceParallel, parallelize_module)\n\n"
+     << "                                                   SequenceParallel, parallelize_module)\n";
+  if (float8_tensorwise) {
+    // torchtitan's apply_tp with enable_float8_tensorwise_tp: the blocks' styles from torchao, the embedding, norm
+    // and output head (kept in bf16) with the plain ones.
+    py << "    # float8 tensorwise: the blocks' projections with torchao's float8 styles, as torchtitan's apply_tp does.\n"
+       << "    from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,\n"
+       << "                                                       PrepareFloat8ModuleInput)\n"
+       << "    block_colwise, block_rowwise, block_prepare = Float8ColwiseParallel, Float8RowwiseParallel, "
+          "PrepareFloat8ModuleInput\n";
+  } else {
+    py << "    block_colwise, block_rowwise, block_prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput\n";
+  }
+  py << "\n    model.get_submodule(\"model\").register_forward_pre_hook(_full_length_positions, with_kwargs=True)\n"
      << "    parallelize_module(model, tp_mesh, {\n"
      << "        \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),\n"
      << "        \"model.norm\": SequenceParallel(),\n"
@@ -124,19 +211,19 @@ std::string python_tensor_parallel(const ModelSpec& model) {
      << "    for path in TP_BLOCKS:\n"
      << "        parallelize_module(model.get_submodule(path), tp_mesh, {\n"
      << "            \"input_layernorm\": SequenceParallel(),\n"
-     << "            \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": Shard(1)},\n"
-     << "                                             desired_input_kwarg_layouts={\"hidden_states\": Replicate()},\n"
-     << "                                             use_local_output=True),\n"
-     << "            \"self_attn.q_proj\": ColwiseParallel(),\n"
-     << "            \"self_attn.k_proj\": ColwiseParallel(),\n"
-     << "            \"self_attn.v_proj\": ColwiseParallel(),\n"
-     << "            \"self_attn.o_proj\": RowwiseParallel(output_layouts=Shard(1)),\n"
+     << "            \"self_attn\": block_prepare(input_kwarg_layouts={\"hidden_states\": Shard(1)},\n"
+     << "                                        desired_input_kwarg_layouts={\"hidden_states\": Replicate()},\n"
+     << "                                        use_local_output=True),\n"
+     << "            \"self_attn.q_proj\": block_colwise(),\n"
+     << "            \"self_attn.k_proj\": block_colwise(),\n"
+     << "            \"self_attn.v_proj\": block_colwise(),\n"
+     << "            \"self_attn.o_proj\": block_rowwise(output_layouts=Shard(1)),\n"
      << "            \"post_attention_layernorm\": SequenceParallel(),\n"
-     << "            \"mlp\": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),\n"
-     << "                                       use_local_output=True),\n"
-     << "            \"mlp.gate_proj\": ColwiseParallel(),\n"
-     << "            \"mlp.up_proj\": ColwiseParallel(),\n"
-     << "            \"mlp.down_proj\": RowwiseParallel(output_layouts=Shard(1)),\n"
+     << "            \"mlp\": block_prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),\n"
+     << "                                  use_local_output=True),\n"
+     << "            \"mlp.gate_proj\": block_colwise(),\n"
+     << "            \"mlp.up_proj\": block_colwise(),\n"
+     << "            \"mlp.down_proj\": block_rowwise(output_layouts=Shard(1)),\n"
      << "        })\n";
   return py.str();
 }
@@ -146,13 +233,8 @@ std::string python_tensor_parallel(const ModelSpec& model) {
 ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   validate_plan(plan, model, world_size, gpus_per_node);
   // Note [2-D plans] (tensor_parallel_view.h): FSDP shards over the data-parallel ranks of each TP index.
+  check_export_support("fsdp2", plan, model);  // Note [Export constrains the search]
   const int tp = plan.tensor_parallel_degree;
-  if (tp > 1 && model.architecture->family != DecoderArchitecture::Family::llama) {
-    throw InputError("--export fsdp2: tensor_parallel_degree " + std::to_string(tp) + " for a " +
-                     to_string(model.architecture->family) +
-                     " model: expected a llama-family model (the export's TP plan names Llama's nn.Linear modules; "
-                     "GPT-2's Conv1D projections are not what ColwiseParallel shards)");
-  }
   const int data_parallel = world_size / tp;
   const auto groups = unit_module_paths(plan, model);
   const auto units = plan_units(plan, model);
@@ -166,6 +248,8 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
     backward.push_back(unit.backward_prefetch);
     shardings.push_back(fsdp2_sharding(unit.strategy, data_parallel, gpus_per_node / tp));
   }
+  const RootMesh root = root_mesh(plan, shardings, data_parallel, tp);
+  const bool float8_tensorwise = plan.training.precision.uses_fp8() && plan.training.precision.fp8 != Fp8Scaling::rowwise;
 
   std::ostringstream py;
   py << python_header("fsdp2", plan, model, world_size, gpus_per_node)
@@ -192,7 +276,7 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
      << "PLANNED_WORLD_SIZE = " << world_size << "\n"
      << "TENSOR_PARALLEL_DEGREE = " << tp << "  # the innermost mesh dimension, inside a node\n\n"
-     << (tp > 1 ? python_tensor_parallel(model) + "\n\n" : "")
+     << (tp > 1 ? python_tensor_parallel(model, float8_tensorwise) + "\n\n" : "")
      << finetune.tables << "\n\n"
      << python_module_helpers() << "\n\n" << finetune.functions << (finetuning ? "\n\n" : "")
      << "def _apply_activation_checkpointing(model):\n"
@@ -214,7 +298,8 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << "    _check_model(model)\n"
      << "    world = torch.distributed.get_world_size()\n"
      << "    if world != PLANNED_WORLD_SIZE:\n"
-     << "        raise ValueError(f\"shardplan: the plan is for {PLANNED_WORLD_SIZE} ranks, this run has {world}\")\n";
+     << "        raise ValueError(f\"shardplan: the plan is for {PLANNED_WORLD_SIZE} ranks, this run has {world}\")\n"
+     << python_root_mesh(root, shardings);
   if (!precision.note.empty()) py << "    # " << precision.note << "\n";
   if (finetuning) {
     // Note [Exported trainable set]: before sharding; the PeftModel (under LoRA) is what apply_plan returns.
@@ -237,14 +322,11 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
        << "                               module.in_features % 16 == 0 and module.out_features % 16 == 0)\n";
   }
   if (tp > 1) {
-    if (plan.training.precision.uses_fp8()) {
-      py << "    # With TP, torchtitan uses torchao's Float8ColwiseParallel / Float8RowwiseParallel in place of the plans\n"
-         << "    # below (torchao.float8.float8_tensor_parallel); the plain styles below gather bf16 activations.\n";
+    if (plan.training.precision.uses_fp8() && !float8_tensorwise) {
+      py << "    # float8 rowwise: torchtitan keeps the plain TP styles (its float8 styles are tensorwise only).\n";
     }
-    py << "    # Tensor parallelism first (Note [Exported tensor parallelism]), on the mesh's innermost dimension.\n"
-       << "    tp_mesh = init_device_mesh(device_type, (" << data_parallel << ", " << tp
-       << "), mesh_dim_names=(\"dp\", \"tp\"))[\"tp\"]\n"
-       << "    _apply_tensor_parallel(model, tp_mesh)\n";
+    py << "    # Tensor parallelism first (Note [Exported tensor parallelism]), on the root mesh's innermost dimension.\n"
+       << "    _apply_tensor_parallel(model, mesh[\"tp\"])\n";
   }
   py << "    _apply_activation_checkpointing(model)\n\n";
   if (plan.training.torch_compile) {
@@ -260,23 +342,6 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
        << "        _replace_module(model, path, torch.compile(model.get_submodule(path), fullgraph=True))\n\n";
   }
 
-  std::vector<std::string> declared;
-  for (const auto& sharding : shardings) {
-    const std::string name = sharding.mesh_name();
-    if (std::find(declared.begin(), declared.end(), name) != declared.end()) continue;
-    declared.push_back(name);
-    py << "    " << name << " = init_device_mesh(device_type, ";
-    // With TP the FSDP dimensions are the outer ones of a mesh whose innermost is "tp" (torchtitan's ParallelDims).
-    const std::string tp_size = tp > 1 ? ", " + std::to_string(tp) : "";
-    const std::string tp_name = tp > 1 ? ", \"tp\"" : "";
-    if (sharding.replicate == 1) {
-      py << "(" << sharding.shard << (tp > 1 ? tp_size : ",") << "), mesh_dim_names=(\"shard\"" << (tp > 1 ? tp_name : ",")
-         << "))" << (tp > 1 ? "[\"shard\"]" : "") << "\n";
-    } else {
-      py << "(" << sharding.replicate << ", " << sharding.shard << tp_size << "), mesh_dim_names=(\"replicate\", \"shard\""
-         << tp_name << "))" << (tp > 1 ? "[\"replicate\", \"shard\"]" : "") << "\n";
-    }
-  }
   std::vector<std::string> dtypes;
   if (!precision.param_dtype.empty()) dtypes.push_back("param_dtype=" + precision.param_dtype);
   if (!precision.reduce_dtype.empty()) dtypes.push_back("reduce_dtype=" + precision.reduce_dtype);

@@ -139,14 +139,6 @@ std::string python_header(const std::string& format, const Plan& plan, const Mod
       << "# units: " << plan.units.size() << " (unit 0 is the root), precision " << plan.training.precision.name
       << ", micro-batch " << plan.training.micro_batch << " x " << plan.grad_accumulation_steps
       << " accumulation steps, sequence length " << plan.training.seq_len << "\n";
-  if (plan.training.expert_parallel_degree > 1) {
-    // Note [Expert parallelism] (planner/unit_layout.h): what the plan assumes and this file does not set up.
-    out << "# expert parallelism: the plan splits each MoE block's experts over groups of "
-        << plan.training.expert_parallel_degree
-        << " ranks with all-to-all dispatch and combine; this file shards with FSDP alone (every rank gathers every "
-           "expert). Apply EP with an MoE implementation that has it (torchtitan's expert_parallel_degree, "
-           "DeepSpeed-MoE's ep_size) before sharding.\n";
-  }
   return out.str();
 }
 

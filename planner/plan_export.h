@@ -38,6 +38,26 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
 // `plan` calls it before its search; the exporters call it too.
 void check_export_compile(const std::string& format, const TrainingConfig& training);
 
+// What `format` can write (Note [Export constrains the search] in export_support.cpp): tensor parallelism > 1 and
+// expert parallelism > 1, each with the reason when it cannot.
+struct ExportSupport {
+  bool tensor_parallel = false;
+  bool expert_parallel = false;
+  std::string tensor_parallel_why;
+  std::string expert_parallel_why;
+};
+ExportSupport export_support(const std::string& format, const ModelSpec& model, const TrainingConfig& training);
+
+// Before `plan`'s search: narrows the searched TP and EP degrees to those `format` can write; InputError, one line
+// naming the flag, when the user pinned one it cannot (--tensor-parallel, tensor_parallel_pinned, with its degree
+// first in tensor_parallel_degrees; --expert-parallel, training.expert_parallel_degree).
+void restrict_search_to_export(const std::string& format, const ModelSpec& model, const TrainingConfig& training,
+                               bool tensor_parallel_pinned, std::vector<int>& tensor_parallel_degrees,
+                               std::vector<int>& expert_parallel_degrees);
+
+// InputError when `plan` uses a TP or EP degree `format` cannot write; every exporter calls it first.
+void check_export_support(const std::string& format, const Plan& plan, const ModelSpec& model);
+
 // The formats export_plan knows: {"fsdp2", "fsdp1", "deepspeed"}.
 std::vector<std::string> export_formats();
 
