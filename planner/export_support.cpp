@@ -1,5 +1,4 @@
 // What each export format can express (TP and EP degrees), the search restricted to it, and the exporters' check.
-#include <algorithm>
 #include <string>
 
 #include "errors.h"
@@ -11,8 +10,8 @@ namespace shardplan {
 // plans F can write, and never prints one plan and writes another (issue 31, item 2). Per format:
 // - tensor parallelism: only the FSDP2 export writes it (parallelize_module on the "tp" slice of its one root mesh,
 //   Note [Exported tensor parallelism] in export_fsdp2.cpp), and only where its Llama plan names real nn.Linear
-//   modules: a llama-family model without MoE blocks (Mixtral's experts are not "mlp.gate_proj"), trained without
-//   LoRA adapters (PEFT's lora.Linear is not an nn.Linear, and ColwiseParallel/RowwiseParallel refuse anything else:
+//   modules: a llama-family model (MoE models take no TP at all: validate_plan), trained without LoRA adapters
+//   (PEFT's lora.Linear is not an nn.Linear, and ColwiseParallel/RowwiseParallel refuse anything else:
 //   "ColwiseParallel currently only support nn.Linear and nn.Embedding!", torch/distributed/tensor/parallel/style.py).
 //   FSDP1 and a DeepSpeed ZeRO config have no TP (export_fsdp1.cpp, export_deepspeed.cpp).
 // - expert parallelism: no export writes it yet. FSDP2 alone on an MoE model gathers every expert on every rank, so a
@@ -30,14 +29,9 @@ ExportSupport export_support(const std::string& format, const ModelSpec& model, 
     return support;
   }
   const bool llama = model.architecture && model.architecture->family == DecoderArchitecture::Family::llama;
-  const bool moe = std::any_of(model.layers.begin(), model.layers.end(), [](const LayerSpec& layer) {
-    return static_cast<bool>(layer.moe);
-  });
   const bool adapters = training.finetune.mode == FinetuneMode::lora || training.finetune.mode == FinetuneMode::qlora;
   if (!llama) {
     support.tensor_parallel_why = "its TP plan names Llama's nn.Linear modules, and this is not a llama-family model";
-  } else if (moe) {
-    support.tensor_parallel_why = "its TP plan names a dense Llama MLP, and this model has MoE blocks";
   } else if (adapters) {
     support.tensor_parallel_why = "LoRA's wrapped projections are not the nn.Linear modules ColwiseParallel shards";
   } else {

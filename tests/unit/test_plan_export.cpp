@@ -90,12 +90,13 @@ TEST_CASE("export: FSDP2 shards each unit's modules as one group, the root last,
   const std::string py = export_fsdp2(make_plan(model, 4), model, 8, 8).contents;
   CHECK(export_fsdp2(make_plan(model, 4), model, 8, 8).file_name == "fsdp2_plan.py");
   CHECK(contains(py, "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard"));
-  CHECK(contains(py, "mesh_shard_8 = init_device_mesh(device_type, (8,), mesh_dim_names=(\"shard\",))"));
+  CHECK(contains(py, "mesh = init_device_mesh(device_type, (8,), mesh_dim_names=(\"dp_shard\",))"));
+  CHECK(contains(py, "dp_mesh = mesh[\"dp_shard\"]"));
   CHECK(contains(py, "mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)"));
   const std::string group = "fully_shard([model.model.layers[0], model.model.layers[1], model.model.layers[2], "
-                            "model.model.layers[3]],\n                mesh=mesh_shard_8, reshard_after_forward=True, "
+                            "model.model.layers[3]],\n                mesh=dp_mesh, reshard_after_forward=True, "
                             "mp_policy=mp_policy)";
-  const std::string root = "fully_shard(model, mesh=mesh_shard_8, reshard_after_forward=False, mp_policy=mp_policy)";
+  const std::string root = "fully_shard(model, mesh=dp_mesh, reshard_after_forward=False, mp_policy=mp_policy)";
   REQUIRE(contains(py, group));
   REQUIRE(contains(py, root));
   CHECK(py.find(group) < py.find(root));  // fully_shard needs the children before the root
@@ -106,7 +107,7 @@ TEST_CASE("export: FSDP2 shards each unit's modules as one group, the root last,
 
   // Per block: every unit prefetches the next in forward and the previous in backward, as the plan lists them.
   const std::string per_block = export_fsdp2(make_plan(model, 1), model, 8, 8).contents;
-  CHECK(contains(per_block, "fully_shard(model.model.layers[2], mesh=mesh_shard_8, reshard_after_forward=True"));
+  CHECK(contains(per_block, "fully_shard(model.model.layers[2], mesh=dp_mesh, reshard_after_forward=True"));
   CHECK(contains(per_block, "model.model.layers[0].set_modules_to_forward_prefetch([model.model.layers[1]])"));
   CHECK(contains(per_block, "model.model.layers[3].set_modules_to_backward_prefetch([model.model.layers[2]])"));
   CHECK(contains(per_block, "model.set_modules_to_backward_prefetch([model.model.layers[3]])"));
@@ -119,16 +120,17 @@ TEST_CASE("export: FSDP2 renders strategies, reshard_after_forward, precision, o
     Plan plan = make_plan(model, 1, "hybrid_shard", 16);
     plan.units[2].reshard_after_forward.group_size = 4;
     const std::string py = export_fsdp2(plan, model, 16, 8).contents;
-    CHECK(contains(py, "mesh_2x8 = init_device_mesh(device_type, (2, 8), mesh_dim_names=(\"replicate\", \"shard\"))"));
-    CHECK(contains(py, "fully_shard(model.model.layers[1], mesh=mesh_2x8, reshard_after_forward=4,"));
+    CHECK(contains(py, "mesh = init_device_mesh(device_type, (2, 8), mesh_dim_names=(\"dp_replicate\", \"dp_shard\"))"));
+    CHECK(contains(py, "hsdp_mesh = mesh[\"dp_replicate\", \"dp_shard\"]\n"));
+    CHECK(contains(py, "fully_shard(model.model.layers[1], mesh=hsdp_mesh, reshard_after_forward=4,"));
   }
   SUBCASE("shard_grad_op keeps parameters gathered after forward whatever the unit says") {
     const std::string py = export_fsdp2(make_plan(model, 1, "shard_grad_op"), model, 8, 8).contents;
-    CHECK(contains(py, "fully_shard(model.model.layers[0], mesh=mesh_shard_8, reshard_after_forward=False"));
+    CHECK(contains(py, "fully_shard(model.model.layers[0], mesh=dp_mesh, reshard_after_forward=False"));
   }
   SUBCASE("no_shard replicates over a (world, 1) mesh") {
     const std::string py = export_fsdp2(make_plan(model, 1, "no_shard"), model, 8, 8).contents;
-    CHECK(contains(py, "mesh_8x1 = init_device_mesh(device_type, (8, 1)"));
+    CHECK(contains(py, "mesh = init_device_mesh(device_type, (8, 1), mesh_dim_names=(\"dp_replicate\", \"dp_shard\"))"));
   }
   SUBCASE("checkpointing, pure-bf16 and offload") {
     Plan plan = make_plan(model, 1);
@@ -171,7 +173,7 @@ TEST_CASE("export: FSDP2 renders strategies, reshard_after_forward, precision, o
     for (auto& unit : plan.units) unit.forward_prefetch.clear(), unit.backward_prefetch.clear();
     const auto file = export_fsdp2(plan, model, 8, 8);
     CHECK(contains(file.contents, "fully_shard([model.model.embed_tokens, model.model.layers[0], "
-                                  "model.model.layers[1]],\n                mesh=mesh_shard_8"));
+                                  "model.model.layers[1]],\n                mesh=dp_mesh"));
     const nlohmann::json tables = compile_and_read(file);
     CHECK(tables.at("PLANNED_GROUPS").get<Groups>() == expected_groups(plan, model));
   }
