@@ -3,6 +3,7 @@
 // `run` refusing an expert-parallel plan in one line.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -96,4 +97,23 @@ TEST_CASE("`run` refuses an expert-parallel plan up front with one line; EP need
   expect_input_error({"estimate", "-m", "llama3-8b", "-c", "8xH100-80GB", "--expert-parallel", "2"},
                      {"--expert-parallel 2", "the model has no experts"});
   expect_input_error(command("estimate", {"--expert-parallel", "3"}), {"--expert-parallel 3", "divisor of the 8 experts"});
+}
+
+// Note [Export constrains the search] (planner/export_support.cpp): no export writes expert parallelism, so
+// `plan --export` searches EP 1 only and writes the plan it prints (before: EP 8 printed, FSDP alone written, 86 GiB).
+TEST_CASE("`plan --export fsdp2` on Mixtral-8x7B prints and writes an EP 1 plan; a pinned EP is refused up front") {
+  const auto dir = shardplan_test::scratch("moe-export");
+  const std::vector<std::string> two_nodes = {"plan", "-m", "examples/hf/mixtral-8x7b.json", "-c", "2x8xH100-80GB",
+                                              "--seq-len", "4096", "--export", "fsdp2", "--out-dir", dir.string()};
+  std::vector<std::string> searched = two_nodes;
+  searched.push_back("--json");
+  const json planned = run_json(searched);
+  REQUIRE(planned["feasible"] == true);
+  CHECK_FALSE(planned["plan"]["training"].contains("expert_parallel_degree"));
+  CHECK(planned["knobs"].get<std::string>().find("expert parallel") == std::string::npos);
+  CHECK(std::filesystem::exists(dir / "fsdp2_plan.py"));
+  std::vector<std::string> pinned = two_nodes;
+  pinned.insert(pinned.end(), {"--expert-parallel", "8"});
+  expect_input_error(pinned, {"--expert-parallel 8 with --export fsdp2", "expected --expert-parallel 1"});
+  std::filesystem::remove_all(dir);
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -81,4 +82,22 @@ TEST_CASE("`--compile`: kept activations shrink, the plan carries torch_compile,
   expect_input_error({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64", "--tensor-parallel", "2",
                       "--compile"},
                      {"--compile with --tensor-parallel 2"});
+}
+
+// Note [Export constrains the search]: before, `--export fsdp1` searched, printed a TP 2 plan, then exited 2.
+TEST_CASE("`plan --export fsdp1` searches TP 1 only and writes the plan it prints; a pinned TP is refused up front") {
+  const auto dir = shardplan_test::scratch("tp-export-fsdp1");
+  const std::vector<std::string> base = {"plan", "-m", "llama2-13b", "-c", "8xA100-40GB", "--export", "fsdp1",
+                                         "--out-dir", dir.string()};
+  std::vector<std::string> searched = base;
+  searched.push_back("--json");
+  const RunResult planned = run_shardplan(searched);
+  INFO(planned.err);
+  REQUIRE(planned.exit_status == 0);
+  CHECK(json::parse(planned.out).at("plan").value("tensor_parallel_degree", 1) == 1);
+  CHECK(std::filesystem::exists(dir / "fsdp1_plan.py"));
+  std::vector<std::string> pinned = base;
+  pinned.insert(pinned.end(), {"--tensor-parallel", "2"});
+  expect_input_error(pinned, {"--tensor-parallel 2 with --export fsdp1", "FSDP1 has no tensor parallelism"});
+  std::filesystem::remove_all(dir);
 }
