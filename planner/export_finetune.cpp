@@ -38,7 +38,10 @@ std::string python_number(double value) {
 constexpr const char* kFinetuneFunctions = R"PY(def quantization_config():
     """QLoRA: the BitsAndBytesConfig the plan assumed. Load the model with it before apply_plan:
     AutoModelForCausalLM.from_pretrained(name, quantization_config=quantization_config(),
-                                         torch_dtype=getattr(torch, FROZEN_DTYPE))."""
+                                         torch_dtype=getattr(torch, FROZEN_DTYPE)).
+    None where the plan is not QLoRA: the model loads unquantized."""
+    if BNB_4BIT_CONFIG is None:
+        return None
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(**BNB_4BIT_CONFIG)

@@ -275,7 +275,10 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << python_checkpointed_layers(plan, model, ActivationCheckpointing::selective_op) << "\n"
      << "PLANNED_MODEL = " << python_string(model.name) << "\n"
      << "PLANNED_WORLD_SIZE = " << world_size << "\n"
-     << "TENSOR_PARALLEL_DEGREE = " << tp << "  # the innermost mesh dimension, inside a node\n\n"
+     << "TENSOR_PARALLEL_DEGREE = " << tp << "  # the innermost mesh dimension, inside a node\n"
+     << "# Experts split over groups of this many ranks; always 1, as no export writes expert parallelism yet (Note\n"
+     << "# [Export constrains the search]): the export checker refuses a script whose plan has more but no \"ep\" mesh.\n"
+     << "EXPERT_PARALLEL_DEGREE = " << plan.training.expert_parallel_degree << "\n\n"
      << (tp > 1 ? python_tensor_parallel(model, float8_tensorwise) + "\n\n" : "")
      << finetune.tables << "\n\n"
      << python_module_helpers() << "\n\n" << finetune.functions << (finetuning ? "\n\n" : "")
