@@ -249,6 +249,17 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
     shardings.push_back(fsdp2_sharding(unit.strategy, data_parallel, gpus_per_node / tp));
   }
   const RootMesh root = root_mesh(plan, shardings, data_parallel, tp);
+  for (std::size_t id = 0; id < plan.units.size() && tp > 1; ++id) {
+    // FSDPParam.to_sharded_post_forward: "Resharding to smaller mesh with TP is not supported yet"
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py), so an integer reshard_after_forward fails with TP.
+    if (plan.units[id].reshard_after_forward.keeps_partial_copy() && shardings[id].may_reshard) {
+      throw InputError("--export fsdp2: unit " + std::to_string(id) + " ('" + plan.units[id].name +
+                       "') keeps a copy sharded over " +
+                       std::to_string(plan.units[id].reshard_after_forward.group_size) +
+                       " ranks after forward, which FSDP2 cannot do with tensor parallelism (expected "
+                       "reshard_after_forward true or false in a tensor_parallel_degree > 1 plan)");
+    }
+  }
   const bool float8_tensorwise = plan.training.precision.uses_fp8() && plan.training.precision.fp8 != Fp8Scaling::rowwise;
 
   std::ostringstream py;

@@ -332,6 +332,10 @@ def check_tensor_parallel(script):
     for call, argument in mesh_arguments(script, "torch.distributed.fsdp.fully_shard", "mesh", 99):
         if "tp" in meshes.resolve(argument)[1]:
             raise Failure(f"line {call.lineno}: fully_shard over the 'tp' dimension")
+        if not isinstance(literal_keyword(call, "reshard_after_forward"), (bool, type(None))):
+            # FSDPParam.to_sharded_post_forward (_fsdp_param.py): "Resharding to smaller mesh with TP is not
+            # supported yet"
+            raise Failure(f"line {call.lineno}: an integer reshard_after_forward with TP, which FSDP2 refuses")
     hooks = [call for call in script.calls if isinstance(call.func, ast.Attribute)
              and call.func.attr == "register_forward_pre_hook" and literal_keyword(call, "with_kwargs") is True]
     if not tp_calls or not hooks:

@@ -26,6 +26,8 @@ MUTATIONS = [
     ("rotary from the local sequence", "2-D TP",
      'model.get_submodule("model").register_forward_pre_hook(_full_length_positions, with_kwargs=True)', "pass",
      "TP on tp"),
+    ("integer reshard_after_forward with TP", "2-D TP", "reshard_after_forward=False", "reshard_after_forward=2",
+     "TP on tp"),
     ("a keyword fully_shard lacks", "1-D", "mp_policy=mp_policy)", "mixed_precision=mp_policy)", "signatures"),
     ("a float8 recipe torchao lacks", "fp8 TP", "Float8LinearConfig(enable_fsdp_float8_all_gather=True)",
      'Float8LinearConfig.from_recipe_name("tensorwise_fast")', "values"),

@@ -52,6 +52,13 @@ TEST_CASE("export: a TP x FSDP plan builds one root mesh and slices it for TP an
   CHECK(contains(py, "torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)"));
   compile_and_read(file);
 
+  // FSDP2 cannot reshard to a smaller mesh after forward with TP ("Resharding to smaller mesh with TP is not supported
+  // yet", _fsdp_param.py): a plan keeping a partial copy is refused rather than written.
+  Plan partial = plan;
+  partial.units[2].reshard_after_forward.group_size = 2;
+  CHECK_THROWS_WITH_AS(export_fsdp2(partial, model, 8, 8),
+                       doctest::Contains("which FSDP2 cannot do with tensor parallelism"), InputError);
+
   // float8 tensorwise: the blocks take torchao's float8 styles, as torchtitan's apply_tp does.
   plan.training.precision = precision_recipe("fp8-tensorwise");
   const std::string fp8 = export_fsdp2(plan, model, 8, 8).contents;
