@@ -118,7 +118,9 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                       "write an HTML report: the planned units against the baselines' wrappings, memory at the peak, "
                       "the timeline")
       ->check(output_file("--report"));
-  command->add_option("--export", flags->export_format, "fsdp2 | fsdp1 | deepspeed");
+  command->add_option("--export", flags->export_format,
+                      "fsdp2 | fsdp1 | deepspeed; the search keeps to plans the format can write (TP only with "
+                      "fsdp2, expert parallelism 1)");
   command->add_option("--out-dir", flags->out_dir, "directory for --export files")
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
