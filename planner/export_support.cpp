@@ -9,7 +9,7 @@ namespace shardplan {
 // Note [Export constrains the search]: a script is only worth the plan it runs, so `plan --export F` searches only
 // plans F can write, and never prints one plan and writes another (issue 31, item 2). Per format:
 // - tensor parallelism: only the FSDP2 export writes it (parallelize_module on the "tp" slice of its one root mesh,
-//   Note [Exported tensor parallelism] in export_fsdp2.cpp), and only where its Llama plan names real nn.Linear
+//   Note [Exported tensor parallelism] in export_tensor_parallel.cpp), and only where its Llama plan names real nn.Linear
 //   modules: a llama-family model (MoE models take no TP at all: validate_plan), trained without LoRA adapters
 //   (PEFT's lora.Linear is not an nn.Linear, and ColwiseParallel/RowwiseParallel refuse anything else:
 //   "ColwiseParallel currently only support nn.Linear and nn.Embedding!", torch/distributed/tensor/parallel/style.py).

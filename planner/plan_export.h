@@ -125,6 +125,11 @@ PythonFinetune python_finetune(const Plan& plan, const ModelSpec& model, bool fs
 std::string python_transformer_blocks(const ModelSpec& model);
 std::string python_compile_blocks_fsdp1();
 
+// The FSDP2 script's TP_BLOCKS table, _full_length_positions hook and _apply_tensor_parallel(model, tp_mesh)
+// (Note [Exported tensor parallelism] in export_tensor_parallel.cpp); torchao's float8 styles for the blocks'
+// projections under float8 tensorwise.
+std::string python_tensor_parallel(const ModelSpec& model, bool float8_tensorwise);
+
 // "full_shard", "hybrid_shard:8": the strategy as plan JSON spells it, for messages and comments.
 std::string strategy_label(const ShardingStrategy& strategy);
 
