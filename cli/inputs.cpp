@@ -134,8 +134,8 @@ void add_search_knob_flags(CLI::App& command, SearchKnobFlags& flags) {
                      "| hybrid_shard_zero2[:G] | zero1 | zero2 | zero3; searched when omitted (full_shard, "
                      "shard_grad_op, no_shard, hybrid shard groups within and across nodes)");
   command.add_option("--tensor-parallel", flags.tensor_parallel,
-                     "tensor-parallel degree, fixed when given (1: FSDP alone); auto searches 1, 2, 4, 8 where the "
-                     "model and node take them")
+                     "tensor-parallel degree, fixed when given (1: FSDP alone); searched when omitted or auto: 1, 2, "
+                     "4, 8 where the model and node take them")
       ->capture_default_str();
   command.add_flag("--cpu-offload", flags.cpu_offload,
                    "FSDP's CPU offload (parameter and gradient shards and the optimizer in host memory), fixed when "
