@@ -112,7 +112,8 @@ TEST_CASE("pinned knobs: search_options_for gives the pinned degrees, one each, 
   CHECK(offloading.allow_offload);
   pins.tensor_parallel = 2;
   CHECK(input_error_message([&] { (void)search_options_for(pins, setup.model, cluster); }) ==
-        "--cpu-offload with --tensor-parallel 2: not yet supported (expected --tensor-parallel 1, or no --cpu-offload)");
+        "--cpu-offload with --tensor-parallel 2: not yet supported (expected --tensor-parallel 1, or no "
+        "--cpu-offload)");
   pins.offload = false;
   CHECK_FALSE(search_options_for(pins, setup.model, cluster).allow_offload);
   KnobPins expert;
@@ -122,34 +123,42 @@ TEST_CASE("pinned knobs: search_options_for gives the pinned degrees, one each, 
             .rfind("--strategy no_shard with --expert-parallel 2: expected", 0) == 0);
 }
 
-// Mutations: apply_checkpointing ignoring ac_given plans "AC none" for --ac full (the search's own patterns); the
-// search evaluating baselines without pins.admits plans the no_shard (DDP) baseline under --strategy full_shard.
+// Mutations: apply_checkpointing ignoring ac_given plans no block checkpointed for --ac full --ac-every 2
+// (knob_settings ignoring pins.checkpointing is caught by the test above); KnobPins::admits admitting every baseline
+// plans full_shard (a baseline) under --strategy no_shard.
 TEST_CASE("pinned knobs: the planned plan keeps every pinned knob") {
   TinySetup setup;
-  SUBCASE("--ac full and --ac none: every block") {
-    for (const auto mode : {ActivationCheckpointing::full, ActivationCheckpointing::none}) {
-      CAPTURE(to_string(mode));
+  SUBCASE("--ac full, --ac none, --ac full --ac-every 2: every block") {
+    const std::vector<std::pair<ActivationCheckpointing, std::int64_t>> pinned = {
+        {ActivationCheckpointing::full, 1}, {ActivationCheckpointing::none, 1}, {ActivationCheckpointing::full, 2}};
+    for (const auto& [mode, every] : pinned) {
+      CAPTURE(std::string(to_string(mode)));
+      CAPTURE(every);
       setup.training.checkpointing = mode;
+      setup.training.checkpoint_every_blocks = every;
       KnobPins pins;
       pins.checkpointing = true;
       const SearchResult result = search_plans(setup.model, setup.cluster, setup.profile, setup.training,
                                                search_options_for(pins, setup.model, setup.cluster));
       REQUIRE(result.feasible);
+      std::size_t block = 0;
       for (std::size_t layer = 0; layer < setup.model.layers.size(); ++layer) {
         if (setup.model.layers[layer].kind != LayerKind::transformer_block) continue;
-        CHECK(result.best.plan.layer_checkpointing[layer] == mode);
+        const auto expected = (block + 1) % every == 0 ? mode : ActivationCheckpointing::none;
+        CHECK(result.best.plan.layer_checkpointing[layer] == expected);
+        ++block;
       }
     }
   }
   SUBCASE("--strategy, baselines included") {
-    for (const char* strategy : {"shard_grad_op", "no_shard", "full_shard"}) {
+    for (const std::string strategy : {"shard_grad_op", "no_shard", "full_shard"}) {
       CAPTURE(strategy);
       KnobPins pins;
       pins.strategy = parse_strategy(strategy);
       const SearchResult result = search_plans(setup.model, setup.cluster, setup.profile, setup.training,
                                                search_options_for(pins, setup.model, setup.cluster));
       REQUIRE(result.feasible);
-      for (const auto& unit : result.best.plan.units) CHECK(to_string(unit.strategy.kind) == std::string(strategy));
+      for (const auto& unit : result.best.plan.units) CHECK(to_string(unit.strategy.kind) == strategy);
     }
   }
 }
