@@ -108,7 +108,9 @@ struct SearchResult {
 std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster);
 
 // `training` gives sequence length, global batch (micro-batch and accumulation are searched when the global batch
-// is set), precision, optimizer and attention kernel; its checkpointing and micro-batch are used by the baselines.
+// is set; without one, every tensor-parallel degree runs the baselines' world × micro-batch sequences: Note [Equal
+// global batch] in search_2d.cpp), precision, optimizer and attention kernel; its checkpointing and micro-batch are
+// used by the baselines, and by the search where options.pins fixes them (Note [Pinned knobs]).
 // Over options.tensor_parallel_degrees: the fastest fitting plan of any degree (the least peak with --objective
 // memory), each degree searched by search_fsdp_plans over its data-parallel view (planner/search_2d.cpp).
 SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
