@@ -26,7 +26,8 @@ void plan_405b_on_2048_h100(benchmark::State& state) {
   state.counters["candidates"] = static_cast<double>(candidates);
 }
 
-// `shardplan capacity --model llama3-70b --gpus A100-80GB,H100-80GB,H200-141GB --min-gpus 8 --max-gpus 4096`
+// `shardplan capacity --model llama3-70b --gpus A100-80GB,H100-80GB,H200-141GB --min-gpus 8 --max-gpus 4096
+// --tensor-parallel 1`
 // (target: under 10 s).
 void capacity_llama3_70b_3_types(benchmark::State& state) {
   const ModelSpec model = preset_model("llama3-70b");
@@ -36,6 +37,7 @@ void capacity_llama3_70b_3_types(benchmark::State& state) {
   options.gpus = {"A100-80GB", "H100-80GB", "H200-141GB"};
   options.min_gpus = 8;
   options.max_gpus = 4096;
+  options.pins.tensor_parallel = 1;  // FSDP alone, as this benchmark has always measured
   std::size_t points = 0;
   for (auto _ : state) {
     const CapacityResult result = capacity_sweep(model, HardwareCatalog::builtin(), training, options);

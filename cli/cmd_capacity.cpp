@@ -30,7 +30,7 @@ struct CapacityFlags {
   double tokens = 1e12;
   std::int64_t global_batch_tokens = 0;
   std::string report_file;
-  std::string tensor_parallel = "auto";
+  SearchKnobFlags knobs;
   bool json = false;
 };
 
@@ -62,9 +62,8 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
       ->check(gpu_count);
   command->add_option("--min-gpus", flags->min_gpus, "smallest count swept")->capture_default_str()->check(gpu_count);
   command->add_option("--max-gpus", flags->max_gpus, "largest count swept")->capture_default_str()->check(gpu_count);
-  command->add_option("--tensor-parallel", flags->tensor_parallel,
-                      "TP degrees each point searches: auto (1, 2, 4, 8 where the node and model take them), or one beside 1")
-      ->capture_default_str();
+  // Note [Pinned knobs]: each point searches the knobs left out; a pinned degree a point cannot take is why it fails.
+  add_search_knob_flags(*command, flags->knobs);
   command->add_option("--tokens", flags->tokens, "training budget in tokens")
       ->capture_default_str()
       ->check(finite_range(1, limits::kMostTokens));
@@ -77,7 +76,7 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
                       "count, what limits each point")
       ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print JSON");
-  return [flags, output]() {
+  return [command, flags, output]() {
     const ModelSpec base = load_model(flags->model);
     const HardwareCatalog catalog = load_catalog(flags->catalog_file);
     const TrainingConfig training = resolve_training(flags->training, base);
@@ -89,15 +88,7 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     options.max_gpus = flags->max_gpus;
     options.tokens = flags->tokens;
     options.global_batch_tokens = flags->global_batch_tokens;
-    if (flags->tensor_parallel == "auto") {
-      options.tensor_parallel_degrees = {1, 2, 4, 8};
-    } else if (flags->tensor_parallel == "1" || flags->tensor_parallel == "2" || flags->tensor_parallel == "4" ||
-               flags->tensor_parallel == "8") {
-      // Points whose node or model cannot take it are searched without (search_plans skips the degree).
-      options.tensor_parallel_degrees = {1, std::stoi(flags->tensor_parallel)};
-    } else {
-      throw InputError("--tensor-parallel '" + flags->tensor_parallel + "': expected auto, 1, 2, 4 or 8");
-    }
+    options.pins = resolve_knob_pins(*command, flags->knobs, training);
     for (const std::string& argument : flags->profile_files) {
       const std::string path = json_argument_origin(argument, "profile");  // Note [Inline JSON]
       nlohmann::json document = read_json_argument(argument, "profile");

@@ -32,7 +32,7 @@ struct PlanFlags {
   TrainingFlags training;
   double memory_cap_gib = 0;
   std::string objective = "time";
-  std::string tensor_parallel = "auto";
+  SearchKnobFlags knobs;
   std::string out_file;
   std::string trace_file;
   std::string report_file;
@@ -63,6 +63,15 @@ std::string describe_units(const Plan& plan) {
   return text;
 }
 
+// Note [Equal global batch] (planner/search_2d.cpp): "8 sequences (32768 tokens) per step" — a plan's global batch,
+// printed beside the planned plan and every baseline so a reader sees they run the same step.
+std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
+  const Plan& plan = candidate.plan;
+  const std::int64_t sequences = plan.training.micro_batch * plan.grad_accumulation_steps *
+                                 plan.data_parallel_ranks(world_size);
+  return std::to_string(sequences) + " sequences (" + std::to_string(candidate.summary.tokens_per_step) + " tokens)";
+}
+
 void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster) {
   std::printf("model %s on %s, memory cap %s\n", model.name.c_str(), cluster.describe().c_str(),
               gib(result.memory_cap_bytes).c_str());
@@ -73,6 +82,10 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s (at %s)\n", best.summary.step_time_s,
                 best.summary.tokens_per_s, 100 * best.summary.mfu, gib(best.summary.peak_memory_bytes).c_str(),
                 best.summary.peak_op.c_str());
+    std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks\n",
+                global_batch_text(best, cluster.world_size()).c_str(),
+                static_cast<long long>(best.plan.training.micro_batch), best.plan.grad_accumulation_steps,
+                best.plan.data_parallel_ranks(cluster.world_size()));
     if (result.host_memory.offloads()) std::printf("  %s\n", describe(result.host_memory).c_str());
   } else if (result.diagnosis.host_memory_limited) {
     std::printf("NO PLAN FITS. Dominant memory term: host memory per node (pinned, for CPU offload's states)\n");
@@ -81,12 +94,18 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     std::printf("NO PLAN FITS. Dominant memory term: %s\n", result.diagnosis.dominant_term.c_str());
     for (const auto& suggestion : result.diagnosis.suggestions) std::printf("  - %s\n", suggestion.c_str());
   }
-  std::printf("\n%-36s %12s %12s %6s %10s\n", "baseline", "step s", "peak", "fits", "speed-up");
+  // Speed-ups in tokens/s (planned over baseline): equal to the step-time ratio at the equal global batch every
+  // plan runs (Note [Equal global batch]), and still honest where a reader compares other steps.
+  std::printf("\n%-36s %10s %10s %28s %12s %6s %9s\n", "baseline", "step s", "tokens/s", "global batch per step",
+              "peak", "fits", "speed-up");
   for (const auto& baseline : result.baselines) {
     const auto& summary = baseline.candidate.summary;
     char speedup[32] = "-";
-    if (result.feasible) std::snprintf(speedup, sizeof speedup, "%.2fx", summary.step_time_s / result.best.summary.step_time_s);
-    std::printf("%-36s %12.4f %12s %6s %10s\n", baseline.name.c_str(), summary.step_time_s,
+    if (result.feasible && summary.tokens_per_s > 0) {
+      std::snprintf(speedup, sizeof speedup, "%.2fx", result.best.summary.tokens_per_s / summary.tokens_per_s);
+    }
+    std::printf("%-36s %10.4f %10.0f %28s %12s %6s %9s\n", baseline.name.c_str(), summary.step_time_s,
+                summary.tokens_per_s, global_batch_text(baseline.candidate, cluster.world_size()).c_str(),
                 gib(summary.peak_memory_bytes).c_str(), baseline.candidate.fits ? "yes" : "no", speedup);
   }
   std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
@@ -106,10 +125,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
   command->add_option("--memory-cap", flags->memory_cap_gib, "per-rank memory cap in GiB (default: the GPU's)")
       ->check(finite_range(0.001, static_cast<double>(limits::kMostMemoryBytes >> 30)));
   command->add_option("--objective", flags->objective, "time | memory")->capture_default_str();
+  add_search_knob_flags(*command, flags->knobs);
   // Note [Output files]: every target is checked as it is parsed, before the search.
-  command->add_option("--tensor-parallel", flags->tensor_parallel,
-                      "TP degrees searched: auto (1, 2, 4, 8 within a node) or one degree (1: FSDP alone)")
-      ->capture_default_str();
   command->add_option("--out", flags->out_file, "write the planned plan (shardplan.plan/v1)")
       ->check(output_file("--out"));
   command->add_option("--trace", flags->trace_file, "write the planned step's predicted Chrome trace")
@@ -125,13 +142,16 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
-  return [flags, output]() {
+  return [command, flags, output]() {
     const ModelSpec base = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
     const TrainingConfig training = resolve_training(flags->training, base);
     const ModelSpec model = finetuned_for(base, training);
-    SearchOptions options;
+    // Note [Pinned knobs]: what the user gave is fixed, the rest searched; contradicting pins refuse here.
+    const KnobPins pins = resolve_knob_pins(*command, flags->knobs, training);
+    if (pins.tensor_parallel) (void)tensor_parallel_degrees(flags->knobs.tensor_parallel, model, cluster);
+    SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
     if (flags->objective == "time") {
       options.objective = SearchObjective::time;
@@ -151,12 +171,10 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     }
     check_distinct_outputs(
         {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});
-    // Note [Expert parallelism]: an MoE model's degree is searched unless --expert-parallel fixes it.
-    if (flags->training.expert_parallel == 0) options.expert_parallel_degrees = expert_parallel_candidates(model, cluster);
+    // Note [Expert parallelism]: an MoE model's degree is searched unless --expert-parallel fixes it (the options).
     check_search_work(training, model, cluster.world_size(), "plan");
-    options.tensor_parallel_degrees = tensor_parallel_degrees(flags->tensor_parallel, model, cluster);
     if (training.torch_compile) {  // Note [Compiled blocks]: derived for the unsharded block only
-      if (flags->tensor_parallel != "auto") check_compile_tensor_parallel(options.tensor_parallel_degrees.front());
+      if (pins.tensor_parallel) check_compile_tensor_parallel(*pins.tensor_parallel);
       options.tensor_parallel_degrees = {1};
     }
     // Note [Export constrains the search] (planner/export_support.cpp): only plans the export can write are searched.

@@ -12,6 +12,7 @@
 #include "name_suggest.h"
 #include "plan.h"
 #include "precision.h"
+#include "sharding.h"
 
 namespace shardplan::cli {
 
@@ -85,6 +86,79 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
       ->check(int_range(1, 2));
   command.add_option("--use-orig-params", flags.use_orig_params,
                      "FSDP1: true (units may mix frozen and trainable parameters) | false (they may not)");
+}
+
+namespace {
+
+// --tensor-parallel's degree (any positive number; validate_tensor_parallel_degree checks it against a cluster).
+int parse_tensor_parallel(const std::string& text) {
+  int degree = 0;
+  try {
+    std::size_t used = 0;
+    degree = std::stoi(text, &used);
+    if (used != text.size()) degree = 0;
+  } catch (const std::exception&) {
+    degree = 0;
+  }
+  if (degree < 1) throw InputError("--tensor-parallel '" + text + "': expected auto or a degree (1, 2, 4, 8)");
+  return degree;
+}
+
+}  // namespace
+
+void add_search_knob_flags(CLI::App& command, SearchKnobFlags& flags) {
+  // Note [Pinned knobs]: the training flags' own help says what estimate and simulate do with them; here each says
+  // what the search does when it is given and when it is not. No default is shown for a searched knob.
+  command.get_option("--ac")
+      ->description("activation checkpointing, fixed when given: none | full | selective-op | selective (attention "
+                    "core); searched when omitted: none, full on the first 25/50/75 % of the blocks, full, "
+                    "selective-op (and selective without flash attention)")
+      ->default_str("");
+  command.get_option("--ac-every")
+      ->description("with --ac: apply it to every k-th block only (torchtitan's selective_ac_option k)")
+      ->default_str("");
+  command.get_option("--micro-batch")
+      ->description("sequences per rank per forward/backward, fixed when given; searched when omitted: the powers of "
+                    "two dividing the sequences a data-parallel rank runs per step (with --global-batch or tensor "
+                    "parallelism; else 1)")
+      ->default_str("");
+  command.get_option("--precision")
+      ->description(command.get_option("--precision")->get_description() +
+                    " (not searched: the recipe given, bf16-mixed when omitted)");
+  command.get_option("--expert-parallel")
+      ->description("MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
+                    "all-to-all; fixed when given, searched when omitted (1 and the powers of two within a node that "
+                    "divide every MoE block's experts)");
+  command.add_option("--strategy", flags.strategy,
+                     "sharding strategy, fixed when given: full_shard | shard_grad_op | no_shard | hybrid_shard[:G] "
+                     "| hybrid_shard_zero2[:G] | zero1 | zero2 | zero3; searched when omitted (full_shard, "
+                     "shard_grad_op, no_shard, hybrid shard groups within and across nodes)");
+  command.add_option("--tensor-parallel", flags.tensor_parallel,
+                     "tensor-parallel degree, fixed when given (1: FSDP alone); searched when omitted or auto: 1, 2, "
+                     "4, 8 where the model and node take them")
+      ->capture_default_str();
+  command.add_flag("--cpu-offload", flags.cpu_offload,
+                   "FSDP's CPU offload (parameter and gradient shards and the optimizer in host memory), fixed when "
+                   "given (--cpu-offload=false pins it off); searched when omitted, as a last resort when no plan fits "
+                   "the GPUs");
+  command.footer("Knobs: one given is fixed, one omitted is searched — --strategy, --ac/--ac-every, --micro-batch, "
+                 "--tensor-parallel, --expert-parallel, --cpu-offload. --precision is not searched.");
+}
+
+KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags, const TrainingConfig& training) {
+  KnobPins pins;
+  if (command.count("--strategy") > 0) pins.strategy = parse_strategy(flags.strategy);
+  if (command.count("--ac-every") > 0 && command.count("--ac") == 0) {
+    throw InputError("--ac-every " + std::to_string(training.checkpoint_every_blocks) +
+                     ": only with --ac (full, selective-op or selective), the mode it applies every k-th block");
+  }
+  pins.checkpointing = command.count("--ac") > 0;
+  pins.micro_batch = command.count("--micro-batch") > 0;
+  if (command.count("--cpu-offload") > 0) pins.offload = flags.cpu_offload;
+  if (flags.tensor_parallel != "auto") pins.tensor_parallel = parse_tensor_parallel(flags.tensor_parallel);
+  // TrainingFlags::expert_parallel is 0 when not given.
+  if (command.count("--expert-parallel") > 0) pins.expert_parallel = training.expert_parallel_degree;
+  return pins;
 }
 
 namespace {
@@ -234,15 +308,7 @@ ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training) 
 // Invalid UTF-8 (a byte string from a flag) is replaced, not thrown halfway through the output.
 std::vector<int> tensor_parallel_degrees(const std::string& text, const ModelSpec& model, const Cluster& cluster) {
   if (text == "auto") return {1, 2, 4, 8};  // within a node (Note [2-D plans] in planner/tensor_parallel_view.h)
-  int degree = 0;
-  try {
-    std::size_t used = 0;
-    degree = std::stoi(text, &used);
-    if (used != text.size()) degree = 0;
-  } catch (const std::exception&) {
-    degree = 0;
-  }
-  if (degree < 1) throw InputError("--tensor-parallel '" + text + "': expected auto or a degree (1, 2, 4, 8)");
+  const int degree = parse_tensor_parallel(text);
   validate_tensor_parallel_degree(degree, model, cluster.world_size(), cluster.gpus_per_node, "--tensor-parallel");
   return {degree};
 }

@@ -11,6 +11,7 @@
 #include "hardware_catalog.h"
 #include "hardware_profile.h"
 #include "model_spec.h"
+#include "search.h"
 #include "training.h"
 
 namespace shardplan::cli {
@@ -48,9 +49,22 @@ struct TrainingFlags {
   std::string use_orig_params;
 };
 
+// Note [Pinned knobs] (planner/search.h): the search knobs `plan` and `capacity` take beside the training flags.
+struct SearchKnobFlags {
+  std::string strategy;                  // "" : searched
+  std::string tensor_parallel = "auto";  // auto: searched
+  bool cpu_offload = false;              // given (true or =false): pinned
+};
+
 void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags);
 void add_catalog_flag(CLI::App& command, std::string& catalog_file);
 void add_training_flags(CLI::App& command, TrainingFlags& flags);
+// After add_training_flags, for a command that searches: --strategy, --tensor-parallel and --cpu-offload, and help
+// saying of every knob (those of the training flags too) that it is fixed when given and searched when omitted.
+void add_search_knob_flags(CLI::App& command, SearchKnobFlags& flags);
+// Which knobs the user gave (CLI11's count, after parsing), with their values: the one record the search reads.
+// InputError naming the flag for a bad value (--strategy, --tensor-parallel) or --ac-every without --ac.
+KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags, const TrainingConfig& training);
 
 HardwareCatalog load_catalog(const std::string& catalog_file);
 Cluster resolve_cluster(const ModelClusterFlags& flags);

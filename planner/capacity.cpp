@@ -60,13 +60,26 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
         point.limit = "batch";
       }
     }
+    SearchOptions search_options;
+    search_options.with_baselines = false;
+    // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
+    // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
+    search_options.joint_prefetch_depth = false;
     if (point.why_not.empty()) {
-      SearchOptions search_options;
-      search_options.with_baselines = false;
-      // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
-      // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
-      search_options.joint_prefetch_depth = false;
-      search_options.tensor_parallel_degrees = options.tensor_parallel_degrees;
+      // Note [Pinned knobs]: a pinned degree this point cannot take (or pins it cannot combine) is why it does not
+      // fit; it is never searched without.
+      try {
+        search_options = search_options_for(options.pins, model, cluster, search_options);
+        if (options.pins.tensor_parallel) {
+          validate_tensor_parallel_degree(*options.pins.tensor_parallel, model, cluster.world_size(),
+                                          cluster.gpus_per_node, "--tensor-parallel");
+        }
+      } catch (const InputError& error) {
+        point.why_not = error.what();
+        point.limit = "pinned";
+      }
+    }
+    if (point.why_not.empty()) {
       HardwareProfile profile = profile_from_cluster(cluster);
       for (const auto& [document, origin] : options.profiles) {
         if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);

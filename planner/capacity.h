@@ -10,6 +10,7 @@
 
 #include "hardware_catalog.h"
 #include "model_spec.h"
+#include "search.h"
 #include "training.h"
 
 namespace shardplan {
@@ -22,8 +23,9 @@ struct CapacityOptions {
   double tokens = 1e12;                // the training budget
   std::int64_t global_batch_tokens = 0;  // 0: one micro-batch per rank (weak scaling); else fixed (strong scaling)
   std::string fabric;                  // "" : each GPU's default fabric
-  // The tensor-parallel degrees each point's search tries (SearchOptions::tensor_parallel_degrees).
-  std::vector<int> tensor_parallel_degrees = {1};
+  // Note [Pinned knobs] (search.h): the knobs fixed at every point; the others each point's search tries
+  // (search_options_for: tensor-parallel 1, 2, 4, 8 and the expert-parallel degrees the point takes).
+  KnobPins pins;
   // Calibrated profiles (shardplan.profile/v1 documents, with the file each came from): a profile applies to the
   // points of the GPU type it was measured on (its "device"); other types keep the catalog's defaults.
   std::vector<std::pair<nlohmann::json, std::string>> profiles;
@@ -38,7 +40,8 @@ struct CapacityPoint {
   bool fits = false;
   std::string why_not;  // when it does not fit: the dominant memory term, host memory, or the batch being too small
   std::string knobs;    // the best plan's settings
-  // Note [Capacity limits]: what limits the point — "memory" (GPU), "host_memory" or "batch" when it does not fit;
+  // Note [Capacity limits]: what limits the point — "memory" (GPU), "host_memory", "batch" or "pinned" (a knob the
+  // user pinned that this point cannot take, e.g. a TP degree above its GPUs) when it does not fit;
   // "communication" when a quarter or more of the best plan's step is exposed communication, else "compute".
   std::string limit;
   double step_time_s = 0;

@@ -21,6 +21,7 @@ constexpr LimitStyle kLimits[] = {
     {"memory", "#e15759", "GPU memory (no plan fits)"},
     {"host_memory", "#b07aa1", "host memory (offloaded states do not fit a node)"},
     {"batch", "#bab0ac", "global batch does not divide over the GPUs"},
+    {"pinned", "#76b7b2", "a pinned knob (--tensor-parallel, --strategy, ...) the point cannot take"},
 };
 
 const char* limit_colour(const std::string& limit) {
@@ -122,7 +123,9 @@ std::string render_capacity_report(const CapacityResult& result, const std::stri
   for (const auto& point : result.points) {
     const auto row = static_cast<std::size_t>(std::find(gpus.begin(), gpus.end(), point.gpu) - gpus.begin());
     const auto column = static_cast<std::size_t>(std::find(counts.begin(), counts.end(), point.gpus) - counts.begin());
-    std::string text = point.limit == "memory" ? "GPU mem" : point.limit == "host_memory" ? "host mem" : "batch";
+    std::string text = point.limit == "memory" ? "GPU mem" : point.limit == "host_memory" ? "host mem"
+                       : point.limit == "pinned"    ? "pinned"
+                                                    : "batch";
     if (point.fits) {
       text = svg::format("%.0f%%", point.step_time_s > 0 ? 100 * point.exposed_comm_s / point.step_time_s : 0);
     }

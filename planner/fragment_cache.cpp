@@ -156,6 +156,9 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   // The template's knobs on the window: its root, its unit template and the window's layers' checkpointing.
   Plan window_template = template_;
   window_template.layer_checkpointing = std::move(modes);
+  // The modes are the whole model's, block by block (--ac-every k counted over all its blocks); the window's few
+  // blocks must not be checked against k (validate_training: k at most the model's blocks).
+  window_template.training.checkpoint_every_blocks = 1;
   // A window of dense blocks only (DeepSeek's first_k_dense_replace layers before its MoE ones): expert parallelism
   // changes nothing there (Note [Expert parallelism] in unit_layout.h: only routed experts are split, only MoE blocks
   // exchange tokens), while validate_plan refuses a degree above 1 for a model without experts; it lowers at 1.

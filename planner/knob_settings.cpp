@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "errors.h"
 #include "search.h"
 
 namespace shardplan {
@@ -47,7 +48,8 @@ std::vector<ShardingStrategy> strategies_for(const Cluster& cluster) {
 // policy on every block, and partial ones — full recompute on the first quarter, half or three quarters of the
 // blocks ("25%", "50%", "75%"), since every block saves the same memory and checkpointing only as many as the cap
 // needs costs the least recompute.
-void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& pattern) {
+void apply_checkpointing(Plan& plan, const ModelSpec& model, const TrainingConfig& training, const KnobSetting& knobs) {
+  const std::string& pattern = knobs.ac;
   std::size_t blocks_seen = 0;
   std::size_t checkpointed = 0;
   if (pattern == "full") checkpointed = model.block_count();
@@ -60,9 +62,20 @@ void apply_checkpointing(Plan& plan, const ModelSpec& model, const std::string& 
     if (blocks_seen < checkpointed) mode = ActivationCheckpointing::full;
     if (pattern == "selective") mode = ActivationCheckpointing::selective;
     if (pattern == "selective-op") mode = ActivationCheckpointing::selective_op;
+    // Note [Pinned knobs]: the user's --ac on every --ac-every-th block, as estimate and simulate apply it.
+    if (knobs.ac_given) mode = block_checkpointing(training, blocks_seen);
     plan.layer_checkpointing[layer] = mode;
     ++blocks_seen;
   }
+}
+
+// The strategy's layout where it must carry expert parallelism: Note [Expert parallelism] (unit_layout.h) — the
+// experts' shards split the shard group into EP groups, so only strategies that shard parameters and gradients alike
+// over a multiple of the degree take it.
+bool carries_expert_parallel(const ShardingStrategy& strategy, int degree, const Cluster& cluster) {
+  if (degree <= 1) return true;
+  const ShardingLayout layout = resolve_sharding(strategy, cluster.world_size(), cluster.gpus_per_node);
+  return layout.params_sharded() && layout.grad_group == layout.param_group && layout.param_group % degree == 0;
 }
 
 }  // namespace
@@ -72,9 +85,26 @@ std::string KnobSetting::label() const {
          (offload ? ", CPU offload" : "");
 }
 
-std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload) {
+bool KnobPins::admits(const Plan& plan) const {
+  if (offload && plan.offload.params != *offload) return false;
+  if (strategy) {
+    for (const auto& unit : plan.units) {
+      if (unit.strategy.kind != strategy->kind || unit.strategy.shard_group_size != strategy->shard_group_size) {
+        return false;
+      }
+    }
+  }
+  if (tensor_parallel && plan.tensor_parallel_degree != *tensor_parallel) return false;
+  if (expert_parallel && plan.training.expert_parallel_degree != *expert_parallel) return false;
+  // Checkpointing and micro-batch: a baseline is built from the training, so it keeps the pinned ones.
+  return true;
+}
+
+std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload,
+                                       const KnobPins& pins) {
+  if (pins.offload && *pins.offload != offload) return {};
   std::vector<std::int64_t> micro_batches = {training.micro_batch};
-  if (training.global_batch > 0) {
+  if (training.global_batch > 0 && !pins.micro_batch) {
     // A fixed global batch: every micro-batch that divides it evenly (the rest is gradient accumulation).
     micro_batches.clear();
     const std::int64_t per_rank = training.global_batch / cluster.world_size();
@@ -85,22 +115,46 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
   }
   std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full", "selective-op"};
   if (!training.flash_attention) patterns.push_back("selective");
+  if (pins.checkpointing) {
+    std::string given = to_string(training.checkpointing);
+    if (training.checkpoint_every_blocks > 1) given += " every " + std::to_string(training.checkpoint_every_blocks);
+    patterns = {given};
+  }
+  const std::vector<ShardingStrategy> strategies =
+      pins.strategy ? std::vector<ShardingStrategy>{*pins.strategy} : strategies_for(cluster);
   std::vector<KnobSetting> settings;
-  for (const auto& strategy : strategies_for(cluster)) {
-    // Note [Expert parallelism] (unit_layout.h): the experts' shards split the shard group into EP groups, so only
-    // strategies that shard parameters and gradients alike over a multiple of the degree take it.
-    if (training.expert_parallel_degree > 1) {
-      const ShardingLayout layout = resolve_sharding(strategy, cluster.world_size(), cluster.gpus_per_node);
-      if (!layout.params_sharded() || layout.grad_group != layout.param_group ||
-          layout.param_group % training.expert_parallel_degree != 0) {
-        continue;
-      }
-    }
+  for (const auto& strategy : strategies) {
+    if (!carries_expert_parallel(strategy, training.expert_parallel_degree, cluster)) continue;
     for (const auto& pattern : patterns) {
-      for (auto micro : micro_batches) settings.push_back({strategy, pattern, micro, offload});
+      for (auto micro : micro_batches) settings.push_back({strategy, pattern, micro, offload, pins.checkpointing});
     }
   }
   return settings;
+}
+
+SearchOptions search_options_for(const KnobPins& pins, const ModelSpec& model, const Cluster& cluster,
+                                 SearchOptions options) {
+  options.pins = pins;
+  const bool offload = pins.offload.value_or(false);
+  if (offload && pins.tensor_parallel && *pins.tensor_parallel > 1) {
+    throw InputError("--cpu-offload with --tensor-parallel " + std::to_string(*pins.tensor_parallel) +
+                     ": not yet supported (expected --tensor-parallel 1, or no --cpu-offload)");
+  }
+  // Offload with TP is not yet supported (validate_plan): pinning offload on leaves FSDP alone.
+  options.tensor_parallel_degrees = pins.tensor_parallel ? std::vector<int>{*pins.tensor_parallel}
+                                    : offload             ? std::vector<int>{1}
+                                                          : std::vector<int>{1, 2, 4, 8};
+  options.expert_parallel_degrees =
+      pins.expert_parallel ? std::vector<int>{*pins.expert_parallel} : expert_parallel_candidates(model, cluster);
+  if (pins.offload) options.allow_offload = *pins.offload;
+  if (pins.strategy && pins.expert_parallel &&
+      !carries_expert_parallel(*pins.strategy, *pins.expert_parallel, cluster)) {
+    const std::string degree = std::to_string(*pins.expert_parallel);
+    throw InputError("--strategy " + strategy_text(*pins.strategy) + " with --expert-parallel " + degree +
+                     ": expected a strategy sharding parameters and gradients over a multiple of " + degree +
+                     " ranks (full_shard)");
+  }
+  return options;
 }
 
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
@@ -108,7 +162,7 @@ Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const Traini
   TrainingConfig adjusted = training;
   adjusted.micro_batch = knobs.micro_batch;
   Plan plan = default_plan(model, adjusted, knobs.strategy, wrap_per_block(model), cluster.world_size());
-  apply_checkpointing(plan, model, knobs.ac);
+  apply_checkpointing(plan, model, training, knobs);
   plan.offload.params = knobs.offload;
   return plan;
 }

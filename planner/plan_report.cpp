@@ -137,13 +137,13 @@ std::string render_plan_report(const SearchResult& result, const ModelSpec& mode
   std::vector<WrappingRow> rows = {{"planned", &best.plan, row_note(best)}};
   for (const auto& baseline : result.baselines) {
     std::string note = row_note(baseline.candidate);
-    if (baseline.candidate.summary.step_time_s > 0) {
-      note += svg::format(", %.2fx", baseline.candidate.summary.step_time_s / best.summary.step_time_s);  // speed-up
+    if (baseline.candidate.summary.tokens_per_s > 0) {  // speed-up in tokens/s, as `plan` prints it
+      note += svg::format(", %.2fx", best.summary.tokens_per_s / baseline.candidate.summary.tokens_per_s);
     }
     rows.push_back({baseline.name, &baseline.candidate.plan, note});
   }
   std::string wrapping = "<h2>Wrapping: the planned units against the baselines'</h2>\n<p class=\"note\">Right of "
-                         "each row: step time, peak memory and the baseline's step time over the planned one.</p>\n";
+                         "each row: step time, peak memory and the planned tokens/s over the baseline's.</p>\n";
   wrapping += render_wrapping_svg(rows, model);
   report.sections.push_back(wrapping);
 

@@ -74,7 +74,7 @@ class Searcher {
 
   void run(bool offload) {
     std::vector<KnobSetting> proven;
-    for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload)) {
+    for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload, options_.pins)) {
       if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
       if (search_setting(knobs, false)) proven.push_back(knobs);
     }
@@ -309,7 +309,11 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
   if (options.with_baselines) {
     result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
     // A baseline that fits is a candidate too, so the planned plan is never slower than the best fitting baseline.
-    for (const auto& baseline : result.baselines) searcher.evaluate(baseline.candidate.plan, "baseline " + baseline.name);
+    // Note [Pinned knobs]: only where it keeps every knob the user pinned.
+    for (const auto& baseline : result.baselines) {
+      if (!options.pins.admits(baseline.candidate.plan)) continue;
+      searcher.evaluate(baseline.candidate.plan, "baseline " + baseline.name);
+    }
   }
   if (searcher.found_fit() && options.refine) {
     const PlanCandidate base = searcher.best();
@@ -409,9 +413,12 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
     nlohmann::json entry = {{"name", baseline.name},
                             {"step_time_s", baseline.candidate.summary.step_time_s},
                             {"peak_memory_bytes", baseline.candidate.summary.peak_memory_bytes},
+                            {"tokens_per_step", baseline.candidate.summary.tokens_per_step},
+                            {"tokens_per_s", baseline.candidate.summary.tokens_per_s},
                             {"fits", baseline.candidate.fits}};
     if (result.feasible) {
-      entry["planned_speedup"] = baseline.candidate.summary.step_time_s / result.best.summary.step_time_s;
+      // In tokens/s (Note [Equal global batch] in search_2d.cpp: every plan runs the same global batch).
+      entry["planned_speedup"] = result.best.summary.tokens_per_s / baseline.candidate.summary.tokens_per_s;
       entry["planned_memory_ratio"] = static_cast<double>(result.best.summary.peak_memory_bytes) /
                                       static_cast<double>(baseline.candidate.summary.peak_memory_bytes);
     }

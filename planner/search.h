@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,22 @@
 namespace shardplan {
 
 enum class SearchObjective { time, memory };
+
+// Note [Pinned knobs]: a knob the user gives is fixed, a knob left out is searched — for every command that searches
+// (plan, capacity). The CLI records which flags were given (CLI11's count) here, once; the search, the baselines it
+// admits as candidates, and the degrees tried all read it. Precision is not searched: it is always the given recipe
+// (bf16-mixed by default).
+struct KnobPins {
+  std::optional<ShardingStrategy> strategy;  // --strategy
+  bool checkpointing = false;                // --ac / --ac-every: the training's checkpointing on every block it names
+  bool micro_batch = false;                  // --micro-batch: the training's micro-batch, whatever the global batch
+  std::optional<bool> offload;               // --cpu-offload (true) / --cpu-offload=false
+  std::optional<int> tensor_parallel;        // --tensor-parallel N (auto: 1, 2, 4, 8 searched)
+  std::optional<int> expert_parallel;        // --expert-parallel N (omitted: expert_parallel_candidates searched)
+
+  // Whether `plan` (a baseline offered as a candidate) keeps every pinned knob.
+  bool admits(const Plan& plan) const;
+};
 
 struct SearchOptions {
   std::int64_t memory_cap_bytes = 0;  // 0: the GPU's memory
@@ -40,6 +57,8 @@ struct SearchOptions {
   // Expert-parallel degrees to search (Note [Expert parallelism] in unit_layout.h), each a search of its own; empty:
   // the training's expert_parallel_degree only. expert_parallel_candidates gives those worth trying.
   std::vector<int> expert_parallel_degrees;
+  // Note [Pinned knobs]: what the user fixed; search_options_for fills the degrees and offload above from it.
+  KnobPins pins;
 };
 
 struct PlanCandidate {
@@ -89,7 +108,9 @@ struct SearchResult {
 std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster);
 
 // `training` gives sequence length, global batch (micro-batch and accumulation are searched when the global batch
-// is set), precision, optimizer and attention kernel; its checkpointing and micro-batch are used by the baselines.
+// is set; without one, every tensor-parallel degree runs the baselines' world × micro-batch sequences: Note [Equal
+// global batch] in search_2d.cpp), precision, optimizer and attention kernel; its checkpointing and micro-batch are
+// used by the baselines, and by the search where options.pins fixes them (Note [Pinned knobs]).
 // Over options.tensor_parallel_degrees: the fastest fitting plan of any degree (the least peak with --objective
 // memory), each degree searched by search_fsdp_plans over its data-parallel view (planner/search_2d.cpp).
 SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
@@ -105,9 +126,21 @@ struct KnobSetting {
   std::string ac;  // "none", "selective", "25%", "50%", "75%", "full"
   std::int64_t micro_batch = 1;
   bool offload = false;
+  // Pinned (Note [Pinned knobs]): the training's own checkpointing (mode every k-th block), `ac` naming it.
+  bool ac_given = false;
   std::string label() const;
 };
-std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload);
+// The settings searched, less those the pins exclude (Note [Pinned knobs]): offload pinned to the other value gives
+// none.
+std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload,
+                                       const KnobPins& pins = {});
+// Note [Pinned knobs]: the search options for `pins` on this cluster — the tensor-parallel degrees (the pinned one,
+// or 1, 2, 4, 8; 1 only when offload is pinned on, offload with TP being unsupported), the expert-parallel degrees
+// (the pinned one, or expert_parallel_candidates) and whether offload may be tried. InputError, one line naming the
+// flags, for pins that contradict each other on this cluster (--cpu-offload with --tensor-parallel above 1; a pinned
+// strategy that cannot carry the pinned expert-parallel degree).
+SearchOptions search_options_for(const KnobPins& pins, const ModelSpec& model, const Cluster& cluster,
+                                 SearchOptions options = {});
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
 

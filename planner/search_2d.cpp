@@ -13,7 +13,7 @@ bool better(const PlanCandidate& candidate, const PlanCandidate& best, SearchObj
   if (objective == SearchObjective::memory) {
     return candidate.summary.peak_memory_bytes < best.summary.peak_memory_bytes;
   }
-  // Degrees change the data-parallel ranks and so, without a global batch, the tokens of a step: compare throughput.
+  // Every degree runs the same global batch (Note [Equal global batch]): throughput orders them as step time does.
   return candidate.summary.tokens_per_s > best.summary.tokens_per_s;
 }
 
@@ -53,8 +53,15 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
       Cluster view_cluster = cluster;
       view_cluster.gpus_per_node = cluster.gpus_per_node / degree;
       const ModelSpec view_model = tensor_parallel_shard(model, pytorch_tensor_parallel(degree));
+      // Note [Equal global batch]: the user's global batch is never changed. Without --global-batch it is the
+      // baselines' (FSDP alone: one micro-batch per rank, world × micro-batch sequences); this degree has world /
+      // degree data-parallel ranks, so each runs degree × the sequences — as a larger micro-batch or as gradient
+      // accumulation (knob_settings: searched unless --micro-batch pins it). Comparing plans at unequal batches
+      // made a TP plan of half the sequences look twice as fast (issue 31, item 5).
+      TrainingConfig view_training = training;
+      if (view_training.global_batch == 0) view_training.global_batch = training.micro_batch * cluster.world_size();
       try {
-        found = search_fsdp_plans(view_model, view_cluster, profile, training, view_options);
+        found = search_fsdp_plans(view_model, view_cluster, profile, view_training, view_options);
       } catch (const InputError&) {
         continue;  // e.g. a global batch the data-parallel ranks of this degree do not divide
       }
