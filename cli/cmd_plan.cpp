@@ -179,7 +179,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     }
     // Note [Export constrains the search] (planner/export_support.cpp): only plans the export can write are searched.
     if (!flags->export_format.empty()) {
-      restrict_search_to_export(flags->export_format, model, training, flags->tensor_parallel != "auto",
+      restrict_search_to_export(flags->export_format, model, training, pins.tensor_parallel.has_value(),
                                 options.tensor_parallel_degrees, options.expert_parallel_degrees);
     }
     const SearchResult result = search_plans(model, cluster, profile, training, options);
