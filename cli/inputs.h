@@ -51,6 +51,8 @@ struct TrainingFlags {
 void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags);
 void add_catalog_flag(CLI::App& command, std::string& catalog_file);
 void add_training_flags(CLI::App& command, TrainingFlags& flags);
+// --memory-headroom PCT (default 100 × kDefaultMemoryHeadroomFraction; Note [Memory headroom]).
+void add_memory_headroom_flag(CLI::App& command, double& percent);
 
 HardwareCatalog load_catalog(const std::string& catalog_file);
 Cluster resolve_cluster(const ModelClusterFlags& flags);
