@@ -67,6 +67,7 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
       // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
       search_options.joint_prefetch_depth = false;
       search_options.tensor_parallel_degrees = options.tensor_parallel_degrees;
+      search_options.memory_headroom_fraction = options.memory_headroom_fraction;
       HardwareProfile profile = profile_from_cluster(cluster);
       for (const auto& [document, origin] : options.profiles) {
         if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);
@@ -85,7 +86,9 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
         point.tokens_per_s = summary.tokens_per_s;
         point.mfu = summary.mfu;
         point.peak_memory_bytes = summary.peak_memory_bytes;
+        point.device_peak_bytes = summary.device_peak_bytes;
         point.days = options.tokens / summary.tokens_per_s / 86400.0;
+        point.practical = point.days <= options.max_practical_days;  // Note [Practical points]
         point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
       } else if (search.diagnosis.host_memory_limited) {
         const HostMemoryUse& host = search.diagnosis.host_memory;
@@ -112,14 +115,19 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
     });
   }
   for (const auto& name : options.gpus) {
-    int smallest = 0;
+    int smallest = 0, smallest_practical = 0;
     for (const auto& point : result.points) {
-      if (point.gpu == catalog.gpu(name).name && point.fits && (smallest == 0 || point.gpus < smallest)) {
-        smallest = point.gpus;
+      if (point.gpu != catalog.gpu(name).name || !point.fits) continue;
+      if (smallest == 0 || point.gpus < smallest) smallest = point.gpus;
+      if (point.practical && (smallest_practical == 0 || point.gpus < smallest_practical)) {
+        smallest_practical = point.gpus;
       }
     }
     result.smallest_fitting.emplace_back(catalog.gpu(name).name, smallest);
+    result.smallest_practical.emplace_back(catalog.gpu(name).name, smallest_practical);
   }
+  result.max_practical_days = options.max_practical_days;
+  result.memory_headroom_fraction = options.memory_headroom_fraction;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }
@@ -141,15 +149,22 @@ nlohmann::json to_json(const CapacityResult& result) {
                       {"tokens_per_s", point.tokens_per_s},
                       {"mfu", point.mfu},
                       {"peak_memory_bytes", point.peak_memory_bytes},
+                      {"device_peak_bytes", point.device_peak_bytes},
                       {"days", point.days},
+                      {"practical", point.practical},
                       {"cost_usd", point.cost_usd},
                       {"pareto", point.pareto}});
   }
   nlohmann::json smallest = nlohmann::json::object();
   for (const auto& [gpu, count] : result.smallest_fitting) smallest[gpu] = count;
+  nlohmann::json practical = nlohmann::json::object();
+  for (const auto& [gpu, count] : result.smallest_practical) practical[gpu] = count;
   return {{"schema", "shardplan.capacity/v1"},
           {"points", std::move(points)},
           {"smallest_fitting_gpus", std::move(smallest)},
+          {"smallest_practical_gpus", std::move(practical)},
+          {"max_practical_days", result.max_practical_days},
+          {"memory_headroom_fraction", result.memory_headroom_fraction},
           {"seconds", result.seconds}};
 }
 

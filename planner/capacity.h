@@ -14,6 +14,11 @@
 
 namespace shardplan {
 
+// Note [Practical points]: a point that fits can still be useless — one GPU with CPU offload trains llama3-8b's
+// 1e12 tokens in 17 years. The sweep flags every fitting point whose days to train the budget exceed a threshold
+// (--max-days; default a year: a run the planner should not headline) and headlines the smallest practical count.
+inline constexpr double kDefaultMaxPracticalDays = 365;
+
 struct CapacityOptions {
   std::vector<std::string> gpus;       // catalog names
   int gpus_per_node = 0;               // 0: each GPU's default
@@ -22,6 +27,11 @@ struct CapacityOptions {
   double tokens = 1e12;                // the training budget
   std::int64_t global_batch_tokens = 0;  // 0: one micro-batch per rank (weak scaling); else fixed (strong scaling)
   std::string fabric;                  // "" : each GPU's default fabric
+  // Note [Memory headroom] (memory_headroom.h): each point's search keeps this share of the GPU's memory free.
+  double memory_headroom_fraction = 0;
+  // Note [Practical points]: a fitting point that needs more days than this to train `tokens` is flagged impractical
+  // and is not the headline's smallest count.
+  double max_practical_days = kDefaultMaxPracticalDays;
   // The tensor-parallel degrees each point's search tries (SearchOptions::tensor_parallel_degrees).
   std::vector<int> tensor_parallel_degrees = {1};
   // Calibrated profiles (shardplan.profile/v1 documents, with the file each came from): a profile applies to the
@@ -48,7 +58,9 @@ struct CapacityPoint {
   double tokens_per_s = 0;
   double mfu = 0;
   std::int64_t peak_memory_bytes = 0;
+  std::int64_t device_peak_bytes = 0;  // reserved + overhead, what the fits test compares (Note [Memory headroom])
   double days = 0;      // to train `tokens`
+  bool practical = false;  // fits and days <= max_practical_days (Note [Practical points])
   double cost_usd = 0;  // days × 24 × GPUs × price per GPU-hour
   bool pareto = false;  // not dominated in (days, cost) by another fitting point
 };
@@ -56,6 +68,9 @@ struct CapacityPoint {
 struct CapacityResult {
   std::vector<CapacityPoint> points;
   std::vector<std::pair<std::string, int>> smallest_fitting;  // per GPU type: the fewest GPUs that fit (0: none)
+  std::vector<std::pair<std::string, int>> smallest_practical;  // the fewest that fit and are practical (0: none)
+  double max_practical_days = 0;
+  double memory_headroom_fraction = 0;
   double seconds = 0;
 };
 
