@@ -14,9 +14,8 @@ bool MemoryHeadroom::fits(const SimulationSummary& summary) const { return fits_
 
 std::string MemoryHeadroom::describe() const {
   char text[96];
-  std::snprintf(text, sizeof text, "%g%% headroom (%.2f GiB) of %.2f GiB", 100 * fraction,
-                static_cast<double>(headroom_bytes()) / (1024.0 * 1024.0 * 1024.0),
-                static_cast<double>(cap_bytes) / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(text, sizeof text, "%g%% headroom, %.2f GiB", 100 * fraction,
+                static_cast<double>(headroom_bytes()) / (1024.0 * 1024.0 * 1024.0));
   return text;
 }
 

@@ -30,7 +30,7 @@ struct MemoryHeadroom {
   std::int64_t usable_bytes() const { return cap_bytes - headroom_bytes(); }
   // The fits test (Note [Memory headroom]).
   bool fits(const SimulationSummary& summary) const;
-  // "3% headroom (2.39 GiB) of 79.65 GiB"
+  // "3% headroom, 2.39 GiB"
   std::string describe() const;
 };
 
