@@ -78,7 +78,8 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     // Note [Memory headroom]: the figure the fits test compares, and the share of the cap it leaves.
     std::printf("  fits: device peak %s (reserved + overhead) = %.1f%% of %s, %g%% headroom kept\n",
                 gib(best.summary.device_peak_bytes).c_str(),
-                100.0 * static_cast<double>(best.summary.device_peak_bytes) / static_cast<double>(result.memory_cap_bytes),
+                100.0 * static_cast<double>(best.summary.device_peak_bytes) /
+                    static_cast<double>(result.memory_cap_bytes),
                 gib(result.memory_cap_bytes).c_str(), 100 * result.memory_headroom_fraction);
     if (result.host_memory.offloads()) std::printf("  %s\n", describe(result.host_memory).c_str());
   } else if (result.diagnosis.host_memory_limited) {

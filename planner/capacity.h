@@ -14,9 +14,10 @@
 
 namespace shardplan {
 
-// Note [Practical points]: a point that fits can still be useless — one GPU with CPU offload trains llama3-8b's
-// 1e12 tokens in 17 years. The sweep flags every fitting point whose days to train the budget exceed a threshold
-// (--max-days; default a year: a run the planner should not headline) and headlines the smallest practical count.
+// Note [Practical points]: a point that fits can still be useless — one H100 with CPU offload trains llama3-8b's
+// 1e12 tokens in 7 years (2,567 days). The sweep flags every fitting point whose days to train the budget exceed a
+// threshold (--max-days; default a year: a run the planner should not headline) and headlines the smallest
+// practical count.
 inline constexpr double kDefaultMaxPracticalDays = 365;
 
 struct CapacityOptions {

@@ -214,12 +214,14 @@ std::string render_text(const EstimateResult& result) {
     out << total;
   }
   // Note [Memory headroom]: one verdict, against the capacity less the headroom.
-  const std::int64_t compared = request.model_states_only ? breakdown.total_bytes() : result.simulation.device_peak_bytes;
+  const std::int64_t compared =
+      request.model_states_only ? breakdown.total_bytes() : result.simulation.device_peak_bytes;
   std::snprintf(total, sizeof total, "  verdict: %s — %s %s = %.1f%% of %s; fits within %s (%g%% headroom kept)\n",
                 result.fits ? "FITS" : "DOES NOT FIT", request.model_states_only ? "model states" : "reserved",
                 gib_inline(compared).c_str(),
                 100.0 * static_cast<double>(compared) / static_cast<double>(memory.capacity_bytes),
-                gib_inline(memory.capacity_bytes).c_str(), gib_inline(memory.capacity_bytes - result.headroom_bytes).c_str(),
+                gib_inline(memory.capacity_bytes).c_str(),
+                gib_inline(memory.capacity_bytes - result.headroom_bytes).c_str(),
                 100 * request.memory_headroom_fraction);
   out << total << "  dominant term: " << breakdown.dominant_term() << "\n";
   if (request.training.finetune.mode == FinetuneMode::qlora) {

@@ -68,7 +68,8 @@ std::string render_simulation_text(const SimulationSummary& summary, const StepS
   // Note [Reserved memory] (simulator.cpp), Note [Memory headroom]: the device's peak (the caching allocator's
   // reserved peak + the overhead, what nvidia-smi shows) is what the one fits verdict compares.
   std::snprintf(line, sizeof line, "reserved         %10.2f GiB (caching allocator + overhead) of %.2f GiB: %s (%s)\n",
-                gib(summary.device_peak_bytes), gib(headroom.cap_bytes), headroom.fits(summary) ? "fits" : "DOES NOT FIT",
+                gib(summary.device_peak_bytes), gib(headroom.cap_bytes),
+                headroom.fits(summary) ? "fits" : "DOES NOT FIT",
                 headroom.describe().c_str());
   out << line;
   for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {

@@ -36,7 +36,8 @@ TEST_CASE("`plan` keeps the memory headroom free on the device peak and prints i
     CHECK(document.at("usable_memory_bytes").get<std::int64_t>() == cap - headroom);
     const json& predicted = document.at("predicted");
     CHECK(predicted.at("device_peak_bytes").get<std::int64_t>() <= cap - headroom);
-    CHECK(predicted.at("device_peak_bytes").get<std::int64_t>() >= predicted.at("peak_memory_bytes").get<std::int64_t>());
+    CHECK(predicted.at("device_peak_bytes").get<std::int64_t>() >=
+          predicted.at("peak_memory_bytes").get<std::int64_t>());
   }
   const RunResult text = run_shardplan({"plan", "-m", "llama3-8b", "-c", "8xH100-80GB"});
   REQUIRE(text.exit_status == 0);
@@ -77,7 +78,8 @@ TEST_CASE("`estimate`: one verdict on the reserved peak with the headroom, reser
   CHECK_FALSE(memory.contains("closed_form_total_bytes"));
   const RunResult text = run_shardplan({"estimate", "-m", "llama3-8b", "-c", "8xH100-80GB"});
   REQUIRE(text.exit_status == 0);
-  CHECK(contains(text.out, "verdict: FITS — reserved 75.78 GiB = 95.1% of 79.65 GiB; fits within 77.26 GiB (3% headroom"));
+  CHECK(contains(text.out,
+                 "verdict: FITS — reserved 75.78 GiB = 95.1% of 79.65 GiB; fits within 77.26 GiB (3% headroom"));
   CHECK_FALSE(contains(text.out, "closed-form"));
   CHECK(contains(text.out, "  reserved ") );
   // One verdict only: the allocated total line carries none.
@@ -109,4 +111,19 @@ TEST_CASE("`capacity` flags points over --max-days as impractical and headlines 
   const json patient = run_json({"capacity", "-m", "llama3-8b", "--gpus", "H100-80GB", "--max-gpus", "8",
                                  "--max-days", "400", "--json"});
   CHECK(patient.at("smallest_practical_gpus").at("H100-80GB") == 4);
+}
+
+// Before: "peak memory 75.18 GiB of 79.65 GiB (fits)" on the allocated peak, the reserved figure beside it.
+TEST_CASE("`simulate` gives the same one verdict, on the reserved peak with the headroom") {
+  const json document = run_json({"simulate", "-m", "llama3-8b", "-c", "8xH100-80GB", "--json"});
+  const auto capacity = document.at("memory_capacity_bytes").get<std::int64_t>();
+  const auto headroom = document.at("memory_headroom_bytes").get<std::int64_t>();
+  CHECK(headroom == (capacity * 3 + 99) / 100);
+  CHECK(document.at("fits") == (document.at("device_peak_bytes").get<std::int64_t>() <= capacity - headroom));
+  const json tight =
+      run_json({"simulate", "-m", "llama3-8b", "-c", "8xH100-80GB", "--memory-headroom", "10", "--json"});
+  CHECK(tight.at("fits") == false);
+  const RunResult text = run_shardplan({"simulate", "-m", "llama3-8b", "-c", "8xH100-80GB"});
+  REQUIRE(text.exit_status == 0);
+  CHECK(contains(text.out, "(caching allocator + overhead) of 79.65 GiB: fits (3% headroom, 2.39 GiB)"));
 }
