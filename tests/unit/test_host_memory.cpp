@@ -215,3 +215,17 @@ TEST_CASE("CPU offload: the optimizer step takes the node's parameters over the 
   CHECK(one_node.seconds > 7.0);
   CHECK(two_nodes.seconds == doctest::Approx(one_node.seconds / 2).epsilon(1e-9));
 }
+
+// A node whose host differs from the catalog's reference system: a catalog entry's host_memory_bytes_per_s_per_node
+// (one socket of 8 DDR5-4800 channels here) sets the bandwidth the CPU optimizer step shares.
+TEST_CASE("CPU offload: a catalog entry sets the node's host memory bandwidth") {
+  HardwareCatalog catalog = HardwareCatalog::builtin();
+  catalog.merge_user_json({{"schema", "shardplan.catalog/v1"},
+                           {"gpus", {{{"name", "H100-80GB"}, {"host_memory_bytes_per_s_per_node", 307.2e9}}}}},
+                          "test");
+  const HardwareProfile profile = profile_from_cluster(parse_cluster("8xH100-80GB", catalog));
+  CHECK(profile.host_memory_bytes_per_s == doctest::Approx(307.2e9));
+  CHECK(host_optimizer_step_time_s(28e9, profile) == doctest::Approx(8 * 28e9 / (kCpuAdamBandwidthFraction * 307.2e9)));
+  // A GPU without a reference host takes the stated default.
+  CHECK(profile_from_cluster(parse_cluster("8xL40S", catalog)).host_memory_bytes_per_s == kDefaultHostMemoryBytesPerS);
+}
