@@ -31,6 +31,8 @@ struct CapacityFlags {
   std::int64_t global_batch_tokens = 0;
   std::string report_file;
   SearchKnobFlags knobs;
+  double memory_headroom_percent = 0;
+  double max_days = kDefaultMaxPracticalDays;
   bool json = false;
 };
 
@@ -67,6 +69,13 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
   command->add_option("--tokens", flags->tokens, "training budget in tokens")
       ->capture_default_str()
       ->check(finite_range(1, limits::kMostTokens));
+  add_memory_headroom_flag(*command, flags->memory_headroom_percent);
+  // Note [Practical points] (planner/capacity.h).
+  command->add_option("--max-days", flags->max_days,
+                      "a fitting point that needs more days than this to train --tokens is flagged impractical; the "
+                      "headline is the smallest practical count")
+      ->capture_default_str()
+      ->check(finite_range(1e-6, 1e9));
   command->add_option("--global-batch-tokens", flags->global_batch_tokens,
                       "fixed global batch in tokens (default: one micro-batch per GPU)")
       ->check(int_range(1, limits::kMaxGlobalBatch * limits::kMaxSeqLen));
@@ -89,6 +98,8 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     options.tokens = flags->tokens;
     options.global_batch_tokens = flags->global_batch_tokens;
     options.pins = resolve_knob_pins(*command, flags->knobs, training);
+    options.memory_headroom_fraction = flags->memory_headroom_percent / 100;
+    options.max_practical_days = flags->max_days;
     for (const std::string& argument : flags->profile_files) {
       const std::string path = json_argument_origin(argument, "profile");  // Note [Inline JSON]
       nlohmann::json document = read_json_argument(argument, "profile");
@@ -133,20 +144,23 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
       output.json(to_json(result));
       return 0;
     }
-    std::printf("%s, %.3g tokens\n%-11s %6s %5s %10s %11s %6s %9s %12s  %s\n", model.name.c_str(), options.tokens,
-                "gpu", "GPUs", "fits", "step s", "tokens/s", "MFU", "days", "cost USD", "plan");
+    std::printf("%s, %.3g tokens; fits: device peak within the GPU's memory less %g%% headroom; practical: <= %g days\n"
+                "%-11s %6s %5s %10s %11s %6s %9s %12s  %s\n",
+                model.name.c_str(), options.tokens, flags->memory_headroom_percent, options.max_practical_days, "gpu",
+                "GPUs", "fits", "step s", "tokens/s", "MFU", "days", "cost USD", "plan");
     for (const auto& point : result.points) {
       if (point.fits) {
-        std::printf("%-11s %6d %5s %10.3f %11.0f %5.1f%% %9.1f %12.0f  %s%s\n", point.gpu.c_str(), point.gpus, "yes",
+        std::printf("%-11s %6d %5s %10.3f %11.0f %5.1f%% %9.1f %12.0f  %s%s%s\n", point.gpu.c_str(), point.gpus, "yes",
                     point.step_time_s, point.tokens_per_s, 100 * point.mfu, point.days, point.cost_usd,
-                    point.knobs.c_str(), point.pareto ? "  [pareto]" : "");
+                    point.practical ? "" : "[IMPRACTICAL: over --max-days] ", point.knobs.c_str(),
+                    point.pareto ? "  [pareto]" : "");
       } else {
         std::printf("%-11s %6d %5s %10s %11s %6s %9s %12s  %s\n", point.gpu.c_str(), point.gpus, "no", "-", "-", "-",
                     "-", "-", point.why_not.c_str());
       }
     }
-    std::printf("\nsmallest count that fits:");
-    for (const auto& [gpu, count] : result.smallest_fitting) {
+    std::printf("\nsmallest practical count (fits, <= %g days):", options.max_practical_days);
+    for (const auto& [gpu, count] : result.smallest_practical) {
       std::printf("  %s %s", gpu.c_str(), count > 0 ? std::to_string(count).c_str() : "none");
     }
     std::printf("\nswept %zu configurations in %.2f s\n", result.points.size(), result.seconds);

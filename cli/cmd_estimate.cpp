@@ -17,6 +17,7 @@ struct EstimateFlags {
   std::string units = "per-block";
   bool model_states_only = false;
   bool cpu_offload = false;
+  double memory_headroom_percent = 0;
   bool json = false;
 };
 }  // namespace
@@ -35,6 +36,7 @@ Action add_estimate_command(CLI::App& app, const Output& output) {
                     "only parameters, gradients and optimizer states (the ZeRO paper's model states)");
   command->add_flag("--cpu-offload", flags->cpu_offload,
                     "FSDP's CPU offload: parameter and gradient shards and the optimizer in host memory");
+  add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print JSON (bytes) instead of the table (GiB)");
   return [flags, output]() {
     EstimateRequest request;
@@ -48,6 +50,7 @@ Action add_estimate_command(CLI::App& app, const Output& output) {
     request.units_policy = flags->units;
     request.model_states_only = flags->model_states_only;
     request.offload_params = flags->cpu_offload;
+    request.memory_headroom_fraction = flags->memory_headroom_percent / 100;
     const EstimateResult result = run_estimate(request);
     if (flags->json) {
       output.json(to_json(result));

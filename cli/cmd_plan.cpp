@@ -31,6 +31,7 @@ struct PlanFlags {
   ModelClusterFlags model_cluster;
   TrainingFlags training;
   double memory_cap_gib = 0;
+  double memory_headroom_percent = 0;
   std::string objective = "time";
   SearchKnobFlags knobs;
   std::string out_file;
@@ -73,19 +74,26 @@ std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
 }
 
 void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster) {
-  std::printf("model %s on %s, memory cap %s\n", model.name.c_str(), cluster.describe().c_str(),
-              gib(result.memory_cap_bytes).c_str());
+  std::printf("model %s on %s, memory cap %s, %g%% headroom: a plan fits within %s\n", model.name.c_str(),
+              cluster.describe().c_str(), gib(result.memory_cap_bytes).c_str(), 100 * result.memory_headroom_fraction,
+              gib(result.usable_memory_bytes()).c_str());
   if (result.feasible) {
     const auto& best = result.best;
     std::printf("planned: %s\n  units: root + %zu (count x layers: %s)\n", best.knobs.c_str(),
                 best.plan.units.size() - 1, describe_units(best.plan).c_str());
-    std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s (at %s)\n", best.summary.step_time_s,
+    std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s allocated (at %s)\n", best.summary.step_time_s,
                 best.summary.tokens_per_s, 100 * best.summary.mfu, gib(best.summary.peak_memory_bytes).c_str(),
                 best.summary.peak_op.c_str());
     std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks\n",
                 global_batch_text(best, cluster.world_size()).c_str(),
                 static_cast<long long>(best.plan.training.micro_batch), best.plan.grad_accumulation_steps,
                 best.plan.data_parallel_ranks(cluster.world_size()));
+    // Note [Memory headroom]: the figure the fits test compares, and the share of the cap it leaves.
+    std::printf("  fits: device peak %s (reserved + overhead) = %.1f%% of %s, %g%% headroom kept\n",
+                gib(best.summary.device_peak_bytes).c_str(),
+                100.0 * static_cast<double>(best.summary.device_peak_bytes) /
+                    static_cast<double>(result.memory_cap_bytes),
+                gib(result.memory_cap_bytes).c_str(), 100 * result.memory_headroom_fraction);
     if (result.host_memory.offloads()) std::printf("  %s\n", describe(result.host_memory).c_str());
   } else if (result.diagnosis.host_memory_limited) {
     std::printf("NO PLAN FITS. Dominant memory term: host memory per node (pinned, for CPU offload's states)\n");
@@ -124,6 +132,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
   // A cap of 0.001 GiB (1 MiB) to 2^20 GiB (1 PiB, limits::kMostMemoryBytes); 0 is "the GPU's" only by default.
   command->add_option("--memory-cap", flags->memory_cap_gib, "per-rank memory cap in GiB (default: the GPU's)")
       ->check(finite_range(0.001, static_cast<double>(limits::kMostMemoryBytes >> 30)));
+  add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_option("--objective", flags->objective, "time | memory")->capture_default_str();
   add_search_knob_flags(*command, flags->knobs);
   // Note [Output files]: every target is checked as it is parsed, before the search.
@@ -153,6 +162,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     if (pins.tensor_parallel) (void)tensor_parallel_degrees(flags->knobs.tensor_parallel, model, cluster);
     SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
+    options.memory_headroom_fraction = flags->memory_headroom_percent / 100;
     if (flags->objective == "time") {
       options.objective = SearchObjective::time;
     } else if (flags->objective == "memory") {

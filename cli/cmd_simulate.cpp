@@ -27,6 +27,7 @@ struct SimulateFlags {
   std::string report_file;
   bool dump_schedule = false;
   bool cpu_offload = false;
+  double memory_headroom_percent = 0;
   std::string tensor_parallel = "1";
   bool json = false;
 };
@@ -73,6 +74,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
   command->add_option("--tensor-parallel", flags->tensor_parallel,
                       "TP degree of the default plan (Note [2-D plans]: FSDP over the world / TP ranks)")
       ->capture_default_str();
+  add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print the summary as JSON");
   return [flags, output]() {
     check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
@@ -99,6 +101,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
     const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
     const SimulationSummary& summary = analysis.simulation.summary;
     const HostMemoryUse host_memory = host_memory_use(plan, model, cluster);  // Note [Host memory]
+    const MemoryHeadroom headroom{cluster.gpu.memory_bytes, flags->memory_headroom_percent / 100};
     std::vector<OutputFile> outputs;
     if (!flags->trace_file.empty()) {
       outputs.push_back({flags->trace_file, to_chrome_trace(analysis.simulation.timeline)
@@ -119,11 +122,15 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       document["cluster"] = to_json(cluster);
       document["plan"] = to_json(plan, model);
       document["host_memory"] = to_json(host_memory);
+      // Note [Memory headroom]: the one fits verdict, device_peak_bytes within the GPU's memory less the headroom.
+      document["memory_capacity_bytes"] = headroom.cap_bytes;
+      document["memory_headroom_bytes"] = headroom.headroom_bytes();
+      document["fits"] = headroom.fits(summary);
       output.json(document);
     } else {
       std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
                 << plan.units.size() << " units)\n";
-      std::cout << render_simulation_text(summary, analysis.schedule, cluster);
+      std::cout << render_simulation_text(summary, analysis.schedule, headroom);
       if (host_memory.offloads()) std::cout << describe(host_memory) << "\n";
       if (!flags->trace_file.empty()) std::cout << "trace written to " << flags->trace_file << "\n";
       if (!flags->report_file.empty()) std::cout << "report written to " << flags->report_file << "\n";

@@ -9,6 +9,7 @@
 #include "flag_checks.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "memory_headroom.h"
 #include "name_suggest.h"
 #include "plan.h"
 #include "precision.h"
@@ -18,6 +19,19 @@ namespace shardplan::cli {
 
 void add_catalog_flag(CLI::App& command, std::string& catalog_file) {
   command.add_option("--catalog", catalog_file, "JSON file adding or overriding GPU and fabric entries");
+}
+
+void add_memory_headroom_flag(CLI::App& command, double& percent) {
+  percent = 100 * kDefaultMemoryHeadroomFraction;
+  // Note [Memory headroom] (planner/memory_headroom.h): the default and how it was measured.
+  command
+      .add_option("--memory-headroom", percent,
+                  "percent of the GPU's memory (or --memory-cap) a plan must leave free: it fits when the caching "
+                  "allocator's reserved peak plus the runtime overhead stays within the rest. Default: the largest "
+                  "underestimate of the reserved peak against published runs (2.1%, "
+                  "benchmarks/published-runs), rounded up")
+      ->capture_default_str()
+      ->check(finite_range(0, 50));
 }
 
 void add_model_cluster_flags(CLI::App& command, ModelClusterFlags& flags) {

@@ -65,6 +65,8 @@ void add_search_knob_flags(CLI::App& command, SearchKnobFlags& flags);
 // Which knobs the user gave (CLI11's count, after parsing), with their values: the one record the search reads.
 // InputError naming the flag for a bad value (--strategy, --tensor-parallel) or --ac-every without --ac.
 KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags, const TrainingConfig& training);
+// --memory-headroom PCT (default 100 × kDefaultMemoryHeadroomFraction; Note [Memory headroom]).
+void add_memory_headroom_flag(CLI::App& command, double& percent);
 
 HardwareCatalog load_catalog(const std::string& catalog_file);
 Cluster resolve_cluster(const ModelClusterFlags& flags);

@@ -60,6 +60,8 @@ void add_nvidia_ampere(HardwareCatalog& catalog) {
   a100_40.collective_base_latency_s = kNcclBaseLatencyS;
   a100_40.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
   a100_40.host_memory_bytes_per_node = tib(1);  // DGX A100 320GB datasheet: System Memory 1TB
+  // DGX A100 datasheet: Dual AMD Rome 7742; AMD EPYC 7742 specifications: 8 channels DDR4-3200, 204.8 GB/s per socket.
+  a100_40.host_memory_bytes_per_s_per_node = 2 * 204.8e9;
   catalog.add_gpu(a100_40);
 
   GpuSpec a100_80 = a100_40;
@@ -113,6 +115,9 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.collective_base_latency_s = kNcclBaseLatencyS;
   h100.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
   h100.host_memory_bytes_per_node = tib(2);  // DGX H100 datasheet: System Memory 2TB
+  // DGX H100/H200 (DGX BasePOD reference architecture): Dual Intel Xeon Platinum 8480C; Intel ARK (8480+): 8 channels
+  // of DDR5-4800, 8 × 38.4 GB/s per socket.
+  h100.host_memory_bytes_per_s_per_node = 2 * 8 * 38.4e9;
   catalog.add_gpu(h100);
 
   // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): same GH100 compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s,
@@ -162,6 +167,8 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   b200.intra_node_bus_efficiency = 0.70;  // XLA's 8 × B200 table: all-gather 616, reduce-scatter 642 GB/s at 2 GB
   b200.nvls_bus_bytes_per_s = 0;          // its all-reduce (614 GB/s) is no faster there
   b200.host_memory_bytes_per_node = tib(2);  // DGX B200 datasheet: System Memory 2TB (configurable to 4TB)
+  // DGX B200 datasheet: Dual Intel Xeon Platinum 8570; Intel ARK: 8 channels of DDR5-5600, 8 × 44.8 GB/s per socket.
+  b200.host_memory_bytes_per_s_per_node = 2 * 8 * 44.8e9;
   catalog.add_gpu(b200);
 }
 

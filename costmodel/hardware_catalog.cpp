@@ -163,6 +163,8 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   entry.update("comm_half_efficiency_bytes", spec.comm_half_efficiency_bytes,
                {1, static_cast<double>(limits::kMostMemoryBytes)});
   apply_host_memory_fields(entry, spec.host_memory_bytes_per_node);
+  // Note [CPU optimizer step] (host_optimizer.h): a node whose host is not the catalog's reference system.
+  entry.update("host_memory_bytes_per_s_per_node", spec.host_memory_bytes_per_s_per_node, limits::kBytesPerS);
 }
 
 GpuSpec new_gpu(const JsonObjectReader& entry, const std::string& name) {
@@ -205,7 +207,7 @@ std::vector<std::string> gpu_keys() {
           "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
           "clock_fraction", "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s",
           "collective_base_latency_s", "comm_half_efficiency_bytes", "host_memory_bytes_per_node",
-          "host_memory_gib_per_node"};
+          "host_memory_gib_per_node", "host_memory_bytes_per_s_per_node"};
 }
 
 std::vector<std::string> fabric_keys() {

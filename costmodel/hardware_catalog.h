@@ -45,7 +45,14 @@ struct GpuSpec {
   // Host (CPU) memory of one node of this GPU's usual system, for CPU offload (Note [Host memory] in
   // planner/host_memory.h); 0: unknown, offload plans are then not checked against it.
   std::int64_t host_memory_bytes_per_node = 0;
+  // Peak DRAM bandwidth of that node's CPUs (sockets × channels × transfer rate × 8 bytes), for the CPU optimizer step
+  // of CPU offload (Note [CPU optimizer step] in host_optimizer.h); 0: kDefaultHostMemoryBytesPerS.
+  double host_memory_bytes_per_s_per_node = 0;
 };
+
+// A node whose host is not described: two sockets of 8 DDR4-3200 channels (2 × 8 × 25.6 GB/s), the DGX A100's
+// 2 × AMD EPYC 7742 (AMD EPYC 7742 specifications: 8 channels, DDR4-3200, 204.8 GB/s per socket).
+inline constexpr double kDefaultHostMemoryBytesPerS = 2 * 204.8e9;
 
 struct FabricSpec {
   std::string name;                 // "ib-ndr"

@@ -125,6 +125,8 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   profile.peak_fp32_flops = gpu.peak_fp32_flops;
   profile.hbm_bytes_per_s = gpu.hbm_bytes_per_s;
   profile.pcie_bytes_per_s = gpu.pcie_bytes_per_s;
+  profile.host_memory_bytes_per_s =
+      gpu.host_memory_bytes_per_s_per_node > 0 ? gpu.host_memory_bytes_per_s_per_node : kDefaultHostMemoryBytesPerS;
   profile.context_overhead_bytes = gpu.context_overhead_bytes;
   profile.device_memory_bytes = gpu.memory_bytes;
   set_if_given(gpu.max_compute_efficiency, profile.max_compute_efficiency);

@@ -56,6 +56,9 @@ struct HardwareProfile {
   // PyTorch eager's (the CPU runtime fuses its elementwise work into a few loops).
   double elementwise_bytes_per_s = 0;
   double pcie_bytes_per_s = 0;           // host ↔ device copies (CPU offload)
+  // One node's host DRAM bandwidth (datasheet peak), shared by its ranks' CPU optimizer steps (Note [CPU optimizer
+  // step] in host_optimizer.h).
+  double host_memory_bytes_per_s = 0;
 
   // Communication: NCCL's ring model per tier (collective_cost.h); messages smaller than comm_half_efficiency_bytes
   // reach under half the tier's bus bandwidth beyond what the latency explains (the shape of nccl-tests' and XLA's

@@ -1,6 +1,7 @@
 // The plan search's baselines: FSDP's transformer_auto_wrap_policy and size_based_auto_wrap_policy(1e8), and DDP, on
 // the same model and cluster, simulated like every candidate.
 #include "errors.h"
+#include "memory_headroom.h"
 #include "search.h"
 #include "step_analysis.h"
 
@@ -25,7 +26,7 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
     baseline.candidate.knobs = name;
     baseline.candidate.summary =
         analyze_step(model, cluster, profile, baseline.candidate.plan, false).simulation.summary;
-    baseline.candidate.fits = baseline.candidate.summary.peak_memory_bytes <= memory_cap_bytes;
+    baseline.candidate.fits = fits_in_memory(baseline.candidate.summary, memory_cap_bytes);
     baselines.push_back(std::move(baseline));
   };
   // transformer_auto_wrap_policy: one unit per decoder layer, FULL_SHARD, BACKWARD_PRE prefetch.

@@ -65,6 +65,7 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
     // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
     // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
     search_options.joint_prefetch_depth = false;
+    search_options.memory_headroom_fraction = options.memory_headroom_fraction;
     if (point.why_not.empty()) {
       // Note [Pinned knobs]: a pinned degree this point cannot take (or pins it cannot combine) is why it does not
       // fit; it is never searched without.
@@ -98,7 +99,9 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
         point.tokens_per_s = summary.tokens_per_s;
         point.mfu = summary.mfu;
         point.peak_memory_bytes = summary.peak_memory_bytes;
+        point.device_peak_bytes = summary.device_peak_bytes;
         point.days = options.tokens / summary.tokens_per_s / 86400.0;
+        point.practical = point.days <= options.max_practical_days;  // Note [Practical points]
         point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
       } else if (search.diagnosis.host_memory_limited) {
         const HostMemoryUse& host = search.diagnosis.host_memory;
@@ -125,14 +128,19 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
     });
   }
   for (const auto& name : options.gpus) {
-    int smallest = 0;
+    int smallest = 0, smallest_practical = 0;
     for (const auto& point : result.points) {
-      if (point.gpu == catalog.gpu(name).name && point.fits && (smallest == 0 || point.gpus < smallest)) {
-        smallest = point.gpus;
+      if (point.gpu != catalog.gpu(name).name || !point.fits) continue;
+      if (smallest == 0 || point.gpus < smallest) smallest = point.gpus;
+      if (point.practical && (smallest_practical == 0 || point.gpus < smallest_practical)) {
+        smallest_practical = point.gpus;
       }
     }
     result.smallest_fitting.emplace_back(catalog.gpu(name).name, smallest);
+    result.smallest_practical.emplace_back(catalog.gpu(name).name, smallest_practical);
   }
+  result.max_practical_days = options.max_practical_days;
+  result.memory_headroom_fraction = options.memory_headroom_fraction;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }
@@ -154,15 +162,22 @@ nlohmann::json to_json(const CapacityResult& result) {
                       {"tokens_per_s", point.tokens_per_s},
                       {"mfu", point.mfu},
                       {"peak_memory_bytes", point.peak_memory_bytes},
+                      {"device_peak_bytes", point.device_peak_bytes},
                       {"days", point.days},
+                      {"practical", point.practical},
                       {"cost_usd", point.cost_usd},
                       {"pareto", point.pareto}});
   }
   nlohmann::json smallest = nlohmann::json::object();
   for (const auto& [gpu, count] : result.smallest_fitting) smallest[gpu] = count;
+  nlohmann::json practical = nlohmann::json::object();
+  for (const auto& [gpu, count] : result.smallest_practical) practical[gpu] = count;
   return {{"schema", "shardplan.capacity/v1"},
           {"points", std::move(points)},
           {"smallest_fitting_gpus", std::move(smallest)},
+          {"smallest_practical_gpus", std::move(practical)},
+          {"max_practical_days", result.max_practical_days},
+          {"memory_headroom_fraction", result.memory_headroom_fraction},
           {"seconds", result.seconds}};
 }
 

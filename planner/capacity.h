@@ -15,6 +15,12 @@
 
 namespace shardplan {
 
+// Note [Practical points]: a point that fits can still be useless — one H100 with CPU offload trains llama3-8b's
+// 1e12 tokens in 7 years (2,567 days). The sweep flags every fitting point whose days to train the budget exceed a
+// threshold (--max-days; default a year: a run the planner should not headline) and headlines the smallest
+// practical count.
+inline constexpr double kDefaultMaxPracticalDays = 365;
+
 struct CapacityOptions {
   std::vector<std::string> gpus;       // catalog names
   int gpus_per_node = 0;               // 0: each GPU's default
@@ -26,6 +32,11 @@ struct CapacityOptions {
   // Note [Pinned knobs] (search.h): the knobs fixed at every point; the others each point's search tries
   // (search_options_for: tensor-parallel 1, 2, 4, 8 and the expert-parallel degrees the point takes).
   KnobPins pins;
+  // Note [Memory headroom] (memory_headroom.h): each point's search keeps this share of the GPU's memory free.
+  double memory_headroom_fraction = 0;
+  // Note [Practical points]: a fitting point that needs more days than this to train `tokens` is flagged impractical
+  // and is not the headline's smallest count.
+  double max_practical_days = kDefaultMaxPracticalDays;
   // Calibrated profiles (shardplan.profile/v1 documents, with the file each came from): a profile applies to the
   // points of the GPU type it was measured on (its "device"); other types keep the catalog's defaults.
   std::vector<std::pair<nlohmann::json, std::string>> profiles;
@@ -51,7 +62,9 @@ struct CapacityPoint {
   double tokens_per_s = 0;
   double mfu = 0;
   std::int64_t peak_memory_bytes = 0;
+  std::int64_t device_peak_bytes = 0;  // reserved + overhead, what the fits test compares (Note [Memory headroom])
   double days = 0;      // to train `tokens`
+  bool practical = false;  // fits and days <= max_practical_days (Note [Practical points])
   double cost_usd = 0;  // days × 24 × GPUs × price per GPU-hour
   bool pareto = false;  // not dominated in (days, cost) by another fitting point
 };
@@ -59,6 +72,9 @@ struct CapacityPoint {
 struct CapacityResult {
   std::vector<CapacityPoint> points;
   std::vector<std::pair<std::string, int>> smallest_fitting;  // per GPU type: the fewest GPUs that fit (0: none)
+  std::vector<std::pair<std::string, int>> smallest_practical;  // the fewest that fit and are practical (0: none)
+  double max_practical_days = 0;
+  double memory_headroom_fraction = 0;
   double seconds = 0;
 };
 

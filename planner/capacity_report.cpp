@@ -62,6 +62,13 @@ std::string render_capacity_report(const CapacityResult& result, const std::stri
                        : std::string("none up to the largest count swept")) +
             "</td></tr>\n";
   }
+  // Note [Practical points] (capacity.h): the smallest count that trains the budget within the sweep's --max-days.
+  for (const auto& [gpu, count] : result.smallest_practical) {
+    body += "<tr><th>smallest practical " + svg::escape(gpu) + "</th><td>" +
+            (count > 0 ? std::to_string(count) + (count == 1 ? " GPU" : " GPUs")
+                       : std::string("none within ") + svg::format("%g days", result.max_practical_days)) +
+            "</td></tr>\n";
+  }
   for (const auto& point : result.points) {
     if (point.pareto) {
       body += "<tr><th>Pareto: " + svg::escape(point.gpu) + " x " + std::to_string(point.gpus) + "</th><td>" +

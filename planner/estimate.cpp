@@ -1,7 +1,8 @@
-// Assembles and renders the `estimate` result: the default plan's simulated peak and its closed-form bound.
+// Assembles and renders the `estimate` result: the default plan's simulated peak and the one fits verdict.
 #include "estimate.h"
 
 #include "finetune_apply.h"
+#include "memory_headroom.h"
 #include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
@@ -16,6 +17,13 @@ namespace {
 std::string gib(std::int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%9.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// "79.65 GiB", for figures inside a sentence.
+std::string gib_inline(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return text;
 }
 
@@ -65,6 +73,10 @@ EstimateResult run_estimate(const EstimateRequest& request) {
     states.padding_elements = result.memory.breakdown.padding_elements;
     result.memory.breakdown = states;
   }
+  const MemoryHeadroom headroom{memory.capacity_bytes, request.memory_headroom_fraction};
+  result.headroom_bytes = headroom.headroom_bytes();
+  result.fits = request.model_states_only ? memory.breakdown.total_bytes() <= headroom.usable_bytes()
+                                          : headroom.fits(result.simulation);
   return result;
 }
 
@@ -86,11 +98,14 @@ nlohmann::json to_json(const EstimateResult& result) {
   const auto& memory = result.memory;
   nlohmann::json memory_json = to_json(memory.breakdown);
   memory_json["capacity_bytes"] = memory.capacity_bytes;
-  memory_json["fits"] = memory.fits();
+  // Note [Memory headroom]: fits when device_peak_bytes (reserved + overhead, never below total_bytes) is within
+  // capacity_bytes less memory_headroom_bytes.
+  memory_json["fits"] = result.fits;
+  memory_json["memory_headroom_bytes"] = result.headroom_bytes;
   memory_json["model_states_only"] = request.model_states_only;
   memory_json["peak_op"] = result.simulation.peak_op;
-  memory_json["closed_form_total_bytes"] = result.closed_form.total_bytes();
-  // Note [Reserved memory] (planner/simulator.cpp): beside the allocated total (what `fits` compares).
+  // Note [Reserved memory] (planner/simulator.cpp): the caching allocator's own reserved peak
+  // (torch.cuda.max_memory_reserved) and the device's (nvidia-smi: that plus the overhead term).
   memory_json["reserved_peak_bytes"] = result.simulation.reserved_peak_bytes;
   memory_json["device_peak_bytes"] = result.simulation.device_peak_bytes;
   nlohmann::json strategy = {{"name", to_string(memory.layout.kind)},
@@ -187,9 +202,27 @@ std::string render_text(const EstimateResult& result) {
     std::snprintf(line, sizeof line, "  %-18s %s   %s\n", term.c_str(), gib(bytes).c_str(), term_help(term));
     out << line;
   }
-  char total[160];
-  std::snprintf(total, sizeof total, "  %-18s %s   of %s capacity: %s\n", "total", gib(breakdown.total_bytes()).c_str(),
-                gib(memory.capacity_bytes).c_str(), memory.fits() ? "FITS" : "DOES NOT FIT");
+  char total[240];
+  std::snprintf(total, sizeof total, "  %-18s %s   %s\n", "total", gib(breakdown.total_bytes()).c_str(),
+                request.model_states_only ? "model states" : "allocated at the peak");
+  out << total;
+  if (!request.model_states_only) {
+    // Note [Reserved memory] (simulator.cpp): what the device holds — the caching allocator's reserved peak plus the
+    // overhead outside it — never below the allocated total, and what the verdict compares.
+    std::snprintf(total, sizeof total, "  %-18s %s   reserved by the caching allocator + overhead (nvidia-smi)\n",
+                  "reserved", gib(result.simulation.device_peak_bytes).c_str());
+    out << total;
+  }
+  // Note [Memory headroom]: one verdict, against the capacity less the headroom.
+  const std::int64_t compared =
+      request.model_states_only ? breakdown.total_bytes() : result.simulation.device_peak_bytes;
+  std::snprintf(total, sizeof total, "  verdict: %s — %s %s = %.1f%% of %s; fits within %s (%g%% headroom kept)\n",
+                result.fits ? "FITS" : "DOES NOT FIT", request.model_states_only ? "model states" : "reserved",
+                gib_inline(compared).c_str(),
+                100.0 * static_cast<double>(compared) / static_cast<double>(memory.capacity_bytes),
+                gib_inline(memory.capacity_bytes).c_str(),
+                gib_inline(memory.capacity_bytes - result.headroom_bytes).c_str(),
+                100 * request.memory_headroom_fraction);
   out << total << "  dominant term: " << breakdown.dominant_term() << "\n";
   if (request.training.finetune.mode == FinetuneMode::qlora) {
     std::int64_t constants = 0;
@@ -200,16 +233,8 @@ std::string render_text(const EstimateResult& result) {
         << ", whole on every rank (bitsandbytes keeps them beside each weight; FSDP shards only parameters)\n";
   }
   if (!request.model_states_only) {
-    // Note [Reserved memory] (simulator.cpp): the fits test compares the allocated total above.
-    std::snprintf(total, sizeof total, "  caching allocator reserved ≈ %s (torch.cuda.max_memory_reserved), device ≈ %s "
-                  "(nvidia-smi)\n", gib(result.simulation.reserved_peak_bytes).c_str(),
-                  gib(result.simulation.device_peak_bytes).c_str());
-    out << total;
-  }
-  if (!request.model_states_only) {
     out << "  peak at: " << (result.simulation.peak_op.empty() ? "step start" : result.simulation.peak_op)
-        << " (simulated step " << result.simulation.step_time_s << " s; closed-form bound "
-        << gib(result.closed_form.total_bytes()) << ")\n";
+        << " (simulated step " << result.simulation.step_time_s << " s)\n";
     // What one rank's collectives move per step (an MoE model's all-gathers carry every expert it gathers).
     out << "\ncollectives per step (one rank)\n";
     for (const auto& collective : result.simulation.collectives) {

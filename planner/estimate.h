@@ -26,21 +26,27 @@ struct EstimateRequest {
   std::string units_policy = "per-block";  // how `wrapping` was chosen, for the report
   bool model_states_only = false;
   bool offload_params = false;  // FSDP's CPUOffload(offload_params=True) on the default plan
+  double memory_headroom_fraction = 0;  // Note [Memory headroom] (memory_headroom.h)
 };
 
 struct EstimateResult {
   EstimateRequest request;
   MemoryEstimate memory;           // breakdown = the simulated peak of the default plan; layout and units as resolved
-  MemoryBreakdown closed_form;     // memory_upper_bound of the same plan (Note [Closed-form bound]), for reference
+  MemoryBreakdown closed_form;     // memory_upper_bound of the same plan (Note [Closed-form bound]); not printed
   SimulationSummary simulation;    // the step the peak was taken from
+  // The one verdict (Note [Memory headroom]): the device peak (reserved + overhead; with --model-states-only the
+  // states' total) within the capacity less the headroom.
+  std::int64_t headroom_bytes = 0;
+  bool fits = false;
 };
 
 // Lowers the default plan for the request (FSDP's wrapping, one unit prefetched) and simulates it: the peak memory is
 // the schedule's, so `estimate` and `simulate` always agree.
 EstimateResult run_estimate(const EstimateRequest& request);
 
-// `shardplan.estimate/v1`: model, cluster, training, strategy, "memory" {<term>_bytes..., total_bytes,
-// capacity_bytes, fits, dominant_term}, params.
+// `shardplan.estimate/v1`: model, cluster, training, strategy, "memory" {<term>_bytes..., total_bytes (allocated),
+// reserved_peak_bytes, device_peak_bytes (≥ total_bytes), capacity_bytes, memory_headroom_bytes, fits,
+// dominant_term}, params.
 nlohmann::json to_json(const EstimateResult& result);
 std::string render_text(const EstimateResult& result);
 

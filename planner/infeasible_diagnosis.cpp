@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "host_memory.h"
+#include "memory_headroom.h"
 #include "step_analysis.h"
 
 namespace shardplan {
@@ -74,23 +75,24 @@ InfeasibleDiagnosis diagnose(const ModelSpec& model, const Cluster& cluster, con
     bigger.nodes = nodes;
     const Plan plan = default_plan(model, lean, {}, wrap_per_block(model), bigger.world_size());
     const auto summary = analyze_step(model, bigger, profile, plan, false).simulation.summary;
-    if (summary.peak_memory_bytes <= cap) {
+    if (fits_in_memory(summary, cap)) {
       diagnosis.suggestions.push_back("use " + std::to_string(bigger.world_size()) + " GPUs (" +
                                       std::to_string(nodes) + " nodes of " + std::to_string(cluster.gpus_per_node) +
                                       "): full_shard with full AC and micro-batch 1 then needs " +
-                                      gib_text(summary.peak_memory_bytes));
+                                      gib_text(summary.device_peak_bytes));
       break;
     }
   }
   const std::string smallest_text = "the least-memory plan here (" + smallest.knobs + ") needs " +
-                                    gib_text(smallest.summary.peak_memory_bytes) + " of " + gib_text(cap);
+                                    gib_text(smallest.summary.device_peak_bytes) + " (reserved + overhead) of " +
+                                    gib_text(cap) + " (the cap less the headroom)";
   diagnosis.suggestions.insert(diagnosis.suggestions.begin(), smallest_text);
   if (training.seq_len > 1024) {
     diagnosis.suggestions.push_back("shorter sequences: activations scale with --seq-len " +
                                     std::to_string(training.seq_len));
   }
   if (training.precision.name == "fp32") diagnosis.suggestions.push_back("--precision bf16-mixed halves gathered copies");
-  if (lean_offload != nullptr && lean_offload->summary.peak_memory_bytes <= cap &&
+  if (lean_offload != nullptr && fits_in_memory(lean_offload->summary, cap) &&
       !host_memory_use(lean_offload->plan, model, cluster).fits()) {
     diagnose_host_memory(diagnosis, model, cluster, lean, *lean_offload, cap);
   }

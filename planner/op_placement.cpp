@@ -5,6 +5,7 @@
 
 #include "collective_cost.h"
 #include "compute_cost.h"
+#include "host_optimizer.h"
 
 namespace shardplan {
 
@@ -25,9 +26,9 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
       return (op.kernels ? pass_time_s(*op.kernels, compute_element_bytes, profile) : 0.0) +
              buffer_fill_time_s(op.zeroed_bytes, profile);
     case OpKind::optimizer_step:
-      // In host memory (offload) the step streams its bytes at roughly host-link speed; on the device at HBM speed.
-      return op.on_host ? host_copy_time_s(static_cast<std::int64_t>(op.memory_bytes), profile)
-                        : memory_time_s(op.memory_bytes, profile);
+      // In host memory (offload) at the node's DRAM bandwidth, shared by its ranks (Note [CPU optimizer step]); on
+      // the device at HBM speed.
+      return op.on_host ? host_optimizer_step_time_s(op.memory_bytes, profile) : memory_time_s(op.memory_bytes, profile);
     case OpKind::all_gather:
       return collective_cost(CollectiveKind::all_gather, op.bytes, group, profile).time_s;
     case OpKind::reduce_scatter:

@@ -127,8 +127,10 @@ std::string render_plan_report(const SearchResult& result, const ModelSpec& mode
       {"step time", svg::format("%.4f s", best.summary.step_time_s)},
       {"tokens/s", svg::format("%.0f", best.summary.tokens_per_s)},
       {"MFU", svg::format("%.1f %%", 100 * best.summary.mfu)},
-      {"peak memory", gib(best.summary.peak_memory_bytes) + " of " + gib(result.memory_cap_bytes) + " (at " +
-                          best.summary.peak_op + ")"},
+      {"peak memory", gib(best.summary.peak_memory_bytes) + " allocated (at " + best.summary.peak_op + ")"},
+      // Note [Memory headroom]: the figure the fits test compares and the headroom it keeps.
+      {"fits", "reserved " + gib(best.summary.device_peak_bytes) + " of " + gib(result.memory_cap_bytes) + ", " +
+                   svg::format("%g %% headroom kept", 100 * result.memory_headroom_fraction)},
       {"search", std::to_string(result.candidates_evaluated) + " candidates simulated in " +
                      svg::format("%.2f s", result.seconds)},
   };
@@ -150,8 +152,8 @@ std::string render_plan_report(const SearchResult& result, const ModelSpec& mode
   svg::StackedBars bars;
   bars.title = "Memory by category at each plan's peak (per GPU)";
   bars.unit = "GiB";
-  bars.marker = static_cast<double>(result.memory_cap_bytes) / kGiB;
-  bars.marker_label = "cap " + gib(result.memory_cap_bytes);
+  bars.marker = static_cast<double>(result.usable_memory_bytes()) / kGiB;
+  bars.marker_label = "cap " + gib(result.memory_cap_bytes) + " less the headroom";
   const auto bar_row = [&](const std::string& label, const PlanCandidate& candidate) {
     svg::BarRow row{label, {}, candidate.fits ? "fits" : "does not fit"};
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {

@@ -10,6 +10,7 @@
 
 #include "errors.h"
 #include "infeasible_diagnosis.h"
+#include "memory_headroom.h"
 #include "plan_json.h"
 #include "step_analysis.h"
 #include "unit_layout.h"
@@ -43,7 +44,7 @@ class Searcher {
     candidate.knobs = knobs;
     candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
     // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states.
-    candidate.fits = candidate.summary.peak_memory_bytes <= cap_ &&
+    candidate.fits = fits_in_memory(candidate.summary, cap_) &&
                      (!plan.offload.params && !plan.offload.optimizer ? true
                                                                       : host_memory_use(plan, model_, cluster_).fits());
     ++evaluated_;
@@ -157,7 +158,8 @@ class Searcher {
     if (best_fit_.fits && options_.objective == SearchObjective::time) wrap.stop_above_s = best_fit_.summary.step_time_s;
     wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
       WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
-      verdict.fits = verdict.peak_bytes <= wrap.memory_cap_bytes;  // the least peak, for --objective memory
+      // The least peak, for --objective memory; the device peak within the cap less the headroom either way.
+      verdict.fits = verdict.fits && verdict.peak_bytes <= wrap.memory_cap_bytes;
       return verdict;
     };
     bool searchable = true;
@@ -295,6 +297,11 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
   const auto started = std::chrono::steady_clock::now();
   SearchResult result;
   result.memory_cap_bytes = options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes;
+  // Note [Memory headroom]: every fits test below compares with the cap less the headroom; the wrap search's floor
+  // (an allocated peak, never above the device peak) prunes soundly against it.
+  const MemoryHeadroom headroom{result.memory_cap_bytes, options.memory_headroom_fraction};
+  result.memory_headroom_bytes = headroom.headroom_bytes();
+  result.memory_headroom_fraction = options.memory_headroom_fraction;
   validate_training(training, model);
   SHARDPLAN_CHECK(model.finetune == training.finetune, "the model was not resolved for the training's fine-tuning");
   // Note [Uniform requires_grad] (plan.h): a front end no wrapping can satisfy is the user's to change, not a search.
@@ -303,11 +310,11 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
       throw InputError("plan: " + conflict);
     }
   }
-  Searcher searcher(model, cluster, profile, training, options, result.memory_cap_bytes);
+  Searcher searcher(model, cluster, profile, training, options, result.usable_memory_bytes());
   searcher.run(false);
   if (!searcher.found_fit() && options.allow_offload) searcher.run(true);  // the last resort
   if (options.with_baselines) {
-    result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
+    result.baselines = baseline_plans(model, cluster, profile, training, result.usable_memory_bytes());
     // A baseline that fits is a candidate too, so the planned plan is never slower than the best fitting baseline.
     // Note [Pinned knobs]: only where it keeps every knob the user pinned.
     for (const auto& baseline : result.baselines) {
@@ -343,7 +350,7 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
     const PlanCandidate smallest = searcher.smallest();
     result.candidates_evaluated = searcher.evaluated();
     result.diagnosis = diagnose(model, cluster, profile, training, smallest, lean_offload ? &*lean_offload : nullptr,
-                                result.memory_cap_bytes);
+                                result.usable_memory_bytes());
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
@@ -427,6 +434,9 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
   nlohmann::json document = {{"schema", "shardplan.planning/v1"},
                              {"feasible", result.feasible},
                              {"memory_cap_bytes", result.memory_cap_bytes},
+                             {"memory_headroom_bytes", result.memory_headroom_bytes},
+                             {"memory_headroom_fraction", result.memory_headroom_fraction},
+                             {"usable_memory_bytes", result.usable_memory_bytes()},
                              {"baselines", std::move(baselines)},
                              {"search",
                               {{"candidates_evaluated", result.candidates_evaluated},

@@ -38,6 +38,9 @@ struct KnobPins {
 
 struct SearchOptions {
   std::int64_t memory_cap_bytes = 0;  // 0: the GPU's memory
+  // Note [Memory headroom] (memory_headroom.h): the share of the cap a plan leaves free; a candidate fits when its
+  // device peak (reserved + overhead) is within the cap less this. The CLI's default is kDefaultMemoryHeadroomFraction.
+  double memory_headroom_fraction = 0;
   SearchObjective objective = SearchObjective::time;
   // DP caps tried: each yields the fastest partition whose units span at most that many blocks, so the memory cap
   // (which grows with the largest units) meets the fastest partition that fits it.
@@ -65,7 +68,9 @@ struct PlanCandidate {
   Plan plan;
   SimulationSummary summary;
   std::string knobs;  // "full_shard, AC full, micro-batch 2, DP ≤4 blocks/unit"
-  bool fits = false;  // its peak fits the memory cap and, offloading, its states a node's host memory
+  // Its device peak fits the memory cap less the headroom (fits_in_memory) and, offloading, its states a node's host
+  // memory.
+  bool fits = false;
 };
 
 struct BaselineResult {
@@ -100,7 +105,11 @@ struct SearchResult {
   // labels outgrew their budget): exact over partitions only.
   std::size_t kept_by_refinement_settings = 0;
   double seconds = 0;
-  std::int64_t memory_cap_bytes = 0;
+  std::int64_t memory_cap_bytes = 0;       // the GPU's memory or the --memory-cap
+  std::int64_t memory_headroom_bytes = 0;  // of it kept free (Note [Memory headroom])
+  double memory_headroom_fraction = 0;
+  // What the fits test compares the device peak with.
+  std::int64_t usable_memory_bytes() const { return memory_cap_bytes - memory_headroom_bytes; }
 };
 
 // The expert-parallel degrees the planner tries for `model` on `cluster`: 1, and where the model has experts the powers
@@ -148,7 +157,8 @@ Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const Traini
 // forward/backward prefetch lists of two and a rate limit of three gathers): the search's prefetch refinements.
 Plan with_prefetch_depth(const Plan& plan, int depth);
 
-// Baselines only (also used by tests).
+// Baselines only (also used by tests); `memory_cap_bytes` is what fits_in_memory compares with (the cap less the
+// headroom).
 std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster& cluster,
                                            const HardwareProfile& profile, const TrainingConfig& training,
                                            std::int64_t memory_cap_bytes);

@@ -84,7 +84,7 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   }
   // A single TP degree's search ran without FSDP's auto-wrap baselines (degree-1 plans): compare against them still.
   if (options.with_baselines && result.baselines.empty()) {
-    result.baselines = baseline_plans(model, cluster, profile, training, result.memory_cap_bytes);
+    result.baselines = baseline_plans(model, cluster, profile, training, result.usable_memory_bytes());
   }
   result.candidates_evaluated = evaluated;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -37,7 +37,7 @@ StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const 
 }
 
 std::string render_simulation_text(const SimulationSummary& summary, const StepSchedule& schedule,
-                                   const Cluster& cluster) {
+                                   const MemoryHeadroom& headroom) {
   std::ostringstream out;
   char line[200];
   const auto gib = [](long long bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); };
@@ -62,16 +62,15 @@ std::string render_simulation_text(const SimulationSummary& summary, const StepS
     std::snprintf(line, sizeof line, "  %s ×%d (%.2f GiB)", totals.kind.c_str(), totals.count, gib(totals.bytes));
     out << line;
   }
-  std::snprintf(line, sizeof line, "\npeak memory      %10.2f GiB of %.2f GiB (%s) at %s\n",
-                gib(summary.peak_memory_bytes), gib(cluster.gpu.memory_bytes),
-                summary.peak_memory_bytes <= cluster.gpu.memory_bytes ? "fits" : "DOES NOT FIT",
+  std::snprintf(line, sizeof line, "\npeak memory      %10.2f GiB allocated at %s\n", gib(summary.peak_memory_bytes),
                 summary.peak_op.empty() ? "step start" : summary.peak_op.c_str());
   out << line;
-  // Note [Reserved memory] (simulator.cpp): what PyTorch and nvidia-smi would show beside the allocated peak, which
-  // is what the fits test compares (it includes the overhead term).
-  std::snprintf(line, sizeof line,
-                "  (allocated; the fits test) caching allocator reserved ≈ %.2f GiB, device (nvidia-smi) ≈ %.2f GiB\n",
-                gib(summary.reserved_peak_bytes), gib(summary.device_peak_bytes));
+  // Note [Reserved memory] (simulator.cpp), Note [Memory headroom]: the device's peak (the caching allocator's
+  // reserved peak + the overhead, what nvidia-smi shows) is what the one fits verdict compares.
+  std::snprintf(line, sizeof line, "reserved         %10.2f GiB (caching allocator + overhead) of %.2f GiB: %s (%s)\n",
+                gib(summary.device_peak_bytes), gib(headroom.cap_bytes),
+                headroom.fits(summary) ? "fits" : "DOES NOT FIT",
+                headroom.describe().c_str());
   out << line;
   for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
     if (summary.memory_at_peak[category] == 0) continue;

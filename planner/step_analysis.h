@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "memory_headroom.h"
 #include "cluster.h"
 #include "hardware_profile.h"
 #include "model_spec.h"
@@ -21,7 +22,8 @@ StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const 
                           const Plan& plan, bool record_timeline);
 
 // The human summary of a simulation: step time, compute, exposed communication, streams, collectives, memory at peak.
+// The memory verdict is Note [Memory headroom]'s: the device peak within the capacity less the headroom.
 std::string render_simulation_text(const SimulationSummary& summary, const StepSchedule& schedule,
-                                   const Cluster& cluster);
+                                   const MemoryHeadroom& headroom);
 
 }  // namespace shardplan

@@ -9,9 +9,12 @@
 #include "cluster.h"
 #include "errors.h"
 #include "host_memory.h"
+#include "host_optimizer.h"
 #include "json_input.h"
 #include "model_presets.h"
+#include "op_placement.h"
 #include "search.h"
+#include "step_analysis.h"
 #include "unit_layout.h"
 
 using namespace shardplan;
@@ -174,4 +177,55 @@ TEST_CASE("host memory: the search refuses offload plans no node holds, and says
   CHECK(planned.best.plan.offload.params);
   CHECK(planned.host_memory.per_node_bytes <= cluster.host_memory_bytes_per_node);
   CHECK(planned.host_memory.fits());
+}
+
+// Note [CPU optimizer step] (costmodel/host_optimizer.h): CPU offload's optimizer step streams 28 bytes per parameter
+// through the node's DRAM at the fraction of its peak that ZeRO-Offload's CPU-Adam reached, and every rank of a node
+// steps at once. (Timed at the host link's speed per rank, as before, the step of llama3-70b's 8.8 B parameters per
+// rank took 3.86 s on 8 × H100 — 0.5 TB/s of host DRAM traffic — and did not depend on how many ranks share a node.)
+TEST_CASE("CPU offload: the optimizer step takes the node's parameters over the node's DRAM bandwidth") {
+  CHECK(kCpuAdamBandwidthFraction == doctest::Approx(0.4256).epsilon(1e-3));  // 109 of 256 GB/s on the DGX-2 host
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  const ModelSpec model = preset_model("llama3-70b");
+  struct Step {
+    std::int64_t elements;
+    double seconds;
+  };
+  const auto optimizer_step = [&](const std::string& text) {
+    const Cluster cluster = parse_cluster(text, catalog);
+    const HardwareProfile profile = profile_from_cluster(cluster);
+    CHECK(profile.host_memory_bytes_per_s == doctest::Approx(2 * 8 * 38.4e9));  // 2 × Xeon 8480C, DDR5-4800
+    const Plan plan = offload_plan(model, cluster, "full_shard", true, false);
+    const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, false);
+    for (const Op& op : analysis.schedule.ops) {
+      if (op.kind != OpKind::optimizer_step) continue;
+      CHECK(op.on_host);
+      return Step{op.optimizer_elements, base_duration_s(op, analysis.schedule.compute_element_bytes, profile)};
+    }
+    FAIL("no optimizer step");
+    return Step{};
+  };
+  const Step one_node = optimizer_step("8xH100-80GB");     // 8 ranks share a host
+  const Step two_nodes = optimizer_step("2x4xH100-80GB");  // the same shard per rank, 4 ranks per host
+  CHECK(one_node.elements == two_nodes.elements);
+  CHECK(one_node.elements == doctest::Approx(70.55e9 / 8).epsilon(0.01));
+  // The node's 8 shards × 28 bytes at 0.4256 × 614.4 GB/s: 7.5 s; half of it where a node holds half the ranks.
+  const double node_bytes = 8.0 * static_cast<double>(one_node.elements) * 28;
+  CHECK(one_node.seconds == doctest::Approx(node_bytes / (kCpuAdamBandwidthFraction * 614.4e9)).epsilon(1e-9));
+  CHECK(one_node.seconds > 7.0);
+  CHECK(two_nodes.seconds == doctest::Approx(one_node.seconds / 2).epsilon(1e-9));
+}
+
+// A node whose host differs from the catalog's reference system: a catalog entry's host_memory_bytes_per_s_per_node
+// (one socket of 8 DDR5-4800 channels here) sets the bandwidth the CPU optimizer step shares.
+TEST_CASE("CPU offload: a catalog entry sets the node's host memory bandwidth") {
+  HardwareCatalog catalog = HardwareCatalog::builtin();
+  catalog.merge_user_json({{"schema", "shardplan.catalog/v1"},
+                           {"gpus", {{{"name", "H100-80GB"}, {"host_memory_bytes_per_s_per_node", 307.2e9}}}}},
+                          "test");
+  const HardwareProfile profile = profile_from_cluster(parse_cluster("8xH100-80GB", catalog));
+  CHECK(profile.host_memory_bytes_per_s == doctest::Approx(307.2e9));
+  CHECK(host_optimizer_step_time_s(28e9, profile) == doctest::Approx(8 * 28e9 / (kCpuAdamBandwidthFraction * 307.2e9)));
+  // A GPU without a reference host takes the stated default.
+  CHECK(profile_from_cluster(parse_cluster("8xL40S", catalog)).host_memory_bytes_per_s == kDefaultHostMemoryBytesPerS);
 }

@@ -8,6 +8,7 @@
 #include "cluster.h"
 #include "decoder_builder.h"
 #include "lowering.h"
+#include "memory_headroom.h"
 #include "model_presets.h"
 #include "reference_plans.h"
 #include "search.h"
@@ -64,7 +65,7 @@ PlanCandidate exhaustive(const ModelSpec& model, const Cluster& cluster, const H
         for (const int depth : depths) {
           const Plan plan = reference_plan(model, training, setting, units, kept, cluster.world_size(), depth);
           const auto summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
-          if (summary.peak_memory_bytes > cap) continue;
+          if (!fits_in_memory(summary, cap)) continue;  // Note [Memory headroom]: `cap` is the cap less the headroom
           const bool better =
               objective == SearchObjective::time
                   ? summary.step_time_s < best.summary.step_time_s
@@ -339,6 +340,41 @@ TEST_CASE("search: the planned plan equals exhaustive search over prefetch depth
                                    << truth.summary.step_time_s << " s");
     CHECK(refined.fallback_settings == 0);
     CHECK(refined.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
+  }
+}
+
+// Note [Memory headroom]: a plan fits when its device peak (the caching allocator's reserved peak + the overhead) is
+// within the cap less the headroom. The search stays exact under that test: the planned plan equals exhaustive
+// search with the same test, and its device peak — not only its allocated peak — leaves the headroom free. (With the
+// fits test on the allocated peak against the whole cap, as before, the planned device peaks exceed the usable bytes.)
+TEST_CASE("search: with a memory headroom the planned plan equals exhaustive search, its device peak within the rest") {
+  for (const SmallCase& c : {SmallCase{"8xH100-80GB", 4096, 30.0}, SmallCase{"8xA100-40GB", 4096, 20.0},
+                             SmallCase{"2x8xL40S", 4096, 9.0}}) {
+    auto [model, cluster, profile, training, options] = small_setup(c, 8);
+    options.memory_headroom_fraction = 0.05;
+    options.refine = false;
+    options.joint_prefetch_depth = false;
+    const SearchResult planned = search_plans(model, cluster, profile, training, options);
+    REQUIRE(planned.feasible);
+    CHECK(planned.memory_cap_bytes == options.memory_cap_bytes);
+    CHECK(planned.memory_headroom_bytes == MemoryHeadroom{options.memory_cap_bytes, 0.05}.headroom_bytes());
+    CHECK(planned.usable_memory_bytes() < options.memory_cap_bytes);
+    const PlanCandidate truth = exhaustive(model, cluster, profile, training, planned.usable_memory_bytes());
+    REQUIRE(truth.fits);
+    MESSAGE(std::string(c.cluster) << " cap " << c.cap_gib << " GiB, 5% headroom: planned " << planned.best.knobs
+                                   << " device peak " << planned.best.summary.device_peak_bytes << " B of usable "
+                                   << planned.usable_memory_bytes() << " B; exhaustive " << truth.knobs);
+    CHECK(planned.best.summary.device_peak_bytes <= planned.usable_memory_bytes());
+    CHECK(planned.best.summary.device_peak_bytes >= planned.best.summary.peak_memory_bytes);
+    CHECK(planned.fallback_settings == 0);
+    CHECK(planned.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
+    for (const auto& baseline : planned.baselines) {
+      CHECK(baseline.candidate.fits == fits_in_memory(baseline.candidate.summary, planned.usable_memory_bytes()));
+    }
+    // Without headroom the same cap admits a plan at least as fast.
+    options.memory_headroom_fraction = 0;
+    const SearchResult whole = search_plans(model, cluster, profile, training, options);
+    CHECK(whole.best.summary.step_time_s <= planned.best.summary.step_time_s);
   }
 }
 
