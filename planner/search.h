@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct SearchOptions {
   // Expert-parallel degrees to search (Note [Expert parallelism] in unit_layout.h), each a search of its own; empty:
   // the training's expert_parallel_degree only. expert_parallel_candidates gives those worth trying.
   std::vector<int> expert_parallel_degrees;
+  // A plan this fast (step seconds, objective time) is already known from another search — another tensor- or
+  // expert-parallel degree's: only faster plans are wanted, so settings and wrappings that cannot beat it are skipped
+  // as proven (Note [Compute floor] in search.cpp). A search that finds nothing faster reports no plan.
+  double known_step_s = std::numeric_limits<double>::infinity();
 };
 
 struct PlanCandidate {
@@ -80,6 +85,12 @@ struct SearchResult {
   // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
   // labels outgrew their budget): exact over partitions only.
   std::size_t kept_by_refinement_settings = 0;
+  // Of the exact ones, those proven without a wrap search: their compute floor is above a fitting plan's step (Note
+  // [Compute floor] in search.cpp).
+  std::size_t floor_settings = 0;
+  // The fallback settings by label ("full_shard, AC 25%, micro-batch 1"; "... (prefetch depths)" where only the
+  // prefetch-depth search gave up): their best plans are heuristic, the per-cap DPs' and the refinements'.
+  std::vector<std::string> heuristic_settings;
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;
 };
@@ -108,8 +119,17 @@ struct KnobSetting {
   std::string label() const;
 };
 std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingConfig& training, bool offload);
+// The smallest micro-batch knob_settings gives the search (the step of the most micro-batches it simulates): what
+// check_search_work bounds (Note [Step work] in input_limits.h).
+std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const TrainingConfig& training);
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
+
+// Note [Compute floor] (search.cpp): a lower bound of the simulated step of every plan of `knobs` — the compute
+// stream's forward, recompute and backward kernels of all its micro-batches — which the search orders settings by
+// and prunes with.
+double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                       const TrainingConfig& training, const KnobSetting& knobs);
 
 // A plan built with one-ahead prefetch (plan_with_units) with none (depth 0) or two units ahead (depth 2, FSDP's
 // forward/backward prefetch lists of two and a rate limit of three gathers): the search's prefetch refinements.
@@ -121,5 +141,8 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
                                            std::int64_t memory_cap_bytes);
 
 nlohmann::json to_json(const SearchResult& result, const ModelSpec& model);
+// "wrapping: proven fastest fitting for N knob settings (...); heuristic for M", then one line per heuristic setting:
+// which of the search's answers are proven for the cost model and which are not (search_result.cpp).
+std::string render_search_proof(const SearchResult& result);
 
 }  // namespace shardplan

@@ -1,0 +1,65 @@
+// A plan search's result for the user: its JSON document and the line saying which knob settings were proven.
+#include <cstdio>
+
+#include "plan_json.h"
+#include "search.h"
+
+namespace shardplan {
+
+nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
+  nlohmann::json baselines = nlohmann::json::array();
+  for (const auto& baseline : result.baselines) {
+    nlohmann::json entry = {{"name", baseline.name},
+                            {"step_time_s", baseline.candidate.summary.step_time_s},
+                            {"peak_memory_bytes", baseline.candidate.summary.peak_memory_bytes},
+                            {"fits", baseline.candidate.fits}};
+    if (result.feasible) {
+      entry["planned_speedup"] = baseline.candidate.summary.step_time_s / result.best.summary.step_time_s;
+      entry["planned_memory_ratio"] = static_cast<double>(result.best.summary.peak_memory_bytes) /
+                                      static_cast<double>(baseline.candidate.summary.peak_memory_bytes);
+    }
+    baselines.push_back(std::move(entry));
+  }
+  nlohmann::json document = {{"schema", "shardplan.planning/v1"},
+                             {"feasible", result.feasible},
+                             {"memory_cap_bytes", result.memory_cap_bytes},
+                             {"baselines", std::move(baselines)},
+                             {"search",
+                              {{"candidates_evaluated", result.candidates_evaluated},
+                               {"seconds", result.seconds},
+                               {"knob_settings_exact", result.exact_settings},
+                               {"knob_settings_fallback", result.fallback_settings},
+                               {"knob_settings_exact_partitions_only", result.kept_by_refinement_settings},
+                               {"knob_settings_proven_by_compute_floor", result.floor_settings},
+                               {"knob_settings_heuristic", result.heuristic_settings}}}};
+  if (result.feasible) {
+    document["plan"] = to_json(result.best.plan, model);
+    document["predicted"] = to_json(result.best.summary);
+    document["knobs"] = result.best.knobs;
+    document["host_memory"] = to_json(result.host_memory);
+  } else {
+    document["diagnosis"] = {{"dominant_term", result.diagnosis.dominant_term},
+                             {"smallest_peak_bytes", result.diagnosis.smallest_peak_bytes},
+                             {"suggestions", result.diagnosis.suggestions}};
+    if (result.diagnosis.host_memory_limited) document["diagnosis"]["host_memory"] = to_json(result.diagnosis.host_memory);
+  }
+  return document;
+}
+
+std::string render_search_proof(const SearchResult& result) {
+  // Note [Wrap search]: proven settings are exact for the cost model; heuristic ones had their wrap search give up
+  // and are answered by the per-cap DPs and the refinements, so a faster plan of theirs may exist.
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "wrapping: proven fastest fitting for %zu knob settings (%zu by their compute floor alone, %zu over "
+                "partitions only, the kept units by refinement); heuristic for %zu",
+                result.exact_settings, result.floor_settings, result.kept_by_refinement_settings,
+                result.heuristic_settings.size());
+  std::string text = line;
+  if (result.heuristic_settings.empty()) return text + "\n";
+  text += " (search gave up, per-cap DPs):";
+  for (const std::string& label : result.heuristic_settings) text += "\n  heuristic: " + label;
+  return text + "\n";
+}
+
+}  // namespace shardplan
