@@ -57,7 +57,9 @@ std::string render_search_proof(const SearchResult& result) {
                 result.heuristic_settings.size());
   std::string text = line;
   if (result.heuristic_settings.empty()) return text + "\n";
-  text += " (search gave up, per-cap DPs):";
+  // "(prefetch depths)": the one-ahead search finished, the search over prefetch depths gave up (the refinements
+  // tried depths 0 and 2 on the best plan only).
+  text += " (their wrap search gave up: answered by the per-cap DPs and the refinements, a faster plan may exist):";
   for (const std::string& label : result.heuristic_settings) text += "\n  heuristic: " + label;
   return text + "\n";
 }
