@@ -43,24 +43,37 @@ SearchResult search_at(const MonotoneCase& c, double cap_gib) {
   return search_plans(c.model, cluster, profile_from_cluster(cluster), training, options);
 }
 
-// Over increasing caps: once a plan fits, every looser cap has one at least as fast; the same cap searched twice
-// gives the same plan. Returns the number of caps where some setting's search gave up (heuristic answers).
+// Whether a search claims its plan is the optimum: every setting proven, none of them over partitions only.
+bool proven(const SearchResult& result) {
+  return result.heuristic_settings.empty() && result.kept_by_refinement_settings == 0;
+}
+
+// Over increasing caps: once a plan fits, every looser cap has one; where both searches are proven (`proven`), the
+// looser cap's plan is at least as fast; the same cap searched twice gives the same plan. Returns the number of cap
+// pairs where a looser cap gave a slower plan and one of the two answers was heuristic, as the output says (holes the
+// heuristic settings leave, issue 31 item 6).
 std::size_t check_monotone(const MonotoneCase& c) {
-  std::size_t heuristic_caps = 0;
-  bool feasible = false;
+  std::size_t heuristic_slower = 0;
+  bool feasible = false, tighter_proven = false;
   double step_s = 0;
   std::string plan_text;
   for (const double cap_gib : c.caps_gib) {
     const SearchResult result = search_at(c, cap_gib);
     INFO(c.name << " on " << c.cluster << " at cap " << cap_gib << " GiB: " << result.best.knobs << ", "
                 << result.best.summary.step_time_s << " s (tighter cap: " << step_s << " s)");
-    if (!result.heuristic_settings.empty()) ++heuristic_caps;
     if (feasible) {
       REQUIRE(result.feasible);
-      CHECK(result.best.summary.step_time_s <= step_s);
+      if (tighter_proven && proven(result)) {
+        CHECK(result.best.summary.step_time_s <= step_s);
+      } else if (result.best.summary.step_time_s > step_s) {
+        ++heuristic_slower;
+        MESSAGE("heuristic answer slower under a looser cap: " << c.name << " on " << c.cluster << " at " << cap_gib
+                << " GiB: " << result.best.summary.step_time_s << " s vs " << step_s << " s");
+      }
     }
     if (result.feasible) {
       feasible = true;
+      tighter_proven = proven(result);
       step_s = result.best.summary.step_time_s;
       plan_text = to_json(result.best.plan, c.model).dump();
       CHECK(result.best.summary.peak_memory_bytes <= result.memory_cap_bytes);
@@ -72,14 +85,15 @@ std::size_t check_monotone(const MonotoneCase& c) {
       CHECK(to_json(again.best.plan, c.model).dump() == plan_text);
     }
   }
-  return heuristic_caps;
+  return heuristic_slower;
 }
 
 }  // namespace
 
 TEST_CASE("search monotone: a looser memory cap never gives a slower plan; the same inputs the same plan") {
   // Small and fast: a 6-block Llama on one node, caps from where little fits to the device's memory.
-  const MonotoneCase c{"llama2-7b 6 blocks", llama_blocks(6), "8xA100-40GB", 2048, 0, {3.0, 4.0, 5.0, 7.0, 10.0, 40.0}};
+  const MonotoneCase c{"llama2-7b 6 blocks", llama_blocks(6), "8xA100-40GB", 2048, 0,
+                       {3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.5, 10.0, 40.0}};
   check_monotone(c);
 }
 
@@ -94,7 +108,7 @@ TEST_CASE("search monotone: the compute floor is below the simulated step of eve
   for (const KnobSetting& knobs : knob_settings(cluster, training, false)) {
     const double floor_s = compute_floor_s(model, cluster, profile, training, knobs);
     const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
-    // Per block (the most units) and one unit of every block (the fewest), each with no and two-ahead prefetch.
+    // Per block (the most units) with one-ahead, no and two-ahead prefetch.
     std::vector<Plan> plans = {per_block, with_prefetch_depth(per_block, 0), with_prefetch_depth(per_block, 2)};
     const double step_s = analyze_step(model, cluster, profile, per_block, false).simulation.summary.step_time_s;
     INFO(knobs.label() << ": floor " << floor_s << " s, per-block plan " << step_s << " s");
@@ -111,31 +125,22 @@ TEST_CASE("search monotone: the compute floor is below the simulated step of eve
 // The slow part (suite 'exhaustive', its own Meson test): many models, clusters and caps.
 TEST_SUITE("exhaustive") {
   TEST_CASE("search monotone over many models, clusters and caps") {
+    // Caps `count` apart-evenly from `low` to `high` GiB: close caps are where a heuristic answer or a cap-dependent
+    // choice shows as a slower plan under the looser one.
+    const auto ladder = [](double low, double high, int count) {
+      std::vector<double> caps;
+      for (int step = 0; step < count; ++step) caps.push_back(low + (high - low) * step / (count - 1));
+      return caps;
+    };
     std::vector<MonotoneCase> cases;
-    cases.push_back({"gpt2", preset_model("gpt2"), "8xA100-40GB", 1024, 0, {0.5, 1.0, 2.0, 4.0, 8.0, 40.0}});
-    cases.push_back({"llama3.2-1b", preset_model("llama3.2-1b"), "8xH100-80GB", 4096, 0,
-                     {4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 80.0}});
-    cases.push_back({"llama2-7b 10 blocks", llama_blocks(10), "2x8xH100-80GB", 2048, 2,
-                     {3.0, 4.0, 5.0, 6.0, 8.0, 12.0}});
-    cases.push_back({"llama2-7b", preset_model("llama2-7b"), "8xA100-40GB", 4096, 0,
-                     {12.0, 16.0, 20.0, 24.0, 30.0, 40.0}});
-    cases.push_back({"llama2-13b", preset_model("llama2-13b"), "8xA100-40GB", 4096, 0,
-                     {24.0, 28.0, 32.0, 36.0, 40.0}});
-    cases.push_back({"llama3-70b", preset_model("llama3-70b"), "8xH100-80GB", 4096, 0, {60.0, 70.0, 75.0, 80.0}});
-    std::size_t heuristic = 0;
-    for (const MonotoneCase& c : cases) heuristic += check_monotone(c);
-    MESSAGE("caps where some setting's search gave up (heuristic): " << heuristic);
+    cases.push_back({"gpt2", preset_model("gpt2"), "8xA100-40GB", 1024, 0, ladder(0.5, 8.0, 16)});
+    cases.push_back({"llama3.2-1b", preset_model("llama3.2-1b"), "8xH100-80GB", 4096, 0, ladder(4.0, 24.0, 16)});
+    cases.push_back({"llama2-7b 10 blocks", llama_blocks(10), "2x8xH100-80GB", 2048, 2, ladder(3.0, 12.0, 16)});
+    cases.push_back({"llama2-7b", preset_model("llama2-7b"), "8xA100-40GB", 4096, 0, ladder(12.0, 40.0, 12)});
+    cases.push_back({"llama2-13b", preset_model("llama2-13b"), "8xA100-40GB", 4096, 0, ladder(24.0, 40.0, 9)});
+    cases.push_back({"llama3-70b", preset_model("llama3-70b"), "8xH100-80GB", 4096, 0, ladder(60.0, 80.0, 5)});
+    std::size_t heuristic_slower = 0;
+    for (const MonotoneCase& c : cases) heuristic_slower += check_monotone(c);
+    MESSAGE("looser caps with a slower heuristic answer: " << heuristic_slower);
   }
-}
-
-TEST_CASE("search: the smallest micro-batch searched is knob_settings' smallest") {
-  const Cluster cluster = parse_cluster("8xH100-80GB", HardwareCatalog::builtin());
-  TrainingConfig training;
-  training.global_batch = 2048;
-  training.micro_batch = 32;
-  std::int64_t smallest = training.micro_batch;
-  for (const KnobSetting& knobs : knob_settings(cluster, training, false)) smallest = std::min(smallest, knobs.micro_batch);
-  CHECK(smallest_searched_micro_batch(cluster, training) == smallest);
-  training.global_batch = 0;  // no global batch: the micro-batch as given
-  CHECK(smallest_searched_micro_batch(cluster, training) == 32);
 }
