@@ -218,7 +218,10 @@ class Searcher {
       const WrapSearchResult searched = fastest_fitting_wrapping(fragments, wrap);
       if (!searched.gave_up) {
         ++exact_settings_;
-        if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
+        if (searched.reshard_choice_dropped) {
+          ++kept_by_refinement_settings_;
+          partitions_only_.push_back(label);
+        }
         return true;
       }
     }
@@ -253,6 +256,7 @@ class Searcher {
   // Of the exact ones, those proven by their compute floor alone (Note [Compute floor]).
   std::size_t beaten_by_floor_settings() const { return beaten_by_floor_settings_; }
   const std::vector<std::string>& heuristic_settings() const { return heuristic_; }
+  const std::vector<std::string>& partitions_only_settings() const { return partitions_only_; }
 
  private:
   // The windows lowered for one strategy, micro-batch and offload serve every checkpointing pattern and both passes
@@ -288,6 +292,7 @@ class Searcher {
   std::size_t exact_settings_ = 0, fallback_settings_ = 0, kept_by_refinement_settings_ = 0;
   std::size_t beaten_by_floor_settings_ = 0;
   std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
+  std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
   std::map<std::string, double> compute_floors_;  // Note [Compute floor], by the setting's label without strategy
 };
@@ -370,6 +375,7 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
   result.kept_by_refinement_settings = searcher.kept_by_refinement_settings();
   result.floor_settings = searcher.beaten_by_floor_settings();
   result.heuristic_settings = searcher.heuristic_settings();
+  result.partitions_only_settings = searcher.partitions_only_settings();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";

@@ -91,6 +91,8 @@ struct SearchResult {
   // The fallback settings by label ("full_shard, AC 25%, micro-batch 1"; "... (prefetch depths)" where only the
   // prefetch-depth search gave up): their best plans are heuristic, the per-cap DPs' and the refinements'.
   std::vector<std::string> heuristic_settings;
+  // The kept_by_refinement_settings by label: proven over partitions, which last units stay gathered is heuristic.
+  std::vector<std::string> partitions_only_settings;
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;
 };

@@ -31,7 +31,8 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                                {"knob_settings_fallback", result.fallback_settings},
                                {"knob_settings_exact_partitions_only", result.kept_by_refinement_settings},
                                {"knob_settings_proven_by_compute_floor", result.floor_settings},
-                               {"knob_settings_heuristic", result.heuristic_settings}}}};
+                               {"knob_settings_heuristic", result.heuristic_settings},
+                               {"knob_settings_partitions_only", result.partitions_only_settings}}}};
   if (result.feasible) {
     document["plan"] = to_json(result.best.plan, model);
     document["predicted"] = to_json(result.best.summary);
@@ -56,6 +57,9 @@ std::string render_search_proof(const SearchResult& result) {
                 result.exact_settings, result.floor_settings, result.kept_by_refinement_settings,
                 result.heuristic_settings.size());
   std::string text = line;
+  for (const std::string& label : result.partitions_only_settings) {
+    text += "\n  partitions only (kept units by refinement): " + label;
+  }
   if (result.heuristic_settings.empty()) return text + "\n";
   // "(prefetch depths)": the one-ahead search finished, the search over prefetch depths gave up (the refinements
   // tried depths 0 and 2 on the best plan only).

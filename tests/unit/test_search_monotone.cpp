@@ -97,6 +97,24 @@ TEST_CASE("search monotone: a looser memory cap never gives a slower plan; the s
   check_monotone(c);
 }
 
+TEST_CASE("search: the output names the settings whose answers are heuristic or proven over partitions only") {
+  // llama2-7b on 8xA100-40GB at 40 GiB: some settings' searches give up or drop the kept-gathered choice.
+  const MonotoneCase c{"llama2-7b", preset_model("llama2-7b"), "8xA100-40GB", 4096, 0, {}};
+  const SearchResult result = search_at(c, 40.0);
+  REQUIRE(result.feasible);
+  CHECK(result.heuristic_settings.size() == result.fallback_settings);
+  CHECK(result.partitions_only_settings.size() == result.kept_by_refinement_settings);
+  REQUIRE_FALSE(proven(result));
+  const std::string text = render_search_proof(result);
+  for (const std::string& label : result.heuristic_settings) CHECK(text.find("heuristic: " + label) != std::string::npos);
+  for (const std::string& label : result.partitions_only_settings) {
+    CHECK(text.find("partitions only (kept units by refinement): " + label) != std::string::npos);
+  }
+  const nlohmann::json document = to_json(result, c.model);
+  CHECK(document.at("search").at("knob_settings_heuristic") == result.heuristic_settings);
+  CHECK(document.at("search").at("knob_settings_partitions_only") == result.partitions_only_settings);
+}
+
 TEST_CASE("search monotone: the compute floor is below the simulated step of every plan of its setting") {
   const ModelSpec model = llama_blocks(4);
   const Cluster cluster = parse_cluster("8xA100-40GB", HardwareCatalog::builtin());
