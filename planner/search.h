@@ -43,7 +43,8 @@ struct SearchOptions {
   std::vector<int> expert_parallel_degrees;
   // A plan this fast (step seconds, objective time) is already known from another search — another tensor- or
   // expert-parallel degree's: only faster plans are wanted, so settings and wrappings that cannot beat it are skipped
-  // as proven (Note [Compute floor] in search.cpp). A search that finds nothing faster reports no plan.
+  // as proven (Note [Compute floor] in compute_floor.cpp). A search whose settings are all proven that way reports no
+  // plan; wrappings whose modelled step (a lower bound) is below it are still simulated, and may be reported slower.
   double known_step_s = std::numeric_limits<double>::infinity();
 };
 
@@ -86,7 +87,7 @@ struct SearchResult {
   // labels outgrew their budget): exact over partitions only.
   std::size_t kept_by_refinement_settings = 0;
   // Of the exact ones, those proven without a wrap search: their compute floor is above a fitting plan's step (Note
-  // [Compute floor] in search.cpp).
+  // [Compute floor] in compute_floor.cpp).
   std::size_t floor_settings = 0;
   // The fallback settings by label ("full_shard, AC 25%, micro-batch 1"; "... (prefetch depths)" where only the
   // prefetch-depth search gave up): their best plans are heuristic, the per-cap DPs' and the refinements'.
@@ -127,7 +128,7 @@ std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const Trainin
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
 
-// Note [Compute floor] (search.cpp): a lower bound of the simulated step of every plan of `knobs` — the compute
+// Note [Compute floor] (compute_floor.cpp): a lower bound of the simulated step of every plan of `knobs` — the compute
 // stream's forward, recompute and backward kernels of all its micro-batches — which the search orders settings by
 // and prunes with.
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,

@@ -162,3 +162,33 @@ TEST_SUITE("exhaustive") {
     MESSAGE("looser caps with a slower heuristic answer: " << heuristic_slower);
   }
 }
+
+// Issue 31 item 8: capacity --global-batch-tokens 4194304 ran every setting's wrap search at up to 128 micro-batches
+// per rank. Note [Compute floor]: settings whose floor is above a fitting plan's step are proven without one, and a
+// search of another tensor-parallel degree starts from the best plan so far (SearchOptions::known_step_s).
+TEST_CASE("search: many micro-batches per rank — most settings proven by their compute floor, degrees share one incumbent") {
+  const ModelSpec model = llama_blocks(6);
+  const Cluster cluster = parse_cluster("8xH100-80GB", HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  TrainingConfig training;
+  training.seq_len = 2048;
+  training.global_batch = 64 * cluster.world_size();  // micro-batches 1..64 per rank
+  SearchOptions options;
+  options.with_baselines = false;
+  const SearchResult alone = search_plans(model, cluster, profile, training, options);
+  REQUIRE(alone.feasible);
+  const std::size_t settings = knob_settings(cluster, training, false).size();
+  MESSAGE("settings " << settings << ", proven by floor " << alone.floor_settings << ", candidates "
+                      << alone.candidates_evaluated);
+  CHECK(alone.floor_settings * 2 >= settings);
+  // Told of a plan twice as fast (another degree's, SearchOptions::known_step_s), whose step is below every
+  // setting's floor here, a search proves every setting without simulating one, and reports no plan.
+  SearchOptions known = options;
+  known.known_step_s = 0.5 * alone.best.summary.step_time_s;
+  const SearchResult again = search_plans(model, cluster, profile, training, known);
+  CHECK_FALSE(again.feasible);
+  CHECK(again.candidates_evaluated == 0);
+  CHECK(again.floor_settings == again.exact_settings);
+  CHECK(again.floor_settings >= alone.floor_settings);
+  CHECK(again.heuristic_settings.empty());
+}
