@@ -117,9 +117,7 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                 gib(summary.peak_memory_bytes).c_str(), baseline.candidate.fits ? "yes" : "no", speedup);
   }
   std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
-  std::printf("wrapping: proven fastest fitting for %zu knob settings (%zu of them over partitions only, the kept "
-              "units by refinement); per-cap DPs for %zu (search gave up)\n",
-              result.exact_settings, result.kept_by_refinement_settings, result.fallback_settings);
+  std::printf("%s", render_search_proof(result).c_str());
 }
 
 }  // namespace
@@ -182,7 +180,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     check_distinct_outputs(
         {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});
     // Note [Expert parallelism]: an MoE model's degree is searched unless --expert-parallel fixes it (the options).
-    check_search_work(training, model, cluster.world_size(), "plan");
+    check_search_work(training, model, cluster.world_size(), "plan",
+                      smallest_searched_micro_batch(cluster, training, pins));
     if (training.torch_compile) {  // Note [Compiled blocks]: derived for the unsharded block only
       if (pins.tensor_parallel) check_compile_tensor_parallel(*pins.tensor_parallel);
       options.tensor_parallel_degrees = {1};

@@ -11,6 +11,7 @@
 #include "lowering.h"
 #include "plan_json.h"
 #include "runner_support.h"
+#include "step_analysis.h"
 #include "simulator.h"
 
 namespace shardplan::cli {
@@ -161,6 +162,7 @@ void write_run_trace(const RunFlags& flags, const Plan& plan, const ModelSpec& m
   auto traced = outcome.recent_timelines.begin();
   while (traced->step_time_s != median_candidate_s) ++traced;
   traced->timeline.metadata = {{"model", flags.model}, {"plan", plan.name}, {"plan_json", to_json(plan, model)},
+                               {"fingerprint", trace_fingerprint(model, plan)},  // Note [Trace fingerprint]
                                {"world_size", world_size}, {"median_step_time_s", median_s(outcome.step_times_s)},
                                {"traced_step", traced->step}};
   const Timeline trace = merge_rank_timelines(traced->timeline, comm);

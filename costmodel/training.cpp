@@ -141,18 +141,21 @@ void check_step_bytes(const TrainingConfig& training, const ModelSpec& model, st
 }
 
 void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
-                       const std::string& where) {
+                       const std::string& where, std::int64_t smallest_micro_batch) {
   const auto layers = static_cast<std::int64_t>(model.layers.size());
-  // The search tries every micro-batch dividing a fixed global batch, 1 included (planner/knob_settings.cpp).
-  const std::int64_t micro_batches =
+  // The search tries the micro-batches dividing a fixed global batch from `smallest_micro_batch` up
+  // (planner/knob_settings.cpp): the smallest has the most micro-batches per step.
+  const std::int64_t sequences_per_rank =
       training.global_batch > 0 ? std::max<std::int64_t>(1, training.global_batch / std::max<std::int64_t>(
                                                                                      1, data_parallel_ranks))
                                 : 1;
+  const std::int64_t micro_batches =
+      std::max<std::int64_t>(1, sequences_per_rank / std::max<std::int64_t>(1, smallest_micro_batch));
   const std::int64_t work = layers * (2 + micro_batches);  // both at most 2^32 and 10^4: no overflow
   // The search's candidates cover every micro-batch up to all of a rank's sequences in one; the floors and schedules
   // of the largest must stay exact too (wrap_memory_floor.h rounds its bytes to int64).
   TrainingConfig largest = training;
-  largest.micro_batch = std::max(training.micro_batch, micro_batches * training.micro_batch);
+  largest.micro_batch = std::max(training.micro_batch, sequences_per_rank * training.micro_batch);
   check_step_bytes(largest, model, 1, where);
   if (work > limits::kMaxSearchWork) {
     throw InputError(where + ": the search would simulate " + std::to_string(layers) + " layers x (2 + " +

@@ -89,10 +89,12 @@ void check_step_bytes(const TrainingConfig& training, const ModelSpec& model, st
                       const std::string& where);
 
 // Note [Step work] (input_limits.h): InputError when a plan search over `data_parallel_ranks` ranks would simulate
-// candidates past limits::kMaxSearchWork: layers x (2 + micro-batches per step of its largest candidate, micro-batch
-// 1 when the global batch is fixed). `where` names the request in the message ("plan", "capacity at 1 GPU").
+// candidates past limits::kMaxSearchWork: layers x (2 + micro-batches per step of its largest candidate, the one of
+// the smallest micro-batch the search tries — `smallest_micro_batch`, a pinned --micro-batch where the search keeps
+// it, 1 where it searches the micro-batch — when the global batch is fixed). `where` names the request in the
+// message ("plan", "capacity at 1 GPU").
 void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
-                       const std::string& where);
+                       const std::string& where, std::int64_t smallest_micro_batch = 1);
 
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks);
 // {"mode", "freeze", "lora": {...}, "bnb_4bit": {...}, "fsdp_version", "use_orig_params"}: the settings in force.

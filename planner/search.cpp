@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -73,18 +74,56 @@ class Searcher {
     return bytes <= cap_;
   }
 
+  // Note [Compute floor]; one lowering per checkpointing pattern, micro-batch and offload (the kernels do not depend
+  // on the sharding strategy, which changes collectives and shards only).
+  double compute_floor(const KnobSetting& knobs) {
+    KnobSetting kernels_key = knobs;
+    kernels_key.strategy = ShardingStrategy{};
+    const auto [known, inserted] = compute_floors_.try_emplace(kernels_key.label(), 0.0);
+    if (inserted) known->second = compute_floor_s(model_, cluster_, profile_, training_, knobs);
+    return known->second;
+  }
+
+  // True when no plan of a setting whose compute floor is `floor_s` can beat the best fitting plan so far (by time;
+  // an equal time could still win on peak, so only a strictly larger floor skips).
+  bool beaten_by_incumbent(double floor_s) const {
+    return options_.objective == SearchObjective::time && floor_s > incumbent_s();
+  }
+  // The step time to beat: the best fitting plan so far, or one known from another search (SearchOptions::known_step_s).
+  double incumbent_s() const {
+    return std::min(options_.known_step_s, best_fit_.fits ? best_fit_.summary.step_time_s
+                                                          : std::numeric_limits<double>::infinity());
+  }
+
   void run(bool offload) {
-    std::vector<KnobSetting> proven;
+    // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing compute floor, so the
+    // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
+    // what keeps a fixed global batch of many micro-batches per rank (capacity --global-batch-tokens) to seconds.
+    // Ties keep the settings' enumeration order (stable sort), so the same inputs give the same plan.
+    std::vector<std::pair<double, KnobSetting>> ordered;
     for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload, options_.pins)) {
       if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
-      if (search_setting(knobs, false)) proven.push_back(knobs);
+      ordered.emplace_back(options_.objective == SearchObjective::time ? compute_floor(knobs) : 0.0, knobs);
+    }
+    std::stable_sort(ordered.begin(), ordered.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::pair<double, KnobSetting>> proven;
+    for (const auto& [floor_s, knobs] : ordered) {
+      if (beaten_by_incumbent(floor_s)) {
+        ++exact_settings_;  // proven: no plan of it is faster than one already found
+        ++beaten_by_floor_settings_;
+        continue;
+      }
+      if (search_setting(knobs, false)) proven.emplace_back(floor_s, knobs);
     }
     // Note [Prefetch depth]: once every setting's best one-ahead plan is known, the depth searches prune hardest.
     if (options_.objective != SearchObjective::time || !options_.joint_prefetch_depth) return;
-    for (const KnobSetting& knobs : proven) {
+    for (const auto& [floor_s, knobs] : proven) {
+      if (beaten_by_incumbent(floor_s)) continue;  // still proven: nothing of it beats the incumbent
       if (!search_setting(knobs, true)) {
         --exact_settings_;
         ++fallback_settings_;
+        heuristic_.push_back(knobs.label() + " (prefetch depths)");
       }
     }
   }
@@ -132,7 +171,7 @@ class Searcher {
       WrapFragments fragments(model_, base, profile_, world, gpus_per_node, free_gathers, cache);
       cache = fragments.cache();
       wrap.floor_for_any_prefetch_depth = true;
-      if (best_fit_.fits) wrap.stop_above_s = best_fit_.summary.step_time_s;
+      wrap.stop_above_s = incumbent_s();
       wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
         WrapCheck best = try_units(units, "fastest fitting wrapping", kept);
         const Plan built = plan_with_units(model_, base, units, kept);
@@ -155,7 +194,7 @@ class Searcher {
     std::shared_ptr<FragmentCache>& cache = cache_for(knobs);
     WrapFragments fragments(model_, base, profile_, world, gpus_per_node, {}, cache);
     cache = fragments.cache();
-    if (best_fit_.fits && options_.objective == SearchObjective::time) wrap.stop_above_s = best_fit_.summary.step_time_s;
+    if (options_.objective == SearchObjective::time) wrap.stop_above_s = incumbent_s();
     wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
       WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
       // The least peak, for --objective memory; the device peak within the cap less the headroom either way.
@@ -181,11 +220,15 @@ class Searcher {
       const WrapSearchResult searched = fastest_fitting_wrapping(fragments, wrap);
       if (!searched.gave_up) {
         ++exact_settings_;
-        if (searched.reshard_choice_dropped) ++kept_by_refinement_settings_;
+        if (searched.reshard_choice_dropped) {
+          ++kept_by_refinement_settings_;
+          partitions_only_.push_back(label);
+        }
         return true;
       }
     }
     ++fallback_settings_;  // too many wrappings to simulate: the per-cap DPs instead
+    heuristic_.push_back(label);
     for (int cap_blocks : options_.max_unit_blocks) {
       WrapDpOptions dp_options;
       dp_options.max_unit_blocks = cap_blocks;
@@ -212,6 +255,10 @@ class Searcher {
   // Of the exact ones, those whose kept-gathered suffix was left to the refinements (the joint search's labels
   // outgrew their budget, on long models): exact over partitions only.
   std::size_t kept_by_refinement_settings() const { return kept_by_refinement_settings_; }
+  // Of the exact ones, those proven by their compute floor alone (Note [Compute floor]).
+  std::size_t beaten_by_floor_settings() const { return beaten_by_floor_settings_; }
+  const std::vector<std::string>& heuristic_settings() const { return heuristic_; }
+  const std::vector<std::string>& partitions_only_settings() const { return partitions_only_; }
 
  private:
   // The windows lowered for one strategy, micro-batch and offload serve every checkpointing pattern and both passes
@@ -245,7 +292,11 @@ class Searcher {
   PlanCandidate best_fit_, smallest_;
   std::size_t evaluated_ = 0;
   std::size_t exact_settings_ = 0, fallback_settings_ = 0, kept_by_refinement_settings_ = 0;
+  std::size_t beaten_by_floor_settings_ = 0;
+  std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
+  std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
+  std::map<std::string, double> compute_floors_;  // Note [Compute floor], by the setting's label without strategy
 };
 
 // Variants of a plan that the wrap DP does not model: deeper or no prefetch, and the last `keep` units not
@@ -312,7 +363,9 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
   }
   Searcher searcher(model, cluster, profile, training, options, result.usable_memory_bytes());
   searcher.run(false);
-  if (!searcher.found_fit() && options.allow_offload) searcher.run(true);  // the last resort
+  // The last resort, where nothing fits (a plan known from another search fits).
+  const bool known = options.known_step_s < std::numeric_limits<double>::infinity();
+  if (!searcher.found_fit() && options.allow_offload && !known) searcher.run(true);
   if (options.with_baselines) {
     result.baselines = baseline_plans(model, cluster, profile, training, result.usable_memory_bytes());
     // A baseline that fits is a candidate too, so the planned plan is never slower than the best fitting baseline.
@@ -331,11 +384,14 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
   result.exact_settings = searcher.exact_settings();
   result.fallback_settings = searcher.fallback_settings();
   result.kept_by_refinement_settings = searcher.kept_by_refinement_settings();
+  result.floor_settings = searcher.beaten_by_floor_settings();
+  result.heuristic_settings = searcher.heuristic_settings();
+  result.partitions_only_settings = searcher.partitions_only_settings();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";
     result.host_memory = host_memory_use(result.best.plan, model, cluster);
-  } else {
+  } else if (!known) {
     // Strategies whose model states alone exceed the cap were never simulated: make sure the leanest plan
     // (full_shard, full AC, micro-batch 1) is among those the diagnosis compares.
     KnobSetting lean{ShardingStrategy{}, "full", 1, false};
@@ -367,6 +423,16 @@ bool better_search(const SearchResult& candidate, const SearchResult& best, Sear
 }
 
 }  // namespace
+
+std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const TrainingConfig& training,
+                                           const KnobPins& pins) {
+  std::int64_t smallest = training.micro_batch;
+  const bool offload = pins.offload.value_or(false);
+  for (const KnobSetting& knobs : knob_settings(cluster, training, offload, pins)) {
+    smallest = std::min(smallest, knobs.micro_batch);
+  }
+  return smallest;
+}
 
 std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster) {
   std::int64_t experts = 0;  // the gcd of the MoE blocks' expert counts
@@ -400,7 +466,12 @@ SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, c
   for (const int degree : options.expert_parallel_degrees) {
     TrainingConfig with_degree = training;
     with_degree.expert_parallel_degree = degree;
-    SearchResult result = search_plans_at(model, cluster, profile, with_degree, options);
+    // Each degree's search wants only plans faster than the best so far (SearchOptions::known_step_s).
+    SearchOptions degree_options = options;
+    if (best && best->feasible && options.objective == SearchObjective::time) {
+      degree_options.known_step_s = std::min(options.known_step_s, best->best.summary.step_time_s);
+    }
+    SearchResult result = search_plans_at(model, cluster, profile, with_degree, degree_options);
     evaluated += result.candidates_evaluated;
     seconds += result.seconds;
     // The best may be a baseline, which runs FSDP alone.
@@ -412,50 +483,6 @@ SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, c
   best->candidates_evaluated = evaluated;
   best->seconds = seconds;
   return std::move(*best);
-}
-
-nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
-  nlohmann::json baselines = nlohmann::json::array();
-  for (const auto& baseline : result.baselines) {
-    nlohmann::json entry = {{"name", baseline.name},
-                            {"step_time_s", baseline.candidate.summary.step_time_s},
-                            {"peak_memory_bytes", baseline.candidate.summary.peak_memory_bytes},
-                            {"tokens_per_step", baseline.candidate.summary.tokens_per_step},
-                            {"tokens_per_s", baseline.candidate.summary.tokens_per_s},
-                            {"fits", baseline.candidate.fits}};
-    if (result.feasible) {
-      // In tokens/s (Note [Equal global batch] in search_2d.cpp: every plan runs the same global batch).
-      entry["planned_speedup"] = result.best.summary.tokens_per_s / baseline.candidate.summary.tokens_per_s;
-      entry["planned_memory_ratio"] = static_cast<double>(result.best.summary.peak_memory_bytes) /
-                                      static_cast<double>(baseline.candidate.summary.peak_memory_bytes);
-    }
-    baselines.push_back(std::move(entry));
-  }
-  nlohmann::json document = {{"schema", "shardplan.planning/v1"},
-                             {"feasible", result.feasible},
-                             {"memory_cap_bytes", result.memory_cap_bytes},
-                             {"memory_headroom_bytes", result.memory_headroom_bytes},
-                             {"memory_headroom_fraction", result.memory_headroom_fraction},
-                             {"usable_memory_bytes", result.usable_memory_bytes()},
-                             {"baselines", std::move(baselines)},
-                             {"search",
-                              {{"candidates_evaluated", result.candidates_evaluated},
-                               {"seconds", result.seconds},
-                               {"knob_settings_exact", result.exact_settings},
-                               {"knob_settings_fallback", result.fallback_settings},
-                               {"knob_settings_exact_partitions_only", result.kept_by_refinement_settings}}}};
-  if (result.feasible) {
-    document["plan"] = to_json(result.best.plan, model);
-    document["predicted"] = to_json(result.best.summary);
-    document["knobs"] = result.best.knobs;
-    document["host_memory"] = to_json(result.host_memory);
-  } else {
-    document["diagnosis"] = {{"dominant_term", result.diagnosis.dominant_term},
-                             {"smallest_peak_bytes", result.diagnosis.smallest_peak_bytes},
-                             {"suggestions", result.diagnosis.suggestions}};
-    if (result.diagnosis.host_memory_limited) document["diagnosis"]["host_memory"] = to_json(result.diagnosis.host_memory);
-  }
-  return document;
 }
 
 }  // namespace shardplan

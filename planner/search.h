@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,11 @@ struct SearchOptions {
   std::vector<int> expert_parallel_degrees;
   // Note [Pinned knobs]: what the user fixed; search_options_for fills the degrees and offload above from it.
   KnobPins pins;
+  // A plan this fast (step seconds, objective time) is already known from another search — another tensor- or
+  // expert-parallel degree's: only faster plans are wanted, so settings and wrappings that cannot beat it are skipped
+  // as proven (Note [Compute floor] in compute_floor.cpp). A search whose settings are all proven that way reports no
+  // plan; wrappings whose modelled step (a lower bound) is below it are still simulated, and may be reported slower.
+  double known_step_s = std::numeric_limits<double>::infinity();
 };
 
 struct PlanCandidate {
@@ -104,6 +110,14 @@ struct SearchResult {
   // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
   // labels outgrew their budget): exact over partitions only.
   std::size_t kept_by_refinement_settings = 0;
+  // Of the exact ones, those proven without a wrap search: their compute floor is above a fitting plan's step (Note
+  // [Compute floor] in compute_floor.cpp).
+  std::size_t floor_settings = 0;
+  // The fallback settings by label ("full_shard, AC 25%, micro-batch 1"; "... (prefetch depths)" where only the
+  // prefetch-depth search gave up): their best plans are heuristic, the per-cap DPs' and the refinements'.
+  std::vector<std::string> heuristic_settings;
+  // The kept_by_refinement_settings by label: proven over partitions, which last units stay gathered is heuristic.
+  std::vector<std::string> partitions_only_settings;
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;       // the GPU's memory or the --memory-cap
   std::int64_t memory_headroom_bytes = 0;  // of it kept free (Note [Memory headroom])
@@ -150,8 +164,18 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
 // strategy that cannot carry the pinned expert-parallel degree).
 SearchOptions search_options_for(const KnobPins& pins, const ModelSpec& model, const Cluster& cluster,
                                  SearchOptions options = {});
+// The smallest micro-batch knob_settings gives the search under `pins` (the step of the most micro-batches it
+// simulates): what check_search_work bounds (Note [Step work] in input_limits.h).
+std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const TrainingConfig& training,
+                                           const KnobPins& pins = {});
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
+
+// Note [Compute floor] (compute_floor.cpp): a lower bound of the simulated step of every plan of `knobs` — the compute
+// stream's forward, recompute and backward kernels of all its micro-batches — which the search orders settings by
+// and prunes with.
+double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                       const TrainingConfig& training, const KnobSetting& knobs);
 
 // A plan built with one-ahead prefetch (plan_with_units) with none (depth 0) or two units ahead (depth 2, FSDP's
 // forward/backward prefetch lists of two and a rate limit of three gathers): the search's prefetch refinements.
@@ -164,5 +188,8 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
                                            std::int64_t memory_cap_bytes);
 
 nlohmann::json to_json(const SearchResult& result, const ModelSpec& model);
+// "wrapping: proven fastest fitting for N knob settings (...); heuristic for M", then one line per heuristic setting:
+// which of the search's answers are proven for the cost model and which are not (search_result.cpp).
+std::string render_search_proof(const SearchResult& result);
 
 }  // namespace shardplan

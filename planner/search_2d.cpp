@@ -43,6 +43,10 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   for (int degree : degrees) {
     SearchOptions view_options = options;
     view_options.tensor_parallel_degrees = {1};
+    // Only plans faster than the best degree so far are wanted (SearchOptions::known_step_s): its floors prune.
+    if (have_result && result.feasible && options.objective == SearchObjective::time) {
+      view_options.known_step_s = std::min(options.known_step_s, result.best.summary.step_time_s);
+    }
     SearchResult found;
     if (degree == 1) {
       found = search_fsdp_plans(model, cluster, profile, training, view_options);

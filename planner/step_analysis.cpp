@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "lowering.h"
+#include "plan_json.h"
 
 namespace shardplan {
 
@@ -31,9 +32,25 @@ StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const 
     analysis.simulation.timeline.metadata = {{"model", model.name},
                                              {"cluster", cluster.describe()},
                                              {"plan", plan.name},
+                                             {"fingerprint", trace_fingerprint(model, plan)},
                                              {"summary", to_json(analysis.simulation.summary)}};
   }
   return analysis;
+}
+
+nlohmann::json trace_fingerprint(const ModelSpec& model, const Plan& plan) {
+  nlohmann::json plan_json = to_json(plan, model);
+  plan_json.erase("name");  // a renamed copy of a plan is the same plan
+  // FNV-1a 64 (Fowler, Noll, Vo; the offset basis and prime of the published definition): stable across builds and
+  // platforms, unlike std::hash.
+  std::uint64_t hash = 14695981039346656037ull;
+  for (const unsigned char byte : plan_json.dump()) {
+    hash ^= byte;
+    hash *= 1099511628211ull;
+  }
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(hash));
+  return {{"model", model.name}, {"parameters", model.param_count()}, {"plan_digest", digest}};
 }
 
 std::string render_simulation_text(const SimulationSummary& summary, const StepSchedule& schedule,

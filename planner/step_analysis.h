@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "memory_headroom.h"
 #include "cluster.h"
 #include "hardware_profile.h"
@@ -20,6 +22,13 @@ struct StepAnalysis {
 
 StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                           const Plan& plan, bool record_timeline);
+
+// Note [Trace fingerprint]: what a trace was made of, in its metadata ("fingerprint"), so `compare` refuses to set a
+// prediction against a measurement of another model or plan: {"model": name, "parameters": count, "plan_digest":
+// 16 hex digits of FNV-1a 64 over the plan's JSON without its name}. simulate and plan write it through
+// analyze_step, run beside its measured trace; the plan's JSON is the one its file round-trips to, so a plan file
+// simulated and run gives one digest.
+nlohmann::json trace_fingerprint(const ModelSpec& model, const Plan& plan);
 
 // The human summary of a simulation: step time, compute, exposed communication, streams, collectives, memory at peak.
 // The memory verdict is Note [Memory headroom]'s: the device peak within the capacity less the headroom.

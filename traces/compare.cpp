@@ -42,6 +42,34 @@ double Comparison::peak_relative_error() const {
   return relative(static_cast<double>(predicted_peak_bytes), static_cast<double>(measured_peak_bytes));
 }
 
+TraceMatch match_traces(const Timeline& predicted, const Timeline& measured) {
+  TraceMatch match;
+  const auto fingerprint_of = [](const Timeline& timeline) -> const nlohmann::json* {
+    const auto found = timeline.metadata.find("fingerprint");
+    if (found == timeline.metadata.end() || !found->is_object()) return nullptr;
+    for (const char* key : {"model", "parameters", "plan_digest"}) {
+      if (!found->contains(key)) return nullptr;
+    }
+    return &*found;
+  };
+  const nlohmann::json* ours = fingerprint_of(predicted);
+  const nlohmann::json* theirs = fingerprint_of(measured);
+  if (!ours || !theirs) {
+    match.unchecked = !ours && !theirs ? "neither trace" : !ours ? "the predicted trace" : "the measured trace";
+    return match;
+  }
+  const auto model_text = [](const nlohmann::json& fingerprint) {
+    return fingerprint.at("model").dump() + " (" + fingerprint.at("parameters").dump() + " parameters)";
+  };
+  if (ours->at("model") != theirs->at("model") || ours->at("parameters") != theirs->at("parameters")) {
+    match.mismatch = "model " + model_text(*ours) + " vs " + model_text(*theirs);
+  } else if (ours->at("plan_digest") != theirs->at("plan_digest")) {
+    match.mismatch = "plan digest " + ours->at("plan_digest").dump() + " vs " + theirs->at("plan_digest").dump() +
+                     " (the same model, another plan)";
+  }
+  return match;
+}
+
 Comparison compare_timelines(const Timeline& predicted, const Timeline& measured, int rank) {
   Comparison comparison;
   comparison.measured_rank = rank;

@@ -40,6 +40,16 @@ struct Comparison {
   double peak_relative_error() const;
 };
 
+// Note [Trace fingerprint] (planner/step_analysis.h): whether two traces are of the same model and plan, by the
+// "fingerprint" of their metadata. `mismatch`: what differs ("model llama3-70b (70553706496 parameters) vs
+// tiny-llama (803968 parameters)"), empty when they agree; `unchecked`: which trace has no fingerprint (traces of
+// older versions, or from other tools), empty when both have one.
+struct TraceMatch {
+  std::string mismatch;
+  std::string unchecked;
+};
+TraceMatch match_traces(const Timeline& predicted, const Timeline& measured);
+
 // Matches ops by op_id on `rank` of the measured timeline.
 Comparison compare_timelines(const Timeline& predicted, const Timeline& measured, int rank = 0);
 

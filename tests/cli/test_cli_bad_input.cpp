@@ -209,3 +209,47 @@ TEST_CASE("compare: a missing or malformed trace names the file and exits 2") {
   CHECK(malformed.exit_status == 2);
   CHECK(malformed.err_lines().size() == 1);
 }
+
+// Note [Trace fingerprint]: issue 31 item 8 — a llama3-70b prediction against a tiny-llama measurement printed
+// +8730 % with no warning.
+TEST_CASE("compare: traces of different models or plans are refused unless --force; unfingerprinted ones warn") {
+  TempFile tiny("tiny-trace"), gpt2("gpt2-trace"), tiny_other_plan("tiny-other-trace"), stripped("stripped-trace");
+  const auto simulate = [](const std::string& model, const std::string& strategy, const std::string& trace) {
+    const RunResult run = run_shardplan(
+        {"simulate", "-m", model, "-c", "2xH100-80GB", "--strategy", strategy, "--trace", trace});
+    REQUIRE(run.exit_status == 0);
+  };
+  simulate("tiny-llama", "full_shard", tiny.path());
+  simulate("gpt2", "full_shard", gpt2.path());
+  simulate("tiny-llama", "shard_grad_op", tiny_other_plan.path());
+
+  const RunResult same = run_shardplan({"compare", "--predicted", tiny.path(), "--measured", tiny.path()});
+  CHECK(same.exit_status == 0);
+  CHECK(same.err.empty());
+
+  const RunResult models = run_shardplan({"compare", "--predicted", gpt2.path(), "--measured", tiny.path()});
+  CHECK(models.exit_status == 2);
+  REQUIRE(models.err_lines().size() == 1);
+  CHECK(models.err.find("model \"gpt2\" (124439808 parameters) vs \"tiny-llama\" (803968 parameters)") !=
+        std::string::npos);
+  CHECK(models.err.find("--force") != std::string::npos);
+  CHECK(models.out.empty());
+
+  const RunResult plans = run_shardplan({"compare", "--predicted", tiny_other_plan.path(), "--measured", tiny.path()});
+  CHECK(plans.exit_status == 2);
+  CHECK(plans.err.find("the same model, another plan") != std::string::npos);
+
+  const RunResult forced =
+      run_shardplan({"compare", "--predicted", gpt2.path(), "--measured", tiny.path(), "--force"});
+  CHECK(forced.exit_status == 0);
+  CHECK(forced.err.find("warning: compare: different runs (--force)") != std::string::npos);
+  CHECK(forced.out.find("step time") != std::string::npos);
+
+  // A trace written before the fingerprint (or by another tool): compared, with a warning saying what is unchecked.
+  nlohmann::json document = nlohmann::json::parse(tiny.contents());
+  document.at("shardplan").at("metadata").erase("fingerprint");
+  { std::ofstream(stripped.path(), std::ios::binary) << document.dump(); }
+  const RunResult old = run_shardplan({"compare", "--predicted", gpt2.path(), "--measured", stripped.path()});
+  CHECK(old.exit_status == 0);
+  CHECK(old.err.find("warning: compare: the measured trace has no fingerprint") != std::string::npos);
+}

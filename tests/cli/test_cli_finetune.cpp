@@ -11,6 +11,7 @@
 
 #include "case_skip.h"
 #include "run_binary.h"
+#include "run_json.h"
 
 namespace {
 
@@ -160,5 +161,27 @@ TEST_CASE("`capacity --finetune qlora`: which GPUs and how many for a QLoRA fine
     CAPTURE(point.dump());
     CHECK(point.at("fits") == true);
     CHECK((point.at("plan").get<std::string>().find("CPU offload") != std::string::npos) == (point.at("gpus") == 1));
+  }
+}
+
+// Issue 31 item 6: the QLoRA 70B plan once gave a faster plan under --memory-cap 70 than uncapped. Over caps from 62
+// GiB to the device's memory: a looser cap is never slower, the same inputs give the same plan, and the heuristic
+// settings are named (suite 'exhaustive': about a second per search).
+TEST_CASE("`plan --finetune qlora` llama3-70b: a looser --memory-cap is never slower" *
+          doctest::test_suite("exhaustive")) {
+  const std::vector<std::string> base = {"plan", "-m", "llama3-70b", "-c", "8xH100-80GB", "--seq-len", "4096",
+                                         "--finetune", "qlora", "--lora-r", "16", "--lora-target-modules",
+                                         "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--json"};
+  double tighter_s = 0;
+  for (const char* cap : {"62", "66", "70", "72", "74", "76", "78", ""}) {
+    std::vector<std::string> args = base;
+    if (*cap != '\0') args.insert(args.end(), {"--memory-cap", cap});
+    const nlohmann::json planned = shardplan_test::run_json(args);
+    const double step_s = planned.at("predicted").at("step_time_s").get<double>();
+    INFO("cap " << cap << ": " << step_s << " s, tighter cap " << tighter_s << " s");
+    if (tighter_s > 0) CHECK(step_s <= tighter_s);
+    tighter_s = step_s;
+    CHECK(planned.at("search").at("knob_settings_heuristic").is_array());
+    CHECK(shardplan_test::run_json(args).at("plan") == planned.at("plan"));
   }
 }

@@ -56,3 +56,19 @@ TEST_CASE("compare: totals by kind and stream, step time, peak memory, worst ops
   CHECK(to_json(comparison).at("step_time").at("relative_error").get<double>() == doctest::Approx(-0.3));
   CHECK_THROWS_AS(compare_timelines(predicted, measured, 5), InputError);
 }
+
+TEST_CASE("compare: traces match by their fingerprints (model, parameters, plan digest)") {
+  Timeline predicted, measured;
+  const nlohmann::json fingerprint = {{"model", "llama3-70b"}, {"parameters", 70553706496LL}, {"plan_digest", "0123"}};
+  predicted.metadata["fingerprint"] = fingerprint;
+  measured.metadata["fingerprint"] = fingerprint;
+  CHECK(match_traces(predicted, measured).mismatch.empty());
+  CHECK(match_traces(predicted, measured).unchecked.empty());
+  measured.metadata["fingerprint"]["plan_digest"] = "4567";
+  CHECK(match_traces(predicted, measured).mismatch.find("plan digest") != std::string::npos);
+  measured.metadata["fingerprint"]["model"] = "tiny-llama";
+  CHECK(match_traces(predicted, measured).mismatch.find("model \"llama3-70b\"") != std::string::npos);
+  measured.metadata.erase("fingerprint");
+  CHECK(match_traces(predicted, measured).mismatch.empty());
+  CHECK(match_traces(predicted, measured).unchecked == "the measured trace");
+}

@@ -155,6 +155,20 @@ TEST_CASE("input limits: a plan search's work is bounded before it starts") {
                  "plan: the search would simulate 35 layers x (2 + 131072 micro-batches per step)"));
 }
 
+// Issue 31 item 8: ViT-H/14 `plan --global-batch 2048 --micro-batch 32` on 8 GPUs was refused for 256 micro-batches
+// per step, though a search that keeps the micro-batch runs 8.
+TEST_CASE("input limits: the search work counts the smallest micro-batch the search tries") {
+  const shardplan::ModelSpec model = shardplan::preset_model("llama3-8b");  // 35 layers, as ViT-H/14 from its HF config
+  shardplan::TrainingConfig training;
+  training.global_batch = 2048;
+  training.micro_batch = 32;
+  CHECK(contains(input_error_message([&] { shardplan::check_search_work(training, model, 8, "plan"); }),
+                 "35 layers x (2 + 256 micro-batches per step) = 9030 layer passes"));
+  CHECK_NOTHROW(shardplan::check_search_work(training, model, 8, "plan", 32));
+  CHECK(contains(input_error_message([&] { shardplan::check_search_work(training, model, 8, "plan", 1); }),
+                 "(2 + 256 micro-batches per step)"));
+}
+
 TEST_CASE("input limits: model sizes are checked before any product of them") {
   // Reverted (positive_int for head_dim / n_embd): head_dim x num_heads and 4 x n_embd overflowed (UBSan).
   json llama = json::parse(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,

@@ -14,6 +14,7 @@
 #include "plan_export.h"
 #include "plan_json.h"
 #include "simulator.h"
+#include "step_analysis.h"
 
 using namespace shardplan;
 
@@ -57,6 +58,26 @@ TEST_CASE("plan: JSON round trip") {
   CHECK(back.layer_checkpointing[3] == ActivationCheckpointing::selective_op);
   CHECK(back.training.attention_kernel == AttentionKernel::triton);
   CHECK(back.offload.params);
+}
+
+TEST_CASE("plan: a trace's fingerprint names the model and digests the plan, not its name") {
+  const ModelSpec model = preset_model("tiny-llama");
+  TrainingConfig training;
+  training.seq_len = 64;
+  Plan plan = default_plan(model, training, parse_strategy("full_shard"), wrap_blocks(model, 2), 4);
+  const nlohmann::json fingerprint = trace_fingerprint(model, plan);
+  CHECK(fingerprint.at("model") == "tiny-llama");
+  CHECK(fingerprint.at("parameters") == model.param_count());
+  CHECK(fingerprint.at("plan_digest").get<std::string>().size() == 16);
+  // A plan file read back (simulate and run both read it) and a renamed copy give the same digest.
+  const Plan back = plan_from_json(to_json(plan, model), "p.json", model);
+  CHECK(trace_fingerprint(model, back) == fingerprint);
+  Plan renamed = plan;
+  renamed.name = "renamed";
+  CHECK(trace_fingerprint(model, renamed) == fingerprint);
+  Plan other = plan;
+  other.units[1].reshard_after_forward.enabled = !other.units[1].reshard_after_forward.enabled;
+  CHECK(trace_fingerprint(model, other).at("plan_digest") != fingerprint.at("plan_digest"));
 }
 
 TEST_CASE("plan: tensor_parallel_degree round trips, defaults to 1 and is checked against model and node") {
