@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "capacity.h"
 #include "capacity_report.h"
@@ -33,6 +34,7 @@ struct CapacityFlags {
   SearchKnobFlags knobs;
   double memory_headroom_percent = 0;
   double max_days = kDefaultMaxPracticalDays;
+  int jobs = 0;  // 0: the machine's cores
   bool json = false;
 };
 
@@ -71,6 +73,10 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
       ->check(finite_range(1, limits::kMostTokens));
   add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   // Note [Practical points] (planner/capacity.h).
+  // Note [Parallel sweep] (planner/capacity.cpp): the table is the same for any count.
+  command->add_option("--jobs,-j", flags->jobs,
+                      "points searched at once (default: the machine's cores); the result does not depend on it")
+      ->check(CLI::Range(1, 1024));
   command->add_option("--max-days", flags->max_days,
                       "a fitting point that needs more days than this to train --tokens is flagged impractical; the "
                       "headline is the smallest practical count")
@@ -100,6 +106,8 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     options.pins = resolve_knob_pins(*command, flags->knobs, training);
     options.memory_headroom_fraction = flags->memory_headroom_percent / 100;
     options.max_practical_days = flags->max_days;
+    options.threads = flags->jobs > 0 ? static_cast<std::size_t>(flags->jobs)
+                                      : std::max(1u, std::thread::hardware_concurrency());
     for (const std::string& argument : flags->profile_files) {
       const std::string path = json_argument_origin(argument, "profile");  // Note [Inline JSON]
       nlohmann::json document = read_json_argument(argument, "profile");

@@ -2,13 +2,109 @@
 #include "capacity.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "cluster.h"
 #include "errors.h"
 #include "search.h"
 
 namespace shardplan {
+namespace {
+
+struct SweepJob {
+  GpuSpec gpu;
+  int count;
+  int per_node;
+};
+
+// One (GPU type, count) point: its own cluster and plan search, sharing nothing mutable with other points, so the
+// sweep runs points on several threads (Note [Parallel sweep]).
+CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog, const TrainingConfig& training,
+                          const CapacityOptions& options, const SweepJob& job) {
+  Cluster cluster;
+  cluster.gpu = job.gpu;
+  cluster.gpus_per_node = std::min(job.count, job.per_node);
+  cluster.nodes = job.count / cluster.gpus_per_node;
+  cluster.fabric = catalog.fabric(options.fabric.empty() ? job.gpu.default_fabric : options.fabric);
+  cluster.price_per_gpu_hour = job.gpu.price_per_gpu_hour;
+  cluster.host_memory_bytes_per_node = job.gpu.host_memory_bytes_per_node;
+  CapacityPoint point;
+  point.gpu = job.gpu.name;
+  point.gpus = job.count;
+  point.nodes = cluster.nodes;
+  TrainingConfig sized = training;
+  if (options.global_batch_tokens > 0) {
+    sized.global_batch = options.global_batch_tokens / training.seq_len;
+    if (sized.global_batch < job.count || sized.global_batch % job.count != 0) {
+      point.why_not = "global batch of " + std::to_string(sized.global_batch) + " sequences does not divide over " +
+                      std::to_string(job.count) + " GPUs";
+      point.limit = "batch";
+    }
+  }
+  SearchOptions search_options;
+  search_options.with_baselines = false;
+  // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
+  // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
+  search_options.joint_prefetch_depth = false;
+  search_options.memory_headroom_fraction = options.memory_headroom_fraction;
+  if (point.why_not.empty()) {
+    // Note [Pinned knobs]: a pinned degree this point cannot take (or pins it cannot combine) is why it does not
+    // fit; it is never searched without.
+    try {
+      search_options = search_options_for(options.pins, model, cluster, search_options);
+      if (options.pins.tensor_parallel) {
+        validate_tensor_parallel_degree(*options.pins.tensor_parallel, model, cluster.world_size(),
+                                        cluster.gpus_per_node, "--tensor-parallel");
+      }
+    } catch (const InputError& error) {
+      point.why_not = error.what();
+      point.limit = "pinned";
+    }
+  }
+  if (point.why_not.empty()) {
+    HardwareProfile profile = profile_from_cluster(cluster);
+    for (const auto& [document, origin] : options.profiles) {
+      if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);
+    }
+    const SearchResult search = search_plans(model, cluster, profile, sized, search_options);
+    point.fits = search.feasible;
+    if (search.feasible) {
+      const auto& summary = search.best.summary;
+      point.knobs = search.best.knobs;
+      point.step_time_s = summary.step_time_s;
+      point.compute_time_s = summary.compute_time_s;
+      point.exposed_comm_s = summary.exposed_comm_s;
+      point.limit = summary.exposed_comm_s >= kCommunicationLimitedShare * summary.step_time_s ? "communication"
+                                                                                                : "compute";
+      point.host_memory_bytes_per_node = search.host_memory.per_node_bytes;
+      point.tokens_per_s = summary.tokens_per_s;
+      point.mfu = summary.mfu;
+      point.peak_memory_bytes = summary.peak_memory_bytes;
+      point.device_peak_bytes = summary.device_peak_bytes;
+      point.days = options.tokens / summary.tokens_per_s / 86400.0;
+      point.practical = point.days <= options.max_practical_days;  // Note [Practical points]
+      point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
+    } else if (search.diagnosis.host_memory_limited) {
+      const HostMemoryUse& host = search.diagnosis.host_memory;
+      point.why_not = "host memory: offloaded states need " + host_bytes_text(host.per_node_bytes) + " per node, " +
+                      "a node has " + host_bytes_text(host.node_bytes);
+      point.limit = "host_memory";
+      point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
+      point.host_memory_bytes_per_node = host.per_node_bytes;
+    } else {
+      point.why_not = "memory: " + search.diagnosis.dominant_term + " dominates";
+      point.limit = "memory";
+      point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
+    }
+  }
+  return point;
+}
+
+}  // namespace
 
 std::vector<int> capacity_counts(int min_gpus, int max_gpus, int gpus_per_node) {
   std::vector<int> counts;
@@ -26,98 +122,48 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
   if (options.gpus.empty()) throw InputError("--gpus: expected at least one GPU type");
   if (options.max_gpus < 1 || options.max_gpus > 1'000'000) throw InputError("--max-gpus: expected 1..1000000");
   if (!(options.tokens > 0)) throw InputError("--tokens: expected a positive token budget");
-  struct Job {
-    GpuSpec gpu;
-    int count;
-    int per_node;
-  };
-  std::vector<Job> jobs;
+  std::vector<SweepJob> jobs;
   for (const auto& name : options.gpus) {
     const GpuSpec& gpu = catalog.gpu(name);
     const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node;
     for (int count : capacity_counts(options.min_gpus, options.max_gpus, per_node)) jobs.push_back({gpu, count, per_node});
   }
+  // Note [Parallel sweep]: the points are independent searches, so up to options.threads of them run at once, each
+  // thread taking the next unclaimed index; every point lands at its own index, so the result is the same for any
+  // thread count (a test says so), and the progress callback is called under a lock in completion order.
   CapacityResult result;
-  for (std::size_t index = 0; index < jobs.size(); ++index) {
-    const Job& job = jobs[index];
-    Cluster cluster;
-    cluster.gpu = job.gpu;
-    cluster.gpus_per_node = std::min(job.count, job.per_node);
-    cluster.nodes = job.count / cluster.gpus_per_node;
-    cluster.fabric = catalog.fabric(options.fabric.empty() ? job.gpu.default_fabric : options.fabric);
-    cluster.price_per_gpu_hour = job.gpu.price_per_gpu_hour;
-    cluster.host_memory_bytes_per_node = job.gpu.host_memory_bytes_per_node;
-    CapacityPoint point;
-    point.gpu = job.gpu.name;
-    point.gpus = job.count;
-    point.nodes = cluster.nodes;
-    TrainingConfig sized = training;
-    if (options.global_batch_tokens > 0) {
-      sized.global_batch = options.global_batch_tokens / training.seq_len;
-      if (sized.global_batch < job.count || sized.global_batch % job.count != 0) {
-        point.why_not = "global batch of " + std::to_string(sized.global_batch) + " sequences does not divide over " +
-                        std::to_string(job.count) + " GPUs";
-        point.limit = "batch";
-      }
-    }
-    SearchOptions search_options;
-    search_options.with_baselines = false;
-    // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
-    // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
-    search_options.joint_prefetch_depth = false;
-    search_options.memory_headroom_fraction = options.memory_headroom_fraction;
-    if (point.why_not.empty()) {
-      // Note [Pinned knobs]: a pinned degree this point cannot take (or pins it cannot combine) is why it does not
-      // fit; it is never searched without.
+  result.points.resize(jobs.size());
+  std::atomic<std::size_t> next_index{0};
+  std::atomic<bool> failed{false};
+  std::size_t done = 0;
+  std::mutex progress_mutex;
+  // A failing point's error, by index: the lowest is rethrown, as a sequential sweep would have thrown it (every
+  // lower index was claimed before it and runs to its end).
+  std::vector<std::exception_ptr> failures(jobs.size());
+  const auto worker = [&]() {
+    while (!failed) {
+      const std::size_t index = next_index++;
+      if (index >= jobs.size()) return;
       try {
-        search_options = search_options_for(options.pins, model, cluster, search_options);
-        if (options.pins.tensor_parallel) {
-          validate_tensor_parallel_degree(*options.pins.tensor_parallel, model, cluster.world_size(),
-                                          cluster.gpus_per_node, "--tensor-parallel");
-        }
-      } catch (const InputError& error) {
-        point.why_not = error.what();
-        point.limit = "pinned";
+        result.points[index] = sweep_point(model, catalog, training, options, jobs[index]);
+      } catch (...) {
+        failures[index] = std::current_exception();
+        failed = true;
+        return;
       }
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      ++done;
+      if (options.progress) options.progress(done, jobs.size());
     }
-    if (point.why_not.empty()) {
-      HardwareProfile profile = profile_from_cluster(cluster);
-      for (const auto& [document, origin] : options.profiles) {
-        if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);
-      }
-      const SearchResult search = search_plans(model, cluster, profile, sized, search_options);
-      point.fits = search.feasible;
-      if (search.feasible) {
-        const auto& summary = search.best.summary;
-        point.knobs = search.best.knobs;
-        point.step_time_s = summary.step_time_s;
-        point.compute_time_s = summary.compute_time_s;
-        point.exposed_comm_s = summary.exposed_comm_s;
-        point.limit = summary.exposed_comm_s >= kCommunicationLimitedShare * summary.step_time_s ? "communication"
-                                                                                                  : "compute";
-        point.host_memory_bytes_per_node = search.host_memory.per_node_bytes;
-        point.tokens_per_s = summary.tokens_per_s;
-        point.mfu = summary.mfu;
-        point.peak_memory_bytes = summary.peak_memory_bytes;
-        point.device_peak_bytes = summary.device_peak_bytes;
-        point.days = options.tokens / summary.tokens_per_s / 86400.0;
-        point.practical = point.days <= options.max_practical_days;  // Note [Practical points]
-        point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
-      } else if (search.diagnosis.host_memory_limited) {
-        const HostMemoryUse& host = search.diagnosis.host_memory;
-        point.why_not = "host memory: offloaded states need " + host_bytes_text(host.per_node_bytes) + " per node, " +
-                        "a node has " + host_bytes_text(host.node_bytes);
-        point.limit = "host_memory";
-        point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
-        point.host_memory_bytes_per_node = host.per_node_bytes;
-      } else {
-        point.why_not = "memory: " + search.diagnosis.dominant_term + " dominates";
-        point.limit = "memory";
-        point.peak_memory_bytes = search.diagnosis.smallest_peak_bytes;
-      }
-    }
-    result.points.push_back(std::move(point));
-    if (options.progress) options.progress(index + 1, jobs.size());
+  };
+  const std::size_t threads = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(jobs.size(), 1));
+  {
+    std::vector<std::jthread> pool;
+    for (std::size_t thread = 1; thread < threads; ++thread) pool.emplace_back(worker);
+    worker();
+  }  // the jthreads join here
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
   }
   // Pareto front over (days, cost): a fitting point no other fitting point beats on both.
   for (auto& point : result.points) {

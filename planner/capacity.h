@@ -40,7 +40,10 @@ struct CapacityOptions {
   // Calibrated profiles (shardplan.profile/v1 documents, with the file each came from): a profile applies to the
   // points of the GPU type it was measured on (its "device"); other types keep the catalog's defaults.
   std::vector<std::pair<nlohmann::json, std::string>> profiles;
-  // Called after each point with (done, total); the CLI draws a progress line when a sweep takes over a second.
+  // Note [Parallel sweep] (capacity.cpp): points searched at once; the result is the same for any count. The CLI's
+  // --jobs (default: the machine's cores).
+  std::size_t threads = 1;
+  // Called after each point with (done, total), from whichever thread finished it (one call at a time); the CLI draws a progress line when a sweep takes over a second.
   std::function<void(std::size_t, std::size_t)> progress;
 };
 
