@@ -63,13 +63,14 @@ std::string render_search_proof(const SearchResult& result) {
                 result.exact_settings, result.floor_settings, result.kept_by_refinement_settings,
                 result.heuristic_settings.size());
   std::string text = line;
+  // "(prefetch depths)": the one-ahead search finished, the search over prefetch depths gave up (the refinements
+  // tried depths 0 and 2 on the best plan only).
+  if (!result.heuristic_settings.empty()) {
+    text += " (their wrap search gave up: answered by the per-cap DPs and the refinements, a faster plan may exist)";
+  }
   for (const std::string& label : result.partitions_only_settings) {
     text += "\n  partitions only (kept units by refinement): " + label;
   }
-  if (result.heuristic_settings.empty()) return text + "\n";
-  // "(prefetch depths)": the one-ahead search finished, the search over prefetch depths gave up (the refinements
-  // tried depths 0 and 2 on the best plan only).
-  text += " (their wrap search gave up: answered by the per-cap DPs and the refinements, a faster plan may exist):";
   for (const std::string& label : result.heuristic_settings) text += "\n  heuristic: " + label;
   return text + "\n";
 }
