@@ -4,20 +4,16 @@
 #include <atomic>
 #include <string>
 
+#include "llama_blocks.h"
 #include "capacity.h"
 #include "decoder_builder.h"
 #include "errors.h"
 #include "model_presets.h"
 
 using namespace shardplan;
+using namespace shardplan::testing;
 
 namespace {
-
-ModelSpec llama_blocks(std::int64_t blocks) {
-  DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
-  arch.num_layers = blocks;
-  return build_decoder("llama2-7b-" + std::to_string(blocks), arch, "test");
-}
 
 // The sweep's JSON less its wall time, which is the only field a thread count may change.
 nlohmann::json sweep_json(const ModelSpec& model, const TrainingConfig& training, CapacityOptions options,

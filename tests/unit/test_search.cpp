@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "llama_blocks.h"
 #include "cluster.h"
 #include "decoder_builder.h"
 #include "lowering.h"
@@ -19,12 +20,6 @@ using namespace shardplan;
 using namespace shardplan::testing;
 
 namespace {
-
-ModelSpec llama_blocks(std::int64_t blocks) {
-  DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
-  arch.num_layers = blocks;
-  return build_decoder("llama2-7b-" + std::to_string(blocks), arch, "test");
-}
 
 // The fastest fitting plan over every partition of the blocks (units of at most 8 blocks), every number of last
 // units kept gathered after forward, and every knob setting; CPU offload only when nothing fits without (the last

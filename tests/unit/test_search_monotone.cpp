@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "llama_blocks.h"
 #include "cluster.h"
 #include "decoder_builder.h"
 #include "model_presets.h"
@@ -13,14 +14,9 @@
 #include "step_analysis.h"
 
 using namespace shardplan;
+using namespace shardplan::testing;
 
 namespace {
-
-ModelSpec llama_blocks(std::int64_t blocks) {
-  DecoderArchitecture arch = preset_model("llama2-7b").architecture.value();
-  arch.num_layers = blocks;
-  return build_decoder("llama2-7b-" + std::to_string(blocks), arch, "test");
-}
 
 struct MonotoneCase {
   std::string name;
