@@ -323,24 +323,6 @@ std::vector<std::pair<Plan, std::string>> refinements(const Plan& plan) {
 
 }  // namespace
 
-Plan with_prefetch_depth(const Plan& plan, int depth) {
-  SHARDPLAN_CHECK(depth == 0 || depth == 2, "prefetch depth variants are 0 and 2");
-  Plan variant = plan;
-  const int count = static_cast<int>(plan.units.size());
-  if (depth == 0) {
-    for (auto& unit : variant.units) unit.forward_prefetch = unit.backward_prefetch = {};
-    return variant;
-  }
-  for (int id = 0; id < count; ++id) {
-    auto& unit = variant.units[static_cast<std::size_t>(id)];
-    if (id + 2 < count) unit.forward_prefetch = {id + 1, id + 2};
-    if (id >= 3) unit.backward_prefetch = {id - 1, id - 2};
-    if (id == 0 && count > 2) unit.backward_prefetch = {count - 1, count - 2};
-  }
-  variant.max_inflight_all_gathers = 3;  // two gathers ahead and the one in use
-  return variant;
-}
-
 namespace {
 
 SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
@@ -423,29 +405,6 @@ bool better_search(const SearchResult& candidate, const SearchResult& best, Sear
 }
 
 }  // namespace
-
-std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const TrainingConfig& training,
-                                           const KnobPins& pins) {
-  std::int64_t smallest = training.micro_batch;
-  const bool offload = pins.offload.value_or(false);
-  for (const KnobSetting& knobs : knob_settings(cluster, training, offload, pins)) {
-    smallest = std::min(smallest, knobs.micro_batch);
-  }
-  return smallest;
-}
-
-std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluster& cluster) {
-  std::int64_t experts = 0;  // the gcd of the MoE blocks' expert counts
-  for (const LayerSpec& layer : model.layers) {
-    if (layer.moe) experts = std::gcd(experts, layer.moe->num_experts);
-  }
-  std::vector<int> degrees = {1};
-  if (experts == 0) return degrees;  // no experts: nothing to search
-  for (int degree = 2; degree <= cluster.gpus_per_node && degree <= experts; degree *= 2) {
-    if (experts % degree == 0 && cluster.world_size() % degree == 0) degrees.push_back(degree);
-  }
-  return degrees;
-}
 
 SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                                const TrainingConfig& training, const SearchOptions& options) {
