@@ -24,6 +24,25 @@ namespace {
 // simulation costs about its blocks' ops), so long models get fewer checks (Searcher::search_setting).
 constexpr std::size_t kSimulatedBlocksPerSetting = 20000;
 
+// Note [Tightened floor]: a wrap search gives up when too many wrappings pass the memory floor (a lower bound of the
+// simulated peak) without fitting, or its best-first tree outgrows its node budget; and its label DP drops the
+// per-unit kept-gathered choice when a state's labels outgrow their budget (then it is exact over partitions only).
+// Both happen more, not less, as the cap loosens (more labels pass the floor), so a looser cap could answer slower
+// than a tighter one (issue 31 item 6: llama2-7b on 8xA100-40GB, 0.9750 s at 40 GiB against 0.9747 s at 38 GiB).
+// So the search runs again with the floor's cap lowered by a fraction of the cap, the simulator still judging fit
+// against the real cap: fewer wrappings and labels pass a tighter floor, so the tree and the Pareto sets stay small,
+// and whatever it finds fits. An answer found under a floor cap at or above a tighter user cap is at least as fast as
+// that cap's exact answer (that wrapping passes the floor too); the setting stays heuristic (or partitions-only) in
+// the output either way. Fractions: the memory error of the published-runs check is a few percent (Note [Memory
+// headroom]), so doubling steps from 0.5 % to 32 % cover a floor that far below the peak; bisections then raise the
+// floor cap that answers to within a quarter of the last step (a higher floor cap admits every wrapping a lower one
+// does, so its exact answer is no slower).
+constexpr double kFirstFloorTightening = 0.005, kLastFloorTightening = 0.32;
+constexpr int kFloorBisections = 2;
+// A tightened search mostly answers with its first wrapping, the label DP's under the tightened floor; a small tree
+// budget past it keeps the ones that do not answer cheap (each node places fragments: ~7 us measured here).
+constexpr std::size_t kTightenedSearchNodes = 256;
+
 // "<knobs>, <how>, N unit(s) kept gathered": a candidate's description (kept flags count only where the template
 // reshards after forward; elsewhere every unit stays gathered anyway).
 std::string describe(const std::string& knobs, const std::string& how, const std::vector<bool>& kept,
@@ -195,8 +214,10 @@ class Searcher {
     WrapFragments fragments(model_, base, profile_, world, gpus_per_node, {}, cache);
     cache = fragments.cache();
     if (options_.objective == SearchObjective::time) wrap.stop_above_s = incumbent_s();
+    std::int64_t first_peak_bytes = 0;  // the first wrapping simulated: the label DP's under the floor
     wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
       WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
+      if (first_peak_bytes == 0) first_peak_bytes = verdict.peak_bytes;
       // The least peak, for --objective memory; the device peak within the cap less the headroom either way.
       verdict.fits = verdict.fits && verdict.peak_bytes <= wrap.memory_cap_bytes;
       return verdict;
@@ -223,12 +244,19 @@ class Searcher {
         if (searched.reshard_choice_dropped) {
           ++kept_by_refinement_settings_;
           partitions_only_.push_back(label);
+          // Note [Tightened floor]: the kept-gathered choice back, under tighter floors.
+          if (options_.objective == SearchObjective::time) search_tightened_floors(fragments, wrap, 0);
         }
         return true;
       }
     }
-    ++fallback_settings_;  // too many wrappings to simulate: the per-cap DPs instead
+    ++fallback_settings_;  // too many wrappings to simulate: tightened floors and the per-cap DPs instead
     heuristic_.push_back(label);
+    // Note [Tightened floor]: where the simulator refused the label DP's wrapping, the same search with the floor's
+    // cap lowered step by step, the simulator still judging against the real cap (`check` reads `wrap`).
+    if (options_.objective == SearchObjective::time && first_peak_bytes > cap_) {
+      search_tightened_floors(fragments, wrap, first_peak_bytes);
+    }
     for (int cap_blocks : options_.max_unit_blocks) {
       WrapDpOptions dp_options;
       dp_options.max_unit_blocks = cap_blocks;
@@ -241,6 +269,43 @@ class Searcher {
       if (!dp_fits && !uniform_fits) break;
     }
     return false;
+  }
+
+  // Note [Tightened floor]: the search again under floor caps lowered by the first wrapping's overshoot of the cap
+  // (its floor was within the cap, its simulated peak `first_peak_bytes` above it; 0.5 % where none was refused),
+  // then twice that, ... until one answers — finishes or simulates a wrapping that fits, with the kept-gathered
+  // choice kept — then bisected between the last that did not and it. `check` still reads the real cap in `wrap`.
+  // A tightened search whose label DP outgrew its budget without the kept choice ends the ladder (one that outgrew
+  // it with the choice does not search without it: a tighter floor may bring the choice back).
+  void search_tightened_floors(WrapFragments& fragments, const WrapSearchOptions& wrap, std::int64_t first_peak_bytes) {
+    enum class Outcome { answered, missed, overflowed };
+    const auto search = [&](double tightening) {
+      bool fitted = false;
+      WrapSearchOptions tightened = wrap;
+      tightened.memory_cap_bytes = static_cast<std::int64_t>(static_cast<double>(cap_) * (1.0 - tightening));
+      tightened.stop_above_s = incumbent_s();
+      tightened.max_search_nodes = kTightenedSearchNodes;
+      tightened.give_up_without_choice = tightened.per_unit_reshard;
+      tightened.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
+        const WrapCheck verdict = wrap.check(units, kept);
+        fitted = fitted || verdict.fits;
+        return verdict;
+      };
+      const WrapSearchResult searched = fastest_fitting_wrapping(fragments, tightened);
+      if (searched.gave_up && searched.checked == 0 && !searched.reshard_choice_dropped) return Outcome::overflowed;
+      return (!searched.gave_up || fitted) && !searched.reshard_choice_dropped ? Outcome::answered : Outcome::missed;
+    };
+    const double overshoot = static_cast<double>(first_peak_bytes - cap_) / static_cast<double>(cap_);
+    double missed = 0, answered = std::max(kFirstFloorTightening, overshoot);
+    for (Outcome outcome; (outcome = search(answered)) != Outcome::answered;) {
+      missed = answered;
+      answered *= 2;
+      if (outcome == Outcome::overflowed || answered > kLastFloorTightening) return;
+    }
+    for (int step = 0; step < kFloorBisections; ++step) {
+      const double middle = 0.5 * (missed + answered);
+      (search(middle) == Outcome::answered ? answered : missed) = middle;
+    }
   }
 
   bool found_fit() const { return best_fit_.fits; }

@@ -96,6 +96,10 @@ struct WrapSearchOptions {
   // backward saves its backward all-gather and costs its parameters' memory over that time.
   bool per_unit_reshard = true;
   std::size_t max_checks = kMaxWrapChecks;  // give up after this many wrappings fail `check`
+  std::size_t max_search_nodes = kMaxWrapSearchNodes;  // give up when the best-first tree holds more partial wrappings
+  // Give up (reshard_choice_dropped set) rather than search without the per-unit choice when its labels outgrow
+  // their budget: for a search that is only worth running with it (Note [Tightened floor] in search.cpp).
+  bool give_up_without_choice = false;
   // The floor holds for every prefetch depth (a search whose `check` also tries other depths: Note [Prefetch depth]).
   bool floor_for_any_prefetch_depth = false;
   double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted

@@ -40,7 +40,7 @@ LeastPeakResult least_peak_wrapping(WrapFragments& fragments, const WrapSearchOp
     }
   }
   while (!queue.empty()) {
-    if (nodes.size() > kMaxWrapSearchNodes) {
+    if (nodes.size() > options.max_search_nodes) {
       result.gave_up = true;
       return result;
     }

@@ -50,6 +50,10 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
   }
   DpAnswer floor_best = label_dp(with_choice, true, options.stop_above_s);
   std::optional<WrapContext> without_choice;
+  if (floor_best.overflow && options.give_up_without_choice) {
+    result.gave_up = result.reshard_choice_dropped = true;
+    return result;
+  }
   if (floor_best.overflow) {
     without_choice.emplace(fragments, options.max_unit_blocks, options.memory_cap_bytes, false,
                            options.floor_for_any_prefetch_depth);
@@ -121,7 +125,7 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
     }
   }
   while (!queue.empty()) {
-    if (nodes.size() > kMaxWrapSearchNodes) {
+    if (nodes.size() > options.max_search_nodes) {
       result.gave_up = true;
       return result;
     }
