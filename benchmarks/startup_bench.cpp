@@ -2,50 +2,18 @@
 // `estimate`, the median of N runs each, as one table. Note [GPU plugin] in cli/gpu_executor.h says why the planning
 // binary loads no CUDA library; compare a binary from before that change:
 //   build/benchmarks/startup_bench before=/tmp/before/shardplan after=build/shardplan
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "process_run.h"
+
 namespace {
-
-struct Sample {
-  double rss_mib = 0;
-  double wall_ms = 0;
-};
-
-// One run, by fork and exec from this small process: wait4's ru_maxrss also counts the child's memory before exec,
-// which is this program's (shown as the floor below), not a Python interpreter's.
-bool run_once(const std::string& binary, const std::vector<std::string>& args, Sample& sample) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(binary.c_str()));
-  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  const auto started = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid < 0) return false;
-  if (pid == 0) {
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 1);
-    ::dup2(null, 2);
-    ::execv(binary.c_str(), argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  rusage usage{};
-  if (::wait4(pid, &status, 0, &usage) != pid) return false;
-  sample.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  sample.rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -80,14 +48,14 @@ int main(int argc, char** argv) {
               "wall ms (min)");
   for (const auto& [label, binary] : binaries) {
     for (const auto& [name, args] : commands) {
-      Sample sample;
-      if (!run_once(binary, args, sample)) {  // also warms the page cache
+      shardplan::bench::ProcessSample sample;
+      if (!shardplan::bench::run_process(binary, args, sample)) {  // also warms the page cache
         std::fprintf(stderr, "startup_bench: %s %s failed\n", binary.c_str(), name.c_str());
         return 1;
       }
       std::vector<double> rss, wall;
       for (int run = 0; run < runs; ++run) {
-        if (!run_once(binary, args, sample)) return 1;
+        if (!shardplan::bench::run_process(binary, args, sample)) return 1;
         rss.push_back(sample.rss_mib);
         wall.push_back(sample.wall_ms);
       }
