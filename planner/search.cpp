@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "errors.h"
 #include "infeasible_diagnosis.h"
@@ -34,11 +35,11 @@ constexpr std::size_t kSimulatedBlocksPerSetting = 20000;
 // and whatever it finds fits. An answer found under a floor cap at or above a tighter user cap is at least as fast as
 // that cap's exact answer (that wrapping passes the floor too); the setting stays heuristic (or partitions-only) in
 // the output either way. Fractions: the memory error of the published-runs check is a few percent (Note [Memory
-// headroom]), so doubling steps from 0.5 % to 32 % cover a floor that far below the peak; bisections then raise the
-// floor cap that answers to within a quarter of the last step (a higher floor cap admits every wrapping a lower one
+// headroom]), so doubling steps from 1 % to 32 % cover a floor that far below the peak; a bisection then raises the
+// floor cap that answers to within half the last step (a higher floor cap admits every wrapping a lower one
 // does, so its exact answer is no slower).
-constexpr double kFirstFloorTightening = 0.005, kLastFloorTightening = 0.32;
-constexpr int kFloorBisections = 2;
+constexpr double kFirstFloorTightening = 0.01, kLastFloorTightening = 0.32;
+constexpr int kFloorBisections = 1;
 // A tightened search mostly answers with its first wrapping, the label DP's under the tightened floor; a small tree
 // budget past it keeps the ones that do not answer cheap (each node places fragments: ~7 us measured here).
 constexpr std::size_t kTightenedSearchNodes = 256;
@@ -133,13 +134,19 @@ class Searcher {
         ++beaten_by_floor_settings_;
         continue;
       }
-      if (search_setting(knobs, false)) proven.emplace_back(floor_s, knobs);
+      if (search_setting(knobs, Pass::one_ahead)) proven.emplace_back(floor_s, knobs);
+    }
+    // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
+    if (options_.objective == SearchObjective::time) {
+      for (const auto& [knobs, first_peak_bytes] : std::exchange(tighten_later_, {})) {
+        if (!beaten_by_incumbent(compute_floor(knobs))) search_setting(knobs, Pass::tightened, first_peak_bytes);
+      }
     }
     // Note [Prefetch depth]: once every setting's best one-ahead plan is known, the depth searches prune hardest.
     if (options_.objective != SearchObjective::time || !options_.joint_prefetch_depth) return;
     for (const auto& [floor_s, knobs] : proven) {
       if (beaten_by_incumbent(floor_s)) continue;  // still proven: nothing of it beats the incumbent
-      if (!search_setting(knobs, true)) {
+      if (!search_setting(knobs, Pass::depths)) {
         --exact_settings_;
         ++fallback_settings_;
         heuristic_.push_back(knobs.label() + " (prefetch depths)");
@@ -147,9 +154,14 @@ class Searcher {
     }
   }
 
-  // One knob setting. First pass (`depths` false): the one-ahead wrapping search, true when it finished. Second
-  // pass: the search over prefetch depths, true when it finished.
-  bool search_setting(const KnobSetting& knobs, bool depths) {
+  // The passes over a knob setting: the one-ahead wrapping search; the tightened-floor searches of the settings whose
+  // one-ahead search gave up or dropped the kept choice (Note [Tightened floor]); the search over prefetch depths.
+  enum class Pass { one_ahead, tightened, depths };
+
+  // One pass over one knob setting; one_ahead and depths: true when the search finished. `refused_peak_bytes`
+  // (tightened): the simulated peak of the wrapping the one-ahead search's label DP gave, above the cap; 0 when the
+  // search finished without the kept choice.
+  bool search_setting(const KnobSetting& knobs, Pass pass, std::int64_t refused_peak_bytes = 0) {
     const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
     const std::string label = knobs.label();
     const int world = cluster_.world_size(), gpus_per_node = cluster_.gpus_per_node;
@@ -175,7 +187,7 @@ class Searcher {
     // model is a lower bound: a budget in simulated blocks keeps long models' searches short; past it the per-cap
     // DPs answer.
     wrap.max_checks = std::max<std::size_t>(kMaxWrapChecks, kSimulatedBlocksPerSetting / model_.block_count());
-    if (depths) {
+    if (pass == Pass::depths) {
       // Note [Prefetch depth]: the fastest fitting plan over wrappings × none / one / two units ahead, by branch and
       // bound on the one-ahead fragments with free all-gathers and free collective issue. That is a lower bound for
       // every depth: shortening durations never lengthens the simulated step (Note [Monotone walk]), and with free
@@ -222,6 +234,10 @@ class Searcher {
       verdict.fits = verdict.fits && verdict.peak_bytes <= wrap.memory_cap_bytes;
       return verdict;
     };
+    if (pass == Pass::tightened) {
+      search_tightened_floors(fragments, wrap, refused_peak_bytes);
+      return true;
+    }
     bool searchable = true;
     if (options_.objective == SearchObjective::memory) {
       // No wrapping of this setting can beat a fitting plan with a lower peak (equal peaks: the faster wins).
@@ -244,8 +260,8 @@ class Searcher {
         if (searched.reshard_choice_dropped) {
           ++kept_by_refinement_settings_;
           partitions_only_.push_back(label);
-          // Note [Tightened floor]: the kept-gathered choice back, under tighter floors.
-          if (options_.objective == SearchObjective::time) search_tightened_floors(fragments, wrap, 0);
+          // Note [Tightened floor]: the kept-gathered choice back, under tighter floors (after the first pass).
+          if (options_.objective == SearchObjective::time) tighten_later_.emplace_back(knobs, 0);
         }
         return true;
       }
@@ -253,9 +269,9 @@ class Searcher {
     ++fallback_settings_;  // too many wrappings to simulate: tightened floors and the per-cap DPs instead
     heuristic_.push_back(label);
     // Note [Tightened floor]: where the simulator refused the label DP's wrapping, the same search with the floor's
-    // cap lowered step by step, the simulator still judging against the real cap (`check` reads `wrap`).
+    // cap lowered step by step, the simulator still judging against the real cap (after the first pass).
     if (options_.objective == SearchObjective::time && first_peak_bytes > cap_) {
-      search_tightened_floors(fragments, wrap, first_peak_bytes);
+      tighten_later_.emplace_back(knobs, first_peak_bytes);
     }
     for (int cap_blocks : options_.max_unit_blocks) {
       WrapDpOptions dp_options;
@@ -272,7 +288,7 @@ class Searcher {
   }
 
   // Note [Tightened floor]: the search again under floor caps lowered by the first wrapping's overshoot of the cap
-  // (its floor was within the cap, its simulated peak `first_peak_bytes` above it; 0.5 % where none was refused),
+  // (its floor was within the cap, its simulated peak `first_peak_bytes` above it; 1 % where none was refused),
   // then twice that, ... until one answers — finishes or simulates a wrapping that fits, with the kept-gathered
   // choice kept — then bisected between the last that did not and it. `check` still reads the real cap in `wrap`.
   // A tightened search whose label DP outgrew its budget without the kept choice ends the ladder (one that outgrew
@@ -361,7 +377,9 @@ class Searcher {
   std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
-  std::map<std::string, double> compute_floors_;  // Note [Compute floor], by the setting's label without strategy
+  std::map<std::string, double> compute_floors_;
+  // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
+  std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;  // Note [Compute floor], by the setting's label without strategy
 };
 
 // Variants of a plan that the wrap DP does not model: deeper or no prefetch, and the last `keep` units not
