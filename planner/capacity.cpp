@@ -50,6 +50,9 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
   // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch
   // depth] doubled the benchmark sweep's time, 5.6 -> 11.4 s).
   search_options.joint_prefetch_depth = false;
+  // Nor the tightened-floor searches (Note [Tightened floor]): they made the demo's sweep 6.7 -> 11.5 CPU s, and a
+  // sweep's point is priced, not exported; `plan` runs them.
+  search_options.tightened_floors = false;
   search_options.memory_headroom_fraction = options.memory_headroom_fraction;
   if (point.why_not.empty()) {
     // Note [Pinned knobs]: a pinned degree this point cannot take (or pins it cannot combine) is why it does not

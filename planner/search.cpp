@@ -137,7 +137,7 @@ class Searcher {
       if (search_setting(knobs, Pass::one_ahead)) proven.emplace_back(floor_s, knobs);
     }
     // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
-    if (options_.objective == SearchObjective::time) {
+    if (options_.objective == SearchObjective::time && options_.tightened_floors) {
       for (const auto& [knobs, first_peak_bytes] : std::exchange(tighten_later_, {})) {
         if (!beaten_by_incumbent(compute_floor(knobs))) search_setting(knobs, Pass::tightened, first_peak_bytes);
       }

@@ -55,6 +55,9 @@ struct SearchOptions {
   // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
   // search.cpp); otherwise only by the refinements.
   bool joint_prefetch_depth = true;
+  // Where a setting's wrap search gave up or dropped the kept-gathered choice, search again under tightened floors
+  // (Note [Tightened floor] in search.cpp) before the per-cap DPs answer.
+  bool tightened_floors = true;
   // Note [2-D plans] (tensor_parallel_view.h): the tensor-parallel degrees tried, each jointly with every knob above;
   // degrees the model or the node cannot take are skipped. {1}: FSDP alone.
   std::vector<int> tensor_parallel_degrees = {1};
