@@ -38,6 +38,14 @@ constexpr std::size_t kSimulatedBlocksPerSetting = 20000;
 // headroom]), so doubling steps from 1 % to 32 % cover a floor that far below the peak; a bisection then raises the
 // floor cap that answers to within half the last step (a higher floor cap admits every wrapping a lower one
 // does, so its exact answer is no slower).
+// Note [Refining unproven settings]: the refinements (prefetch 0 or 2 ahead, the last units kept gathered) are tried
+// on the best plan; a proven setting's search covered them already (jointly, where it finished), an unproven one's did
+// not, so a heuristic setting's answer a little slower than the best can refine to below it (llama3-70b on 32x8 H100
+// with --ac full: full_shard's per-cap DP answer refined to 9.4671 s while hybrid_shard:128's tightened-floor answer,
+// the best before refinement, refined only to 9.4761 s). So each unproven setting's best within this fraction of the
+// best plan's step is refined too; refinements gain well under 1 % there, so a 1 % window misses none seen.
+constexpr double kRefinedWindow = 0.01;
+
 constexpr double kFirstFloorTightening = 0.01, kLastFloorTightening = 0.32;
 constexpr int kFloorBisections = 1;
 // A tightened search mostly answers with its first wrapping, the label DP's under the tightened floor; a small tree
@@ -59,7 +67,8 @@ class Searcher {
            const SearchOptions& options, std::int64_t cap)
       : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap) {}
 
-  PlanCandidate evaluate(const Plan& plan, const std::string& knobs) {
+  // `setting`: the knob setting's label where the plan is one of its wrappings (Searcher::setting_bests).
+  PlanCandidate evaluate(const Plan& plan, const std::string& knobs, const std::string& setting = {}) {
     PlanCandidate candidate;
     candidate.plan = plan;
     candidate.knobs = knobs;
@@ -70,6 +79,10 @@ class Searcher {
                                                                       : host_memory_use(plan, model_, cluster_).fits());
     ++evaluated_;
     consider(candidate);
+    if (candidate.fits && !setting.empty()) {
+      PlanCandidate& best = setting_best_[setting];
+      if (!best.fits || candidate.summary.step_time_s < best.summary.step_time_s) best = candidate;
+    }
     return candidate;
   }
 
@@ -175,7 +188,7 @@ class Searcher {
         if (!kept.empty() && kept[k]) key.push_back(0);
       }
       if (const auto found = seen.find(key); found != seen.end()) return found->second;
-      const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base));
+      const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base), label);
       const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
       seen.emplace(key, verdict);
       return verdict;
@@ -211,7 +224,8 @@ class Searcher {
               evaluate(with_prefetch_depth(built, depth),
                        describe(label, depth == 0 ? "fastest fitting wrapping, no prefetch"
                                                   : "fastest fitting wrapping, prefetch 2 ahead",
-                                kept, base));
+                                kept, base),
+                       label);
           if (candidate.fits && (!best.fits || candidate.summary.step_time_s < best.step_s)) {
             best = {true, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
           }
@@ -339,6 +353,27 @@ class Searcher {
   // Of the exact ones, those proven by their compute floor alone (Note [Compute floor]).
   std::size_t beaten_by_floor_settings() const { return beaten_by_floor_settings_; }
   const std::vector<std::string>& heuristic_settings() const { return heuristic_; }
+  // Note [Refining unproven settings]: the best fitting plan of each setting whose search was not proven (heuristic
+  // or partitions only), within `window` (a fraction) of the best plan's step.
+  std::vector<PlanCandidate> unproven_near_best(double window) const {
+    std::vector<PlanCandidate> near;
+    if (!best_fit_.fits) return near;
+    std::vector<std::string> labels = partitions_only_;
+    for (std::string label : heuristic_) {
+      if (const auto suffix = label.find(" (prefetch depths)"); suffix != std::string::npos) label.erase(suffix);
+      labels.push_back(label);
+    }
+    std::sort(labels.begin(), labels.end());
+    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+    for (const std::string& label : labels) {
+      const auto found = setting_best_.find(label);
+      if (found == setting_best_.end() || found->second.knobs == best_fit_.knobs) continue;
+      if (found->second.summary.step_time_s <= best_fit_.summary.step_time_s * (1.0 + window)) {
+        near.push_back(found->second);
+      }
+    }
+    return near;
+  }
   const std::vector<std::string>& partitions_only_settings() const { return partitions_only_; }
 
  private:
@@ -378,6 +413,7 @@ class Searcher {
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
   std::map<std::string, double> compute_floors_;
+  std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
   // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
   std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;  // Note [Compute floor], by the setting's label without strategy
 };
@@ -441,8 +477,12 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
     }
   }
   if (searcher.found_fit() && options.refine) {
-    const PlanCandidate base = searcher.best();
-    for (const auto& [variant, how] : refinements(base.plan)) searcher.evaluate(variant, base.knobs + ", " + how);
+    // Note [Refining unproven settings]: the best plan, and the best of each unproven setting close to it.
+    std::vector<PlanCandidate> bases = searcher.unproven_near_best(kRefinedWindow);
+    bases.insert(bases.begin(), searcher.best());
+    for (const PlanCandidate& base : bases) {
+      for (const auto& [variant, how] : refinements(base.plan)) searcher.evaluate(variant, base.knobs + ", " + how);
+    }
   }
   result.feasible = searcher.found_fit();
   result.candidates_evaluated = searcher.evaluated();
