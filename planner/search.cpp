@@ -344,7 +344,7 @@ class Searcher {
   std::size_t evaluated() const { return evaluated_; }
   // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]; by branch and bound where the
   // model is a lower bound; for --objective memory, the fastest at the least peak, Note [Least peak]); and those
-  // where that search gave up, answered by the per-cap DPs.
+  // where that search gave up, answered by tightened-floor searches and the per-cap DPs.
   std::size_t exact_settings() const { return exact_settings_; }
   std::size_t fallback_settings() const { return fallback_settings_; }
   // Of the exact ones, those whose kept-gathered suffix was left to the refinements (the joint search's labels

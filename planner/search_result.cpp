@@ -55,7 +55,8 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
 
 std::string render_search_proof(const SearchResult& result) {
   // Note [Wrap search]: proven settings are exact for the cost model; heuristic ones had their wrap search give up
-  // and are answered by the per-cap DPs and the refinements, so a faster plan of theirs may exist.
+  // and are answered by tightened-floor searches (Note [Tightened floor]), the per-cap DPs and the refinements, so a
+  // faster plan of theirs may exist.
   char line[320];
   std::snprintf(line, sizeof line,
                 "wrapping: proven fastest fitting for %zu knob settings (%zu by their compute floor alone, %zu over "
@@ -66,7 +67,8 @@ std::string render_search_proof(const SearchResult& result) {
   // "(prefetch depths)": the one-ahead search finished, the search over prefetch depths gave up (the refinements
   // tried depths 0 and 2 on the best plan only).
   if (!result.heuristic_settings.empty()) {
-    text += " (their wrap search gave up: answered by the per-cap DPs and the refinements, a faster plan may exist)";
+    text += " (their wrap search gave up: answered by tightened-floor searches, the per-cap DPs and the refinements; "
+            "a faster plan may exist)";
   }
   for (const std::string& label : result.partitions_only_settings) {
     text += "\n  partitions only (kept units by refinement): " + label;
