@@ -16,16 +16,19 @@ std::size_t SizeClassPool::find(std::int64_t size_class) {
   return last_found_;
 }
 
+namespace {
+
 // Bytes placed in one region one after the other are returned to it together: one entry (a free takes the latest
 // placements first, so merging neighbours changes no region's bytes), and a class's list stays short.
-void SizeClassPool::place(std::vector<std::pair<std::size_t, std::int64_t>>& placed, std::size_t region,
-                          std::int64_t bytes) {
+inline void place(std::vector<std::pair<std::size_t, std::int64_t>>& placed, std::size_t region, std::int64_t bytes) {
   if (!placed.empty() && placed.back().first == region) {
     placed.back().second += bytes;
   } else {
     placed.emplace_back(region, bytes);
   }
 }
+
+}  // namespace
 
 void SizeClassPool::allocate(std::int64_t bytes, std::int64_t size_class) {
   SHARDPLAN_CHECK(bytes >= 0 && size_class >= 0, "allocations are non-negative");

@@ -50,7 +50,6 @@ class SizeClassPool {
   std::vector<SizeClass> classes_;
   std::size_t last_found_ = 0;  // lumps come in runs of one class: looked at first
   std::size_t find(std::int64_t size_class);  // lower bound in classes_
-  static void place(std::vector<std::pair<std::size_t, std::int64_t>>& placed, std::size_t region, std::int64_t bytes);
 };
 
 }  // namespace shardplan

@@ -35,17 +35,18 @@ double priced_once(std::vector<std::pair<Key, double>>& cache, const Key& key, c
 
 std::vector<double> base_durations_s(const StepSchedule& schedule, const HardwareProfile& profile) {
   const int element_bytes = schedule.compute_element_bytes;
-  std::vector<std::pair<const PassKernels*, double>> passes;
+  // A layer pass by its kernels and zero-filled bytes (a unit's first backward of a micro-batch fills its gradient).
+  using PassShape = std::pair<const PassKernels*, std::int64_t>;
+  std::vector<std::pair<PassShape, double>> passes;
   std::vector<std::pair<CollectiveShape, double>> collectives;
   std::vector<double> base_s;
   base_s.reserve(schedule.ops.size());
   for (const Op& op : schedule.ops) {
     if (is_layer_pass(op.kind)) {
-      const double kernels_s =
-          op.kernels ? priced_once(passes, op.kernels.get(),
-                                   [&] { return pass_time_s(*op.kernels, element_bytes, profile); })
-                     : 0.0;
-      base_s.push_back(layer_pass_duration_s(kernels_s, op.zeroed_bytes, profile));
+      base_s.push_back(priced_once(passes, PassShape{op.kernels.get(), op.zeroed_bytes}, [&] {
+        return layer_pass_duration_s(op.kernels ? pass_time_s(*op.kernels, element_bytes, profile) : 0.0,
+                                     op.zeroed_bytes, profile);
+      }));
     } else if (is_collective(op.kind)) {
       const CollectiveShape shape{op.kind, op.bytes, op.group_size, op.group_spans_nodes, op.group_ranks_per_node};
       base_s.push_back(priced_once(collectives, shape, [&] { return base_duration_s(op, element_bytes, profile); }));
