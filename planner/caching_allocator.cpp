@@ -7,33 +7,68 @@
 
 namespace shardplan {
 
+std::size_t SizeClassPool::find(std::int64_t size_class) {
+  if (last_found_ < classes_.size() && classes_[last_found_].size_class == size_class) return last_found_;
+  last_found_ = static_cast<std::size_t>(
+      std::lower_bound(classes_.begin(), classes_.end(), size_class,
+                       [](const SizeClass& entry, std::int64_t value) { return entry.size_class < value; }) -
+      classes_.begin());
+  return last_found_;
+}
+
+namespace {
+
+// Bytes placed in one region one after the other are returned to it together: one entry (a free takes the latest
+// placements first, so merging neighbours changes no region's bytes), and a class's list stays short.
+inline void place(std::vector<std::pair<std::size_t, std::int64_t>>& placed, std::size_t region, std::int64_t bytes) {
+  if (!placed.empty() && placed.back().first == region) {
+    placed.back().second += bytes;
+  } else {
+    placed.emplace_back(region, bytes);
+  }
+}
+
+}  // namespace
+
 void SizeClassPool::allocate(std::int64_t bytes, std::int64_t size_class) {
   SHARDPLAN_CHECK(bytes >= 0 && size_class >= 0, "allocations are non-negative");
   if (bytes == 0) return;
+  const std::size_t own = find(size_class);
+  if (own == classes_.size() || classes_[own].size_class != size_class) {
+    // A class met for the first time, without a region yet: the placements of the classes after it move up one.
+    classes_.insert(classes_.begin() + static_cast<std::ptrdiff_t>(own), SizeClass{size_class, 0, 0, {}});
+    for (SizeClass& entry : classes_) {
+      for (auto& placement : entry.placed) placement.first += placement.first >= own ? 1 : 0;
+    }
+  }
   // Best fit: the smallest class whose segments can hold the lump's tensors.
-  for (auto it = regions_.lower_bound(size_class); it != regions_.end() && bytes > 0; ++it) {
-    Region& region = it->second;
+  for (std::size_t at = own; at < classes_.size() && bytes > 0; ++at) {
+    SizeClass& region = classes_[at];
     const std::int64_t taken = std::min(bytes, region.reserved_bytes - region.used_bytes);
     if (taken <= 0) continue;
     region.used_bytes += taken;
-    placed_[size_class].emplace_back(it->first, taken);
+    place(classes_[own].placed, at, taken);
     bytes -= taken;
   }
   if (bytes == 0) return;
   // New segments of the lump's own class (cudaMalloc of the request's size).
-  Region& own = regions_[size_class];
-  own.reserved_bytes += bytes;
-  own.used_bytes += bytes;
-  placed_[size_class].emplace_back(size_class, bytes);
+  SizeClass& region = classes_[own];
+  region.reserved_bytes += bytes;
+  region.used_bytes += bytes;
+  place(region.placed, own, bytes);
 }
 
 void SizeClassPool::free(std::int64_t bytes, std::int64_t size_class) {
   SHARDPLAN_CHECK(bytes >= 0 && size_class >= 0, "frees are non-negative");
-  auto& placements = placed_[size_class];
+  if (bytes == 0) return;
+  const std::size_t own = find(size_class);
+  SHARDPLAN_CHECK(own < classes_.size() && classes_[own].size_class == size_class,
+                  "a free of more bytes of a size class than were allocated in it");
+  auto& placements = classes_[own].placed;
   while (bytes > 0 && !placements.empty()) {
-    auto& [region_class, placed_bytes] = placements.back();
+    auto& [region, placed_bytes] = placements.back();
     const std::int64_t returned = std::min(bytes, placed_bytes);
-    regions_[region_class].used_bytes -= returned;
+    classes_[region].used_bytes -= returned;
     placed_bytes -= returned;
     bytes -= returned;
     if (placed_bytes == 0) placements.pop_back();
@@ -43,13 +78,13 @@ void SizeClassPool::free(std::int64_t bytes, std::int64_t size_class) {
 
 std::int64_t SizeClassPool::reserved_bytes() const {
   std::int64_t total = 0;
-  for (const auto& [size_class, region] : regions_) total += region.reserved_bytes;
+  for (const SizeClass& entry : classes_) total += entry.reserved_bytes;
   return total;
 }
 
 std::int64_t SizeClassPool::allocated_bytes() const {
   std::int64_t total = 0;
-  for (const auto& [size_class, region] : regions_) total += region.used_bytes;
+  for (const SizeClass& entry : classes_) total += entry.used_bytes;
   return total;
 }
 

@@ -2,8 +2,8 @@
 // how much it reserves when tensors larger than every earlier one arrive (Note [Allocator size classes]).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -38,13 +38,18 @@ class SizeClassPool {
   std::int64_t allocated_bytes() const;
 
  private:
-  struct Region {
-    std::int64_t reserved_bytes = 0;
-    std::int64_t used_bytes = 0;
+  struct SizeClass {
+    std::int64_t size_class = 0;
+    std::int64_t reserved_bytes = 0;  // its region: the segments its lumps grew (0: it has none yet)
+    std::int64_t used_bytes = 0;      // of them, what live lumps of any class hold
+    // Where this class's live bytes were placed, in allocation order: (index of the region's class, bytes).
+    std::vector<std::pair<std::size_t, std::int64_t>> placed;
   };
-  std::map<std::int64_t, Region> regions_;  // by size class, ascending
-  // Per size class, where its live bytes were placed, in allocation order: (region's class, bytes).
-  std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> placed_;
+  // The classes met so far, ascending: a flat array, as a step has a handful of classes (0 and its layers' largest
+  // tensors) and the simulator allocates and frees thousands of lumps per step.
+  std::vector<SizeClass> classes_;
+  std::size_t last_found_ = 0;  // lumps come in runs of one class: looked at first
+  std::size_t find(std::int64_t size_class);  // lower bound in classes_
 };
 
 }  // namespace shardplan

@@ -104,7 +104,7 @@ nlohmann::json to_json(const EstimateResult& result) {
   memory_json["memory_headroom_bytes"] = result.headroom_bytes;
   memory_json["model_states_only"] = request.model_states_only;
   memory_json["peak_op"] = result.simulation.peak_op;
-  // Note [Reserved memory] (planner/simulator.cpp): the caching allocator's own reserved peak
+  // Note [Reserved memory] (planner/memory_walk.cpp): the caching allocator's own reserved peak
   // (torch.cuda.max_memory_reserved) and the device's (nvidia-smi: that plus the overhead term).
   memory_json["reserved_peak_bytes"] = result.simulation.reserved_peak_bytes;
   memory_json["device_peak_bytes"] = result.simulation.device_peak_bytes;
@@ -207,7 +207,7 @@ std::string render_text(const EstimateResult& result) {
                 request.model_states_only ? "model states" : "allocated at the peak");
   out << total;
   if (!request.model_states_only) {
-    // Note [Reserved memory] (simulator.cpp): what the device holds — the caching allocator's reserved peak plus the
+    // Note [Reserved memory] (memory_walk.cpp): what the device holds — the caching allocator's reserved peak plus the
     // overhead outside it — never below the allocated total, and what the verdict compares.
     std::snprintf(total, sizeof total, "  %-18s %s   reserved by the caching allocator + overhead (nvidia-smi)\n",
                   "reserved", gib(result.simulation.device_peak_bytes).c_str());

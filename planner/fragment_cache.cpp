@@ -6,6 +6,7 @@
 
 #include "errors.h"
 #include "lowering.h"
+#include "op_durations.h"
 #include "unit_layout.h"
 
 namespace shardplan {
@@ -172,9 +173,7 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   options.world_size = world_size_;
   options.gpus_per_node = gpus_per_node_;
   StepSchedule schedule = lower_plan(plan, window, options);
-  std::vector<double> base_s;
-  base_s.reserve(schedule.ops.size());
-  for (const Op& op : schedule.ops) base_s.push_back(base_duration_s(op, schedule.compute_element_bytes, profile_));
+  std::vector<double> base_s = base_durations_s(schedule, profile_);  // Note [Durations by shape]
   MemoryCertainty certainty(schedule, -1, excluded);
   return Window{std::move(schedule), std::move(base_s), std::move(certainty), excluded};
 }

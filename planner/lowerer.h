@@ -92,6 +92,7 @@ class Lowerer {
   MemoryChange pending_alloc_{MemoryCategory::activations, 0};
   ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
   std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
+  std::vector<std::shared_ptr<const PassKernels>> distinct_kernels_;  // kernel_cache_'s objects, in creation order
 };
 
 }  // namespace shardplan::lowering_internal

@@ -18,13 +18,24 @@ ActivationCheckpointing Lowerer::checkpointing(std::size_t layer) const {
   return layer_checkpointing_of(plan_, model_, layer);
 }
 
-// The pass's kernels, built once per layer, pass and checkpointing mode of this lowering and shared by its ops.
+// The pass's kernels, built once per layer, pass and checkpointing mode of this lowering and shared by its ops —
+// and by every other layer pass with equal kernels (Note [Durations by shape] in op_durations.h: the simulator prices
+// each object once). Equal passes come in runs (a model's identical blocks, a recompute equal to its forward), so a
+// new one is compared with the latest few distinct ones only.
 std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, ComputePass pass,
                                                        ActivationCheckpointing mode) {
+  constexpr std::size_t kInternedCompared = 8;
   auto& slot = kernel_cache_[static_cast<std::size_t>(pass) * kCheckpointingModes + static_cast<std::size_t>(mode)];
   if (slot.empty()) slot.resize(model_.layers.size());
   auto& kernels = slot[layer];
-  if (!kernels) kernels = std::make_shared<const PassKernels>(pass_kernels(model_, layer, plan_.training, pass, mode));
+  if (kernels) return kernels;
+  PassKernels built = pass_kernels(model_, layer, plan_.training, pass, mode);
+  for (std::size_t back = 1; back <= std::min(kInternedCompared, distinct_kernels_.size()); ++back) {
+    const auto& earlier = distinct_kernels_[distinct_kernels_.size() - back];
+    if (*earlier == built) return kernels = earlier;
+  }
+  kernels = std::make_shared<const PassKernels>(std::move(built));
+  distinct_kernels_.push_back(kernels);
   return kernels;
 }
 

@@ -10,8 +10,7 @@
 namespace shardplan {
 
 bool does_compute_work(OpKind kind) {
-  return kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute ||
-         kind == OpKind::optimizer_step;
+  return is_layer_pass(kind) || kind == OpKind::optimizer_step;
 }
 
 double base_duration_s(const Op& op, int compute_element_bytes, const HardwareProfile& profile) {
@@ -23,8 +22,8 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
     case OpKind::forward:
     case OpKind::backward:
     case OpKind::recompute:
-      return (op.kernels ? pass_time_s(*op.kernels, compute_element_bytes, profile) : 0.0) +
-             buffer_fill_time_s(op.zeroed_bytes, profile);
+      return layer_pass_duration_s(op.kernels ? pass_time_s(*op.kernels, compute_element_bytes, profile) : 0.0,
+                                   op.zeroed_bytes, profile);
     case OpKind::optimizer_step:
       // In host memory (offload) at the node's DRAM bandwidth, shared by its ranks (Note [CPU optimizer step]); on
       // the device at HBM speed.
@@ -42,6 +41,10 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
       return host_copy_time_s(op.bytes, profile);
   }
   return 0.0;
+}
+
+double layer_pass_duration_s(double kernels_s, std::int64_t zeroed_bytes, const HardwareProfile& profile) {
+  return kernels_s + buffer_fill_time_s(zeroed_bytes, profile);
 }
 
 void CommBusy::add(double start_s, double end_s) {

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -12,6 +13,11 @@
 #include "schedule.h"
 
 namespace shardplan {
+
+// A layer's forward, backward or recompute: the ops that run a layer pass's kernels (Op::kernels).
+inline bool is_layer_pass(OpKind kind) {
+  return kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute;
+}
 
 // Relaxations of the cost model that a search may ask for; none by default. Each only shortens ops, so a step timed
 // with one is a lower bound of the step timed without (Note [Monotone walk]).
@@ -22,8 +28,7 @@ struct TimingRelaxation {
   bool any() const { return free_all_gathers || free_collective_issue || free_layer_compute; }
   // The op's base duration under this relaxation.
   double applied(OpKind kind, double base_s) const {
-    const bool layer = kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute;
-    return (free_all_gathers && kind == OpKind::all_gather) || (free_layer_compute && layer) ? 0.0 : base_s;
+    return (free_all_gathers && kind == OpKind::all_gather) || (free_layer_compute && is_layer_pass(kind)) ? 0.0 : base_s;
   }
 };
 
@@ -42,6 +47,9 @@ bool does_compute_work(OpKind kind);
 // The op's duration alone, from the cost model: compute by the roofline, collectives by the α-β model of their
 // group, copies at the host link's speed; waits and frees take none.
 double base_duration_s(const Op& op, int compute_element_bytes, const HardwareProfile& profile);
+// A layer pass's duration from its kernels' time (pass_time_s of Op::kernels, 0 without): the kernels, then the
+// zero-fill of a fresh gradient buffer (Op::zeroed_bytes). base_duration_s's, and base_durations_s's (op_durations.h).
+double layer_pass_duration_s(double kernels_s, std::int64_t zeroed_bytes, const HardwareProfile& profile);
 
 // Note [Communication busy time]: a compute op runs HardwareProfile::overlap_compute_slowdown times slower for the
 // part of it during which any communication stream is busy — the union of their busy intervals. (The union, not the

@@ -5,20 +5,12 @@
 #include <array>
 #include <cmath>
 
-#include "caching_allocator.h"
 #include "errors.h"
+#include "memory_walk.h"
+#include "op_durations.h"
 #include "op_placement.h"
 
 namespace shardplan {
-namespace {
-
-struct MemoryEvent {
-  double time_s;
-  int op_id;
-  bool is_free;
-};
-
-}  // namespace
 
 std::string describe_op(const Op& op, const StepSchedule& schedule, const std::vector<std::string>* layer_names) {
   std::string name = to_string(op.kind);
@@ -36,36 +28,6 @@ std::string describe_op(const Op& op, const StepSchedule& schedule, const std::v
 }
 
 namespace {
-
-// Note [Reserved memory]: PyTorch's caching allocator keeps freed blocks cached for the stream that allocated them
-// and never hands them to another stream's allocations, so FSDP's reserved memory is each stream pool's own,
-// summed: "the outstanding fragmentation for fsdp2 is only inter-stream fragmentation: 1) all-gather stream has its
-// own memory pool, 2) default stream has its own memory pool" (verl-project/verl#3020, FSDP2's maintainer). Gathered
-// parameters come from the all-gather stream, reduction buffers from the reduction streams, everything else from
-// the default stream; the overhead term (CUDA context, NCCL, library workspaces) is outside the allocator. Within a
-// pool, what it reserves beyond its allocated peak is the segments of smaller tensors that larger ones cannot use
-// (Note [Allocator size classes] in caching_allocator.h): activations are classed by their layer's largest tensor
-// (StepSchedule::activation_tensor_bytes), everything else is class 0. What the pools can reserve is bounded by the
-// device: a cudaMalloc that fails makes the allocator release its unused cached segments and try again
-// (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks before the retry in malloc), so segments that smaller
-// tensors left are given back before the device runs out; beyond the device's memory less the overhead, only the
-// allocated peak itself can push reserved.
-constexpr std::size_t kAllocatorPools = 3;
-int allocator_pool(MemoryCategory category) {
-  switch (category) {
-    case MemoryCategory::unsharded_params:
-    case MemoryCategory::root_unit: return 1;
-    case MemoryCategory::comm_buffers: return 2;
-    case MemoryCategory::overhead: return -1;
-    default: return 0;
-  }
-}
-
-std::int64_t size_class(const MemoryChange& change, const Op& op, const StepSchedule& schedule) {
-  if (change.category != MemoryCategory::activations || op.layer < 0) return 0;
-  const auto layer = static_cast<std::size_t>(op.layer);
-  return layer < schedule.activation_tensor_bytes.size() ? schedule.activation_tensor_bytes[layer] : 0;
-}
 
 // One pass of the timing walk: every op's start and end, and each stream's busy time.
 struct Placement {
@@ -127,10 +89,7 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
   SimulationResult result;
   SimulationSummary& summary = result.summary;
   summary.op_count = count;
-  std::vector<double> base_s(count);
-  for (std::size_t index = 0; index < count; ++index) {
-    base_s[index] = base_duration_s(schedule.ops[index], schedule.compute_element_bytes, profile);
-  }
+  const std::vector<double> base_s = base_durations_s(schedule, profile);  // Note [Durations by shape]
   Placement placement = place_ops(schedule, profile, base_s, {});
   if (profile.overlap_collective_slowdown > 1.0) {  // Note [Collective slowdown]
     for (int pass = 1; pass < kMaxCollectivePasses; ++pass) {
@@ -151,88 +110,34 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     summary.stream_busy_s.emplace_back(to_string(static_cast<StreamKind>(stream)),
                                        stream_busy[static_cast<std::size_t>(stream)]);
   }
-  for (OpKind kind : {OpKind::all_gather, OpKind::reduce_scatter, OpKind::all_reduce, OpKind::all_to_all}) {
-    if (kind == OpKind::all_to_all && schedule.count(kind) == 0) continue;  // only plans with expert parallelism
-    CollectiveTotals totals;
-    totals.kind = to_string(kind);
-    for (std::size_t index = 0; index < count; ++index) {
-      const Op& op = schedule.ops[index];
-      if (op.kind != kind) continue;
-      ++totals.count;
-      totals.bytes += op.bytes;
-      totals.busy_s += end[index] - start[index];
-    }
-    summary.collectives.push_back(totals);
-  }
-
-  // Memory: walk allocation and free events in time order.
-  std::vector<MemoryEvent> events;
-  events.reserve(2 * count);
+  constexpr std::array<OpKind, 4> kCollectiveKinds{OpKind::all_gather, OpKind::reduce_scatter, OpKind::all_reduce,
+                                                   OpKind::all_to_all};
+  std::array<CollectiveTotals, kCollectiveKinds.size()> totals;
   for (std::size_t index = 0; index < count; ++index) {
     const Op& op = schedule.ops[index];
-    if (!op.allocates.empty() || !op.frees_at_start.empty()) events.push_back({start[index], op.id, false});
-    if (!op.frees.empty()) events.push_back({end[index], op.id, true});
+    if (!is_collective(op.kind)) continue;
+    CollectiveTotals& of_kind = totals[static_cast<std::size_t>(
+        std::find(kCollectiveKinds.begin(), kCollectiveKinds.end(), op.kind) - kCollectiveKinds.begin())];
+    ++of_kind.count;
+    of_kind.bytes += op.bytes;
+    of_kind.busy_s += end[index] - start[index];
   }
-  std::stable_sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
-    if (a.time_s != b.time_s) return a.time_s < b.time_s;
-    return a.is_free && !b.is_free;  // at equal times frees first: the caching allocator reuses the block
-  });
-  MemoryByCategory current = schedule.persistent;
-  long long total = 0;
-  for (auto bytes : current) total += bytes;
-  summary.peak_memory_bytes = total;
-  summary.memory_at_peak = current;
-  std::array<SizeClassPool, kAllocatorPools> pools;
-  for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
-    const auto pool = allocator_pool(static_cast<MemoryCategory>(category));
-    if (pool >= 0) pools[static_cast<std::size_t>(pool)].allocate(current[category], 0);
+  for (std::size_t at = 0; at < kCollectiveKinds.size(); ++at) {
+    // All-to-alls only in plans with expert parallelism.
+    if (kCollectiveKinds[at] == OpKind::all_to_all && totals[at].count == 0) continue;
+    totals[at].kind = to_string(kCollectiveKinds[at]);
+    summary.collectives.push_back(std::move(totals[at]));
   }
-  const auto sample = [&](double time_s) {
-    if (!record_timeline) return;
-    if (!result.timeline.memory.empty() && result.timeline.memory.back().time_s == time_s) {
-      result.timeline.memory.back().bytes = current;
-    } else {
-      result.timeline.memory.push_back({time_s, 0, current});
-    }
-  };
-  sample(0.0);
-  for (const MemoryEvent& event : events) {
-    const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
-    const auto apply = [&](const std::vector<MemoryChange>& changes, int sign) {
-      for (const MemoryChange& change : changes) {
-        current[static_cast<std::size_t>(change.category)] += sign * change.bytes;
-        total += sign * change.bytes;
-        const auto pool = allocator_pool(change.category);
-        if (pool < 0) continue;
-        SizeClassPool& allocator = pools[static_cast<std::size_t>(pool)];
-        if (sign > 0) {
-          allocator.allocate(change.bytes, size_class(change, op, schedule));
-        } else {
-          allocator.free(change.bytes, size_class(change, op, schedule));
-        }
-      }
-    };
-    if (event.is_free) {
-      apply(op.frees, -1);
-    } else {
-      apply(op.frees_at_start, -1);  // Note [Reduction buffers] (schedule.h): released before the op allocates
-      apply(op.allocates, +1);
-    }
-    if (total > summary.peak_memory_bytes) {
-      summary.peak_memory_bytes = total;
-      summary.memory_at_peak = current;
-      summary.peak_op_id = event.op_id;
-    }
-    sample(event.time_s);
-  }
-  for (const SizeClassPool& pool : pools) summary.reserved_peak_bytes += pool.reserved_bytes();
-  const std::int64_t overhead_bytes = schedule.persistent[static_cast<std::size_t>(MemoryCategory::overhead)];
-  if (profile.device_memory_bytes > 0) {  // Note [Reserved memory]: the retry after a failed cudaMalloc
-    summary.reserved_peak_bytes =
-        std::min(summary.reserved_peak_bytes, std::max(profile.device_memory_bytes - overhead_bytes,
-                                                       summary.peak_memory_bytes - overhead_bytes));
-  }
-  summary.device_peak_bytes = summary.reserved_peak_bytes + overhead_bytes;
+
+  // Memory: every op's changes in time order (memory_walk.h).
+  if (record_timeline) result.timeline.memory.reserve(count);
+  const MemoryWalk memory =
+      walk_memory(schedule, start, end, profile, record_timeline ? &result.timeline.memory : nullptr);
+  summary.peak_memory_bytes = memory.peak_bytes;
+  summary.memory_at_peak = memory.at_peak;
+  summary.peak_op_id = memory.peak_op_id;
+  summary.reserved_peak_bytes = memory.reserved_peak_bytes;
+  summary.device_peak_bytes = memory.device_peak_bytes;
   if (summary.peak_op_id >= 0) {
     summary.peak_op = describe_op(schedule.ops[static_cast<std::size_t>(summary.peak_op_id)], schedule, nullptr);
   }

@@ -28,7 +28,7 @@ struct SimulationSummary {
   std::vector<CollectiveTotals> collectives;
   std::int64_t peak_memory_bytes = 0;  // allocated (what the "fits" test compares with the device's memory)
   MemoryByCategory memory_at_peak{};
-  // Note [Reserved memory] (simulator.cpp): the caching allocator's reserved peak, torch.cuda.max_memory_reserved()
+  // Note [Reserved memory] (memory_walk.cpp): the caching allocator's reserved peak, torch.cuda.max_memory_reserved()
   // (the overhead term, outside PyTorch's allocator, left out), and the device's (nvidia-smi's) = reserved + overhead.
   std::int64_t reserved_peak_bytes = 0;
   std::int64_t device_peak_bytes = 0;

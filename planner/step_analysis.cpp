@@ -82,7 +82,7 @@ std::string render_simulation_text(const SimulationSummary& summary, const StepS
   std::snprintf(line, sizeof line, "\npeak memory      %10.2f GiB allocated at %s\n", gib(summary.peak_memory_bytes),
                 summary.peak_op.empty() ? "step start" : summary.peak_op.c_str());
   out << line;
-  // Note [Reserved memory] (simulator.cpp), Note [Memory headroom]: the device's peak (the caching allocator's
+  // Note [Reserved memory] (memory_walk.cpp), Note [Memory headroom]: the device's peak (the caching allocator's
   // reserved peak + the overhead, what nvidia-smi shows) is what the one fits verdict compares.
   std::snprintf(line, sizeof line, "reserved         %10.2f GiB (caching allocator + overhead) of %.2f GiB: %s (%s)\n",
                 gib(summary.device_peak_bytes), gib(headroom.cap_bytes),
