@@ -15,12 +15,14 @@
 #include "errors.h"
 #include "flag_checks.h"
 #include "gpu_executor.h"
+#include "host_local_rank.h"
 #include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
 #include "mpi_communicator.h"
 #include "mpi_session.h"
 #include "plan_json.h"
+#include "run_host_memory.h"
 #include "run_support.h"
 #include "runner.h"
 
@@ -97,10 +99,13 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
                        ": not yet supported (expected a plan with tensor_parallel_degree 1, or no checkpoints)");
     }
   }
+  // Note [Run host memory]: refused before any rank allocates its states (bad_alloc or the OOM killer otherwise).
+  const int ranks_on_host = comm::host_local_rank(MPI_COMM_WORLD).size;
+  for (const CpuPlanRun& run : runs) check_run_host_memory(run.plan, run.model, size, ranks_on_host);
   // Note [Step watchdog]: started before the runners, so the groups they split from `world` are watched too.
   const auto watchdog =
       start_watchdog(run_watchdog_timeout_s(flags, plans, model, "1x" + std::to_string(size) + "xcpu"), world,
-                     [](const std::string&) { MPI_Abort(MPI_COMM_WORLD, 1); });
+                     [](const std::string&) { MPI_Abort(MPI_COMM_WORLD, comm::kExitAborted); });
   const auto watched = [&](const std::string& phase) { return comm::WatchedPhase(watchdog.get(), phase); };
   for (std::size_t i = 0; i < runs.size(); ++i) {
     CpuPlanRun& run = runs[i];
@@ -170,7 +175,12 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
       write_run_trace(run.flags, run.plan, run.model, run.outcome, world.native(), size);
     }
   } catch (const std::exception& error) {
-    if (size == 1) throw;
+    // Note [Aborted status] (executor/comm/communicator.h): training began, so this is neither bad input (2) nor,
+    // necessarily, a bug (1). One rank has no one to bring down: it says so in one line, with the same status.
+    if (size == 1) {
+      std::fprintf(stderr, "shardplan: run aborted: %s\n", Error::one_line(error.what()).c_str());
+      return comm::kExitAborted;
+    }
     world.abort(std::string("shardplan run: ") + error.what());
   }
   if (!lead) return 0;
