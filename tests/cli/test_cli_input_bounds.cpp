@@ -133,3 +133,24 @@ TEST_CASE("input bounds: `run` refuses a model whose states exceed the host's av
                      {"run: the model states of llama3-70b need 1.03 TiB per rank (1 rank on this host)",
                       "the host's available memory", "MemAvailable in /proc/meminfo"});
 }
+
+TEST_CASE("input bounds: a checkpoint file that is a directory is refused naming it" * doctest::test_suite("can-skip")) {
+  if (!shardplan_test::mpi_build()) SKIP_CASE("this shardplan was built without MPI (`run` is missing)");
+  const auto dir = shardplan_test::scratch("checkpoint-directory");
+  const std::string checkpoints = (dir / "ck").string();
+  const Args run = {"run", "--device", "cpu", "--steps", "1", "--checkpoint-dir", checkpoints, "--json"};
+  REQUIRE(run_shardplan(run).exit_status == 0);
+  std::ifstream latest_stream(fs::path(checkpoints) / "latest");
+  std::string latest;
+  std::getline(latest_stream, latest);
+  const fs::path shard = fs::path(checkpoints) / latest / "rank-0.bin";
+  REQUIRE(fs::exists(shard));
+  fs::remove(shard);
+  fs::create_directory(shard);
+  // Reverted (ifstream on it): "basic_filebuf::underflow error reading the file", without the file's name.
+  Args resume = run;
+  resume[4] = "2";
+  resume.push_back("--resume");
+  expect_input_error(resume, {shard.string() + ": a directory, expected a checkpoint file"});
+  fs::remove_all(dir);
+}
