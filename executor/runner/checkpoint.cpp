@@ -278,7 +278,10 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
   const std::string latest_path = (fs::path(dir) / "latest").string();
   std::string latest;
   if (!read_whole_file(latest_path, latest, rank)) {
-    throw input_error(dir + ": no checkpoint to resume from (" + latest_path + " is missing)");
+    // A job killed during its first save leaves step directories but no committed `latest` (and its temporary,
+    // removed by load_checkpoint): nothing is known to be complete, so the run starts over.
+    throw input_error(dir + ": no checkpoint to resume from (" + latest_path +
+                      " is missing: no save was committed); start without --resume");
   }
   while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
   if (latest.rfind("step-", 0) != 0 || latest.size() == 5 ||
