@@ -154,3 +154,23 @@ TEST_CASE("input bounds: a checkpoint file that is a directory is refused naming
   expect_input_error(resume, {shard.string() + ": a directory, expected a checkpoint file"});
   fs::remove_all(dir);
 }
+
+TEST_CASE("input bounds: under mpirun a set-up error is printed once, not once per rank"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
+  // Reverted (every rank printed, Note [Set-up errors once]): two identical lines from -np 2.
+  const auto dir = shardplan_test::scratch("errors-once");
+  const auto lines_of = [&](const Args& extra) {
+    Args args = {"--oversubscribe", "-np", "2", shardplan_test::shardplan_binary(), "run", "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const shardplan_test::RunResult result = shardplan_test::run_program("mpirun", args);
+    INFO("stderr: " << result.err);
+    CHECK(result.exit_status == 2);
+    std::size_t count = 0;
+    for (const std::string& line : result.err_lines()) count += line.starts_with("shardplan: error: ");
+    return count;
+  };
+  CHECK(lines_of({"--trace", dir.string()}) == 1);                          // refused as it is parsed
+  CHECK(lines_of({"-m", "examples/hf/llama3-70b.json", "--steps", "1"}) == 1);  // refused in set-up, agreed
+  fs::remove_all(dir);
+}
