@@ -22,8 +22,8 @@ inline constexpr std::size_t kMaxJsonDepth = 128;
 // it must be a regular file (a directory, /dev/zero, a FIFO or a socket is refused: /dev/zero grew the reader to
 // 2-8 GB, a FIFO blocked), no larger than the bound of its kind; the read itself stops one byte past the bound (a file
 // growing meanwhile, or a /proc file whose size reads 0). Inline JSON (Note [Inline JSON]) has the same bound as a
-// file of its kind. nlohmann::json takes about 10x a document's size in memory and 4 s per 16 MB here (a 120 MB
-// model took 30 s and 1.2 GB before its refusal).
+// file of its kind. Parsing costs about 10x a document's size in memory and 0.25 s per MB (issue 37: a 120 MB model
+// took 30 s and 1.2 GB before its refusal), so 16 MiB is about 4 s and 160 MB at most.
 // Model, Hugging Face config, cluster, catalog, profile and plan documents: 16 MiB. The largest shardplan writes or
 // reads are far smaller: a torch-bridge model file with measured samples is about 2 KB a layer (20 MB would be a
 // 10,000-layer model, kMaxLayers, every layer listed, which `repeat` avoids), a plan about 100 bytes a unit.
