@@ -92,7 +92,7 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
       ->check(output_file("--report"));
   command->add_flag("--json", flags->json, "print JSON");
   return [command, flags, output]() {
-    const ModelSpec base = load_model(flags->model);
+    const ModelSpec base = load_searchable_model(flags->model, "capacity");
     const HardwareCatalog catalog = load_catalog(flags->catalog_file);
     const TrainingConfig training = resolve_training(flags->training, base);
     const ModelSpec model = finetuned_for(base, training);

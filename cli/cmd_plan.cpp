@@ -150,7 +150,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       ->check(output_directory("--out-dir"));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [command, flags, output]() {
-    const ModelSpec base = load_model(flags->model_cluster.model);
+    const ModelSpec base = load_searchable_model(flags->model_cluster.model, "plan");
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
     const TrainingConfig training = resolve_training(flags->training, base);

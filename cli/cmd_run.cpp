@@ -15,12 +15,14 @@
 #include "errors.h"
 #include "flag_checks.h"
 #include "gpu_executor.h"
+#include "host_local_rank.h"
 #include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
 #include "mpi_communicator.h"
 #include "mpi_session.h"
 #include "plan_json.h"
+#include "run_host_memory.h"
 #include "run_support.h"
 #include "runner.h"
 
@@ -58,6 +60,22 @@ std::unique_ptr<runtime::ByteTextDataset> plan_dataset(const RunFlags& flags, co
   return std::make_unique<runtime::ByteTextDataset>(data_options);
 }
 
+// Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]) and of a TP rank's slice have not
+// been saved and resumed yet: InputError when `flags` asks for checkpoints of such a plan.
+void check_run_checkpoints(const Plan& plan, const RunFlags& flags) {
+  if (flags.checkpoint_dir.empty() && !flags.resume) return;
+  if (!plan.training.finetune.trains_all()) {
+    throw InputError(std::string("--checkpoint-dir/--resume with fine-tuning '") +
+                     to_string(plan.training.finetune.mode) +
+                     "': not yet supported (expected a full-training plan, or no checkpoints)");
+  }
+  if (plan.tensor_parallel_degree > 1) {
+    throw InputError("--checkpoint-dir/--resume with tensor_parallel_degree " +
+                     std::to_string(plan.tensor_parallel_degree) +
+                     ": not yet supported (expected a plan with tensor_parallel_degree 1, or no checkpoints)");
+  }
+}
+
 int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   comm::MpiSession session;
   comm::MpiCommunicator world(MPI_COMM_WORLD);
@@ -65,46 +83,56 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   const bool lead = world.rank() == 0;
   const RunFlags& flags = plan_flags.front();  // every flag but the plan and trace is shared
   const bool interleaved = plan_flags.size() > 1;
-  // Set-up errors (model, plan, data) happen identically on every rank before any collective, so they propagate
-  // normally (exit 2/1); once training runs, a failing rank brings the whole job down (Communicator::abort).
-  const ModelSpec model = load_model(flags.model);
-  // --steps and --checkpoint-every were checked in range as they were parsed (add_run_command).
-  if (flags.resume && flags.checkpoint_dir.empty()) throw InputError("--resume: needs --checkpoint-dir");
-  if (interleaved && (!flags.checkpoint_dir.empty() || flags.resume)) {
-    throw InputError("--checkpoint-dir/--resume: checkpoint one plan at a time, got " +
-                     std::to_string(plan_flags.size()) + " --plan");
-  }
+  // Note [Set-up errors once]: set-up (model, plan, data, host memory) runs on every rank with no collective inside,
+  // and its InputErrors are agreed before training: when every rank failed (the usual case: the same flags and
+  // files), rank 0 alone prints its line and every rank exits 2 — under mpirun each used to print its own copy;
+  // when only some did (a file missing on one host), each of those prints its line with its rank. Once training runs,
+  // a failing rank brings the whole job down (Communicator::abort, Note [Aborted status]).
+  const int ranks_on_host = comm::host_local_rank(MPI_COMM_WORLD).size;  // collective: before anything can fail
+  ModelSpec model;
   runner::RunnerOptions options;
   options.seed = flags.seed;
   std::vector<CpuPlanRun> runs(plan_flags.size());
   std::vector<Plan> plans;
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    runs[i].flags = plan_flags[i];
-    runs[i].plan = run_plan(runs[i].flags, model, size);
-    runs[i].model = run_model(model, runs[i].plan);
-    plans.push_back(runs[i].plan);
-    // Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]) have not been saved and
-    // resumed yet.
-    if (!runs[i].plan.training.finetune.trains_all() && (!flags.checkpoint_dir.empty() || flags.resume)) {
-      throw InputError(std::string("--checkpoint-dir/--resume with fine-tuning '") +
-                       to_string(runs[i].plan.training.finetune.mode) +
-                       "': not yet supported (expected a full-training plan, or no checkpoints)");
+  std::string set_up_error;
+  try {
+    model = load_model(flags.model);
+    // --steps and --checkpoint-every were checked in range as they were parsed (add_run_command).
+    if (flags.resume && flags.checkpoint_dir.empty()) throw InputError("--resume: needs --checkpoint-dir");
+    if (interleaved && (!flags.checkpoint_dir.empty() || flags.resume)) {
+      throw InputError("--checkpoint-dir/--resume: checkpoint one plan at a time, got " +
+                       std::to_string(plan_flags.size()) + " --plan");
     }
-    // Checkpoints hold each rank's FSDP shards; those of a TP rank's slice have not been saved and resumed yet.
-    if (runs[i].plan.tensor_parallel_degree > 1 && (!flags.checkpoint_dir.empty() || flags.resume)) {
-      throw InputError("--checkpoint-dir/--resume with tensor_parallel_degree " +
-                       std::to_string(runs[i].plan.tensor_parallel_degree) +
-                       ": not yet supported (expected a plan with tensor_parallel_degree 1, or no checkpoints)");
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      runs[i].flags = plan_flags[i];
+      runs[i].plan = run_plan(runs[i].flags, model, size);
+      runs[i].model = run_model(model, runs[i].plan);
+      plans.push_back(runs[i].plan);
+      check_run_checkpoints(runs[i].plan, flags);
+      // Note [Run host memory]: refused before any rank allocates its states (bad_alloc or the OOM killer).
+      check_run_host_memory(runs[i].plan, runs[i].model, size, ranks_on_host);
+      runs[i].data = plan_dataset(runs[i].flags, runs[i].plan);
     }
+  } catch (const InputError& error) {
+    if (size == 1) throw;
+    set_up_error = error.what();
+  }
+  if (size > 1) {
+    int failed_here = set_up_error.empty() ? 0 : 1, ranks_failed = 0;
+    MPI_Allreduce(&failed_here, &ranks_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (ranks_failed == size && lead) throw InputError(set_up_error);
+    if (ranks_failed != size && failed_here != 0) {
+      std::fprintf(stderr, "shardplan: error: rank %d: %s\n", world.rank(), set_up_error.c_str());
+    }
+    if (ranks_failed > 0) return 2;  // the line is printed above (or by rank 0); the others are quiet
   }
   // Note [Step watchdog]: started before the runners, so the groups they split from `world` are watched too.
   const auto watchdog =
       start_watchdog(run_watchdog_timeout_s(flags, plans, model, "1x" + std::to_string(size) + "xcpu"), world,
-                     [](const std::string&) { MPI_Abort(MPI_COMM_WORLD, 1); });
+                     [](const std::string&) { MPI_Abort(MPI_COMM_WORLD, comm::kExitAborted); });
   const auto watched = [&](const std::string& phase) { return comm::WatchedPhase(watchdog.get(), phase); };
   for (std::size_t i = 0; i < runs.size(); ++i) {
     CpuPlanRun& run = runs[i];
-    run.data = plan_dataset(run.flags, run.plan);
     run.runner = std::make_unique<runner::Runner>(run.model, run.plan, world, options);
     run.outcome.executor = "cpu";
     run.outcome.keep_timelines = !run.flags.trace_file.empty();
@@ -170,7 +198,12 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
       write_run_trace(run.flags, run.plan, run.model, run.outcome, world.native(), size);
     }
   } catch (const std::exception& error) {
-    if (size == 1) throw;
+    // Note [Aborted status] (executor/comm/communicator.h): training began, so this is neither bad input (2) nor,
+    // necessarily, a bug (1). One rank has no one to bring down: it says so in one line, with the same status.
+    if (size == 1) {
+      std::fprintf(stderr, "shardplan: run aborted: %s\n", Error::one_line(error.what()).c_str());
+      return comm::kExitAborted;
+    }
     world.abort(std::string("shardplan run: ") + error.what());
   }
   if (!lead) return 0;

@@ -72,7 +72,10 @@ int run_on_gpu(const RunFlags& flags) {
     const comm::WatchedPhase phase(watchdog.get(), "trace merge");
     write_run_trace(flags, plan, model, outcome, control.native(), size);
   } catch (const std::exception& error) {
-    if (size == 1) throw;
+    if (size == 1) {  // Note [Aborted status], as run_on_cpu
+      std::fprintf(stderr, "shardplan: run aborted: %s\n", Error::one_line(error.what()).c_str());
+      return comm::kExitAborted;
+    }
     world.abort(std::string("shardplan run: ") + error.what());
   }
   if (lead) print_run_outcome(flags, model, plan, outcome);

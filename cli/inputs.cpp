@@ -10,6 +10,7 @@
 #include "input_limits.h"
 #include "json_input.h"
 #include "memory_headroom.h"
+#include "model_source.h"
 #include "name_suggest.h"
 #include "plan.h"
 #include "precision.h"
@@ -264,6 +265,16 @@ HardwareCatalog load_catalog(const std::string& catalog_file) {
     catalog.merge_user_json(read_json_argument(catalog_file, "catalog"), json_argument_origin(catalog_file, "catalog"));
   }
   return catalog;
+}
+
+ModelSpec load_searchable_model(const std::string& model_argument, const std::string& command) {
+  ModelSpec model = load_model(model_argument);
+  if (model.block_count() == 0) {
+    throw InputError(json_argument_origin(model_argument, "model") + ": no layer of kind 'transformer_block': " +
+                     command + " searches how to wrap the blocks into FSDP units, expected at least one (estimate " +
+                     "and simulate take a model without)");
+  }
+  return model;
 }
 
 Cluster resolve_cluster(const ModelClusterFlags& flags) {

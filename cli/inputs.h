@@ -69,6 +69,9 @@ KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags
 void add_memory_headroom_flag(CLI::App& command, double& percent);
 
 HardwareCatalog load_catalog(const std::string& catalog_file);
+// The model of a searching command (plan, capacity): load_model, and InputError for a model with no transformer block,
+// which the wrapping search has nothing to wrap in (estimate and simulate take one).
+ModelSpec load_searchable_model(const std::string& model_argument, const std::string& command);
 Cluster resolve_cluster(const ModelClusterFlags& flags);
 HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& cluster);
 TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model);

@@ -1,7 +1,23 @@
 // The `shardplan` binary: the planning commands, `calibrate`, and `run` where MPI is built; errors to stderr.
+#include <cstdlib>
 #include <iostream>
+#include <string_view>
 
 #include "app.h"
+
+namespace {
+
+// Note [Set-up errors once] (cmd_run.cpp): a flag refused as it is parsed (`run --trace <a directory>`) is refused
+// before MPI starts, identically on every rank of an mpirun, which used to print the line once per rank. The rank is
+// then known only from the launcher's environment (Open MPI, PMIx, MPICH/Slurm's PMI): rank 0 prints it.
+bool quiet_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* rank = std::getenv(name)) return std::string_view(rank) != "0";
+  }
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace shardplan::cli;
@@ -13,6 +29,6 @@ int main(int argc, char** argv) {
 #endif
   CommandLine line(commands, stdout_output());
   const Outcome outcome = line.run(argc, argv);
-  if (!outcome.error_line.empty()) std::cerr << outcome.error_line << "\n";
+  if (!outcome.error_line.empty() && !(outcome.status == 2 && quiet_rank())) std::cerr << outcome.error_line << "\n";
   return outcome.status;
 }

@@ -31,9 +31,11 @@ bool ends_with_json(std::string_view text) {
   return tail == ".json";
 }
 
+// Anything but a directory: a FIFO or a device named is refused as a file (Note [Input files]), not parsed as a spec.
 bool names_existing_file(const std::string& text) {
   std::error_code error;  // a name the filesystem rejects is simply not a file
-  return std::filesystem::is_regular_file(text, error);
+  const auto status = std::filesystem::symlink_status(text, error);
+  return std::filesystem::exists(status) && !std::filesystem::is_directory(status);
 }
 
 // Accepts what `describe()` prints and what people paste: spaces around the separators and "×" for "x".

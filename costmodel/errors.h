@@ -4,6 +4,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace shardplan {
 
@@ -12,7 +13,7 @@ namespace shardplan {
 class Error : public std::runtime_error {
  public:
   // Control characters in the message (a newline inside a user's key or flag value) are escaped, so every error is
-  // exactly one line, as the CLI contract promises.
+  // exactly one line, as the CLI contract promises; every value it echoes is clipped (Note [Echoed values]).
   Error(const std::string& message, int rank, std::source_location where)
       : std::runtime_error(one_line(message)), rank_(rank), where_(where) {}
   int rank() const { return rank_; }
@@ -25,6 +26,14 @@ class Error : public std::runtime_error {
   int rank_;
   std::source_location where_;
 };
+
+// Note [Echoed values]: an error names the value it refuses, but the value may be a 3 MB GPU name, a 5 MB line of an
+// unterminated JSON string or a 4,000-byte path. Every error line is built by Error::one_line, which clips each echoed
+// value longer than limits::kMaxEchoedBytes to its first bytes (whole UTF-8 characters) and "… (N bytes)": a value in
+// single quotes ('name'; an apostrophe inside a word does not open one) and any other run of non-blank bytes (a path,
+// "path:12:3:"). The line as a whole stops at limits::kMaxErrorLineBytes, so no input makes an error line unbounded.
+// clip_echoed() is the same clipping for a message built outside Error (the Python module's own).
+std::string clip_echoed(std::string_view value);
 
 // The user's input (a file, a flag, a preset name) is wrong. The message names the file, the field and what was
 // expected, in one line. The CLI prints it and exits with status 2.

@@ -17,6 +17,27 @@ namespace shardplan::limits {
 // carrying its plan) nests 7 levels; 128 leaves room for any hand-written or foreign file at a few KB of stack.
 inline constexpr std::size_t kMaxJsonDepth = 128;
 
+// --- input files and error lines -------------------------------------------------------------------------------------
+// Note [Input files]: every file an input flag names is opened without blocking and checked before a byte is read:
+// it must be a regular file (a directory, /dev/zero, a FIFO or a socket is refused: /dev/zero grew the reader to
+// 2-8 GB, a FIFO blocked), no larger than the bound of its kind; the read itself stops one byte past the bound (a file
+// growing meanwhile, or a /proc file whose size reads 0). Inline JSON (Note [Inline JSON]) has the same bound as a
+// file of its kind. Parsing costs about 10x a document's size in memory and 0.25 s per MB (issue 37: a 120 MB model
+// took 30 s and 1.2 GB before its refusal), so 16 MiB is about 4 s and 160 MB at most.
+// Model, Hugging Face config, cluster, catalog, profile and plan documents: 16 MiB. The largest shardplan writes or
+// reads are far smaller: a torch-bridge model file with measured samples is about 2 KB a layer (20 MB would be a
+// 10,000-layer model, kMaxLayers, every layer listed, which `repeat` avoids), a plan about 100 bytes a unit.
+inline constexpr std::int64_t kMaxJsonFileBytes = std::int64_t{16} << 20;
+// Chrome traces (compare --predicted/--measured, calibrate --trace): 512 MiB. About 250 bytes per op; the largest
+// step (kMaxLayerPassesPerStep x ~7.5 ops) is about 250 MB for one rank.
+inline constexpr std::int64_t kMaxTraceFileBytes = std::int64_t{512} << 20;
+// run --data, a byte-per-token text file every rank holds whole: 1 GiB (the CPU executor's runs read kilobytes).
+inline constexpr std::int64_t kMaxDatasetFileBytes = std::int64_t{1} << 30;
+// A checkpoint's manifest (JSON) is a document of the first kind; its shards are raw tensors, read by size.
+// Note [Echoed values] (errors.h): the longest value an error line echoes whole, and the longest error line.
+inline constexpr std::size_t kMaxEchoedBytes = 80;
+inline constexpr std::size_t kMaxErrorLineBytes = 2000;
+
 // --- models ----------------------------------------------------------------------------------------------------------
 // 80x the deepest published decoder (Llama 3.1 405B: 126 blocks). Measured here: simulating one step of a
 // 100,000-layer model took 11 s and 470 MB (the lowering is superlinear in layers), 10,000 layers 0.2 s.

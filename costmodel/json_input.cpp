@@ -1,13 +1,17 @@
 // Implementation of JSON parsing with positions and of the field reader that names every bad field.
 #include "json_input.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
-#include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "errors.h"
 #include "input_limits.h"
@@ -57,9 +61,39 @@ std::optional<std::size_t> first_too_deep(std::string_view text, std::size_t mos
   return std::nullopt;
 }
 
+// "a character device", "a FIFO": what a file that is not a regular one is, for the refusal.
+std::string file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string mib_text(std::int64_t bytes) {
+  return bytes % (std::int64_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
+// Closes a file descriptor when it goes out of scope.
+struct FileDescriptor {
+  int fd;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
 }  // namespace
 
-nlohmann::json parse_json_text(std::string_view text, const std::string& origin) {
+nlohmann::json parse_json_text(std::string_view text, const std::string& origin, std::int64_t max_bytes) {
+  if (text.size() > static_cast<std::uint64_t>(max_bytes)) {
+    throw InputError(origin + ": " + std::to_string(text.size()) + " bytes, expected at most " + mib_text(max_bytes) +
+                     " (README, Input limits)");
+  }
+  // A UTF-8 byte order mark (Windows editors write one) is not part of the document; columns count after it.
+  if (text.starts_with(kUtf8Bom)) text.remove_prefix(kUtf8Bom.size());
   if (const auto offset = first_too_deep(text, limits::kMaxJsonDepth)) {
     const auto [line, column] = line_and_column(text, *offset);
     throw InputError(origin + ":" + std::to_string(line) + ":" + std::to_string(column) +
@@ -87,22 +121,53 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& origin)
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) throw InputError(path + ": is a directory, expected a file");
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) throw InputError(path + ": cannot open file for reading");
-  std::ostringstream contents;
-  contents << stream.rdbuf();
-  if (stream.bad()) throw InputError(path + ": read error");
-  return contents.str();
+std::string read_text_file(const std::string& path, std::int64_t max_bytes) {
+  // Note [Input files]: O_NONBLOCK so that opening a FIFO returns at once (it is refused next); fstat on the open
+  // descriptor, so the file checked is the file read.
+  const FileDescriptor file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (file.fd < 0) {
+    const int error = errno;
+    if (error == ENOENT) throw InputError(path + ": cannot open file for reading");
+    throw InputError(path + ": cannot open file for reading (" + std::strerror(error) + ")");
+  }
+  struct stat status {};
+  if (::fstat(file.fd, &status) != 0) throw InputError(path + ": cannot read its status: " + std::strerror(errno));
+  if (S_ISDIR(status.st_mode)) throw InputError(path + ": is a directory, expected a file");
+  if (!S_ISREG(status.st_mode)) {
+    throw InputError(path + ": " + file_type_name(status.st_mode) + ", expected a regular file");
+  }
+  const auto too_large = [&](const std::string& size) {
+    return InputError(path + ": " + size + ", expected at most " + mib_text(max_bytes) +
+                      " for this kind of file (README, Input limits)");
+  };
+  if (status.st_size > max_bytes) throw too_large(std::to_string(status.st_size) + " bytes");
+  ::fcntl(file.fd, F_SETFL, ::fcntl(file.fd, F_GETFL) & ~O_NONBLOCK);  // a regular file: plain blocking reads
+  std::string contents;
+  contents.resize(static_cast<std::size_t>(status.st_size) + 1);  // one byte more shows a file that grew
+  std::size_t used = 0;
+  for (;;) {
+    if (used == contents.size()) {
+      if (contents.size() > static_cast<std::size_t>(max_bytes)) throw too_large("more than " + mib_text(max_bytes));
+      contents.resize(std::min(contents.size() * 2 + 4096, static_cast<std::size_t>(max_bytes) + 1));
+    }
+    const ssize_t got = ::read(file.fd, contents.data() + used, contents.size() - used);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw InputError(path + ": read error: " + std::strerror(errno));
+    if (got == 0) break;
+    used += static_cast<std::size_t>(got);
+  }
+  contents.resize(used);
+  return contents;
 }
 
-nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
+nlohmann::json read_json_file(const std::string& path, std::int64_t max_bytes) {
+  return parse_json_text(read_text_file(path, max_bytes), path, max_bytes);
+}
 
 bool is_inline_json(std::string_view text_or_path) {
+  if (text_or_path.starts_with(kUtf8Bom)) text_or_path.remove_prefix(kUtf8Bom.size());
   const auto first = text_or_path.find_first_not_of(" \t\r\n");
-  return first != std::string_view::npos && text_or_path[first] == '{';
+  return first != std::string_view::npos && (text_or_path[first] == '{' || text_or_path[first] == '[');
 }
 
 std::string json_argument_origin(const std::string& text_or_path, const std::string& what) {

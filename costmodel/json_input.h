@@ -14,23 +14,27 @@
 namespace shardplan {
 
 // Parses `text`; a syntax error becomes InputError "<origin>:<line>:<column>: malformed JSON: <reason>", and so does
-// nesting deeper than kMaxJsonDepth (input_limits.h), found before parsing.
-nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
+// nesting deeper than kMaxJsonDepth (input_limits.h), found before parsing. Text longer than `max_bytes` is refused
+// unparsed; a leading UTF-8 byte order mark is skipped.
+nlohmann::json parse_json_text(std::string_view text, const std::string& origin,
+                               std::int64_t max_bytes = limits::kMaxJsonFileBytes);
 
-// Reads and parses a file; an unreadable file is an InputError naming it.
-nlohmann::json read_json_file(const std::string& path);
+// Reads (read_text_file) and parses a file of at most `max_bytes`; an unreadable file is an InputError naming it.
+nlohmann::json read_json_file(const std::string& path, std::int64_t max_bytes = limits::kMaxJsonFileBytes);
 
 // Note [Inline JSON]: where a flag takes a JSON file (--model, --cluster, --catalog, --plan, --profile) it also takes
-// the document itself, written inline: text whose first non-blank character is '{'. No file name begins so in
-// practice, and the Python module passes dicts this way. Messages name it "<what> (inline JSON)".
+// the document itself, written inline: text whose first non-blank character (after a UTF-8 byte order mark, if any)
+// is '{' or '[' (an array is then refused for not being an object, not taken for a file name). No file name begins
+// so in practice, and the Python module passes dicts this way. Messages name it "<what> (inline JSON)".
 bool is_inline_json(std::string_view text_or_path);
 // "<what> (inline JSON)" for inline text, else the path: the origin messages about the document name.
 std::string json_argument_origin(const std::string& text_or_path, const std::string& what);
 // The document of a flag value: parsed inline (Note [Inline JSON]) or read from the file it names.
 nlohmann::json read_json_argument(const std::string& text_or_path, const std::string& what);
 
-// Reads the whole file as text; InputError when it cannot be read.
-std::string read_text_file(const std::string& path);
+// Reads the whole file as text; InputError when it cannot be read, when it is not a regular file (a directory, a
+// device, a FIFO) or when it holds more than `max_bytes`, both found before reading (Note [Input files]).
+std::string read_text_file(const std::string& path, std::int64_t max_bytes = limits::kMaxJsonFileBytes);
 
 // A view of one JSON object inside a document, which knows its file (`origin`) and path ("layers[3]") so every
 // complaint names both: "model.json: field 'layers[3].params': expected a positive integer, got -5".

@@ -97,11 +97,17 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
     // exports' get_submodule("") is the model itself.
     const bool root_module = entry.has("name") && entry.raw().at("name") == "";
     const std::string name = root_module ? std::string() : entry.string("name");
+    // Required: a block whose "kind" was left out was taken for "other", so the model had no block to wrap and its
+    // plan search divided by zero (issue 37). The bridge writes it for every layer.
+    constexpr const char* kKinds = "one of embedding, transformer_block, norm, lm_head, other";
     LayerKind kind = LayerKind::other;
+    if (!entry.has("kind")) {
+      throw InputError(entry.origin() + ": missing field '" + entry.field_path("kind") + "' (expected " + kKinds + ")");
+    }
     try {
-      kind = layer_kind_from_string(entry.optional_string("kind").value_or("other"));
+      kind = layer_kind_from_string(entry.string("kind"));
     } catch (const InputError&) {
-      entry.fail("kind", "one of embedding, transformer_block, norm, lm_head, other");
+      entry.fail("kind", kKinds);
     }
     std::vector<TensorSpec> tensors;
     if (entry.has("tensors") && entry.has("params")) entry.fail("params", "either 'tensors' or 'params', not both");

@@ -26,9 +26,14 @@ ModelSpec load_model(const std::string& model_argument) {
     }
     return model_from_json(document, origin);
   }
-  const bool is_file = std::filesystem::is_regular_file(model_argument);
+  // Anything but a directory (a checkout named like a preset) is a path, so a FIFO or a device is refused as such
+  // (Note [Input files]), not looked up as a preset; the error_code overload, since a name past NAME_MAX (a long
+  // preset name) makes the other one throw "File name too long" (exit 1).
+  std::error_code error;
+  const auto status = std::filesystem::symlink_status(model_argument, error);
+  const bool names_file = std::filesystem::exists(status) && !std::filesystem::is_directory(status);
   const bool looks_like_path = model_argument.ends_with(".json") || model_argument.find('/') != std::string::npos;
-  if (!is_file && !looks_like_path) return preset_model(model_argument);
+  if (!names_file && !looks_like_path) return preset_model(model_argument);
 
   const nlohmann::json document = read_json_file(model_argument);  // names the file when it is missing
   const std::string stem = std::filesystem::path(model_argument).stem().string();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app.h"
+#include "errors.h"
 #include "name_suggest.h"
 
 namespace py = pybind11;
@@ -45,14 +46,44 @@ std::string text_of(const py::handle& value, const py::object& dumps) {
   return py::cast<std::string>(py::str(value));
 }
 
+// A keyword's name as UTF-8 for messages and flags: a lone surrogate (which UTF-8 cannot carry) as "\\udc80".
+std::string name_of(const py::handle& key) {
+  return py::cast<std::string>(py::bytes(key.attr("encode")("utf-8", "backslashreplace")));
+}
+
+// Note [Python values]: a value Python itself cannot turn into UTF-8 text or JSON — a lone surrogate, an int past
+// Python's 4,300-digit str() limit (10**5000), a dict that contains itself or nests past the recursion limit — raised
+// RuntimeError ("Unable to cast Python instance"), ValueError or RecursionError from inside the conversion (issue 37).
+// It is bad input like any other: InputError naming the argument, with Python's reason, clipped.
+template <typename Convert>
+auto converted(const std::string& command, const std::string& name, const Exceptions& errors, Convert convert) {
+  std::string reason;
+  try {
+    return convert();
+  } catch (py::error_already_set& error) {
+    reason = error.what();
+    reason = reason.substr(0, reason.find('\n'));  // Python's line, not the traceback pybind11 appends
+  } catch (const py::cast_error&) {
+    reason = "not text that UTF-8 can carry (a lone surrogate?)";
+  }
+  raise(errors.input_error,
+        shardplan::Error::one_line("shardplan: error: " + command + ": argument '" + name + "': cannot be passed (" +
+                                   reason + ")"),
+        2);
+}
+
 // The argument list (argv[0] included) a call stands for, checked against the command's options.
 std::vector<std::string> command_arguments(CommandLine& line, const std::string& command, const py::kwargs& kwargs,
                                            const Exceptions& errors) {
   CLI::App* sub = line.app().get_subcommand(command);
   const py::object dumps = py::module_::import("json").attr("dumps");
   std::vector<std::string> args = {"shardplan", command, "--json"};
-  for (const auto& [key, value] : kwargs) {
-    const std::string name = py::cast<std::string>(key);
+  for (const auto& [key, keyword_value] : kwargs) {
+    const std::string name = name_of(key);
+    const auto text_of = [&](const py::handle& value, const py::object& json_dumps) {
+      return converted(command, name, errors, [&] { return ::text_of(value, json_dumps); });
+    };
+    const py::handle& value = keyword_value;
     std::string flag = "--" + name;
     for (char& c : flag) c = c == '_' ? '-' : c;
     CLI::Option* option = name == "json" || name == "help" ? nullptr : sub->get_option_no_throw(flag);
@@ -65,8 +96,8 @@ std::vector<std::string> command_arguments(CommandLine& line, const std::string&
         known.push_back(long_name);
       }
       raise(errors.input_error,
-            "shardplan: error: " + command + ": unknown argument '" + name + "'" +
-                shardplan::did_you_mean(name, known),
+            shardplan::Error::one_line("shardplan: error: " + command + ": unknown argument '" + name + "'" +
+                                       shardplan::did_you_mean(name, known)),
             2);
     }
     if (value.is_none()) continue;

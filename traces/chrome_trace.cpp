@@ -286,6 +286,9 @@ void write_chrome_trace(const Timeline& timeline, const std::string& path) {
   write_file_atomically(path, to_chrome_trace(timeline).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-Timeline read_chrome_trace(const std::string& path) { return from_chrome_trace(read_json_file(path), path); }
+// Note [Input files] (costmodel/input_limits.h): a trace has a bound of its own, larger than other documents'.
+Timeline read_chrome_trace(const std::string& path) {
+  return from_chrome_trace(read_json_file(path, limits::kMaxTraceFileBytes), path);
+}
 
 }  // namespace shardplan

@@ -129,8 +129,16 @@ std::string output_directory_problem(const std::string& dir) {
 }
 
 // Rule 1 for a file target: "" or the problem.
+// Note [Output files], rule 1: a link is written through only to a file that exists. A dangling one made the write
+// create the directories it pointed into (issue 37): a link names a file, it does not ask for one to be made.
+std::string dangling_link_problem(const std::string& path, const std::string& target) {
+  if (kind_of(path) != Kind::symlink || kind_of(target) != Kind::absent) return "";
+  return "a symbolic link to '" + target + "', which does not exist (expected a link to an existing file)";
+}
+
 std::string output_file_problem(const std::string& path) {
   const std::string target = resolved_output_path(path);
+  if (std::string problem = dangling_link_problem(path, target); !problem.empty()) return problem;
   if (std::string problem = target_problem(target); !problem.empty()) return problem;
   return output_directory_problem(directory_of(target));
 }
@@ -218,6 +226,7 @@ void write_output_files(const std::vector<OutputFile>& files) {
     if (std::find(targets.begin(), targets.end(), target) != targets.end()) {
       fail(file.path, "named by two outputs of this command");
     }
+    if (std::string problem = dangling_link_problem(file.path, target); !problem.empty()) fail(file.path, problem);
     if (std::string problem = target_problem(target); !problem.empty()) fail(file.path, problem);
     if (std::string problem = create_missing_directories(directory_of(target), created); !problem.empty()) {
       fail(file.path, problem);

@@ -10,7 +10,8 @@ namespace shardplan {
 // Note [Output files]: a command's outputs obey three rules.
 // 1. Checked before the work starts (check_output_file, check_output_directory): a name is given; the target is a
 //    regular file or absent — a directory, FIFO, device or socket is refused (as root, replacing /dev/null by a
-//    regular file would break the machine), a symbolic link is followed to the file it names (the link stays); its
+//    regular file would break the machine), a symbolic link is followed to the file it names (the link stays), which must exist (a dangling link
+//    is refused, not made to create the directories it points into); its
 //    directory exists or can be created, and a probe file can really be created there or, when it is missing, in
 //    its nearest existing ancestor (a read-only file system or /proc fails here, not after minutes of training).
 //    The checks create nothing that outlives them, so several ranks may check one directory at once.

@@ -22,6 +22,11 @@ struct Group {
   int size() const { return static_cast<int>(world_ranks.size()); }
 };
 
+// Note [Aborted status]: a job brought down after it began (a rank failed mid-run: a full disk at a checkpoint or
+// --trace, the step watchdog) exits with this status — mpirun's is the code MPI_Abort is given — so that it is told
+// apart from bad input (2, refused before anything ran) and an internal error (1). README, "Exit status".
+inline constexpr int kExitAborted = 4;
+
 // Every collective is asynchronous: it is issued on return and completes when its CommHandle says so (so the
 // all-gather of the next FSDP unit runs while the current unit computes). Buffers are float, sizes are element
 // counts, and any count is valid, 0 and odd ones included (callers pad flat parameters; the communicator doesn't
@@ -55,8 +60,8 @@ class Communicator {
   // Collective over this group: ranks with the same colour (>= 0) form one new group, ordered by (key, rank) as
   // MPI_Comm_split orders them (MPI 3.1 §6.4.2). The new communicator has the same backend and options.
   std::unique_ptr<Communicator> split(int color, int key);
-  // Prints the message with this rank and brings down every rank of the job (MPI_Abort), so one failing rank never
-  // leaves the others waiting in a collective. Never returns.
+  // Prints the message with this rank and brings down every rank of the job (MPI_Abort with kExitAborted), so one
+  // failing rank never leaves the others waiting in a collective. Never returns.
   [[noreturn]] virtual void abort(const std::string& message) = 0;
 
   const CommCounters& counters() const { return counters_; }

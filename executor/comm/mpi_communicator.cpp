@@ -146,7 +146,7 @@ void MpiCommunicator::abort(const std::string& message) {
   std::fflush(stderr);
   // MPI_COMM_WORLD, not comm_: a failure in a sub-group must still bring down every rank (MPI 3.1 §8.7; Open MPI
   // aborts the whole job either way). The error code becomes mpirun's exit status.
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(MPI_COMM_WORLD, kExitAborted);
   std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
 }
 

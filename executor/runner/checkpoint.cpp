@@ -74,8 +74,16 @@ void sync_directory(const std::string& dir) {
   ::close(fd);
 }
 
-// The whole file, or false when it does not exist or cannot be opened.
-bool read_whole_file(const std::string& path, std::string& bytes) {
+// The whole file, or false when it does not exist or cannot be opened. Something else in its place (a directory) is
+// an InputError naming it: reading one threw "basic_filebuf::underflow error reading the file", without the name.
+bool read_whole_file(const std::string& path, std::string& bytes, int rank) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    throw InputError(path + ": " + (fs::is_directory(status) ? "a directory" : "not a regular file") +
+                         ", expected a checkpoint file",
+                     std::source_location::current(), rank);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -269,8 +277,11 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
   Staged staged;
   const std::string latest_path = (fs::path(dir) / "latest").string();
   std::string latest;
-  if (!read_whole_file(latest_path, latest)) {
-    throw input_error(dir + ": no checkpoint to resume from (" + latest_path + " is missing)");
+  if (!read_whole_file(latest_path, latest, rank)) {
+    // A job killed during its first save leaves step directories but no committed `latest` (and its temporary,
+    // removed by load_checkpoint): nothing is known to be complete, so the run starts over.
+    throw input_error(dir + ": no checkpoint to resume from (" + latest_path +
+                      " is missing: no save was committed); start without --resume");
   }
   while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
   if (latest.rfind("step-", 0) != 0 || latest.size() == 5 ||
@@ -280,7 +291,7 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
   staged.info.step_dir = (fs::path(dir) / latest).string();
   const std::string manifest_path = (fs::path(staged.info.step_dir) / "manifest.json").string();
   std::string text;
-  if (!read_whole_file(manifest_path, text)) {
+  if (!read_whole_file(manifest_path, text, rank)) {
     throw input_error(manifest_path + ": missing (the checkpoint is incomplete or was removed)");
   }
   std::string file_path;
@@ -308,7 +319,7 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
   // Size and checksum first: not one byte of a damaged file reaches the runner.
   remove_stale_temporaries(file_path);  // a save of this step killed before its rename
   std::string bytes;
-  if (!read_whole_file(file_path, bytes)) throw input_error(file_path + ": missing");
+  if (!read_whole_file(file_path, bytes, rank)) throw input_error(file_path + ": missing");
   if (bytes.size() < expected_bytes) {
     throw input_error(file_path + ": truncated (expected " + std::to_string(expected_bytes) + " bytes, found " +
                       std::to_string(bytes.size()) + ")");

@@ -1,11 +1,11 @@
 // ByteTextDataset: reads a text file and cuts deterministic, seekable next-token windows out of it.
 #include "byte_text_dataset.h"
 
-#include <fstream>
-#include <iterator>
 
 #include "counter_rng.h"
 #include "errors.h"
+#include "input_limits.h"
+#include "json_input.h"
 
 namespace shardplan::runtime {
 
@@ -14,10 +14,14 @@ ByteTextDataset::ByteTextDataset(const ByteTextDatasetOptions& options) : option
     throw InputError("dataset: expected positive micro_batch and seq_len, got " +
                      std::to_string(options.micro_batch) + " and " + std::to_string(options.seq_len));
   }
-  std::ifstream file(options.path, std::ios::binary);
-  if (!file) throw InputError("dataset '" + options.path + "': cannot open the file");
-  bytes_.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-  if (file.bad()) throw InputError("dataset '" + options.path + "': read error");
+  // Note [Input files] (costmodel/input_limits.h): a regular file of at most kMaxDatasetFileBytes, checked before
+  // reading (/dev/zero grew every rank to gigabytes).
+  try {
+    const std::string text = read_text_file(options.path, limits::kMaxDatasetFileBytes);
+    bytes_.assign(text.begin(), text.end());
+  } catch (const InputError& error) {
+    throw InputError(std::string("dataset: ") + error.what());
+  }
   if (bytes_.size() < static_cast<std::size_t>(options.seq_len) + 1) {
     throw InputError("dataset '" + options.path + "': " + std::to_string(bytes_.size()) + " bytes, expected at least " +
                      "seq_len + 1 = " + std::to_string(options.seq_len + 1));

@@ -78,7 +78,7 @@ TEST_CASE("model JSON with a missing, negative or misspelt field names the field
       "typo-field", R"({"architecture": {"vocab_size": 100, "hiden_size": 64, "num_layers": 2, "num_heads": 4}})");
   expect_input_error(estimate(typo.path(), "8xH100-80GB"), {typo.path(), "'architecture.hiden_size'", "'hidden_size'"});
   const TempFile layer("bad-layer",
-                       R"({"hidden_size": 64, "num_heads": 4, "layers": [{"name": "a", "params": 10},
+                       R"({"hidden_size": 64, "num_heads": 4, "layers": [{"name": "a", "kind": "other", "params": 10},
                            {"name": "b", "kind": "blok", "params": 10}, {"name": "c", "params": 0}]})");
   expect_input_error(estimate(layer.path(), "8xH100-80GB"), {layer.path(), "'layers[1].kind'", "transformer_block"});
 }

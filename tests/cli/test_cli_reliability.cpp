@@ -168,8 +168,10 @@ TEST_CASE("reliability: outputs create missing directories, write through symlin
   INFO(created.err);
   REQUIRE(created.exit_status == 0);
   CHECK(json::parse(read_file(nested)).at("schema") == "shardplan.plan/v1");
-  // A symbolic link is written through: the link stays a link, its target gets the file.
+  // A symbolic link to an existing file is written through: the link stays a link, its target gets the file (a
+  // dangling one is refused: test_output_files.cpp).
   const std::string target = dir.file("target.json"), link = dir.file("link.json");
+  { std::ofstream(target) << "old"; }
   fs::create_symlink(target, link);
   REQUIRE(run_shardplan(plan_args({"--out", link})).exit_status == 0);
   CHECK(fs::is_symlink(link));

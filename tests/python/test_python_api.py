@@ -130,6 +130,37 @@ class CliErrors(unittest.TestCase):
         self.assertEqual(str(raised.exception),
                          "shardplan: error: plan: unknown argument 'memory_capp' (did you mean 'memory_cap'?)")
 
+    def test_a_model_name_past_name_max_is_input(self):
+        # Issue 37. Reverted (the throwing std::filesystem::is_regular_file): InternalError "File name too long".
+        llamas = "\U0001F999" * 1000
+        message = self.assert_same_error(lambda: shardplan.estimate(model=llamas, cluster="8xH100-80GB"),
+                                         ["estimate", "--json", "--model", llamas, "--cluster", "8xH100-80GB"])
+        self.assertIn("unknown model", message)
+        self.assertIn("\u2026 (4000 bytes)", message)
+        self.assert_same_error(lambda: shardplan.estimate(model="/dev/zero", cluster="8xH100-80GB"),
+                               ["estimate", "--json", "--model", "/dev/zero", "--cluster", "8xH100-80GB"])
+
+    def test_values_python_cannot_convert_are_input_errors(self):
+        # Issue 37. Reverted (no Note [Python values]): RuntimeError "Unable to cast Python instance", ValueError,
+        # RecursionError.
+        circular = {}
+        circular["a"] = circular
+        deep = {}
+        node = deep
+        for _ in range(100000):
+            node["x"] = {}
+            node = node["x"]
+        for call in [lambda: shardplan.estimate(model="\udc80", cluster="8xH100-80GB"),
+                     lambda: shardplan.estimate(model="gpt2", cluster="8xH100-80GB", seq_len=10 ** 5000),
+                     lambda: shardplan.estimate(model=circular, cluster="8xH100-80GB"),
+                     lambda: shardplan.estimate(model=deep, cluster="8xH100-80GB"),
+                     lambda: shardplan.capacity(model="gpt2", gpus=["\udc80"]),
+                     lambda: shardplan.estimate(**{"\ud800": 1, "model": "gpt2", "cluster": "8xH100-80GB"})]:
+            with self.assertRaises(shardplan.InputError) as raised:
+                call()
+            self.assertEqual(raised.exception.status, 2)
+            self.assertNotIn("\n", str(raised.exception))
+
     def test_a_flag_takes_a_bool(self):
         with self.assertRaises(shardplan.InputError) as raised:
             shardplan.estimate(model="llama3-8b", cluster="8xH100-80GB", no_sync="yes")

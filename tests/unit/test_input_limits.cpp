@@ -181,7 +181,7 @@ TEST_CASE("input limits: model sizes are checked before any product of them") {
   CHECK(contains(input_error_message([&] { shardplan::architecture_from_hf_config(gpt2, "c.json"); }),
                  "field 'n_embd': expected an integer in 1..1000000"));
   // Reverted (positive_int for an explicit model's hidden_size): 2^63 - 1 printed a negative bound and "FITS".
-  json explicit_model = json::parse(R"({"num_heads": 8, "layers": [{"name": "l", "params": 10}]})");
+  json explicit_model = json::parse(R"({"num_heads": 8, "layers": [{"name": "l", "kind": "other", "params": 10}]})");
   explicit_model["hidden_size"] = 9223372036854775807LL;
   CHECK(contains(input_error_message([&] { shardplan::model_from_json(explicit_model, "m.json"); }),
                  "field 'hidden_size': expected an integer in 1..1000000"));

@@ -190,12 +190,12 @@ TEST_CASE("explicit layers: FLOP and activation overrides replace the defaults")
 
 TEST_CASE("explicit layers: a multi-dimensional tensor counts the product of its shape; tied_to may name a copy") {
   const ModelSpec model = load(json::parse(R"({"hidden_size": 8, "num_heads": 2, "layers": [
-      {"name": "w", "tensors": [{"name": "a", "shape": [3, 5, 7]}, {"name": "b", "shape": [11]}]},
+      {"name": "w", "kind": "other", "tensors": [{"name": "a", "shape": [3, 5, 7]}, {"name": "b", "shape": [11]}]},
       {"name": "blk", "kind": "transformer_block", "params": 10, "repeat": 2},
-      {"name": "t1", "tied_to": "blk.0"},
-      {"name": "t2", "tied_to": "blk"}]})"));
+      {"name": "t1", "kind": "other", "tied_to": "blk.0"},
+      {"name": "t2", "kind": "other", "tied_to": "blk"}]})"));
   CHECK(model.layers[0].param_count() == 3 * 5 * 7 + 11);
-  CHECK(model.layers[0].kind == LayerKind::other);  // the default kind
+  CHECK(model.layers[0].kind == LayerKind::other);
   CHECK(model.param_count() == 116 + 20);
   REQUIRE(model.layers.size() == 5);
   CHECK(*model.layers[3].tied_to_layer == 1);  // blk.0
@@ -238,15 +238,23 @@ TEST_CASE("model_from_json: tied_to must name an earlier layer") {
         "m.json: field 'layers[3].tied_to': expected the name of an earlier layer, got \"embedding\"");
 
   json later = small_explicit();
-  later["layers"][0] = json::parse(R"({"name": "head", "tied_to": "norm"})");
+  later["layers"][0] = json::parse(R"({"name": "head", "kind": "lm_head", "tied_to": "norm"})");
   CHECK(contains(load_error(later), "field 'layers[0].tied_to': expected the name of an earlier layer"));
 
   // A layer tied to a tied layer has nothing to share.
   json chained = small_explicit();
-  chained["layers"].push_back(json::parse(R"({"name": "head2", "tied_to": "head"})"));
+  chained["layers"].push_back(json::parse(R"({"name": "head2", "kind": "lm_head", "tied_to": "head"})"));
   const std::string message = load_error(chained);
   CHECK(contains(message, "layer 6 ('head2')"));
   CHECK(contains(message, "expected an earlier layer that owns parameters"));
+}
+
+TEST_CASE("model_from_json: a layer without a kind is refused, not taken for 'other' (issue 37)") {
+  // Reverted (kind defaulting to "other"): the block below loaded as a non-block layer, and plan divided by zero.
+  json document = small_explicit();
+  document["layers"][1].erase("kind");
+  CHECK(load_error(document) == "m.json: missing field 'layers[1].kind' (expected one of embedding, transformer_block, "
+                                "norm, lm_head, other)");
 }
 
 TEST_CASE("model_from_json: a bad layer kind lists the known kinds") {

@@ -80,9 +80,23 @@ TEST_CASE("output files: checks refuse special files and create nothing that sta
 
 TEST_CASE("output files: a symbolic link is written through, and the link stays") {
   Scratch dir;
+  { std::ofstream(dir.file("target.json")) << "old"; }
   fs::create_symlink("target.json", dir.file("link.json"));  // relative to the link's directory
   shardplan::write_output_files({{dir.file("link.json"), "through"}});
   CHECK(fs::is_symlink(dir.file("link.json")));
   CHECK(shardplan::read_text_file(dir.file("target.json")) == "through");
   CHECK(shardplan::resolved_output_path(dir.file("link.json")) == dir.file("target.json"));
+}
+
+TEST_CASE("output files: a dangling symbolic link is refused, checked and written, and nothing is created") {
+  // Reverted (links always followed): the write created missing/ and missing/out.json where the link pointed.
+  Scratch dir;
+  fs::create_symlink("missing/out.json", dir.file("link.json"));
+  const std::string checked = input_error_message([&] { shardplan::check_output_file(dir.file("link.json"), "--out"); });
+  CHECK(contains(checked, "--out '" + dir.file("link.json") + "': a symbolic link to '" + dir.file("missing/out.json") +
+                              "', which does not exist"));
+  const std::string written =
+      input_error_message([&] { shardplan::write_output_files({{dir.file("link.json"), "x"}}); });
+  CHECK(contains(written, "which does not exist"));
+  CHECK(dir.entries() == std::set<std::string>{"link.json"});
 }

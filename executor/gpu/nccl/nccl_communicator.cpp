@@ -336,7 +336,7 @@ void NcclCommunicator::abort(const std::string& message) {
   if (nccl_ != nullptr) ncclCommAbort(nccl_);
   nccl_ = nullptr;
   if (shared_) shared_->nccl = nullptr;
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(MPI_COMM_WORLD, comm::kExitAborted);
   std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
 }
 
