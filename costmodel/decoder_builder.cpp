@@ -118,7 +118,8 @@ void set_eager_llama_block_activations(const DecoderArchitecture& arch, Activati
   const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim();
   const std::int64_t hidden_norms = arch.sandwich_norms ? 4 : 2;
   const std::int64_t head_norm_width = arch.qk_norm ? q + kv : 0;
-  const std::int64_t head_norm_rows = arch.qk_norm ? arch.num_heads + arch.num_kv_heads : 0;
+  // One rsqrt per row: a row per head for Qwen3's per-head norms, one for each of OLMo 2's full-width q and k norms.
+  const std::int64_t head_norm_rows = !arch.qk_norm ? 0 : arch.qk_norm_full_width ? 2 : arch.num_heads + arch.num_kv_heads;
   kept.eager_norm_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
   kept.eager_norm_fp32_elements_per_token = static_cast<double>(hidden_norms + head_norm_rows);
   kept.eager_upcast_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
@@ -132,7 +133,7 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim(), f = arch.intermediate_size;
   LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
   auto& t = layer.tensors;
-  t.push_back({"input_layernorm.weight", {h}});
+  if (!arch.post_norms) t.push_back({"input_layernorm.weight", {h}});  // OLMo 2 has none before attention
   if (arch.fused_projections) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim
     t.push_back({"self_attn.qkv_proj.weight", {q + 2 * kv, h}});
   } else {
@@ -140,19 +141,25 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"self_attn.k_proj.weight", {kv, h}});
     t.push_back({"self_attn.v_proj.weight", {kv, h}});
   }
-  if (arch.attention_bias) {  // Qwen2: biases on q, k, v only
-    t.push_back({"self_attn.q_proj.bias", {q}});
-    t.push_back({"self_attn.k_proj.bias", {kv}});
-    t.push_back({"self_attn.v_proj.bias", {kv}});
+  if (arch.attention_bias) {  // Qwen2: biases on q, k, v only; Llama's attention_bias adds o_proj's below
+    if (arch.fused_projections) {
+      t.push_back({"self_attn.qkv_proj.bias", {q + 2 * kv}});
+    } else {
+      t.push_back({"self_attn.q_proj.bias", {q}});
+      t.push_back({"self_attn.k_proj.bias", {kv}});
+      t.push_back({"self_attn.v_proj.bias", {kv}});
+    }
   }
   t.push_back({"self_attn.o_proj.weight", {h, q}});
-  if (arch.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by the heads
-    t.push_back({"self_attn.q_norm.weight", {arch.head_dim()}});
-    t.push_back({"self_attn.k_norm.weight", {arch.head_dim()}});
+  if (arch.o_proj_bias) t.push_back({"self_attn.o_proj.bias", {h}});
+  if (arch.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by the heads; OLMo 2's
+                       // span every head (RMSNorm(heads·head_dim), RMSNorm(kv_heads·head_dim))
+    t.push_back({"self_attn.q_norm.weight", {arch.qk_norm_full_width ? q : arch.head_dim()}});
+    t.push_back({"self_attn.k_norm.weight", {arch.qk_norm_full_width ? kv : arch.head_dim()}});
   }
   t.push_back({"post_attention_layernorm.weight", {h}});
-  if (arch.sandwich_norms) {  // Gemma2DecoderLayer: two more RMSNorm(hidden) around the MLP
-    t.push_back({"pre_feedforward_layernorm.weight", {h}});
+  if (arch.sandwich_norms) t.push_back({"pre_feedforward_layernorm.weight", {h}});  // Gemma2DecoderLayer
+  if (arch.sandwich_norms || arch.post_norms) {  // Gemma 2/3 and OLMo 2: RMSNorm(hidden) on the MLP's output
     t.push_back({"post_feedforward_layernorm.weight", {h}});
   }
   if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
@@ -162,6 +169,15 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"mlp.up_proj.weight", {f, h}});
   }
   t.push_back({"mlp.down_proj.weight", {h, f}});
+  if (arch.mlp_bias) {  // LlamaMLP with config.mlp_bias: every projection has a bias
+    if (arch.fused_projections) {
+      t.push_back({"mlp.gate_up_proj.bias", {2 * f}});
+    } else {
+      t.push_back({"mlp.gate_proj.bias", {f}});
+      t.push_back({"mlp.up_proj.bias", {f}});
+    }
+    t.push_back({"mlp.down_proj.bias", {h}});
+  }
   // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + 3 * h * f);
   layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(q);
