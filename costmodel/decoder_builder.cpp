@@ -53,6 +53,11 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
   if (!(arch.final_logit_softcap >= 0 && arch.final_logit_softcap < 1e6)) {
     throw InputError(origin + ": field 'final_logit_softcapping': expected a non-negative cap");
   }
+  if ((arch.layer_norm || arch.lm_head_bias || arch.post_norms || arch.mlp_bias || arch.o_proj_bias) &&
+      arch.family != DecoderArchitecture::Family::llama) {
+    throw InputError(origin + ": field 'family': expected 'llama' for LayerNorms, post-norms, o_proj, MLP and "
+                     "lm_head biases (they shape llama's block)");
+  }
   if (arch.moe && arch.fused_projections) {
     throw InputError(origin + ": field 'moe': expected separate projections (fused ones have no MoE variant here)");
   }
@@ -120,9 +125,13 @@ void set_eager_llama_block_activations(const DecoderArchitecture& arch, Activati
   const std::int64_t head_norm_width = arch.qk_norm ? q + kv : 0;
   // One rsqrt per row: a row per head for Qwen3's per-head norms, one for each of OLMo 2's full-width q and k norms.
   const std::int64_t head_norm_rows = !arch.qk_norm ? 0 : arch.qk_norm_full_width ? 2 : arch.num_heads + arch.num_kv_heads;
-  kept.eager_norm_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
-  kept.eager_norm_fp32_elements_per_token = static_cast<double>(hidden_norms + head_norm_rows);
-  kept.eager_upcast_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
+  // Phi-3.5-MoE's nn.LayerNorm is one fused op (F.layer_norm) that keeps its input (counted) and a mean and rstd per
+  // row in fp32, none of LlamaRMSNorm's composite tensors.
+  const std::int64_t rms_hidden_norms = arch.layer_norm ? 0 : hidden_norms;
+  kept.eager_norm_elements_per_token = static_cast<double>(rms_hidden_norms * h + head_norm_width);
+  kept.eager_norm_fp32_elements_per_token =
+      static_cast<double>((arch.layer_norm ? 2 * hidden_norms : hidden_norms) + head_norm_rows);
+  kept.eager_upcast_elements_per_token = static_cast<double>(rms_hidden_norms * h + head_norm_width);
   kept.eager_attention_elements_per_token = arch.mla ? 0.0 : static_cast<double>(2 * (q - kv));
   kept.eager_score_fp32_elements_per_token_per_position = static_cast<double>(arch.num_heads);
 }
@@ -134,6 +143,7 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
   auto& t = layer.tensors;
   if (!arch.post_norms) t.push_back({"input_layernorm.weight", {h}});  // OLMo 2 has none before attention
+  if (arch.layer_norm) t.push_back({"input_layernorm.bias", {h}});     // Phi-3.5-MoE: nn.LayerNorm
   if (arch.fused_projections) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim
     t.push_back({"self_attn.qkv_proj.weight", {q + 2 * kv, h}});
   } else {
@@ -158,6 +168,7 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"self_attn.k_norm.weight", {arch.qk_norm_full_width ? kv : arch.head_dim()}});
   }
   t.push_back({"post_attention_layernorm.weight", {h}});
+  if (arch.layer_norm) t.push_back({"post_attention_layernorm.bias", {h}});
   if (arch.sandwich_norms) t.push_back({"pre_feedforward_layernorm.weight", {h}});  // Gemma2DecoderLayer
   if (arch.sandwich_norms || arch.post_norms) {  // Gemma 2/3 and OLMo 2: RMSNorm(hidden) on the MLP's output
     t.push_back({"post_feedforward_layernorm.weight", {h}});
@@ -247,6 +258,7 @@ LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> ti
   LayerSpec layer = make_layer(name, LayerKind::lm_head);
   layer.tied_to_layer = tied_to;
   if (!tied_to) layer.tensors = {{"weight", {vocab, h}}};
+  if (!tied_to && arch.lm_head_bias) layer.tensors.push_back({"bias", {vocab}});  // Phi-3.5-MoE
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * vocab);
   // Input h and logits V in the activation dtype, plus the fp32 upcast of the logits for the cross-entropy
   // (Korthikanti §4.3: 4sbv bytes for the loss).
@@ -308,7 +320,7 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
     if (arch.mla) replace_attention_with_mla(arch, model.layers.back());
     if (arch.moe && arch.moe->is_sparse_layer(index)) replace_mlp_with_moe(arch, model.layers.back());
   }
-  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2));
+  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2 || arch.layer_norm));
   model.layers.push_back(
       lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, "lm_head"));
   validate_model(model, origin);

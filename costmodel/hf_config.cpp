@@ -15,7 +15,7 @@ namespace shardplan {
 namespace {
 
 enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text,
-                    deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe };
+                    deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -43,6 +43,9 @@ std::span<const KnownArchitecture> known_architectures() {
       {"Olmo2ForCausalLM", "olmo2", HfKind::olmo2},
       {"GraniteForCausalLM", "granite", HfKind::granite},
       {"GraniteMoeForCausalLM", "granitemoe", HfKind::granitemoe},
+      {"PhimoeForCausalLM", "phimoe", HfKind::phimoe},
+      // microsoft/Phi-3.5-MoE-instruct's config.json names its remote-code class, the same model.
+      {"PhiMoEForCausalLM", "", HfKind::phimoe},
   };
   return table;
 }
@@ -212,8 +215,10 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   if (kind == HfKind::qwen2) {
     arch.attention_bias = true;
   } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe || gemma ||
-             kind == HfKind::olmo2 || kind == HfKind::granite || kind == HfKind::granitemoe) {
-    // Olmo2Attention (OlmoAttention, LlamaAttention's), GraniteAttention and GraniteMoeAttention likewise.
+             kind == HfKind::olmo2 || kind == HfKind::granite || kind == HfKind::granitemoe ||
+             kind == HfKind::phimoe) {
+    // Olmo2Attention (OlmoAttention, LlamaAttention's), GraniteAttention, GraniteMoeAttention and PhimoeAttention
+    // (LlamaAttention) likewise.
     arch.attention_bias = config.boolean("attention_bias", false);
     arch.o_proj_bias = arch.attention_bias;
   }
@@ -236,6 +241,7 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     case HfKind::deepseek_v2: read_deepseek(config, arch, false); break;
     case HfKind::deepseek_v3: read_deepseek(config, arch, true); break;
     case HfKind::olmo2: read_olmo2(config, arch); break;
+    case HfKind::phimoe: read_phimoe(config, arch); break;
     case HfKind::granitemoe: read_granitemoe(config, arch); [[fallthrough]];
     case HfKind::granite: read_granite_scalars(config); break;
     default: break;

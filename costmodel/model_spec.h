@@ -213,6 +213,10 @@ struct DecoderArchitecture {
   // attention and MLP computed in parallel from the same input (use_parallel_residual).
   double rotary_fraction = 1.0;
   bool parallel_residual = false;
+  // Phi-3.5-MoE: nn.LayerNorm (weight and bias) wherever llama has an RMSNorm, the final norm included
+  // (PhimoeDecoderLayer: input_layernorm, post_attention_layernorm; PhimoeModel.norm).
+  bool layer_norm = false;
+  bool lm_head_bias = false;  // PhimoeForCausalLM: lm_head = nn.Linear(hidden, vocab, bias=config.lm_head_bias)
   // Note [Long context]: the longest sequence the config's RoPE scaling names (rope_scaling / rope_parameters: factor
   // × original_max_position_embeddings); 0: none. --seq-len may reach it beyond max_position_embeddings.
   std::int64_t rope_scaled_positions = 0;

@@ -89,6 +89,15 @@ TEST_CASE("`estimate` and `plan` OLMo 2 7B, Granite 3.1 2B and GraniteMoE 1B-A40
   }
 }
 
+TEST_CASE("`estimate` and `plan` Phi-3.5-MoE (41.9B) on 2x8xH100-80GB") {
+  const json estimate = run_json({"estimate", "-m", "examples/hf/phi3.5-moe.json", "-c", "2x8xH100-80GB", "--seq-len",
+                                  "4096", "--ac", "full", "--json"});
+  CHECK(estimate["params"] == 41'873'153'344);
+  const json plan =
+      run_json({"plan", "-m", "examples/hf/phi3.5-moe.json", "-c", "2x8xH100-80GB", "--seq-len", "4096", "--json"});
+  CHECK(plan["feasible"] == true);
+}
+
 TEST_CASE("`estimate -m org/name` reads the config from the Hugging Face cache; a missing one names the download") {
   const HubCache cache;
   cache.add("allenai", "OLMo-2-1124-7B", read_text("examples/hf/olmo2-7b.json"));

@@ -1,4 +1,4 @@
-// Tests of the OLMo 2, Granite and GraniteMoE imports (issue 35): exact counts against the released checkpoints'
+// Tests of the OLMo 2, Granite, GraniteMoE and Phi-3.5-MoE imports (issue 35): exact counts against the released checkpoints'
 // stored totals, the module paths and shapes that differ from llama's; and Note [Long context]'s RoPE-scaled reach.
 #include <doctest/doctest.h>
 
@@ -106,6 +106,39 @@ TEST_CASE("hf GraniteMoE: stacked experts, the released 1B-A400M's and 3B-A800M'
   document["num_attention_heads"] = 24;
   document["num_local_experts"] = 40;
   CHECK(build_decoder("g", architecture_from_hf_config(document, "g"), "g").param_count() == 3'298'793'472);
+}
+
+TEST_CASE("hf Phi-3.5-MoE: LayerNorms with biases, biased attention and head, Mixtral's experts, the exact count") {
+  // microsoft/Phi-3.5-MoE-instruct: 41,873,153,344 parameters, of which 40,267,415,552 in the MoE blocks (16 experts
+  // of 3 · 6400 · 4096 and a 16 × 4096 router in each of 32 layers): the totals the model's release discussion
+  // reports. 32 blocks of q and o 4096² + bias 4096 each, k and v 1024 · 4096 + bias 1024 each, two LayerNorms of
+  // weight and bias; the untied 32064 × 4096 embedding, the head with its 32064 bias; the final LayerNorm.
+  const ModelSpec phimoe = hf_model("phi3.5-moe");
+  CHECK(phimoe.param_count() == 41'873'153'344);
+  std::int64_t moe_elements = 0;
+  for (const LayerSpec& layer : phimoe.layers) {
+    for (const TensorSpec& tensor : layer.tensors) {
+      if (tensor.name.starts_with("block_sparse_moe.")) moe_elements += tensor.element_count();
+    }
+  }
+  CHECK(moe_elements == 40'267'415'552);
+  const LayerSpec& block = phimoe.layers[1];
+  CHECK(has_tensor(block, "input_layernorm.bias", {4096}));
+  CHECK(has_tensor(block, "post_attention_layernorm.bias", {4096}));
+  CHECK(has_tensor(block, "self_attn.o_proj.bias", {4096}));
+  CHECK(has_tensor(block, "self_attn.k_proj.bias", {1024}));
+  CHECK(has_tensor(block, "block_sparse_moe.experts.15.w2.weight", {4096, 6400}));
+  CHECK(has_tensor(phimoe.layers.back(), "bias", {32064}));
+  CHECK(has_tensor(phimoe.layers[phimoe.layers.size() - 2], "bias", {4096}));  // model.norm is a LayerNorm
+  REQUIRE(block.kernels);
+  CHECK(block.kernels->elementwise.front().name == "layernorm");
+
+  // transformers' own class name reads the same; a tied head cannot carry the bias here.
+  auto document = read_json_file("examples/hf/phi3.5-moe.json");
+  document["architectures"] = nlohmann::json::array({"PhimoeForCausalLM"});
+  CHECK(build_decoder("p", architecture_from_hf_config(document, "p"), "p").param_count() == 41'873'153'344);
+  document["tie_word_embeddings"] = true;
+  CHECK_THROWS_AS(architecture_from_hf_config(document, "p"), InputError);
 }
 
 TEST_CASE("hf: a config's RoPE scaling lets --seq-len pass max_position_embeddings (Note [Long context])") {

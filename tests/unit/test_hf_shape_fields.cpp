@@ -27,6 +27,8 @@
 //   olmo2/configuration_olmo2.py, modular_olmo2.py: the llama fields less mlp_bias (q_norm/k_norm follow the widths).
 //   granite/configuration_granite.py: the llama fields (attention_bias, mlp_bias); granitemoe/
 //     configuration_granitemoe.py: + num_local_experts, attention_bias, no mlp_bias.
+//   phimoe/configuration_phimoe.py, modular_phimoe.py: the llama fields less mlp_bias, + num_local_experts,
+//     attention_bias (PhimoeAttention is LlamaAttention), lm_head_bias.
 // num_attention_heads changes k_proj's and v_proj's widths through head_dim where heads share hidden_size; fields
 // that change no tensor (rope_theta, eps, dropout, sliding windows, token ids, router coefficients, num_experts_per_tok)
 // are not listed.
@@ -153,6 +155,9 @@ std::vector<ArchitectureFields> transformers_shape_fields() {
        plus(common_fields(false), {{"head_dim", 32}, {"attention_bias", true}, {"mlp_bias", true}})},
       {"GraniteMoeForCausalLM", with(llama_like("GraniteMoeForCausalLM"), {{"num_local_experts", 4}}),
        plus(common_fields(false), {{"head_dim", 32}, {"attention_bias", true}, {"num_local_experts", 8}})},
+      {"PhimoeForCausalLM", with(llama_like("PhimoeForCausalLM"), {{"num_local_experts", 4}}),
+       plus(common_fields(false),
+            {{"head_dim", 32}, {"attention_bias", true}, {"lm_head_bias", true}, {"num_local_experts", 8}})},
   };
 }
 
