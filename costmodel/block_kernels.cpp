@@ -76,7 +76,9 @@ LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
                         {"down_proj", f, h, false}};
   }
   spec.attention = AttentionSpec{arch.num_heads, arch.head_dim(), true};
-  spec.elementwise.push_back(rms_norm(h));
+  // Phi-3.5-MoE's nn.LayerNorm in place of each RMSNorm over the hidden width.
+  const auto hidden_norm = [&arch](std::int64_t width) { return arch.layer_norm ? layer_norm(width) : rms_norm(width); };
+  spec.elementwise.push_back(hidden_norm(h));
   if (arch.qk_norm) {  // Qwen3Attention: q_norm(q) and k_norm(k) per head, as LlamaRMSNorm runs them
     ElementwiseSpec norms = rms_norm(q + kv);
     norms.name = "q/k rmsnorm";
@@ -89,7 +91,7 @@ LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
   spec.elementwise.push_back(op("attention output transpose", 2.0 * qd, 0.0, 1));
   if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));  // Gemma: post_attention_layernorm on the branch
   spec.elementwise.push_back(residual_add(h));
-  spec.elementwise.push_back(rms_norm(h));
+  spec.elementwise.push_back(hidden_norm(h));
   // Gemma's GeGLU (gelu_pytorch_tanh(gate) * up) moves what SiLU's does; its post_feedforward_layernorm one more norm.
   if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));
   ElementwiseSpec swiglu;

@@ -53,6 +53,11 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
   if (!(arch.final_logit_softcap >= 0 && arch.final_logit_softcap < 1e6)) {
     throw InputError(origin + ": field 'final_logit_softcapping': expected a non-negative cap");
   }
+  if ((arch.layer_norm || arch.lm_head_bias || arch.post_norms || arch.mlp_bias || arch.o_proj_bias) &&
+      arch.family != DecoderArchitecture::Family::llama) {
+    throw InputError(origin + ": field 'family': expected 'llama' for LayerNorms, post-norms, o_proj, MLP and "
+                     "lm_head biases (they shape llama's block)");
+  }
   if (arch.moe && arch.fused_projections) {
     throw InputError(origin + ": field 'moe': expected separate projections (fused ones have no MoE variant here)");
   }
@@ -118,10 +123,15 @@ void set_eager_llama_block_activations(const DecoderArchitecture& arch, Activati
   const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim();
   const std::int64_t hidden_norms = arch.sandwich_norms ? 4 : 2;
   const std::int64_t head_norm_width = arch.qk_norm ? q + kv : 0;
-  const std::int64_t head_norm_rows = arch.qk_norm ? arch.num_heads + arch.num_kv_heads : 0;
-  kept.eager_norm_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
-  kept.eager_norm_fp32_elements_per_token = static_cast<double>(hidden_norms + head_norm_rows);
-  kept.eager_upcast_elements_per_token = static_cast<double>(hidden_norms * h + head_norm_width);
+  // One rsqrt per row: a row per head for Qwen3's per-head norms, one for each of OLMo 2's full-width q and k norms.
+  const std::int64_t head_norm_rows = !arch.qk_norm ? 0 : arch.qk_norm_full_width ? 2 : arch.num_heads + arch.num_kv_heads;
+  // Phi-3.5-MoE's nn.LayerNorm is one fused op (F.layer_norm) that keeps its input (counted) and a mean and rstd per
+  // row in fp32, none of LlamaRMSNorm's composite tensors.
+  const std::int64_t rms_hidden_norms = arch.layer_norm ? 0 : hidden_norms;
+  kept.eager_norm_elements_per_token = static_cast<double>(rms_hidden_norms * h + head_norm_width);
+  kept.eager_norm_fp32_elements_per_token =
+      static_cast<double>((arch.layer_norm ? 2 * hidden_norms : hidden_norms) + head_norm_rows);
+  kept.eager_upcast_elements_per_token = static_cast<double>(rms_hidden_norms * h + head_norm_width);
   kept.eager_attention_elements_per_token = arch.mla ? 0.0 : static_cast<double>(2 * (q - kv));
   kept.eager_score_fp32_elements_per_token_per_position = static_cast<double>(arch.num_heads);
 }
@@ -132,7 +142,8 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim(), f = arch.intermediate_size;
   LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
   auto& t = layer.tensors;
-  t.push_back({"input_layernorm.weight", {h}});
+  if (!arch.post_norms) t.push_back({"input_layernorm.weight", {h}});  // OLMo 2 has none before attention
+  if (arch.layer_norm) t.push_back({"input_layernorm.bias", {h}});     // Phi-3.5-MoE: nn.LayerNorm
   if (arch.fused_projections) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim
     t.push_back({"self_attn.qkv_proj.weight", {q + 2 * kv, h}});
   } else {
@@ -140,19 +151,26 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"self_attn.k_proj.weight", {kv, h}});
     t.push_back({"self_attn.v_proj.weight", {kv, h}});
   }
-  if (arch.attention_bias) {  // Qwen2: biases on q, k, v only
-    t.push_back({"self_attn.q_proj.bias", {q}});
-    t.push_back({"self_attn.k_proj.bias", {kv}});
-    t.push_back({"self_attn.v_proj.bias", {kv}});
+  if (arch.attention_bias) {  // Qwen2: biases on q, k, v only; Llama's attention_bias adds o_proj's below
+    if (arch.fused_projections) {
+      t.push_back({"self_attn.qkv_proj.bias", {q + 2 * kv}});
+    } else {
+      t.push_back({"self_attn.q_proj.bias", {q}});
+      t.push_back({"self_attn.k_proj.bias", {kv}});
+      t.push_back({"self_attn.v_proj.bias", {kv}});
+    }
   }
   t.push_back({"self_attn.o_proj.weight", {h, q}});
-  if (arch.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by the heads
-    t.push_back({"self_attn.q_norm.weight", {arch.head_dim()}});
-    t.push_back({"self_attn.k_norm.weight", {arch.head_dim()}});
+  if (arch.o_proj_bias) t.push_back({"self_attn.o_proj.bias", {h}});
+  if (arch.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by the heads; OLMo 2's
+                       // span every head (RMSNorm(heads·head_dim), RMSNorm(kv_heads·head_dim))
+    t.push_back({"self_attn.q_norm.weight", {arch.qk_norm_full_width ? q : arch.head_dim()}});
+    t.push_back({"self_attn.k_norm.weight", {arch.qk_norm_full_width ? kv : arch.head_dim()}});
   }
   t.push_back({"post_attention_layernorm.weight", {h}});
-  if (arch.sandwich_norms) {  // Gemma2DecoderLayer: two more RMSNorm(hidden) around the MLP
-    t.push_back({"pre_feedforward_layernorm.weight", {h}});
+  if (arch.layer_norm) t.push_back({"post_attention_layernorm.bias", {h}});
+  if (arch.sandwich_norms) t.push_back({"pre_feedforward_layernorm.weight", {h}});  // Gemma2DecoderLayer
+  if (arch.sandwich_norms || arch.post_norms) {  // Gemma 2/3 and OLMo 2: RMSNorm(hidden) on the MLP's output
     t.push_back({"post_feedforward_layernorm.weight", {h}});
   }
   if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
@@ -162,6 +180,15 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
     t.push_back({"mlp.up_proj.weight", {f, h}});
   }
   t.push_back({"mlp.down_proj.weight", {h, f}});
+  if (arch.mlp_bias) {  // LlamaMLP with config.mlp_bias: every projection has a bias
+    if (arch.fused_projections) {
+      t.push_back({"mlp.gate_up_proj.bias", {2 * f}});
+    } else {
+      t.push_back({"mlp.gate_proj.bias", {f}});
+      t.push_back({"mlp.up_proj.bias", {f}});
+    }
+    t.push_back({"mlp.down_proj.bias", {h}});
+  }
   // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + 3 * h * f);
   layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(q);
@@ -231,6 +258,7 @@ LayerSpec lm_head(const DecoderArchitecture& arch, std::optional<std::size_t> ti
   LayerSpec layer = make_layer(name, LayerKind::lm_head);
   layer.tied_to_layer = tied_to;
   if (!tied_to) layer.tensors = {{"weight", {vocab, h}}};
+  if (!tied_to && arch.lm_head_bias) layer.tensors.push_back({"bias", {vocab}});  // Phi-3.5-MoE
   layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * vocab);
   // Input h and logits V in the activation dtype, plus the fp32 upcast of the logits for the cross-entropy
   // (Korthikanti §4.3: 4sbv bytes for the loss).
@@ -292,7 +320,7 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
     if (arch.mla) replace_attention_with_mla(arch, model.layers.back());
     if (arch.moe && arch.moe->is_sparse_layer(index)) replace_mlp_with_moe(arch, model.layers.back());
   }
-  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2));
+  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2 || arch.layer_norm));
   model.layers.push_back(
       lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, "lm_head"));
   validate_model(model, origin);

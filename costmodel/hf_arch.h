@@ -14,6 +14,17 @@ void read_qwen2_moe(const JsonObjectReader& config, DecoderArchitecture& arch);
 // Qwen3MoeForCausalLM: as Qwen2-MoE without the shared expert; its attention is Qwen3's (read_qwen3_attention).
 void read_qwen3_moe(const JsonObjectReader& config, DecoderArchitecture& arch);
 
+// PhimoeForCausalLM (Phi-3.5-MoE): Mixtral's experts, LayerNorms with biases, attention_bias on q/k/v/o, lm_head_bias.
+void read_phimoe(const JsonObjectReader& config, DecoderArchitecture& arch);
+// GraniteMoeForCausalLM: num_local_experts, num_experts_per_tok, each expert of intermediate_size, stacked.
+void read_granitemoe(const JsonObjectReader& config, DecoderArchitecture& arch);
+
+// hf_arch_olmo_granite.cpp. Olmo2ForCausalLM: post-norms only, q/k norms over every head at once.
+void read_olmo2(const JsonObjectReader& config, DecoderArchitecture& arch);
+// GraniteForCausalLM, GraniteMoeForCausalLM: the scalar multipliers (embedding, residual, attention, logits), which
+// change no tensor, read for their ranges.
+void read_granite_scalars(const JsonObjectReader& config);
+
 // hf_arch_gemma.cpp. Gemma2ForCausalLM, Gemma3ForCausalLM (text): sandwich norms, final_logit_softcapping.
 void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch);
 

@@ -44,32 +44,65 @@ MoeArchitecture qwen_routed_experts(const JsonObjectReader& config) {
   return moe;
 }
 
+// What MixtralConfig, GraniteMoeConfig and PhimoeConfig name alike: num_local_experts (default 8; Phi-MoE's 16) and
+// num_experts_per_tok (default 2), every layer sparse, each expert a SwiGLU of intermediate_size.
+MoeArchitecture local_experts(const JsonObjectReader& config, const DecoderArchitecture& arch, MoeNaming naming,
+                              std::int64_t default_experts = 8) {
+  check_router_keys(config);
+  MoeArchitecture moe;
+  moe.naming = naming;
+  moe.num_experts = config.optional_int_in_range("num_local_experts", 1, 65536).value_or(default_experts);
+  moe.experts_per_token = config.optional_int_in_range("num_experts_per_tok", 1, moe.num_experts).value_or(2);
+  moe.expert_intermediate_size = arch.intermediate_size;
+  return moe;
+}
+
 }  // namespace
 
 // MixtralConfig (transformers/models/mixtral/configuration_mixtral.py): num_local_experts (default 8),
 // num_experts_per_tok (default 2); each expert is a SwiGLU of intermediate_size (MixtralBlockSparseTop2MLP: w1, w3
 // hidden → ffn_dim, w2 back); every layer is sparse; MixtralAttention has no biases.
 void read_mixtral_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
-  check_router_keys(config);
-  MoeArchitecture moe;
-  moe.naming = MoeNaming::mixtral;
-  moe.num_experts = config.optional_int_in_range("num_local_experts", 1, 65536).value_or(8);
-  moe.experts_per_token = config.optional_int_in_range("num_experts_per_tok", 1, moe.num_experts).value_or(2);
-  moe.expert_intermediate_size = arch.intermediate_size;
+  arch.moe = local_experts(config, arch, MoeNaming::mixtral);
   arch.attention_bias = false;
+}
+
+// PhimoeConfig (transformers/models/phimoe/configuration_phimoe.py, modular_phimoe.py): Mixtral's experts
+// (num_local_experts default 16, num_experts_per_tok 2; the released checkpoint names them block_sparse_moe.experts.N.
+// {w1,w2,w3} and block_sparse_moe.gate), PhimoeAttention being LlamaAttention (attention_bias on q, k, v and o_proj,
+// set by the caller), nn.LayerNorm with weight and bias for every norm, and lm_head with bias=config.lm_head_bias.
+// The sparsemixer router's jitter keys change no tensor.
+void read_phimoe(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  MoeArchitecture moe = local_experts(config, arch, MoeNaming::mixtral, 16);
+  (void)config.non_negative_number("router_jitter_noise", 0.01);
+  (void)config.non_negative_number("input_jitter_noise", 0.0);
   arch.moe = moe;
+  arch.layer_norm = true;
+  arch.lm_head_bias = config.boolean("lm_head_bias", false);
+  if (arch.lm_head_bias && arch.tie_word_embeddings) {
+    config.fail("lm_head_bias", "false with tie_word_embeddings (a tied head's bias is not modelled)");
+  }
 }
 
 // Qwen2MoeConfig: num_experts, num_experts_per_tok, moe_intermediate_size per expert; one shared expert of
 // shared_expert_intermediate_size gated by Linear(hidden, 1) (Qwen2MoeSparseMoeBlock.shared_expert_gate); dense
-// layers (none in the released checkpoints) use intermediate_size. Qwen2MoeAttention has q/k/v biases (bias=True).
+// layers (none in the released checkpoints) use intermediate_size. Qwen2MoeAttention has q/k/v biases: bias=True in
+// the released code, config.qkv_bias (default true) in transformers' current configuration_qwen2_moe.py; o_proj none.
 void read_qwen2_moe(const JsonObjectReader& config, DecoderArchitecture& arch) {
   MoeArchitecture moe = qwen_routed_experts(config);
   moe.shared_intermediate_size =
       config.int_in_range("shared_expert_intermediate_size", 1, limits::kMaxIntermediateSize);
   moe.shared_expert_gate = true;
-  arch.attention_bias = true;
+  arch.attention_bias = config.boolean("qkv_bias", true);
   arch.moe = moe;
+}
+
+// GraniteMoeConfig (transformers/models/granitemoe/configuration_granitemoe.py): num_local_experts (default 8),
+// num_experts_per_tok (default 2), each expert a SwiGLU of intermediate_size, every layer sparse. GraniteMoeMoE holds
+// them stacked: input_linear (GraniteMoeParallelExperts(experts, hidden, 2·intermediate)), output_linear
+// (experts, intermediate, hidden) and router.layer (Linear(hidden, experts, bias=False)): Mixtral's count.
+void read_granitemoe(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  arch.moe = local_experts(config, arch, MoeNaming::granite);
 }
 
 // Qwen3MoeConfig: as Qwen2-MoE without a shared expert (Qwen3MoeSparseMoeBlock: gate and experts only).

@@ -1,6 +1,7 @@
 // Implementation of the Hugging Face `config.json` import: architecture detection and per-family field mapping.
 #include "hf_config.h"
 
+#include <algorithm>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -14,7 +15,7 @@ namespace shardplan {
 namespace {
 
 enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text,
-                    deepseek_v2, deepseek_v3, gpt_neox };
+                    deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -39,6 +40,12 @@ std::span<const KnownArchitecture> known_architectures() {
       {"DeepseekV2ForCausalLM", "deepseek_v2", HfKind::deepseek_v2},
       {"DeepseekV3ForCausalLM", "deepseek_v3", HfKind::deepseek_v3},
       {"GPTNeoXForCausalLM", "gpt_neox", HfKind::gpt_neox},
+      {"Olmo2ForCausalLM", "olmo2", HfKind::olmo2},
+      {"GraniteForCausalLM", "granite", HfKind::granite},
+      {"GraniteMoeForCausalLM", "granitemoe", HfKind::granitemoe},
+      {"PhimoeForCausalLM", "phimoe", HfKind::phimoe},
+      // microsoft/Phi-3.5-MoE-instruct's config.json names its remote-code class, the same model.
+      {"PhiMoEForCausalLM", "", HfKind::phimoe},
   };
   return table;
 }
@@ -65,6 +72,23 @@ std::string supported_list(std::string_view KnownArchitecture::*member) {
   return list;
 }
 
+// Architectures a user may name that shardplan knows it does not model, with why: refused by name rather than with
+// the generic list. Hybrids carry state-space (Mamba) mixers whose parameters and work no block here counts.
+struct RefusedArchitecture {
+  std::string_view class_name;
+  std::string_view why;
+};
+constexpr RefusedArchitecture kRefusedArchitectures[] = {
+    {"JambaForCausalLM", "a hybrid of attention and Mamba state-space layers (and MoE), which are not modelled"},
+    {"MambaForCausalLM", "Mamba state-space layers, which are not modelled"},
+    {"Mamba2ForCausalLM", "Mamba-2 state-space layers, which are not modelled"},
+    {"FalconMambaForCausalLM", "Mamba state-space layers, which are not modelled"},
+    {"ZambaForCausalLM", "a hybrid of Mamba state-space layers and shared attention, which is not modelled"},
+    {"Zamba2ForCausalLM", "a hybrid of Mamba-2 state-space layers and shared attention, which is not modelled"},
+    {"RecurrentGemmaForCausalLM", "recurrent (RG-LRU) layers, which are not modelled"},
+    {"GptOssForCausalLM", "MXFP4 experts, attention sinks and biased MoE experts, which are not modelled yet"},
+};
+
 // "architectures" wins when present (it names the head as well as the body); a null or absent one falls back to
 // "model_type", which older or hand-written configs carry alone.
 HfKind detect_kind(const JsonObjectReader& config) {
@@ -74,6 +98,12 @@ HfKind detect_kind(const JsonObjectReader& config) {
     const auto name = entries.front().get<std::string>();
     for (const auto& known : known_architectures()) {
       if (known.class_name == name) return known.kind;
+    }
+    for (const auto& refused : kRefusedArchitectures) {
+      if (refused.class_name == name) {
+        throw InputError(config.origin() + ": field '" + config.field_path("architectures") + "': architecture '" +
+                         name + "' is not supported: " + std::string(refused.why));
+      }
     }
     throw InputError(config.origin() + ": field '" + config.field_path("architectures") +
                      "': unsupported architecture '" + name + "' (supported: " +
@@ -100,10 +130,33 @@ std::int64_t size_field(const JsonObjectReader& config, std::string_view key, st
   return config.int_in_range(key, 1, most);
 }
 
-// Keys that change the parameter count in ways DecoderArchitecture cannot express: refusing them beats silently
-// planning for the wrong model size.
-void reject_inexpressible(const JsonObjectReader& config) {
-  if (config.boolean("mlp_bias", false)) config.fail("mlp_bias", "false (MLP biases are not supported)");
+// Note [Shape fields]: every config field that changes a tensor's shape or count in transformers' modules is either
+// modelled (read into DecoderArchitecture, so the count follows it) or refused here when it is set to anything but
+// the value the count assumes — never ignored. The test (tests/unit/test_hf_shape_fields.cpp) walks transformers'
+// shape-changing fields per architecture, read from its configuration_*.py and modeling_*.py, and fails on one
+// neither modelled nor refused. These are the refused ones that no family reader refuses itself (those: Qwen-MoE's
+// mlp_only_layers, GPT-2's add_cross_attention, DeepSeek's attention_bias and moe_layer_freq).
+struct UnmodelledShapeField {
+  std::string_view key;
+  bool (*applies)(HfKind);
+  const char* expected;  // the value the count assumes, as the message words it
+  bool (*is_default)(const nlohmann::json&);
+};
+
+bool is_false_or_null(const nlohmann::json& value) { return value.is_null() || (value.is_boolean() && !value.get<bool>()); }
+bool is_deepseek(HfKind kind) { return kind == HfKind::deepseek_v2 || kind == HfKind::deepseek_v3; }
+
+constexpr UnmodelledShapeField kUnmodelledShapeFields[] = {
+    // DeepseekV2Config carries LlamaConfig's mlp_bias (transformers/models/deepseek_v2/configuration_deepseek_v2.py);
+    // every released DeepSeek checkpoint has unbiased MLPs and experts.
+    {"mlp_bias", is_deepseek, "false (biases on DeepSeek's MLPs and experts are not modelled)", is_false_or_null},
+};
+
+void reject_unmodelled_shape_fields(const JsonObjectReader& config, HfKind kind) {
+  for (const auto& field : kUnmodelledShapeFields) {
+    if (!field.applies(kind) || !config.has(field.key)) continue;
+    if (!field.is_default(config.raw().at(std::string(field.key)))) config.fail(field.key, field.expected);
+  }
 }
 
 // Newer llama configs, Mistral-Nemo and Qwen3 carry head_dim, which may differ from hidden_size / num_heads: q_proj
@@ -112,6 +165,30 @@ void read_head_dim(const JsonObjectReader& config, DecoderArchitecture& arch) {
   if (const auto head_dim = optional_nullable_int(config, "head_dim", limits::kMaxHiddenSize);
       head_dim && *head_dim * arch.num_heads != arch.hidden_size) {
     arch.explicit_head_dim = *head_dim;
+  }
+}
+
+// Note [Long context] (model_spec.h): a config's RoPE scaling (transformers' rope_scaling, rope_parameters since v5:
+// {"rope_type" or "type": linear, dynamic, yarn, longrope, llama3, ..., "factor": F,
+// "original_max_position_embeddings": O}) stretches the positions the model was trained on by F: it names
+// F × O (O defaulting to max_position_embeddings) as the reach. Llama 3.1's llama3 scaling names 8 × 8192, which its
+// max_position_embeddings already says; Qwen2.5's YaRN (factor 4 over 32,768) reaches 131,072 past it. A scaling
+// without a factor (longrope's lists), or "default", names nothing beyond max_position_embeddings.
+void read_rope_scaling(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  for (const std::string_view key : {"rope_scaling", "rope_parameters"}) {
+    if (!config.has(key) || config.raw().at(std::string(key)).is_null()) continue;
+    const JsonObjectReader scaling = config.object(key);
+    const auto type = scaling.has("rope_type") ? scaling.optional_string("rope_type") : scaling.optional_string("type");
+    if (type && *type == "default") continue;
+    const auto factor = scaling.optional_number_in_range("factor", 1.0, 1e6);
+    if (!factor) continue;
+    const std::int64_t original =
+        scaling.optional_int_in_range("original_max_position_embeddings", 1, limits::kMaxPositions)
+            .value_or(arch.max_position_embeddings);
+    const double reach = *factor * static_cast<double>(original);
+    arch.rope_scaled_positions =
+        std::max(arch.rope_scaled_positions,
+                 static_cast<std::int64_t>(std::min(reach, static_cast<double>(limits::kMaxPositions))));
   }
 }
 
@@ -131,17 +208,27 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   // Gemma2Config and Gemma3TextConfig tie by default (their configs omit the key); the llama family does not.
   const bool gemma = kind == HfKind::gemma2 || kind == HfKind::gemma3_text;
   arch.tie_word_embeddings = config.boolean("tie_word_embeddings", gemma);
-  // Qwen2Attention hard-codes bias=True on q/k/v and its config has no key for it; LlamaConfig has attention_bias
-  // (default false); MistralAttention has no biases at all.
-  // Qwen3Config and Qwen3MoeConfig have attention_bias (default false) too.
+  // Qwen2Attention hard-codes bias=True on q/k/v and bias=False on o_proj, and its config has no key for them;
+  // LlamaConfig has attention_bias (default false), which LlamaAttention applies to q, k, v *and* o_proj
+  // (transformers/models/llama/modeling_llama.py: o_proj = nn.Linear(..., bias=config.attention_bias)); so do
+  // Qwen3Attention, Qwen3MoeAttention and Gemma2/3Attention. MistralAttention has no biases at all.
   if (kind == HfKind::qwen2) {
     arch.attention_bias = true;
-  } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe || gemma) {
+  } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe || gemma ||
+             kind == HfKind::olmo2 || kind == HfKind::granite || kind == HfKind::granitemoe ||
+             kind == HfKind::phimoe) {
+    // Olmo2Attention (OlmoAttention, LlamaAttention's), GraniteAttention, GraniteMoeAttention and PhimoeAttention
+    // (LlamaAttention) likewise.
     arch.attention_bias = config.boolean("attention_bias", false);
+    arch.o_proj_bias = arch.attention_bias;
   }
+  // LlamaMLP and GraniteMLP: gate_proj, up_proj and down_proj take bias=config.mlp_bias (LlamaConfig and
+  // GraniteConfig default false; Granite Code sets it). The other families' MLPs have no such key and no biases.
+  if (kind == HfKind::llama || kind == HfKind::granite) arch.mlp_bias = config.boolean("mlp_bias", false);
   arch.dropout = 0.0;  // attention_dropout is 0 in every released llama-family checkpoint and keeps no masks
-  reject_inexpressible(config);
   read_head_dim(config, arch);
+  read_rope_scaling(config, arch);
+  reject_unmodelled_shape_fields(config, kind);
   // Each family's own keys (hf_arch.h).
   switch (kind) {
     case HfKind::mixtral: read_mixtral_moe(config, arch); break;
@@ -153,6 +240,10 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     case HfKind::gemma2: read_gemma(config, arch); break;
     case HfKind::deepseek_v2: read_deepseek(config, arch, false); break;
     case HfKind::deepseek_v3: read_deepseek(config, arch, true); break;
+    case HfKind::olmo2: read_olmo2(config, arch); break;
+    case HfKind::phimoe: read_phimoe(config, arch); break;
+    case HfKind::granitemoe: read_granitemoe(config, arch); [[fallthrough]];
+    case HfKind::granite: read_granite_scalars(config); break;
     default: break;
   }
   return arch;

@@ -2,6 +2,7 @@
 #include "model_presets.h"
 
 #include "decoder_builder.h"
+#include "hf_config.h"
 #include "errors.h"
 #include "name_suggest.h"
 
@@ -36,6 +37,91 @@ DecoderArchitecture tied(DecoderArchitecture arch) {
   return arch;
 }
 
+// A preset given as the shape keys of its Hugging Face config.json, read by the same importer as a config file, so a
+// preset and its config cannot disagree (MoE, MLA and head_dim keys included).
+DecoderArchitecture hf(const char* name, const nlohmann::json& config) {
+  return architecture_from_hf_config(config, std::string("preset ") + name);
+}
+
+// Llama 3.1's RoPE scaling (rope_type llama3: factor 8 over 8192 original positions, 131072 in all).
+const nlohmann::json& llama31_rope() {
+  static const nlohmann::json rope = {{"rope_type", "llama3"},
+                                      {"factor", 8.0},
+                                      {"low_freq_factor", 1.0},
+                                      {"high_freq_factor", 4.0},
+                                      {"original_max_position_embeddings", 8192}};
+  return rope;
+}
+
+nlohmann::json llama31(std::int64_t hidden, std::int64_t intermediate, std::int64_t layers, std::int64_t heads,
+                       bool tie) {
+  return {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})}, {"vocab_size", 128256},  {"hidden_size", hidden},
+          {"intermediate_size", intermediate},    {"num_hidden_layers", layers}, {"num_attention_heads", heads},
+          {"num_key_value_heads", 8},             {"max_position_embeddings", 131072},
+          {"rope_scaling", llama31_rope()},       {"tie_word_embeddings", tie}};
+}
+
+// Qwen2ForCausalLM (q/k/v biases); Qwen2.5's configs name 32768 positions (YaRN factor 4 to 131072 is the model
+// cards' recipe for longer inputs, not in config.json).
+nlohmann::json qwen25(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                      std::int64_t heads, std::int64_t kv_heads, bool tie) {
+  return {{"architectures", nlohmann::json::array({"Qwen2ForCausalLM"})}, {"vocab_size", vocab},     {"hidden_size", hidden},
+          {"intermediate_size", intermediate},    {"num_hidden_layers", layers}, {"num_attention_heads", heads},
+          {"num_key_value_heads", kv_heads},      {"max_position_embeddings", 32768}, {"tie_word_embeddings", tie}};
+}
+
+// Qwen3ForCausalLM: head_dim 128 whatever the width, q/k norms.
+nlohmann::json qwen3(std::int64_t hidden, std::int64_t intermediate, std::int64_t layers, std::int64_t heads,
+                     bool tie) {
+  return {{"architectures", nlohmann::json::array({"Qwen3ForCausalLM"})}, {"vocab_size", 151936},  {"hidden_size", hidden},
+          {"intermediate_size", intermediate},    {"num_hidden_layers", layers}, {"num_attention_heads", heads},
+          {"num_key_value_heads", 8},             {"head_dim", 128},        {"max_position_embeddings", 40960},
+          {"tie_word_embeddings", tie}};
+}
+
+nlohmann::json mistral(std::int64_t vocab) {
+  return {{"architectures", nlohmann::json::array({"MistralForCausalLM"})}, {"vocab_size", vocab},   {"hidden_size", 4096},
+          {"intermediate_size", 14336},             {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+          {"num_key_value_heads", 8},               {"max_position_embeddings", 32768}};
+}
+
+nlohmann::json mixtral(std::int64_t hidden, std::int64_t intermediate, std::int64_t layers, std::int64_t heads,
+                       std::int64_t positions) {
+  return {{"architectures", nlohmann::json::array({"MixtralForCausalLM"})}, {"vocab_size", 32000},      {"hidden_size", hidden},
+          {"intermediate_size", intermediate},      {"num_hidden_layers", layers}, {"num_attention_heads", heads},
+          {"num_key_value_heads", 8},               {"num_local_experts", 8},    {"num_experts_per_tok", 2},
+          {"max_position_embeddings", positions}};
+}
+
+// deepseek-ai/DeepSeek-V3 config.json (examples/hf/deepseek-v3.json): MLA, 256 routed experts and one shared, the
+// first 3 layers dense, YaRN factor 40 over 4096 positions.
+nlohmann::json deepseek_v3() {
+  return {{"architectures", nlohmann::json::array({"DeepseekV3ForCausalLM"})},
+          {"vocab_size", 129280},
+          {"hidden_size", 7168},
+          {"intermediate_size", 18432},
+          {"moe_intermediate_size", 2048},
+          {"num_hidden_layers", 61},
+          {"num_attention_heads", 128},
+          {"num_key_value_heads", 128},
+          {"n_shared_experts", 1},
+          {"n_routed_experts", 256},
+          {"num_experts_per_tok", 8},
+          {"first_k_dense_replace", 3},
+          {"n_group", 8},
+          {"topk_group", 4},
+          {"kv_lora_rank", 512},
+          {"q_lora_rank", 1536},
+          {"qk_nope_head_dim", 128},
+          {"qk_rope_head_dim", 64},
+          {"v_head_dim", 128},
+          {"max_position_embeddings", 163840},
+          {"rope_scaling",
+           {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+            {"beta_slow", 1}}},
+          {"tie_word_embeddings", false}};
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -56,6 +142,54 @@ const std::vector<ModelPreset>& model_presets() {
       // Tied input and output embeddings (config.json: tie_word_embeddings = true); 1,235,814,400 parameters. The
       // ~1B model the GPU check trains at world size 1.
       {"llama3.2-1b", "Llama 3.2 1B, tied embeddings (meta-llama/Llama-3.2-1B config.json)", tied(llama(128256, 2048, 8192, 16, 32, 8, 131072)), 8192},
+      // Exact counts in tests/unit/test_model_presets.cpp, each against the checkpoint's published total.
+      {"llama3.1-8b", "Llama 3.1 8B, RoPE scaled to 131072 (meta-llama/Llama-3.1-8B config.json)",
+       hf("llama3.1-8b", llama31(4096, 14336, 32, 32, false)), 8192},
+      {"llama3.1-70b", "Llama 3.1 70B, RoPE scaled to 131072 (meta-llama/Llama-3.1-70B config.json)",
+       hf("llama3.1-70b", llama31(8192, 28672, 80, 64, false)), 8192},
+      {"llama3.2-3b", "Llama 3.2 3B, tied embeddings (meta-llama/Llama-3.2-3B config.json)",
+       hf("llama3.2-3b", llama31(3072, 8192, 28, 24, true)), 8192},
+      {"llama3.3-70b", "Llama 3.3 70B, Llama 3.1 70B's shape (meta-llama/Llama-3.3-70B-Instruct config.json)",
+       hf("llama3.3-70b", llama31(8192, 28672, 80, 64, false)), 8192},
+      {"mistral-7b", "Mistral 7B v0.1 (mistralai/Mistral-7B-v0.1 config.json; its 4096-token sliding window is not "
+                     "modelled)",
+       hf("mistral-7b", mistral(32000)), 8192},
+      {"mistral-7b-v0.3", "Mistral 7B v0.3, 32768-token vocabulary (mistralai/Mistral-7B-v0.3 config.json)",
+       hf("mistral-7b-v0.3", mistral(32768)), 8192},
+      {"mixtral-8x7b", "Mixtral 8x7B, 8 experts top-2 (mistralai/Mixtral-8x7B-v0.1 config.json)",
+       hf("mixtral-8x7b", mixtral(4096, 14336, 32, 32, 32768)), 8192},
+      {"mixtral-8x22b", "Mixtral 8x22B, 8 experts top-2 (mistralai/Mixtral-8x22B-v0.1 config.json)",
+       hf("mixtral-8x22b", mixtral(6144, 16384, 56, 48, 65536)), 8192},
+      {"qwen2.5-0.5b", "Qwen2.5 0.5B, tied (Qwen/Qwen2.5-0.5B config.json)",
+       hf("qwen2.5-0.5b", qwen25(151936, 896, 4864, 24, 14, 2, true)), 4096},
+      {"qwen2.5-1.5b", "Qwen2.5 1.5B, tied (Qwen/Qwen2.5-1.5B config.json)",
+       hf("qwen2.5-1.5b", qwen25(151936, 1536, 8960, 28, 12, 2, true)), 4096},
+      {"qwen2.5-3b", "Qwen2.5 3B, tied (Qwen/Qwen2.5-3B config.json)",
+       hf("qwen2.5-3b", qwen25(151936, 2048, 11008, 36, 16, 2, true)), 4096},
+      {"qwen2.5-7b", "Qwen2.5 7B (Qwen/Qwen2.5-7B config.json)",
+       hf("qwen2.5-7b", qwen25(152064, 3584, 18944, 28, 28, 4, false)), 4096},
+      {"qwen2.5-14b", "Qwen2.5 14B (Qwen/Qwen2.5-14B config.json)",
+       hf("qwen2.5-14b", qwen25(152064, 5120, 13824, 48, 40, 8, false)), 4096},
+      {"qwen2.5-32b", "Qwen2.5 32B (Qwen/Qwen2.5-32B config.json)",
+       hf("qwen2.5-32b", qwen25(152064, 5120, 27648, 64, 40, 8, false)), 4096},
+      {"qwen2.5-72b", "Qwen2.5 72B (Qwen/Qwen2.5-72B config.json)",
+       hf("qwen2.5-72b", qwen25(152064, 8192, 29568, 80, 64, 8, false)), 4096},
+      {"qwen3-4b", "Qwen3 4B, tied, head_dim 128, q/k norms (Qwen/Qwen3-4B config.json)",
+       hf("qwen3-4b", qwen3(2560, 9728, 36, 32, true)), 4096},
+      {"qwen3-8b", "Qwen3 8B, head_dim 128, q/k norms (Qwen/Qwen3-8B config.json)",
+       hf("qwen3-8b", qwen3(4096, 12288, 36, 32, false)), 4096},
+      {"qwen3-32b", "Qwen3 32B, head_dim 128, q/k norms (Qwen/Qwen3-32B config.json)",
+       hf("qwen3-32b", qwen3(5120, 25600, 64, 64, false)), 4096},
+      {"qwen3-30b-a3b", "Qwen3 30B-A3B, 128 experts top-8 (Qwen/Qwen3-30B-A3B config.json)",
+       hf("qwen3-30b-a3b", {{"architectures", nlohmann::json::array({"Qwen3MoeForCausalLM"})}, {"vocab_size", 151936},
+                            {"hidden_size", 2048}, {"intermediate_size", 6144}, {"moe_intermediate_size", 768},
+                            {"num_hidden_layers", 48}, {"num_attention_heads", 32}, {"num_key_value_heads", 4},
+                            {"head_dim", 128}, {"num_experts", 128}, {"num_experts_per_tok", 8},
+                            {"max_position_embeddings", 40960}, {"tie_word_embeddings", false}}),
+       4096},
+      {"deepseek-v3", "DeepSeek-V3 671B: MLA, 256 experts top-8 (deepseek-ai/DeepSeek-V3 config.json; the "
+                      "multi-token-prediction layer is not part of the HF model)",
+       hf("deepseek-v3", deepseek_v3()), 4096},
       {"gpt3-175b", "GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, context 2048)",
        gpt(50257, 12288, 96, 96, 2048), 2048},
       {"gpt2", "GPT-2 124M (openai-community/gpt2 config.json)", gpt(50257, 768, 12, 12, 1024), 1024},

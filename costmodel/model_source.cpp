@@ -7,6 +7,7 @@
 #include "hf_arch_llava.h"
 #include "hf_arch_vision.h"
 #include "hf_config.h"
+#include "hf_hub_cache.h"
 #include "json_input.h"
 #include "model_json.h"
 #include "model_presets.h"
@@ -34,11 +35,27 @@ ModelSpec load_model(const std::string& model_argument) {
   const bool names_file = std::filesystem::exists(status) && !std::filesystem::is_directory(status);
   const bool looks_like_path = model_argument.ends_with(".json") || model_argument.find('/') != std::string::npos;
   if (!names_file && !looks_like_path) return preset_model(model_argument);
+  // A model's folder (a downloaded snapshot, a save_pretrained output): its config.json.
+  const std::filesystem::path folder = std::filesystem::path(model_argument);
+  if (std::filesystem::is_directory(std::filesystem::status(folder, error)) &&
+      std::filesystem::is_regular_file(folder / "config.json", error)) {
+    const std::string name = (folder.filename().empty() ? folder.parent_path() : folder).filename().string();
+    return load_model_file((folder / "config.json").string(), name);
+  }
+  // Note [Hub ids]: "org/name" that is no file here is a Hugging Face Hub id, read from the local cache.
+  if (!std::filesystem::exists(status) && looks_like_hub_model_id(model_argument)) {
+    const HubConfig hub = cached_hub_config(model_argument);
+    return load_model_file(hub.config_path.string(), hub.model_name);
+  }
+  return load_model_file(model_argument, "");
+}
 
+ModelSpec load_model_file(const std::string& model_argument, const std::string& name) {
   const nlohmann::json document = read_json_file(model_argument);  // names the file when it is missing
   const std::string stem = std::filesystem::path(model_argument).stem().string();
-  const std::string hf_name =
-      stem == "config" ? std::filesystem::path(model_argument).parent_path().filename().string() : stem;
+  const std::string hf_name = !name.empty()       ? name
+                              : stem == "config" ? std::filesystem::path(model_argument).parent_path().filename().string()
+                                                 : stem;
   if (is_hf_vision_config(document)) {
     return vision_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
   }

@@ -9,7 +9,12 @@ namespace shardplan {
 
 // An existing file (or a name ending in .json) is read as JSON: a Hugging Face config when it has "architectures" or
 // "model_type", else a shardplan model JSON; so is a document given inline (Note [Inline JSON] in json_input.h).
-// Anything else is a preset name. InputError on every failure.
+// "org/name" (or "org/name@revision") that is no file is a Hugging Face Hub id, read from the local Hugging Face
+// cache (Note [Hub ids] in hf_hub_cache.h). Anything else is a preset name. InputError on every failure.
 ModelSpec load_model(const std::string& model_argument);
+
+// The JSON file at `path`, read as load_model reads one; `name` names the model (empty: the file's stem, or its
+// folder's name for a config.json).
+ModelSpec load_model_file(const std::string& path, const std::string& name);
 
 }  // namespace shardplan

@@ -179,6 +179,11 @@ struct DecoderArchitecture {
   std::int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;              // Qwen2 puts biases on q, k and v
+  // A bias on o_proj too: transformers' LlamaAttention, Qwen3Attention and Gemma2/3Attention build o_proj with
+  // bias=config.attention_bias (Qwen2Attention hard-codes it off), so a Llama config with attention_bias: true has it.
+  bool o_proj_bias = false;
+  // Biases on gate_proj, up_proj and down_proj (LlamaMLP and GraniteMLP: bias=config.mlp_bias; Granite Code).
+  bool mlp_bias = false;
   double dropout = 0.0;                     // GPT-2's resid/attn/embd dropout; llama has none
   // A mixture-of-experts MLP in place of the dense one (Mixtral, Qwen2/3-MoE); intermediate_size is then the dense
   // MLP's width where the architecture has dense layers too.
@@ -187,6 +192,12 @@ struct DecoderArchitecture {
   // 0: hidden_size / num_heads.
   std::int64_t explicit_head_dim = 0;
   bool qk_norm = false;                     // Qwen3: RMSNorm over each head of q and k before RoPE (q_norm, k_norm)
+  // OLMo 2: q_norm and k_norm span every head at once (Olmo2Attention: RMSNorm(heads·head_dim), RMSNorm(kv_heads·
+  // head_dim)) rather than one head_dim shared by the heads; with qk_norm.
+  bool qk_norm_full_width = false;
+  // OLMo 2: no norm before attention or the MLP, one after each (Olmo2DecoderLayer: post_attention_layernorm,
+  // post_feedforward_layernorm applied to the branch before the residual add).
+  bool post_norms = false;
   // Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (Phi3Attention, Phi3MLP): the same weights
   // and work, fewer GEMMs.
   bool fused_projections = false;
@@ -202,6 +213,16 @@ struct DecoderArchitecture {
   // attention and MLP computed in parallel from the same input (use_parallel_residual).
   double rotary_fraction = 1.0;
   bool parallel_residual = false;
+  // Phi-3.5-MoE: nn.LayerNorm (weight and bias) wherever llama has an RMSNorm, the final norm included
+  // (PhimoeDecoderLayer: input_layernorm, post_attention_layernorm; PhimoeModel.norm).
+  bool layer_norm = false;
+  bool lm_head_bias = false;  // PhimoeForCausalLM: lm_head = nn.Linear(hidden, vocab, bias=config.lm_head_bias)
+  // Note [Long context]: the longest sequence the config's RoPE scaling names (rope_scaling / rope_parameters: factor
+  // × original_max_position_embeddings); 0: none. --seq-len may reach it beyond max_position_embeddings.
+  std::int64_t rope_scaled_positions = 0;
+  std::int64_t max_trainable_positions() const {
+    return rope_scaled_positions > max_position_embeddings ? rope_scaled_positions : max_position_embeddings;
+  }
   std::int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
   std::int64_t q_dim() const { return head_dim() * num_heads; }  // q_proj's output width, o_proj's input
   std::int64_t kv_dim() const { return head_dim() * num_kv_heads; }

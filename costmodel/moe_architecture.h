@@ -19,6 +19,9 @@ enum class MoeNaming {
   mixtral,  // block_sparse_moe.gate, block_sparse_moe.experts.N.{w1,w2,w3} (MixtralSparseMoeBlock)
   qwen,     // mlp.gate, mlp.experts.N.{gate,up,down}_proj, mlp.shared_expert.*, mlp.shared_expert_gate
   deepseek, // mlp.gate, mlp.experts.N.{gate,up,down}_proj, mlp.shared_experts.* (DeepseekV2MoE, DeepseekV3MoE)
+  // block_sparse_moe.router.layer, and every expert stacked in two 3-D parameters: input_linear [experts, 2·f, h]
+  // (gate and up) and output_linear [experts, h, f] (GraniteMoeMoE, GraniteMoeParallelExperts)
+  granite,
 };
 
 struct MoeArchitecture {

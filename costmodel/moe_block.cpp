@@ -19,6 +19,7 @@ struct MoeNames {
 MoeNames names_of(MoeNaming naming) {
   if (naming == MoeNaming::mixtral) return {"block_sparse_moe", "w1", "w3", "w2", "shared_expert"};
   if (naming == MoeNaming::deepseek) return {"mlp", "gate_proj", "up_proj", "down_proj", "shared_experts"};
+  if (naming == MoeNaming::granite) return {"block_sparse_moe", "input_linear", "input_linear", "output_linear", ""};
   return {"mlp", "gate_proj", "up_proj", "down_proj", "shared_expert"};
 }
 
@@ -77,10 +78,17 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
   tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
                                [](const TensorSpec& tensor) { return tensor.name.starts_with("mlp."); }),
                 tensors.end());
-  tensors.push_back({prefix + "gate.weight", {experts, h}});
+  const bool stacked = moe.naming == MoeNaming::granite;  // GraniteMoeMoE: router.layer, two stacked parameters
+  const std::string router = prefix + (stacked ? "router.layer" : "gate");
+  tensors.push_back({router + ".weight", {experts, h}});
   if (moe.router_correction_bias) tensors.push_back({prefix + "gate.e_score_correction_bias", {experts}});
   std::int64_t routed_elements = 0;
-  for (std::int64_t expert = 0; expert < experts; ++expert) {
+  if (stacked) {
+    tensors.push_back({prefix + "input_linear.weight", {experts, 2 * fe, h}});
+    tensors.push_back({prefix + "output_linear.weight", {experts, h, fe}});
+    routed_elements = 3 * fe * h * experts;
+  }
+  for (std::int64_t expert = 0; expert < (stacked ? 0 : experts); ++expert) {
     const std::string path = prefix + "experts." + std::to_string(expert) + ".";
     tensors.push_back({path + names.gate + ".weight", {fe, h}});
     tensors.push_back({path + names.down + ".weight", {h, fe}});
@@ -122,10 +130,15 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
     return static_cast<std::int64_t>(std::llround(slots * static_cast<double>(width)));
   };
   // Forward order router, w1, w3, w2 (then the shared expert): torchtitan's policy saves every other matmul's output.
-  spec.projections.push_back({prefix + "gate", h, experts, true});
-  spec.projections.push_back({prefix + "experts." + names.gate, h, slot_width(fe), false});
-  spec.projections.push_back({prefix + "experts." + names.up, h, slot_width(fe), true});
-  spec.projections.push_back({prefix + "experts." + names.down, fe, slot_width(h), false});
+  spec.projections.push_back({router, h, experts, true});
+  if (stacked) {  // GraniteMoeParallelExperts: one GEMM per expert for gate and up together (input_linear)
+    spec.projections.push_back({prefix + "input_linear", h, slot_width(2 * fe), false});
+    spec.projections.push_back({prefix + "output_linear", fe, slot_width(h), true});
+  } else {
+    spec.projections.push_back({prefix + "experts." + names.gate, h, slot_width(fe), false});
+    spec.projections.push_back({prefix + "experts." + names.up, h, slot_width(fe), true});
+    spec.projections.push_back({prefix + "experts." + names.down, fe, slot_width(h), false});
+  }
   if (fs > 0) {
     spec.projections.push_back({prefix + names.shared + ".gate_proj", h, fs, true});
     spec.projections.push_back({prefix + names.shared + ".up_proj", h, fs, false});

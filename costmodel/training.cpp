@@ -91,9 +91,15 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
   if (training.flash_attention && training.attention_kernel == AttentionKernel::eager) {
     throw InputError("attention_kernel eager: expected flash_attention false (eager attention materialises the scores)");
   }
-  if (model.architecture && training.seq_len > model.architecture->max_position_embeddings) {
+  // Note [Long context] (model_spec.h): a config that names RoPE scaling may train past max_position_embeddings.
+  if (model.architecture && training.seq_len > model.architecture->max_trainable_positions()) {
+    const DecoderArchitecture& arch = *model.architecture;
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
-                     std::to_string(model.architecture->max_position_embeddings) + " positions");
+                     std::to_string(arch.max_trainable_positions()) + " positions" +
+                     (arch.rope_scaled_positions > 0 ? " (its rope_scaling's factor × original positions)"
+                      : arch.family == DecoderArchitecture::Family::gpt2
+                          ? ""
+                          : " (max_position_embeddings; a config whose rope_scaling names a factor reaches further)"));
   }
   validate_finetune(training.finetune, training.precision, FinetuneFieldNames::cli());
   validate_expert_parallel(training, model);

@@ -14,6 +14,7 @@
 #include "errors.h"
 #include "hf_config.h"
 #include "json_input.h"
+#include "hf_example_models.h"
 
 namespace {
 
@@ -174,7 +175,7 @@ TEST_CASE("hf: model_type is the fallback when architectures is absent or null")
   CHECK(contains(message, "config.json: field 'model_type'"));
   CHECK(contains(message, "'bert'"));
   CHECK(contains(message, "llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text, "
-                          "deepseek_v2, deepseek_v3, gpt_neox"));
+                          "deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe"));
 }
 
 TEST_CASE("hf: unsupported architecture names the field and lists the supported ones") {
@@ -185,7 +186,9 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
   CHECK(contains(message, "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, "
                           "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                           "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, DeepseekV2ForCausalLM, "
-                          "DeepseekV3ForCausalLM, GPTNeoXForCausalLM, ViTModel, ViTForImageClassification, "
+                          "DeepseekV3ForCausalLM, GPTNeoXForCausalLM, Olmo2ForCausalLM, GraniteForCausalLM, "
+                          "GraniteMoeForCausalLM, PhimoeForCausalLM, PhiMoEForCausalLM, ViTModel, "
+                          "ViTForImageClassification, "
                           "CLIPVisionModel, SiglipVisionModel, LlavaForConditionalGeneration)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
@@ -246,10 +249,36 @@ TEST_CASE("hf: keys that would change the parameter count in inexpressible ways 
   matching["head_dim"] = 16;  // 4 × 16 == 64: the usual split
   CHECK(shardplan::architecture_from_hf_config(matching, "config.json").explicit_head_dim == 0);
 
-  auto mlp_bias = small_llama();
-  mlp_bias["mlp_bias"] = true;
-  CHECK(contains(input_error_message([&] { shardplan::architecture_from_hf_config(mlp_bias, "config.json"); }),
-                 "'mlp_bias'"));
+}
+
+TEST_CASE("hf: attention_bias gives o_proj a bias too in Llama and Qwen3, not in Qwen2; mlp_bias biases the MLP") {
+  // small_llama: vocab 1000, hidden 64, intermediate 176, 2 layers, 4 heads of 16, 2 kv heads (kv width 32). A block
+  // without biases: two norms 2·64, q 64·64, k and v 32·64 each, o 64·64, gate/up/down 3·64·176 = 46,208; the
+  // untied embedding and head 2·64,000, the final norm 64: 220,480.
+  const auto count = [](const nlohmann::json& document) {
+    return shardplan::build_decoder("t", shardplan::architecture_from_hf_config(document, "config.json"), "config.json")
+        .param_count();
+  };
+  auto llama = small_llama();
+  CHECK(count(llama) == 220'480);
+  // LlamaAttention: q_proj, k_proj, v_proj and o_proj all take bias=config.attention_bias: 64 + 32 + 32 + 64 a block.
+  llama["attention_bias"] = true;
+  const auto biased = shardplan::build_decoder(
+      "t", shardplan::architecture_from_hf_config(llama, "config.json"), "config.json");
+  CHECK(biased.param_count() == 220'480 + 2 * (64 + 32 + 32 + 64));
+  CHECK(shardplan::testing::has_tensor(biased.layers[1], "self_attn.o_proj.bias", {64}));
+  // LlamaMLP: gate_proj, up_proj and down_proj take bias=config.mlp_bias: 176 + 176 + 64 a block.
+  llama["mlp_bias"] = true;
+  CHECK(count(llama) == 220'480 + 2 * (64 + 32 + 32 + 64) + 2 * (176 + 176 + 64));
+  // Qwen3Attention likewise (q_norm and k_norm add 2·16 a block).
+  auto qwen3 = small_llama();
+  qwen3["architectures"] = nlohmann::json::array({"Qwen3ForCausalLM"});
+  qwen3["attention_bias"] = true;
+  CHECK(count(qwen3) == 220'480 + 2 * (64 + 32 + 32 + 64) + 2 * (16 + 16));
+  // Qwen2Attention: bias=True on q, k, v whatever the config says, never on o_proj.
+  auto qwen2 = small_llama();
+  qwen2["architectures"] = nlohmann::json::array({"Qwen2ForCausalLM"});
+  CHECK(count(qwen2) == 220'480 + 2 * (64 + 32 + 32));
 }
 
 TEST_CASE("hf: malformed JSON is reported with the file and line:column") {

@@ -24,6 +24,42 @@ TEST_CASE("presets: parameter counts are exact") {
   }
 }
 
+TEST_CASE("presets: the Llama 3.x, Mistral, Mixtral, Qwen 2.5 / 3 and DeepSeek-V3 presets count their checkpoints") {
+  // Each against the checkpoint's stored total (the Hugging Face API's safetensors.total, or a library's preset table
+  // that records it): Llama-3.1-8B 8030261248 and -70B 70553706496 (HF API, revisions d04e592b and 349b2ddb);
+  // Llama-3.2-3B(-Instruct) 3212749824 (safetensors.parameters.BF16); Llama-3.3-70B-Instruct 70553706496;
+  // Mistral-7B-v0.1 7241732096 and v0.3 7248023552 (keras-hub mistral_presets.py "params"); Mixtral-8x7B-v0.1
+  // 46702792704 (keras-hub mixtral_presets.py; HF safetensors.total) and 8x22B-v0.1 140620634112; Qwen2.5
+  // 0.5B/1.5B/3B/7B/14B/32B/72B 494032768, 1543714304, 3085938688, 7615616512, 14770033664, 32763876352,
+  // 72706203648 (keras-hub qwen_presets.py; GGUF general.parameter_count); Qwen3-4B 4022468096, -8B 8190735360,
+  // -32B 32762123264, -30B-A3B 30532122624 (the checkpoint's 61064245248 bytes in bf16 / 2); DeepSeek-V3
+  // 671026419200 (the HF model, without the multi-token-prediction layer: README_WEIGHTS.md's 685B less its 14B).
+  const std::pair<const char*, std::int64_t> expected[] = {
+      {"llama3.1-8b", 8'030'261'248},        {"llama3.1-70b", 70'553'706'496},   {"llama3.2-3b", 3'212'749'824},
+      {"llama3.3-70b", 70'553'706'496},      {"mistral-7b", 7'241'732'096},      {"mistral-7b-v0.3", 7'248'023'552},
+      {"mixtral-8x7b", 46'702'792'704},      {"mixtral-8x22b", 140'620'634'112}, {"qwen2.5-0.5b", 494'032'768},
+      {"qwen2.5-1.5b", 1'543'714'304},       {"qwen2.5-3b", 3'085'938'688},      {"qwen2.5-7b", 7'615'616'512},
+      {"qwen2.5-14b", 14'770'033'664},       {"qwen2.5-32b", 32'763'876'352},    {"qwen2.5-72b", 72'706'203'648},
+      {"qwen3-4b", 4'022'468'096},           {"qwen3-8b", 8'190'735'360},        {"qwen3-32b", 32'762'123'264},
+      {"qwen3-30b-a3b", 30'532'122'624},     {"deepseek-v3", 671'026'419'200},
+  };
+  for (const auto& [name, params] : expected) {
+    CAPTURE(name);
+    CHECK(preset_model(name).param_count() == params);
+  }
+  // The presets that have a shipped config.json agree with it tensor for tensor.
+  for (const char* name : {"mistral-7b", "mixtral-8x7b", "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3"}) {
+    CAPTURE(name);
+    const ModelSpec preset = preset_model(name);
+    const ModelSpec file = load_model(std::string("examples/hf/") + name + ".json");
+    REQUIRE(preset.layers.size() == file.layers.size());
+    for (std::size_t i = 0; i < preset.layers.size(); ++i) CHECK(preset.layers[i].param_count() == file.layers[i].param_count());
+  }
+  // Llama 3.1's rope_scaling and 131072 positions come with the preset: long sequences are allowed.
+  CHECK(preset_model("llama3.1-8b").architecture->max_trainable_positions() == 131072);
+  CHECK(preset_model("deepseek-v3").architecture->max_trainable_positions() == 163840);
+}
+
 TEST_CASE("presets: every preset builds, tiny-llama is a few MB, gpt3-175b is ~175B") {
   for (const auto& name : model_preset_names()) {
     CAPTURE(name);
