@@ -21,9 +21,13 @@
 namespace shardplan {
 namespace {
 
-// The wrap search's simulation budget per knob setting: wrappings simulated × blocks per wrapping (a wrapping's
-// simulation costs about its blocks' ops), so long models get fewer checks (Searcher::search_setting).
-constexpr std::size_t kSimulatedBlocksPerSetting = 20000;
+// The wrap search's simulation budget per knob setting, in block passes: wrappings simulated × blocks × (micro-batches
+// per step + 2) (a wrapping's simulation costs about its blocks' forwards and backwards of every micro-batch, and its
+// gathers, reductions and optimizer step about two passes more), so long models and many micro-batches per step get
+// fewer checks (Searcher::search_setting). One micro-batch per step: 20,000 simulated blocks, as measured sufficient
+// for the exhaustive-equality tests; 128 (issue 37 item 7: gpt2 on 2xcpu with --global-batch 256) no longer
+// simulates ~9,500 wrappings.
+constexpr std::size_t kSimulatedBlockPassesPerSetting = 60000;
 
 // Note [Tightened floor]: a wrap search gives up when too many wrappings pass the memory floor (a lower bound of the
 // simulated peak) without fitting, or its best-first tree outgrows its node budget; and its label DP drops the
@@ -199,7 +203,9 @@ class Searcher {
     // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time where the
     // model is a lower bound: a budget in simulated blocks keeps long models' searches short; past it the per-cap
     // DPs answer.
-    wrap.max_checks = std::max<std::size_t>(kMaxWrapChecks, kSimulatedBlocksPerSetting / model_.block_count());
+    const std::size_t passes_per_block = static_cast<std::size_t>(std::max(1, base.grad_accumulation_steps)) + 2;
+    wrap.max_checks = std::max<std::size_t>(
+        kMaxWrapChecks, kSimulatedBlockPassesPerSetting / (std::max<std::size_t>(1, model_.block_count()) * passes_per_block));
     if (pass == Pass::depths) {
       // Note [Prefetch depth]: the fastest fitting plan over wrappings × none / one / two units ahead, by branch and
       // bound on the one-ahead fragments with free all-gathers and free collective issue. That is a lower bound for
