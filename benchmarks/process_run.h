@@ -17,9 +17,11 @@ struct ProcessSample {
   double rss_mib = 0;
   double wall_ms = 0;
   double cpu_s = 0;  // user + system, the child's
+  int exit_status = -1;
 };
 
-// wait4's ru_maxrss also counts the child's memory before exec, which is the caller's (a small table program).
+// True when the program ran and exited with a status (in sample.exit_status); wait4's ru_maxrss also counts the
+// child's memory before exec, which is the caller's (a small table program).
 inline bool run_process(const std::string& binary, const std::vector<std::string>& args, ProcessSample& sample) {
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(binary.c_str()));
@@ -42,7 +44,9 @@ inline bool run_process(const std::string& binary, const std::vector<std::string
   sample.rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   const auto seconds = [](const timeval& time) { return static_cast<double>(time.tv_sec) + 1e-6 * time.tv_usec; };
   sample.cpu_s = seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!WIFEXITED(status)) return false;
+  sample.exit_status = WEXITSTATUS(status);
+  return true;
 }
 
 }  // namespace shardplan::bench

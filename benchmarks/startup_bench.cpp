@@ -49,13 +49,13 @@ int main(int argc, char** argv) {
   for (const auto& [label, binary] : binaries) {
     for (const auto& [name, args] : commands) {
       shardplan::bench::ProcessSample sample;
-      if (!shardplan::bench::run_process(binary, args, sample)) {  // also warms the page cache
+      if (!shardplan::bench::run_process(binary, args, sample) || sample.exit_status != 0) {  // also warms the page cache
         std::fprintf(stderr, "startup_bench: %s %s failed\n", binary.c_str(), name.c_str());
         return 1;
       }
       std::vector<double> rss, wall;
       for (int run = 0; run < runs; ++run) {
-        if (!shardplan::bench::run_process(binary, args, sample)) return 1;
+        if (!shardplan::bench::run_process(binary, args, sample) || sample.exit_status != 0) return 1;
         rss.push_back(sample.rss_mib);
         wall.push_back(sample.wall_ms);
       }
