@@ -71,7 +71,7 @@ class Searcher {
            const SearchOptions& options, std::int64_t cap)
       : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap) {}
 
-  // `setting`: the knob setting's label where the plan is one of its wrappings (Searcher::setting_bests).
+  // `setting`: the knob setting's label where the plan is one of its wrappings (Note [Refining unproven settings]).
   PlanCandidate evaluate(const Plan& plan, const std::string& knobs, const std::string& setting = {}) {
     PlanCandidate candidate;
     candidate.plan = plan;
@@ -192,7 +192,8 @@ class Searcher {
         if (!kept.empty() && kept[k]) key.push_back(0);
       }
       if (const auto found = seen.find(key); found != seen.end()) return found->second;
-      const PlanCandidate candidate = evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base), label);
+      const PlanCandidate candidate =
+          evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base), label);
       const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
       seen.emplace(key, verdict);
       return verdict;
@@ -201,11 +202,12 @@ class Searcher {
     wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
     wrap.memory_cap_bytes = cap_;
     // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time where the
-    // model is a lower bound: a budget in simulated blocks keeps long models' searches short; past it the per-cap
-    // DPs answer.
+    // model is a lower bound: a budget in simulated block passes keeps long models' and many micro-batches' searches
+    // short; past it tightened floors and the per-cap DPs answer.
     const std::size_t passes_per_block = static_cast<std::size_t>(std::max(1, base.grad_accumulation_steps)) + 2;
-    wrap.max_checks = std::max<std::size_t>(
-        kMaxWrapChecks, kSimulatedBlockPassesPerSetting / (std::max<std::size_t>(1, model_.block_count()) * passes_per_block));
+    const std::size_t blocks = std::max<std::size_t>(1, model_.block_count());
+    wrap.max_checks =
+        std::max<std::size_t>(kMaxWrapChecks, kSimulatedBlockPassesPerSetting / (blocks * passes_per_block));
     if (pass == Pass::depths) {
       // Note [Prefetch depth]: the fastest fitting plan over wrappings × none / one / two units ahead, by branch and
       // bound on the one-ahead fragments with free all-gathers and free collective issue. That is a lower bound for
@@ -418,10 +420,10 @@ class Searcher {
   std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
-  std::map<std::string, double> compute_floors_;
+  std::map<std::string, double> compute_floors_;  // Note [Compute floor], by the setting's label without strategy
   std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
   // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
-  std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;  // Note [Compute floor], by the setting's label without strategy
+  std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;
 };
 
 // Variants of a plan that the wrap DP does not model: deeper or no prefetch, and the last `keep` units not

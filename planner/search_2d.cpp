@@ -146,8 +146,9 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
     }
     evaluated += found.candidates_evaluated;
     // Equal plans of two degrees: the smaller degree wins, whichever was searched first (Note [Degree order]).
-    const bool wins = found.feasible && (!result.feasible || better(found.best, result.best, options.objective) ||
-                                         (!better(result.best, found.best, options.objective) && degree < result_degree));
+    const bool tie_to_smaller = !better(result.best, found.best, options.objective) && degree < result_degree;
+    const bool wins =
+        found.feasible && (!result.feasible || better(found.best, result.best, options.objective) || tie_to_smaller);
     if (!have_result || wins) {
       std::vector<BaselineResult> baselines = std::move(result.baselines);
       const InfeasibleDiagnosis diagnosis = result.diagnosis;
