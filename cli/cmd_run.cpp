@@ -124,7 +124,10 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
     if (ranks_failed != size && failed_here != 0) {
       std::fprintf(stderr, "shardplan: error: rank %d: %s\n", world.rank(), set_up_error.c_str());
     }
-    if (ranks_failed > 0) return 2;  // the line is printed above (or by rank 0); the others are quiet
+    // Only a rank that printed a line exits 2; the quiet ones exit kExitQuietAgreedError, so Open MPI cannot end the
+    // job before the printing rank has written its line.
+    const bool printed_here = ranks_failed != size && failed_here != 0;
+    if (ranks_failed > 0) return printed_here ? 2 : kExitQuietAgreedError;
   }
   // Note [Step watchdog]: started before the runners, so the groups they split from `world` are watched too.
   const auto watchdog =
