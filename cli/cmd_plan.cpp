@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "chrome_trace.h"
 #include "commands.h"
@@ -39,6 +40,7 @@ struct PlanFlags {
   std::string report_file;
   std::string export_format;
   std::string out_dir = ".";
+  int jobs = 0;  // 0: the machine's cores
   bool json = false;
 };
 
@@ -148,6 +150,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
   command->add_option("--out-dir", flags->out_dir, "directory for --export files")
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
+  // Note [Parallel degrees] (planner/search_2d.cpp): the plan is the same for any count.
+  command->add_option("--jobs,-j", flags->jobs,
+                      "tensor-parallel degrees searched at once (default: the machine's cores); the result does not "
+                      "depend on it")
+      ->check(CLI::Range(1, 1024));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [command, flags, output]() {
     const ModelSpec base = load_searchable_model(flags->model_cluster.model, "plan");
@@ -161,6 +168,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
     options.memory_headroom_fraction = flags->memory_headroom_percent / 100;
+    options.threads = flags->jobs > 0 ? static_cast<std::size_t>(flags->jobs)
+                                      : std::max(1u, std::thread::hardware_concurrency());
     if (flags->objective == "time") {
       options.objective = SearchObjective::time;
     } else if (flags->objective == "memory") {

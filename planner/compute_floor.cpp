@@ -1,5 +1,5 @@
-// Note [Compute floor]: the lower bound of a knob setting's step time that the plan search orders settings by and
-// prunes with (search.cpp).
+// Note [Compute floor] and Note [Activation floor]: the lower bounds of a knob setting's step time and peak memory
+// that the plan search orders settings by and prunes with (search.cpp), from one small lowering.
 #include <algorithm>
 
 #include "compute_cost.h"
@@ -16,8 +16,19 @@ namespace shardplan {
 // micro-batch is lowered and its sum multiplied by the accumulation steps, so the bound costs one small lowering even
 // where a step has hundreds of micro-batches. The optimizer step (its shard depends on the wrapping's padding) and
 // everything on other streams are left out, which only lowers the bound.
-double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                       const TrainingConfig& training, const KnobSetting& knobs) {
+//
+// Note [Activation floor]: a lower bound of the allocated peak of every plan of a knob setting, less its persistent
+// memory: the most activation bytes the compute stream's forward, recompute and backward ops hold at once in one
+// micro-batch. Those ops allocate and free activations by layer, checkpointing and micro-batch alone, in the same
+// order for every wrapping (one stream runs them one at a time, Note [Schedule order]); every other allocation a plan
+// makes (gathered parameters, gradients, buffers) only adds to what is live beside them, and the caching allocator's
+// reserved bytes are never below the allocated ones. So the states floor (states_floor_layout's persistent memory)
+// plus this is at most any wrapping's device peak, and a setting whose sum exceeds the cap has no plan that fits
+// (the search skips it as it skips settings whose states alone exceed it). Activations allocated by other ops are
+// left out (a lower bound still); if an op off the compute stream freed activations the compute ops allocated, the
+// walk could not see them go, so the floor is 0 there.
+SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                             const TrainingConfig& training, const KnobSetting& knobs) {
   Plan one_micro_batch = plan_for_knobs(model, cluster, training, knobs);
   const int accumulation = one_micro_batch.grad_accumulation_steps;
   one_micro_batch.grad_accumulation_steps = 1;
@@ -25,13 +36,38 @@ double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const Har
   lowering.world_size = cluster.world_size();
   lowering.gpus_per_node = cluster.gpus_per_node;
   const StepSchedule schedule = lower_plan(one_micro_batch, model, lowering);
+  const auto activation_bytes = [](const std::vector<MemoryChange>& changes) {
+    std::int64_t bytes = 0;
+    for (const MemoryChange& change : changes) {
+      if (change.category == MemoryCategory::activations) bytes += change.bytes;
+    }
+    return bytes;
+  };
   double kernels_s = 0;
+  std::int64_t live_bytes = 0, peak_bytes = 0;
+  bool freed_elsewhere = false;
   for (const Op& op : schedule.ops) {
-    if (op.stream != StreamKind::compute || !op.kernels) continue;
-    if (op.kind != OpKind::forward && op.kind != OpKind::recompute && op.kind != OpKind::backward) continue;
-    kernels_s += pass_time_s(*op.kernels, schedule.compute_element_bytes, profile);
+    const bool pass = op.stream == StreamKind::compute &&
+                      (op.kind == OpKind::forward || op.kind == OpKind::recompute || op.kind == OpKind::backward);
+    if (!pass) {
+      freed_elsewhere = freed_elsewhere || activation_bytes(op.frees) > 0 || activation_bytes(op.frees_at_start) > 0;
+      continue;
+    }
+    if (op.kernels) kernels_s += pass_time_s(*op.kernels, schedule.compute_element_bytes, profile);
+    live_bytes -= activation_bytes(op.frees_at_start);
+    live_bytes += activation_bytes(op.allocates);
+    peak_bytes = std::max(peak_bytes, live_bytes);
+    live_bytes -= activation_bytes(op.frees);
   }
-  return kernels_s * static_cast<double>(accumulation) * std::min(1.0, profile.overlap_compute_slowdown);
+  SettingFloors floors;
+  floors.compute_s = kernels_s * static_cast<double>(accumulation) * std::min(1.0, profile.overlap_compute_slowdown);
+  floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
+  return floors;
+}
+
+double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                       const TrainingConfig& training, const KnobSetting& knobs) {
+  return setting_floors(model, cluster, profile, training, knobs).compute_s;
 }
 
 }  // namespace shardplan

@@ -90,36 +90,39 @@ class Searcher {
     return candidate;
   }
 
-  // A lower bound of any plan's peak with this strategy: the model states of the whole model as one flat parameter
-  // (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
-  // per-unit sizes and persistent memory, plus the overhead. When even that exceeds the cap, no wrapping or
-  // checkpointing can help, so the strategy is skipped (sound pruning). Offloading, the same floor of the host memory
-  // a node needs (Note [Host memory]) skips settings whose states no node here could hold.
-  bool states_can_fit(const ShardingStrategy& strategy, bool offload) const {
-    if (offload) {
-      return cluster_.host_memory_bytes_per_node <= 0 ||
-             host_memory_floor_per_node(strategy, {true, false}, model_, training_, cluster_) <=
-                 cluster_.host_memory_bytes_per_node;
+  // Whether any plan of `knobs` can fit. A lower bound of its peak: the model states of the whole model as one flat
+  // parameter (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
+  // per-unit sizes and persistent memory, plus the overhead, plus the activations one micro-batch's passes hold at
+  // once (Note [Activation floor]). When that exceeds the cap, no wrapping can help, so the setting is skipped (sound
+  // pruning). Offloading, the same floor of the host memory a node needs (Note [Host memory]) skips settings whose
+  // states no node here could hold.
+  bool can_fit(const KnobSetting& knobs) {
+    if (knobs.offload && cluster_.host_memory_bytes_per_node > 0 &&
+        host_memory_floor_per_node(knobs.strategy, {true, false}, model_, training_, cluster_) >
+            cluster_.host_memory_bytes_per_node) {
+      return false;
     }
     const UnitLayout layout =
-        states_floor_layout(strategy, model_, training_, cluster_.world_size(), cluster_.gpus_per_node);
+        states_floor_layout(knobs.strategy, model_, training_, cluster_.world_size(), cluster_.gpus_per_node);
     Plan states_only;
     states_only.training = training_;
+    states_only.offload.params = knobs.offload;
     const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile_.context_overhead_bytes);
-    std::int64_t bytes = 0;
+    std::int64_t bytes = floors(knobs).activation_peak_bytes;
     for (const std::int64_t category_bytes : persistent) bytes += category_bytes;
     return bytes <= cap_;
   }
 
-  // Note [Compute floor]; one lowering per checkpointing pattern, micro-batch and offload (the kernels do not depend
-  // on the sharding strategy, which changes collectives and shards only).
-  double compute_floor(const KnobSetting& knobs) {
+  // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
+  // (the kernels and activations do not depend on the sharding strategy, which changes collectives and shards only).
+  const SettingFloors& floors(const KnobSetting& knobs) {
     KnobSetting kernels_key = knobs;
     kernels_key.strategy = ShardingStrategy{};
-    const auto [known, inserted] = compute_floors_.try_emplace(kernels_key.label(), 0.0);
-    if (inserted) known->second = compute_floor_s(model_, cluster_, profile_, training_, knobs);
+    const auto [known, inserted] = floors_.try_emplace(kernels_key.label());
+    if (inserted) known->second = setting_floors(model_, cluster_, profile_, training_, knobs);
     return known->second;
   }
+  double compute_floor(const KnobSetting& knobs) { return floors(knobs).compute_s; }
 
   // True when no plan of a setting whose compute floor is `floor_s` can beat the best fitting plan so far (by time;
   // an equal time could still win on peak, so only a strictly larger floor skips).
@@ -139,7 +142,10 @@ class Searcher {
     // Ties keep the settings' enumeration order (stable sort), so the same inputs give the same plan.
     std::vector<std::pair<double, KnobSetting>> ordered;
     for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload, options_.pins)) {
-      if (!states_can_fit(knobs.strategy, knobs.offload)) continue;
+      if (!can_fit(knobs)) {
+        ++memory_floor_settings_;  // proven: no plan of it fits
+        continue;
+      }
       ordered.emplace_back(options_.objective == SearchObjective::time ? compute_floor(knobs) : 0.0, knobs);
     }
     std::stable_sort(ordered.begin(), ordered.end(),
@@ -360,6 +366,8 @@ class Searcher {
   std::size_t kept_by_refinement_settings() const { return kept_by_refinement_settings_; }
   // Of the exact ones, those proven by their compute floor alone (Note [Compute floor]).
   std::size_t beaten_by_floor_settings() const { return beaten_by_floor_settings_; }
+  // Settings no plan of which fits: their states and activations floor exceeds the cap (can_fit).
+  std::size_t memory_floor_settings() const { return memory_floor_settings_; }
   const std::vector<std::string>& heuristic_settings() const { return heuristic_; }
   // Note [Refining unproven settings]: the best fitting plan of each setting whose search was not proven (heuristic
   // or partitions only), within `window` (a fraction) of the best plan's step.
@@ -416,11 +424,11 @@ class Searcher {
   PlanCandidate best_fit_, smallest_;
   std::size_t evaluated_ = 0;
   std::size_t exact_settings_ = 0, fallback_settings_ = 0, kept_by_refinement_settings_ = 0;
-  std::size_t beaten_by_floor_settings_ = 0;
+  std::size_t beaten_by_floor_settings_ = 0, memory_floor_settings_ = 0;
   std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
-  std::map<std::string, double> compute_floors_;  // Note [Compute floor], by the setting's label without strategy
+  std::map<std::string, SettingFloors> floors_;  // by the setting's label without its strategy
   std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
   // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
   std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;
@@ -498,6 +506,7 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
   result.fallback_settings = searcher.fallback_settings();
   result.kept_by_refinement_settings = searcher.kept_by_refinement_settings();
   result.floor_settings = searcher.beaten_by_floor_settings();
+  result.memory_floor_settings = searcher.memory_floor_settings();
   result.heuristic_settings = searcher.heuristic_settings();
   result.partitions_only_settings = searcher.partitions_only_settings();
   if (result.feasible) {

@@ -71,6 +71,9 @@ struct SearchOptions {
   // as proven (Note [Compute floor] in compute_floor.cpp). A search whose settings are all proven that way reports no
   // plan; wrappings whose modelled step (a lower bound) is below it are still simulated, and may be reported slower.
   double known_step_s = std::numeric_limits<double>::infinity();
+  // Tensor-parallel degrees searched at once (Note [Parallel degrees] in search_2d.cpp); the result does not depend
+  // on it. Capacity sweeps, which run points at once, leave it at 1.
+  std::size_t threads = 1;
 };
 
 struct PlanCandidate {
@@ -108,7 +111,7 @@ struct SearchResult {
   // micro-batches whose reductions run into the next, collectives slowed beside compute — by branch and bound); or
   // that search gave up (too many faster wrappings over the cap, or its simulation budget ran out) and the per-cap
   // DPs answered. With --objective memory, proven means the least peak and the fastest plan at it (Note [Least
-  // peak]). Settings skipped because their model states alone exceed the cap are in neither.
+  // peak]). Settings no plan of which can fit (memory_floor_settings) are in neither.
   std::size_t exact_settings = 0, fallback_settings = 0;
   // Of the exact ones, those where which last units stay gathered was left to the refinements (the joint search's
   // labels outgrew their budget): exact over partitions only.
@@ -116,6 +119,9 @@ struct SearchResult {
   // Of the exact ones, those proven without a wrap search: their compute floor is above a fitting plan's step (Note
   // [Compute floor] in compute_floor.cpp).
   std::size_t floor_settings = 0;
+  // Settings skipped before any wrap search: their states floor plus activation floor exceeds the cap (Note
+  // [Activation floor] in compute_floor.cpp), so no plan of theirs fits.
+  std::size_t memory_floor_settings = 0;
   // The fallback settings by label ("full_shard, AC 25%, micro-batch 1"; "... (prefetch depths)" where only the
   // prefetch-depth search gave up): their best plans are heuristic, the per-cap DPs' and the refinements'.
   std::vector<std::string> heuristic_settings;
@@ -174,9 +180,19 @@ std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const Trainin
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
 
-// Note [Compute floor] (compute_floor.cpp): a lower bound of the simulated step of every plan of `knobs` — the compute
-// stream's forward, recompute and backward kernels of all its micro-batches — which the search orders settings by
-// and prunes with.
+// Lower bounds of every plan of one knob setting, whatever its wrapping, kept units or prefetch depth
+// (compute_floor.cpp).
+struct SettingFloors {
+  // Note [Compute floor]: of the simulated step — the compute stream's forward, recompute and backward kernels of all
+  // its micro-batches.
+  double compute_s = 0;
+  // Note [Activation floor]: of the allocated peak less the persistent memory — the most activation bytes the passes
+  // of one micro-batch hold at once.
+  std::int64_t activation_peak_bytes = 0;
+};
+SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                             const TrainingConfig& training, const KnobSetting& knobs);
+// setting_floors(...).compute_s, which the search orders settings by and prunes with.
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                        const TrainingConfig& training, const KnobSetting& knobs);
 

@@ -2,6 +2,10 @@
 #include "search.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <optional>
+#include <thread>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -54,13 +58,12 @@ DegreeView degree_view(int degree, const ModelSpec& model, const Cluster& cluste
   return view;
 }
 
-// Note [Degree order]: each degree's search prunes with the best plan of the degrees before it
-// (SearchOptions::known_step_s), so the order decides how much is pruned, not the answer: searching the best degree
-// first cut the 405B plan on 2048 H100s from 4.3 to 3.0 CPU seconds. The order comes from a cheap seed per degree:
-// per checkpointing pattern its leanest setting (smallest micro-batch, the enumeration's first strategy) as one unit
-// per block, the patterns in nondecreasing compute floor (Note [Compute floor]), simulated until one fits (at most one
-// simulation per pattern); the degree whose such plan is fastest goes first. The seed is only an order:
-// every degree is still searched in full against the incumbent, and among equal plans the smaller degree wins, so the
+// Note [Degree order]: each degree's search prunes with the seeds of the others (SearchOptions::known_step_s, Note
+// [Parallel degrees]), so the seeds decide how much is pruned, not the answer. A seed is cheap: per checkpointing
+// pattern its leanest setting (smallest micro-batch, the enumeration's first strategy) as one unit per block, the
+// patterns in nondecreasing compute floor (Note [Compute floor]), simulated until one fits (at most one simulation per
+// pattern). The degrees are searched (and handed to threads) in nondecreasing seed; the seed is only an order and a
+// bound: every degree is still searched in full against it, and among equal plans the smaller degree wins, so the
 // answer is the one the enumeration order gives (where every setting's search is exact).
 double seed_step_s(const DegreeView& view, const HardwareProfile& profile, std::int64_t usable_bytes) {
   // Per checkpointing pattern, its smallest micro-batch with the enumeration's first (leanest) strategy, keyed by the
@@ -123,36 +126,71 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
     std::stable_sort(views.begin(), views.end(),
                      [](const DegreeView& a, const DegreeView& b) { return a.seed_step_s < b.seed_step_s; });
   }
+  // Note [Parallel degrees]: the degree of the best seed (Note [Degree order]) is searched first, alone; then the
+  // others, up to options.threads at once, each pruning with that first answer and the other degrees' seeds (a seed is
+  // a fitting plan of its degree, so only plans faster than it are wanted elsewhere; SearchOptions::known_step_s). No
+  // search of the second wave depends on another's, so the result is the same for any thread count (a test says so);
+  // a degree's own answer is at most its seed (the seed is one of its plans), so the bounds prune only plans that
+  // cannot win and the answer is the one a sequential search gives.
+  std::vector<std::optional<SearchResult>> found(views.size());
+  std::vector<std::exception_ptr> failures(views.size());
+  const auto search_view = [&](std::size_t index) {
+    const DegreeView& view = views[index];
+    try {
+      found[index] = search_fsdp_plans(view.model, view.cluster, profile, view.training, view.options);
+    } catch (const InputError&) {
+      if (view.degree == 1) failures[index] = std::current_exception();
+      // Another degree: e.g. a global batch its data-parallel ranks do not divide; not a candidate.
+    } catch (...) {
+      failures[index] = std::current_exception();
+    }
+  };
+  search_view(0);
+  if (options.objective == SearchObjective::time) {
+    double first_s = std::numeric_limits<double>::infinity();
+    if (found[0] && found[0]->feasible) first_s = found[0]->best.summary.step_time_s;
+    for (std::size_t index = 1; index < views.size(); ++index) {
+      double known_s = std::min(options.known_step_s, first_s);
+      for (std::size_t other = 0; other < views.size(); ++other) {
+        if (other != index) known_s = std::min(known_s, views[other].seed_step_s);
+      }
+      views[index].options.known_step_s = known_s;
+    }
+  }
+  std::atomic<std::size_t> next_index{1};
+  const auto worker = [&]() {
+    for (std::size_t index; (index = next_index++) < views.size();) search_view(index);
+  };
+  {
+    const std::size_t threads = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(views.size() - 1, 1));
+    std::vector<std::jthread> pool;
+    for (std::size_t thread = 1; thread < threads; ++thread) pool.emplace_back(worker);
+    worker();
+  }  // the jthreads join here
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);  // the first in search order, as a sequential search throws
+  }
   SearchResult result;
   bool have_result = false;
   int result_degree = 0;
   std::size_t evaluated = 0;
-  for (DegreeView& view : views) {
-    const int degree = view.degree;
-    // Only plans faster than the best degree so far are wanted (SearchOptions::known_step_s): its floors prune.
-    if (have_result && result.feasible && options.objective == SearchObjective::time) {
-      view.options.known_step_s = std::min(options.known_step_s, result.best.summary.step_time_s);
-    }
-    SearchResult found;
-    try {
-      found = search_fsdp_plans(view.model, view.cluster, profile, view.training, view.options);
-    } catch (const InputError&) {
-      if (degree == 1) throw;
-      continue;  // e.g. a global batch the data-parallel ranks of this degree do not divide
-    }
+  for (std::size_t index = 0; index < views.size(); ++index) {
+    if (!found[index]) continue;
+    const int degree = views[index].degree;
+    SearchResult& searched = *found[index];
     if (degree > 1) {
-      found.best.plan.tensor_parallel_degree = degree;
-      found.best.knobs = "TP " + std::to_string(degree) + ", " + found.best.knobs;
+      searched.best.plan.tensor_parallel_degree = degree;
+      searched.best.knobs = "TP " + std::to_string(degree) + ", " + searched.best.knobs;
     }
-    evaluated += found.candidates_evaluated;
+    evaluated += searched.candidates_evaluated;
     // Equal plans of two degrees: the smaller degree wins, whichever was searched first (Note [Degree order]).
-    const bool tie_to_smaller = !better(result.best, found.best, options.objective) && degree < result_degree;
-    const bool wins =
-        found.feasible && (!result.feasible || better(found.best, result.best, options.objective) || tie_to_smaller);
+    const bool tie_to_smaller = !better(result.best, searched.best, options.objective) && degree < result_degree;
+    const bool wins = searched.feasible &&
+                      (!result.feasible || better(searched.best, result.best, options.objective) || tie_to_smaller);
     if (!have_result || wins) {
       std::vector<BaselineResult> baselines = std::move(result.baselines);
       const InfeasibleDiagnosis diagnosis = result.diagnosis;
-      result = std::move(found);
+      result = std::move(searched);
       result_degree = degree;
       if (have_result) {
         if (result.baselines.empty()) result.baselines = std::move(baselines);
@@ -160,7 +198,7 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
       }
       have_result = true;
     } else if (degree == 1) {
-      result.baselines = std::move(found.baselines);
+      result.baselines = std::move(searched.baselines);
     }
   }
   // A single TP degree's search ran without FSDP's auto-wrap baselines (degree-1 plans): compare against them still.

@@ -37,6 +37,7 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                                {"knob_settings_fallback", result.fallback_settings},
                                {"knob_settings_exact_partitions_only", result.kept_by_refinement_settings},
                                {"knob_settings_proven_by_compute_floor", result.floor_settings},
+                               {"knob_settings_over_memory_floor", result.memory_floor_settings},
                                {"knob_settings_heuristic", result.heuristic_settings},
                                {"knob_settings_partitions_only", result.partitions_only_settings}}}};
   if (result.feasible) {
@@ -69,6 +70,10 @@ std::string render_search_proof(const SearchResult& result) {
   if (!result.heuristic_settings.empty()) {
     text += " (their wrap search gave up: answered by tightened-floor searches, the per-cap DPs and the refinements; "
             "a faster plan may exist)";
+  }
+  if (result.memory_floor_settings > 0) {
+    text += "; skipped " + std::to_string(result.memory_floor_settings) +
+            " that cannot fit (their model states and one micro-batch's activations alone exceed the cap)";
   }
   for (const std::string& label : result.partitions_only_settings) {
     text += "\n  partitions only (kept units by refinement): " + label;

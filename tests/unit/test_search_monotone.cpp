@@ -12,6 +12,7 @@
 #include "plan_json.h"
 #include "search.h"
 #include "step_analysis.h"
+#include "unit_layout.h"
 
 using namespace shardplan;
 using namespace shardplan::testing;
@@ -154,6 +155,52 @@ TEST_CASE("search monotone: the compute floor is below the simulated step of eve
   CHECK(settings > 10);
 }
 
+// Note [Activation floor]: the states floor plus the activation floor is at most the allocated peak of every plan of
+// its setting — per block, coarser units, the last units kept gathered, every prefetch depth, every strategy,
+// checkpointing, micro-batch and offload — and it is most of the activations at that peak (not vacuous). Mutation
+// tried: counting the activations of the whole step (every micro-batch) instead of one fails the first check.
+TEST_CASE("search monotone: the states and activation floors are below the peak of every plan of their setting") {
+  const ModelSpec model = llama_blocks(4);
+  const Cluster cluster = parse_cluster("8xA100-40GB", HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  TrainingConfig training;
+  training.seq_len = 2048;
+  training.global_batch = 4 * cluster.world_size();  // micro-batches 1, 2, 4 with accumulation 4, 2, 1
+  std::size_t settings = 0;
+  for (const bool offload : {false, true}) {
+    for (const KnobSetting& knobs : knob_settings(cluster, training, offload)) {
+      const SettingFloors floors = setting_floors(model, cluster, profile, training, knobs);
+      Plan states_only;
+      states_only.training = training;
+      states_only.offload.params = knobs.offload;
+      const UnitLayout layout =
+          states_floor_layout(knobs.strategy, model, training, cluster.world_size(), cluster.gpus_per_node);
+      std::int64_t floor_bytes = floors.activation_peak_bytes;
+      for (const std::int64_t bytes : persistent_memory({layout}, states_only, profile.context_overhead_bytes)) {
+        floor_bytes += bytes;
+      }
+      const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
+      std::vector<Plan> plans = {per_block, with_prefetch_depth(per_block, 0), with_prefetch_depth(per_block, 2),
+                                 plan_with_units(model, per_block, wrap_blocks(model, 2).units),
+                                 plan_with_units(model, per_block, wrap_blocks(model, 4).units)};
+      Plan kept = per_block;
+      for (auto& unit : kept.units) unit.reshard_after_forward.enabled = false;
+      plans.push_back(kept);
+      INFO(knobs.label() << ": floor " << floor_bytes << " B (activations " << floors.activation_peak_bytes << " B)");
+      REQUIRE(floors.activation_peak_bytes > 0);
+      for (const Plan& plan : plans) {
+        const SimulationSummary summary = analyze_step(model, cluster, profile, plan, false).simulation.summary;
+        CHECK(floor_bytes <= summary.peak_memory_bytes);
+      }
+      const SimulationSummary summary = analyze_step(model, cluster, profile, per_block, false).simulation.summary;
+      const auto at_peak = summary.memory_at_peak[static_cast<std::size_t>(MemoryCategory::activations)];
+      CHECK(floors.activation_peak_bytes >= at_peak / 2);
+      ++settings;
+    }
+  }
+  CHECK(settings > 20);
+}
+
 // The slow part (suite 'exhaustive', its own Meson test): many models, clusters and caps.
 TEST_SUITE("exhaustive") {
   TEST_CASE("search monotone over many models, clusters and caps") {
@@ -209,4 +256,33 @@ TEST_CASE("search: many micro-batches per rank — most settings proven by their
   CHECK(again.floor_settings == again.exact_settings);
   CHECK(again.floor_settings >= alone.floor_settings);
   CHECK(again.heuristic_settings.empty());
+}
+
+// Note [Parallel degrees] (search_2d.cpp): the tensor-parallel degrees of the second wave are searched at once on
+// several threads; the plan, its prediction, the baselines and the search's counts are the same for 1 and 4 threads
+// (a second-wave degree pruned by whichever degrees finished before it would make the counts depend on timing).
+TEST_CASE("search: the plan is the same for 1 and 4 threads over tensor-parallel degrees") {
+  const ModelSpec model = llama_blocks(6);
+  const Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  TrainingConfig training;
+  training.seq_len = 4096;
+  training.global_batch = 2 * cluster.world_size();
+  SearchOptions options;
+  options.tensor_parallel_degrees = {1, 2, 4, 8};
+  options.memory_cap_bytes = std::int64_t{8} << 30;  // a TP degree above 1 is planned
+  const auto run = [&](std::size_t threads) {
+    SearchOptions with_threads = options;
+    with_threads.threads = threads;
+    nlohmann::json document = to_json(search_plans(model, cluster, profile, training, with_threads), model);
+    document["search"].erase("seconds");
+    return document;
+  };
+  const nlohmann::json one = run(1), four = run(4);
+  REQUIRE(one.contains("plan"));
+  CHECK(one.at("plan").value("tensor_parallel_degree", 1) > 1);  // the winner is merged from the pool's results
+  CHECK(one == four);
+  CHECK(run(4) == four);  // and the same from one run to the next
+  MESSAGE("planned: " << one.at("plan").value("tensor_parallel_degree", 1) << " TP, "
+                      << one.at("search").at("candidates_evaluated") << " candidates");
 }
