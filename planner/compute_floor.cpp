@@ -4,6 +4,7 @@
 
 #include "compute_cost.h"
 #include "lowering.h"
+#include "op_placement.h"
 #include "search.h"
 
 namespace shardplan {
@@ -14,8 +15,11 @@ namespace shardplan {
 // times the overlap slowdown where that is below 1 (a calibrated profile may fit one). Those kernels depend on the
 // layer, its checkpointing and the micro-batch only, not on the units, and every micro-batch runs the same ones: one
 // micro-batch is lowered and its sum multiplied by the accumulation steps, so the bound costs one small lowering even
-// where a step has hundreds of micro-batches. The optimizer step (its shard depends on the wrapping's padding) and
-// everything on other streams are left out, which only lowers the bound.
+// where a step has hundreds of micro-batches. Each of those ops also costs the host's dispatch overhead
+// (HardwareProfile::op_dispatch_overhead_s, added per op that does work as OpWalk::place adds it; on a calibrated CPU
+// profile it is most of a small model's step, and without it the floor pruned almost nothing there). The optimizer
+// step (its shard depends on the wrapping's padding) and everything on other streams are left out, which only lowers
+// the bound.
 //
 // Note [Activation floor]: a lower bound of the allocated peak of every plan of a knob setting, less its persistent
 // memory: the most activation bytes the compute stream's forward, recompute and backward ops hold at once in one
@@ -44,6 +48,7 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
     return bytes;
   };
   double kernels_s = 0;
+  std::size_t dispatched_ops = 0;
   std::int64_t live_bytes = 0, peak_bytes = 0;
   bool freed_elsewhere = false;
   for (const Op& op : schedule.ops) {
@@ -54,13 +59,16 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
       continue;
     }
     if (op.kernels) kernels_s += pass_time_s(*op.kernels, schedule.compute_element_bytes, profile);
+    if (does_compute_work(op.kind)) ++dispatched_ops;
     live_bytes -= activation_bytes(op.frees_at_start);
     live_bytes += activation_bytes(op.allocates);
     peak_bytes = std::max(peak_bytes, live_bytes);
     live_bytes -= activation_bytes(op.frees);
   }
   SettingFloors floors;
-  floors.compute_s = kernels_s * static_cast<double>(accumulation) * std::min(1.0, profile.overlap_compute_slowdown);
+  floors.compute_s = (kernels_s * std::min(1.0, profile.overlap_compute_slowdown) +
+                     static_cast<double>(dispatched_ops) * profile.op_dispatch_overhead_s) *
+                    static_cast<double>(accumulation);
   floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
   return floors;
 }

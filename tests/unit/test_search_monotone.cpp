@@ -155,6 +155,33 @@ TEST_CASE("search monotone: the compute floor is below the simulated step of eve
   CHECK(settings > 10);
 }
 
+// Note [Compute floor] with a calibrated CPU profile's dispatch overhead (issue 37's fuzz: 0.049 s per op made the
+// floor, which left it out, prune almost nothing): still below every plan of its setting, and most of its step (the
+// floor without the overhead fails that second check).
+TEST_CASE("search monotone: the compute floor counts the dispatch overhead and stays below every plan") {
+  const ModelSpec model = llama_blocks(4);
+  const Cluster cluster = parse_cluster("8xA100-40GB", HardwareCatalog::builtin());
+  HardwareProfile profile = profile_from_cluster(cluster);
+  profile.op_dispatch_overhead_s = 0.049;
+  TrainingConfig training;
+  training.seq_len = 256;
+  training.global_batch = 2 * cluster.world_size();
+  std::size_t settings = 0;
+  for (const KnobSetting& knobs : knob_settings(cluster, training, false)) {
+    const double floor_s = compute_floor_s(model, cluster, profile, training, knobs);
+    const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
+    const double step_s = analyze_step(model, cluster, profile, per_block, false).simulation.summary.step_time_s;
+    INFO(knobs.label() << ": floor " << floor_s << " s, per-block plan " << step_s << " s");
+    for (const Plan& plan : {per_block, with_prefetch_depth(per_block, 0), with_prefetch_depth(per_block, 2),
+                             plan_with_units(model, per_block, wrap_blocks(model, 4).units)}) {
+      CHECK(floor_s <= analyze_step(model, cluster, profile, plan, false).simulation.summary.step_time_s);
+    }
+    CHECK(floor_s >= 0.8 * step_s);
+    ++settings;
+  }
+  CHECK(settings > 10);
+}
+
 // Note [Activation floor]: the states floor plus the activation floor is at most the allocated peak of every plan of
 // its setting — per block, coarser units, the last units kept gathered, every prefetch depth, every strategy,
 // checkpointing, micro-batch and offload — and it is most of the activations at that peak (not vacuous). Mutation
