@@ -25,6 +25,7 @@
 #include "bench_samples.h"
 #include "comm_sweep.h"
 #include "kernel_sweep.h"
+#include "kernel_sweep_bound.h"
 #include "machine_probe.h"
 #include "mpi_communicator.h"
 #include "mpi_session.h"
@@ -233,7 +234,6 @@ int calibrate_from_bench(const CalibrateFlags& flags) {
   if (flags.seq_len < 0) throw InputError("--seq-len: expected 0 (the model's default) or more, got " +
                                           std::to_string(flags.seq_len));
   bench::KernelSweepOptions kernel_options;
-  kernel_options.seq_len = flags.seq_len;
   kernel_options.timing = comm_options.timing;
   bench::OptimizerSweepOptions optimizer_options;
   optimizer_options.timing = comm_options.timing;
@@ -246,6 +246,9 @@ int calibrate_from_bench(const CalibrateFlags& flags) {
     training.seq_len = flags.seq_len;
     validate_training(training, model);
   }
+  // Note [Kernel sweep bound]: the model's default length scaled down to fit, a given --seq-len over it refused.
+  const bench::BoundedSeqLen sweep_length = bench::bounded_kernel_seq_len(model, flags.seq_len);
+  kernel_options.seq_len = sweep_length.seq_len;
   // --out was checked as it was parsed (output_file): before anything is measured, not after minutes of it.
   std::optional<Cluster> given_cluster;
   if (!flags.cluster.empty()) given_cluster = parse_cluster(flags.cluster, catalog);
@@ -268,6 +271,11 @@ int calibrate_from_bench(const CalibrateFlags& flags) {
       print(bench::comm_table_header());
       comm_rows = bench::run_comm_sweep(world, comm_options,
                                         [&](const bench::CommRow& row) { print(bench::format_comm_row(row)); });
+    }
+    if (sweep_length.scaled_down && lead) {  // with --json on stderr, so stdout stays one document
+      const std::string note = "#\n" + bench::describe_scaled_down(sweep_length);
+      std::fputs(note.c_str(), flags.json ? stderr : stdout);
+      std::fflush(flags.json ? stderr : stdout);
     }
     print(bench::kernel_table_header());
     const auto print_kernel = [&](const bench::KernelRow& row) { print(bench::format_kernel_row(row)); };

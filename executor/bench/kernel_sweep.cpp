@@ -27,17 +27,6 @@ std::vector<float> uniform_values(std::size_t count, std::uint64_t seed, float s
   return values;
 }
 
-// One index per distinct layer kind, in model order (the first embedding, block, norm and lm_head).
-std::vector<std::size_t> distinct_layer_kinds(const ModelSpec& model) {
-  std::vector<std::size_t> picked;
-  for (std::size_t i = 0; i < model.layers.size(); ++i) {
-    const bool seen = std::any_of(picked.begin(), picked.end(),
-                                  [&](std::size_t j) { return model.layers[j].kind == model.layers[i].kind; });
-    if (!seen) picked.push_back(i);
-  }
-  return picked;
-}
-
 std::string short_tensor_name(const std::string& name) {
   // "mlp.gate_proj.weight" → "gate_proj"
   std::string stem = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
@@ -173,6 +162,16 @@ std::vector<GemmShape> model_gemm_shapes(const ModelSpec& model) {
     }
   }
   return shapes;
+}
+
+std::vector<std::size_t> distinct_layer_kinds(const ModelSpec& model) {
+  std::vector<std::size_t> picked;
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    const bool seen = std::any_of(picked.begin(), picked.end(),
+                                  [&](std::size_t j) { return model.layers[j].kind == model.layers[i].kind; });
+    if (!seen) picked.push_back(i);
+  }
+  return picked;
 }
 
 void check_kernel_sweep_model(const ModelSpec& model) {

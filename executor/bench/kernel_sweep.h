@@ -51,6 +51,10 @@ struct GemmShape {
 // Distinct 2-D weight shapes of the model's transformer blocks and lm_head, in first-seen order.
 std::vector<GemmShape> model_gemm_shapes(const ModelSpec& model);
 
+// One index per distinct layer kind, in model order (the first embedding, block, norm and lm_head): the layers the
+// sweep times.
+std::vector<std::size_t> distinct_layer_kinds(const ModelSpec& model);
+
 // Checks up front that the CPU runtime can run `model`'s layers (runtime::make_layer_kernel); InputError otherwise.
 void check_kernel_sweep_model(const ModelSpec& model);
 

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -335,4 +336,75 @@ TEST_CASE("`calibrate` needs exactly one of --trace and --bench; bad bench flags
     expect_error({"calibrate", "--bench", "--out", dir.path.string()}, "--out");
   }
   CHECK(!std::filesystem::exists(out));
+}
+
+// Note [Kernel sweep bound] (executor/bench/kernel_sweep_bound.h), issue 37 item 5: `calibrate --bench --model
+// llama-1b --iters 1 --warmup-iters 0` ran 2,048 tokens for over 200 s at 7.1 GB. A given --seq-len over the bound is
+// refused before MPI starts, naming the estimate, the bound and the longest length that fits; a model over it even at
+// one token is refused the same way. Reverted (no bound), these commands run the sweep for minutes and tens of GB.
+TEST_CASE("`calibrate --bench` refuses a kernel sweep past its bound up front, naming the estimate and the bound") {
+  if (!shardplan_test::mpi_build()) return;  // without MPI --bench is refused as such (the case above)
+  const TempDir dir("shardplan-bench-bound");
+  const std::string out = (dir.path / "p.json").string();
+  const auto started = std::chrono::steady_clock::now();
+  const RunResult given = run_shardplan({"calibrate", "--bench", "--model", "examples/models/llama-1b.json",
+                                         "--seq-len", "2048", "--iters", "1", "--warmup-iters", "0", "--out", out});
+  INFO(given.err);
+  CHECK(given.exit_status == 2);
+  CHECK(given.out.empty());
+  REQUIRE(given.err_lines().size() == 1);
+  for (const char* named : {"--seq-len 2048", "FLOPs per pass", "GB", "at most 2.5e+11 FLOPs per pass and 1.07 GB",
+                            "--seq-len 32 fits"}) {
+    CHECK(given.err.find(named) != std::string::npos);
+  }
+  const RunResult too_large = run_shardplan({"calibrate", "--bench", "--model", "llama3-8b", "--out", out});
+  INFO(too_large.err);
+  CHECK(too_large.exit_status == 2);
+  REQUIRE(too_large.err_lines().size() == 1);
+  CHECK(too_large.err.find("even at --seq-len 1") != std::string::npos);
+  // Refused before anything is measured: well under a minute even on a loaded machine or under sanitizers (the
+  // unbounded sweep ran 20 minutes before it was stopped).
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(60));
+  CHECK(!std::filesystem::exists(out));
+}
+
+// The model's default length over the bound is scaled down and the table says so: a toy llama whose 65,536-token
+// default would materialise 4 × 4 heads × 65,536² attention scores (275 GB) runs its sweep at a length that fits, and
+// every row's token count is at most four of those sequences. Reverted, it allocates the scores and dies or runs for
+// hours.
+TEST_CASE("`calibrate --bench` scales a model's default sequence down to the sweep's bound and says so"
+          * doctest::test_suite("can-skip")) {
+  if (!shardplan_test::mpi_build()) SKIP_CASE("this shardplan was built without MPI (`calibrate --bench` is missing)");
+  const TempDir dir("shardplan-bench-scaled");
+  const std::string profile = (dir.path / "p.json").string();
+  const json model = {{"schema", "shardplan.model/v1"},
+                      {"name", "long-toy"},
+                      {"architecture", {{"family", "llama"}, {"vocab_size", 256}, {"hidden_size", 64},
+                                        {"intermediate_size", 128}, {"num_layers", 2}, {"num_heads", 4},
+                                        {"num_kv_heads", 2}, {"max_position_embeddings", 65536},
+                                        {"tie_word_embeddings", false}}},
+                      {"default_seq_len", 65536}};
+  const RunResult bench = run_shardplan({"calibrate", "--bench", "--model", model.dump(), "--iters", "1",
+                                         "--warmup-iters", "0", "--out", profile});
+  INFO(bench.err);
+  REQUIRE(bench.exit_status == 0);
+  const std::string marker = "# kernel sweep at --seq-len ";
+  const auto at = bench.out.find(marker);
+  REQUIRE(at != std::string::npos);
+  const long long seq_len = std::stoll(bench.out.substr(at + marker.size()));
+  CHECK(seq_len >= 1);
+  CHECK(seq_len < 65536);
+  const std::string line = bench.out.substr(at, bench.out.find('\n', at) - at);
+  CHECK(line.find("the model's 65536 would take") != std::string::npos);
+  CHECK(line.find("at most 2.5e+11 FLOPs per pass and 1.07 GB") != std::string::npos);
+  // The rows ran at the scaled length: a layer row's size is its tokens, at most 4 sequences (the sweep's shapes).
+  int layer_rows = 0;
+  for (const auto& row : lines_of(bench.out)) {
+    const auto words = words_of(row);
+    if (words.size() < 4 || words[2] != "layer") continue;
+    ++layer_rows;
+    CHECK(std::stoll(words[3]) <= 4 * seq_len);
+  }
+  CHECK(layer_rows == 4 * 3 * 2);  // embedding, block, norm, lm_head x 3 shapes x forward and backward
+  CHECK(std::filesystem::exists(profile));
 }
