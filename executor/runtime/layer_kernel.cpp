@@ -46,6 +46,14 @@ DecoderDims decoder_dims(const ModelSpec& model) {
     throw InputError(origin + ": biases on o_proj or on the MLP (a Llama config's attention_bias or mlp_bias) are not "
                      "supported by the runtime yet");
   }
+  if (!arch.gated_mlp || arch.parallel_residual || arch.fused_qkv || arch.naming != DecoderArchitecture::Naming::llama) {
+    throw InputError(origin + ": two-matrix GELU MLPs, parallel attention/MLP blocks, fused q/k/v and non-llama module "
+                     "names (StarCoder2, Falcon, Cohere, InternLM2) are not supported by the runtime yet");
+  }
+  if (arch.sliding_window != 0 || arch.attention_sinks) {
+    throw InputError(origin + ": sliding-window attention and attention sinks (StarCoder2, gpt-oss) are not supported "
+                     "by the runtime yet");
+  }
   if (arch.explicit_head_dim != 0 || arch.qk_norm) {
     throw InputError(origin + ": a head_dim other than hidden_size / num_heads and q/k norms are not supported by the "
                      "runtime yet");
