@@ -105,8 +105,8 @@ TEST_CASE("hf sliding windows: attention FLOPs of a windowed layer, full ones un
 
 TEST_CASE("hf Falcon: fused query_key_value, multi-query and grouped heads, parallel blocks, the released counts") {
   // tiiuae/falcon-7b: 6,921,720,704 parameters (FalconForCausalLM.num_parameters(): the head is word_embeddings').
-  // The checkpoint stores lm_head.weight beside it, 7,217,189,760 elements in all: the model sizes reported for
-  // the Hub's files (e.g. axolotl-style model_size tables) count that copy once more, 65024 × 4544.
+  // The checkpoint stores lm_head.weight beside it, 7,217,189,760 elements in all (the size public model-size tables
+  // give tiiuae/falcon-7b): that copy counted once more, 65024 × 4544.
   const ModelSpec f7 = hf_model("falcon-7b");
   CHECK(f7.param_count() == 6'921'720'704);
   CHECK(f7.param_count() + 65024 * 4544 == 7'217'189'760);
