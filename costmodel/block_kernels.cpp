@@ -1,6 +1,8 @@
 // Kernel specs of the decoder builder's layers, counted from the reference implementations' forward code.
 #include "block_kernels.h"
 
+#include "block_naming.h"
+
 namespace shardplan {
 namespace {
 
@@ -65,41 +67,74 @@ ElementwiseSpec dropout(std::int64_t width) {
 LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
   const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim(), f = arch.intermediate_size;
   const double qd = static_cast<double>(q), kvd = static_cast<double>(kv), fd = static_cast<double>(f);
+  const BlockNames n = block_names(arch);  // Note [Block naming]
   LayerKernelSpec spec;
   // Forward matmul order q, k, v, o, gate, up, down (torchtitan's w1 = gate before w3 = up): the 1st, 3rd, 5th and
-  // 7th are saved by the selective-op policy.
-  spec.projections = {{"q_proj", h, q, true},     {"k_proj", h, kv, false},   {"v_proj", h, kv, true},
-                      {"o_proj", q, h, false},    {"gate_proj", h, f, true},  {"up_proj", h, f, false},
-                      {"down_proj", f, h, true}};
-  if (arch.fused_projections) {  // Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj (the 1st and 3rd saved)
-    spec.projections = {{"qkv_proj", h, q + 2 * kv, true}, {"o_proj", q, h, false}, {"gate_up_proj", h, 2 * f, true},
-                        {"down_proj", f, h, false}};
+  // 7th are saved by the selective-op policy. Phi-3 fuses qkv_proj and gate_up_proj; Falcon and InternLM2 fuse q/k/v
+  // only; StarCoder2's and Falcon's MLPs are up and down only.
+  if (arch.fused_projections || arch.fused_qkv) {
+    spec.projections.push_back({n.qkv, h, q + 2 * kv});
+  } else {
+    spec.projections.insert(spec.projections.end(), {{n.q, h, q}, {n.k, h, kv}, {n.v, h, kv}});
   }
+  spec.projections.push_back({n.o, q, h});
+  if (!arch.gated_mlp) {
+    spec.projections.insert(spec.projections.end(), {{n.up, h, f}, {n.down, f, h}});
+  } else if (arch.fused_projections) {
+    spec.projections.insert(spec.projections.end(), {{n.gate_up, h, 2 * f}, {n.down, f, h}});
+  } else {
+    spec.projections.insert(spec.projections.end(), {{n.gate, h, f}, {n.up, h, f}, {n.down, f, h}});
+  }
+  for (std::size_t i = 0; i < spec.projections.size(); ++i) spec.projections[i].saved_by_op_policy = i % 2 == 0;
   spec.attention = AttentionSpec{arch.num_heads, arch.head_dim(), true};
-  // Phi-3.5-MoE's nn.LayerNorm in place of each RMSNorm over the hidden width.
+  // Phi-3.5-MoE's, StarCoder2's, Falcon's and Cohere's nn.LayerNorm in place of each RMSNorm over the hidden width.
   const auto hidden_norm = [&arch](std::int64_t width) { return arch.layer_norm ? layer_norm(width) : rms_norm(width); };
+  const bool has_dropout = arch.dropout > 0;  // StarCoder2's residual dropouts after o_proj and c_proj
   spec.elementwise.push_back(hidden_norm(h));
+  // Falcon's new_decoder_architecture normalises the block input twice (ln_attn, ln_mlp); a parallel block with one
+  // norm (Cohere, Falcon's parallel_attn) feeds its output to both branches.
+  if (arch.parallel_residual && arch.parallel_norms == 2) spec.elementwise.push_back(hidden_norm(h));
   if (arch.qk_norm) {  // Qwen3Attention: q_norm(q) and k_norm(k) per head, as LlamaRMSNorm runs them
-    ElementwiseSpec norms = rms_norm(q + kv);
-    norms.name = "q/k rmsnorm";
+    ElementwiseSpec norms = arch.layer_norm ? layer_norm(q + kv) : rms_norm(q + kv);  // Cohere's are LayerNorms
+    norms.name = "q/k norm";
     norms.forward.kernels *= 2;
     norms.backward.kernels *= 2;
     spec.elementwise.push_back(norms);
   }
   spec.elementwise.push_back(op("rotary", 10.0 * (qd + kvd), 0.0, 10));
   if (kv < q) spec.elementwise.push_back(op("repeat_kv", 2.0 * (qd + kvd), 0.0, 2));
+  if (arch.attention_sinks) {
+    // gpt-oss: each head's sink logit joins the softmax's denominator (one value per head per token, read in the
+    // kernel); backward sums each head's sink gradient over the tokens, one fp32 per head per token.
+    const double heads = static_cast<double>(arch.num_heads);
+    ElementwiseSpec sinks;
+    sinks.name = "attention sinks";
+    sinks.forward = {0.0, heads, 0.0, 0};
+    sinks.backward = {0.0, 2.0 * heads, 0.0, 1};
+    spec.elementwise.push_back(sinks);
+  }
   spec.elementwise.push_back(op("attention output transpose", 2.0 * qd, 0.0, 1));
   if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));  // Gemma: post_attention_layernorm on the branch
+  if (has_dropout) spec.elementwise.push_back(dropout(h));
   spec.elementwise.push_back(residual_add(h));
-  spec.elementwise.push_back(hidden_norm(h));
+  if (!arch.parallel_residual) spec.elementwise.push_back(hidden_norm(h));
   // Gemma's GeGLU (gelu_pytorch_tanh(gate) * up) moves what SiLU's does; its post_feedforward_layernorm one more norm.
   if (arch.sandwich_norms) spec.elementwise.push_back(rms_norm(h));
-  ElementwiseSpec swiglu;
-  swiglu.name = "silu * up";
-  swiglu.forward = {5.0 * fd, 0.0, 0.0, 2};
-  // SiLU backward reads gate and the gradient, writes one (3f); mul backward, one product per input (6f).
-  swiglu.backward = {9.0 * fd, 0.0, 0.0, 3};
-  spec.elementwise.push_back(swiglu);
+  if (arch.gated_mlp) {
+    ElementwiseSpec swiglu;
+    swiglu.name = "silu * up";
+    swiglu.forward = {5.0 * fd, 0.0, 0.0, 2};
+    // SiLU backward reads gate and the gradient, writes one (3f); mul backward, one product per input (6f).
+    swiglu.backward = {9.0 * fd, 0.0, 0.0, 3};
+    spec.elementwise.push_back(swiglu);
+  } else {  // StarCoder2's gelu_pytorch_tanh, Falcon's gelu: one kernel, as gpt2_block_kernels counts it
+    ElementwiseSpec gelu;
+    gelu.name = "gelu";
+    gelu.forward = {2.0 * fd, 0.0, 0.0, 1};
+    gelu.backward = {3.0 * fd, 0.0, 0.0, 1};
+    spec.elementwise.push_back(gelu);
+  }
+  if (has_dropout) spec.elementwise.push_back(dropout(h));
   ElementwiseSpec last_add = residual_add(h);
   last_add.recomputed_by_op_policy = false;
   spec.elementwise.push_back(last_add);

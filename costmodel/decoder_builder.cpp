@@ -2,6 +2,7 @@
 #include "decoder_builder.h"
 
 #include "block_kernels.h"
+#include "block_naming.h"
 #include "compiled_block.h"
 #include "mla_block.h"
 #include "neox_block.h"
@@ -57,6 +58,23 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
       arch.family != DecoderArchitecture::Family::llama) {
     throw InputError(origin + ": field 'family': expected 'llama' for LayerNorms, post-norms, o_proj, MLP and "
                      "lm_head biases (they shape llama's block)");
+  }
+  if ((!arch.gated_mlp || arch.fused_qkv || arch.naming != DecoderArchitecture::Naming::llama ||
+       arch.sliding_window != 0 || arch.attention_sinks || !arch.layer_norm_bias) &&
+      arch.family != DecoderArchitecture::Family::llama) {
+    throw InputError(origin + ": field 'family': expected 'llama' for two-matrix MLPs, fused q/k/v, sliding windows, "
+                     "attention sinks and bias-free LayerNorms (they shape llama's block)");
+  }
+  if (arch.sliding_window < 0 || arch.sliding_window > limits::kMaxPositions || arch.full_attention_every < 0 ||
+      arch.full_attention_every > limits::kMaxLayers) {
+    throw InputError(origin + ": field 'sliding_window': expected 0 (none) or a window of at most " +
+                     std::to_string(limits::kMaxPositions) + " positions");
+  }
+  if (arch.parallel_norms != 1 && arch.parallel_norms != 2) {
+    throw InputError(origin + ": field 'num_ln_in_parallel_attn': expected 1 or 2");
+  }
+  if (arch.moe && !arch.gated_mlp) {
+    throw InputError(origin + ": field 'moe': expected gated experts (a two-matrix MLP has no MoE variant here)");
   }
   if (arch.moe && arch.fused_projections) {
     throw InputError(origin + ": field 'moe': expected separate projections (fused ones have no MoE variant here)");
@@ -136,61 +154,88 @@ void set_eager_llama_block_activations(const DecoderArchitecture& arch, Activati
   kept.eager_score_fp32_elements_per_token_per_position = static_cast<double>(arch.num_heads);
 }
 
-// Llama / Mistral / Qwen2 block: RMSNorm → attention (GQA, RoPE) → residual → RMSNorm → SwiGLU MLP → residual.
+// Llama / Mistral / Qwen2 block: RMSNorm → attention (GQA, RoPE) → residual → RMSNorm → SwiGLU MLP → residual; and
+// the variants the flags name (Note [Block naming] in block_naming.h for the module paths): LayerNorms with or without
+// biases, a parallel block (x + attention(norm(x)) + mlp(norm'(x))), a two-matrix GELU MLP, fused q/k/v.
 LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   // q is the query heads' width: hidden_size unless the config gives head_dim apart (Qwen3).
   const std::int64_t h = arch.hidden_size, q = arch.q_dim(), kv = arch.kv_dim(), f = arch.intermediate_size;
-  LayerSpec layer = make_layer("model.layers." + std::to_string(index), LayerKind::transformer_block);
+  const BlockNames n = block_names(arch);
+  LayerSpec layer = make_layer(n.layers + std::to_string(index), LayerKind::transformer_block);
   auto& t = layer.tensors;
-  if (!arch.post_norms) t.push_back({"input_layernorm.weight", {h}});  // OLMo 2 has none before attention
-  if (arch.layer_norm) t.push_back({"input_layernorm.bias", {h}});     // Phi-3.5-MoE: nn.LayerNorm
-  if (arch.fused_projections) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim
-    t.push_back({"self_attn.qkv_proj.weight", {q + 2 * kv, h}});
+  const bool norm_bias = arch.layer_norm && arch.layer_norm_bias;  // Phi-3.5-MoE, StarCoder2, Falcon: nn.LayerNorm
+  const auto add_norm = [&](const std::string& name) {
+    t.push_back({name + ".weight", {h}});
+    if (norm_bias) t.push_back({name + ".bias", {h}});
+  };
+  if (arch.parallel_residual && arch.parallel_norms == 2) {  // Falcon's new_decoder_architecture: ln_attn, ln_mlp
+    add_norm("ln_attn");
+    add_norm("ln_mlp");
+  } else if (!arch.post_norms) {  // OLMo 2 has none before attention
+    add_norm(n.input_norm);
+  }
+  const std::string attn = n.attention + ".", mlp = n.mlp + ".";
+  const bool fused_qkv = arch.fused_projections || arch.fused_qkv;
+  if (fused_qkv) {  // Phi3Attention.qkv_proj: out = heads·head_dim + 2·kv_heads·head_dim (Falcon, InternLM2 alike)
+    t.push_back({attn + n.qkv + ".weight", {q + 2 * kv, h}});
   } else {
-    t.push_back({"self_attn.q_proj.weight", {q, h}});
-    t.push_back({"self_attn.k_proj.weight", {kv, h}});
-    t.push_back({"self_attn.v_proj.weight", {kv, h}});
+    t.push_back({attn + n.q + ".weight", {q, h}});
+    t.push_back({attn + n.k + ".weight", {kv, h}});
+    t.push_back({attn + n.v + ".weight", {kv, h}});
   }
   if (arch.attention_bias) {  // Qwen2: biases on q, k, v only; Llama's attention_bias adds o_proj's below
-    if (arch.fused_projections) {
-      t.push_back({"self_attn.qkv_proj.bias", {q + 2 * kv}});
+    if (fused_qkv) {
+      t.push_back({attn + n.qkv + ".bias", {q + 2 * kv}});
     } else {
-      t.push_back({"self_attn.q_proj.bias", {q}});
-      t.push_back({"self_attn.k_proj.bias", {kv}});
-      t.push_back({"self_attn.v_proj.bias", {kv}});
+      t.push_back({attn + n.q + ".bias", {q}});
+      t.push_back({attn + n.k + ".bias", {kv}});
+      t.push_back({attn + n.v + ".bias", {kv}});
     }
   }
-  t.push_back({"self_attn.o_proj.weight", {h, q}});
-  if (arch.o_proj_bias) t.push_back({"self_attn.o_proj.bias", {h}});
+  t.push_back({attn + n.o + ".weight", {h, q}});
+  if (arch.o_proj_bias) t.push_back({attn + n.o + ".bias", {h}});
   if (arch.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by the heads; OLMo 2's
-                       // span every head (RMSNorm(heads·head_dim), RMSNorm(kv_heads·head_dim))
-    t.push_back({"self_attn.q_norm.weight", {arch.qk_norm_full_width ? q : arch.head_dim()}});
-    t.push_back({"self_attn.k_norm.weight", {arch.qk_norm_full_width ? kv : arch.head_dim()}});
+                       // span every head (RMSNorm(heads·head_dim), RMSNorm(kv_heads·head_dim)); Cohere's
+                       // CohereLayerNorm((heads, head_dim)) has a weight per head
+    const std::int64_t d = arch.head_dim();
+    if (arch.qk_norm_per_head_weights) {
+      t.push_back({attn + "q_norm.weight", {arch.num_heads, d}});
+      t.push_back({attn + "k_norm.weight", {arch.num_kv_heads, d}});
+    } else {
+      t.push_back({attn + "q_norm.weight", {arch.qk_norm_full_width ? q : d}});
+      t.push_back({attn + "k_norm.weight", {arch.qk_norm_full_width ? kv : d}});
+    }
   }
-  t.push_back({"post_attention_layernorm.weight", {h}});
-  if (arch.layer_norm) t.push_back({"post_attention_layernorm.bias", {h}});
+  if (arch.attention_sinks) t.push_back({attn + "sinks", {arch.num_heads}});  // GptOssAttention.sinks
+  if (!arch.parallel_residual) add_norm(n.post_attention_norm);
   if (arch.sandwich_norms) t.push_back({"pre_feedforward_layernorm.weight", {h}});  // Gemma2DecoderLayer
   if (arch.sandwich_norms || arch.post_norms) {  // Gemma 2/3 and OLMo 2: RMSNorm(hidden) on the MLP's output
     t.push_back({"post_feedforward_layernorm.weight", {h}});
   }
-  if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
-    t.push_back({"mlp.gate_up_proj.weight", {2 * f, h}});
+  if (!arch.gated_mlp) {  // Starcoder2MLP, FalconMLP: up → GELU → down
+    t.push_back({mlp + n.up + ".weight", {f, h}});
+    if (arch.mlp_bias) t.push_back({mlp + n.up + ".bias", {f}});
+    t.push_back({mlp + n.down + ".weight", {h, f}});
+    if (arch.mlp_bias) t.push_back({mlp + n.down + ".bias", {h}});
+  } else if (arch.fused_projections) {  // Phi3MLP.gate_up_proj: gate and up stacked, chunked after the GEMM
+    t.push_back({mlp + n.gate_up + ".weight", {2 * f, h}});
   } else {
-    t.push_back({"mlp.gate_proj.weight", {f, h}});
-    t.push_back({"mlp.up_proj.weight", {f, h}});
+    t.push_back({mlp + n.gate + ".weight", {f, h}});
+    t.push_back({mlp + n.up + ".weight", {f, h}});
   }
-  t.push_back({"mlp.down_proj.weight", {h, f}});
-  if (arch.mlp_bias) {  // LlamaMLP with config.mlp_bias: every projection has a bias
+  if (arch.gated_mlp) t.push_back({mlp + n.down + ".weight", {h, f}});
+  if (arch.gated_mlp && arch.mlp_bias) {  // LlamaMLP with config.mlp_bias: every projection has a bias
     if (arch.fused_projections) {
-      t.push_back({"mlp.gate_up_proj.bias", {2 * f}});
+      t.push_back({mlp + n.gate_up + ".bias", {2 * f}});
     } else {
-      t.push_back({"mlp.gate_proj.bias", {f}});
-      t.push_back({"mlp.up_proj.bias", {f}});
+      t.push_back({mlp + n.gate + ".bias", {f}});
+      t.push_back({mlp + n.up + ".bias", {f}});
     }
-    t.push_back({"mlp.down_proj.bias", {h}});
+    t.push_back({mlp + n.down + ".bias", {h}});
   }
   // 2 FLOPs per multiply-add over every weight matrix (biases and norms are negligible and not counted).
-  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + 3 * h * f);
+  const std::int64_t mlp_matrices = arch.gated_mlp ? 3 : 2;
+  layer.flops.matmul_flops_per_token = 2.0 * static_cast<double>(h * q + 2 * h * kv + q * h + mlp_matrices * h * f);
   layer.flops.attention_flops_per_token_per_position = 4.0 * static_cast<double>(q);
   // Kept for backward, per token (Korthikanti §4.2's accounting applied to this block: the tensors backward needs):
   // attention: norm input h, q/k/v projection input h, q after RoPE q, k and v 2·kv, o_proj input q (Qwen3's q/k
@@ -198,13 +243,27 @@ LayerSpec llama_block(const DecoderArchitecture& arch, std::int64_t index) {
   // f, down_proj input f. No dropout. This is what a fused path keeps (flash/SDPA, torchtitan); eager HF code keeps
   // more (set_eager_llama_block_activations above).
   // Gemma's sandwich norms keep their inputs: the attention output and the MLP output (2h).
-  layer.activations.elements_per_token = static_cast<double>(4 * h + 2 * q + 2 * kv + 4 * f +
-                                                             (arch.qk_norm ? q + kv : 0) + (arch.sandwich_norms ? 2 * h : 0));
+  // A two-matrix MLP keeps up's input (counted above), the GELU's input and output (2f), as GPT-2's (Korthikanti §4.2).
+  // A parallel block's branches read one normed input (Cohere, Falcon's parallel_attn: norm input and output, 2h) or
+  // two from the same block input (Falcon's new_decoder_architecture: 3h), as GPT-NeoX's parallel residual (7h).
+  const std::int64_t hidden_kept = !arch.parallel_residual ? 4 * h : arch.parallel_norms == 2 ? 3 * h : 2 * h;
+  layer.activations.elements_per_token =
+      static_cast<double>(hidden_kept + 2 * q + 2 * kv + (arch.gated_mlp ? 4 : 2) * f + (arch.qk_norm ? q + kv : 0) +
+                          (arch.sandwich_norms ? 2 * h : 0));
   layer.activations.score_elements_per_token_per_position = static_cast<double>(arch.num_heads);  // softmax output
+  if (arch.dropout > 0) {  // StarCoder2's residual and attention dropouts, as gpt2_block counts GPT-2's
+    layer.activations.mask_bytes_per_token = 2.0 * static_cast<double>(h);
+    layer.activations.score_elements_per_token_per_position = 2.0 * static_cast<double>(arch.num_heads);
+    layer.activations.score_mask_bytes_per_token_per_position = static_cast<double>(arch.num_heads);
+  }
   layer.activations.flash_stat_bytes_per_token = 4.0 * static_cast<double>(arch.num_heads);  // fp32 log-sum-exp
   layer.activations.checkpoint_elements_per_token = static_cast<double>(h);
   set_eager_llama_block_activations(arch, layer.activations);
   layer.kernels = llama_block_kernels(arch);
+  if (arch.is_sliding_layer(index)) {  // Note [Sliding-window attention] (kernel_spec.h)
+    layer.flops.attention_window = arch.sliding_window;
+    layer.kernels->attention->window = arch.sliding_window;
+  }
   layer.activations.selective_op_elements_per_token = selective_op_kept_elements(*layer.kernels, h);
   const CompiledBlockSavings compiled = compiled_llama_block_savings(arch, *layer.kernels);
   layer.activations.compiled_recomputed_elements_per_token = compiled.recomputed_elements_per_token;
@@ -238,17 +297,18 @@ LayerSpec gpt2_block(const DecoderArchitecture& arch, std::int64_t index) {
   return layer;
 }
 
-LayerSpec final_norm(const std::string& name, std::int64_t hidden, bool with_bias) {
+// `is_layer_norm`: nn.LayerNorm (GPT-2, Phi-3.5-MoE, StarCoder2, Falcon; Cohere's without a bias), else RMSNorm.
+LayerSpec final_norm(const std::string& name, std::int64_t hidden, bool is_layer_norm, bool with_bias) {
   LayerSpec layer = make_layer(name, LayerKind::norm);
   layer.tensors = {{"weight", {hidden}}};
   if (with_bias) layer.tensors.push_back({"bias", {hidden}});
   layer.activations.elements_per_token = static_cast<double>(hidden);  // its input
-  if (!with_bias) {  // LlamaRMSNorm (model.norm) in eager: Note [Eager composite activations] above
+  if (!is_layer_norm) {  // LlamaRMSNorm (model.norm) in eager: Note [Eager composite activations] above
     layer.activations.eager_norm_elements_per_token = static_cast<double>(hidden);
     layer.activations.eager_norm_fp32_elements_per_token = 1.0;
     layer.activations.eager_upcast_elements_per_token = static_cast<double>(hidden);
   }
-  layer.kernels = final_norm_kernels(hidden, with_bias);
+  layer.kernels = final_norm_kernels(hidden, is_layer_norm);
   return layer;
 }
 
@@ -302,7 +362,7 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
   if (neox) {  // GPTNeoXModel: embed_in, layers, final_layer_norm; GPTNeoXForCausalLM.embed_out (no position table)
     model.layers.push_back(embedding_layer("gpt_neox.embed_in", arch.vocab_size, arch.hidden_size, 0.0, false));
     for (std::int64_t index = 0; index < arch.num_layers; ++index) model.layers.push_back(gpt_neox_block(arch, index));
-    model.layers.push_back(final_norm("gpt_neox.final_layer_norm", arch.hidden_size, true));
+    model.layers.push_back(final_norm("gpt_neox.final_layer_norm", arch.hidden_size, true, true));
     model.layers.push_back(
         lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, "embed_out"));
     validate_model(model, origin);
@@ -312,17 +372,20 @@ ModelSpec build_decoder(const std::string& name, const DecoderArchitecture& arch
     model.layers.push_back(embedding_layer("transformer.wte", arch.vocab_size, arch.hidden_size, 0.0, false));
     model.layers.push_back(
         embedding_layer("transformer.wpe", arch.max_position_embeddings, arch.hidden_size, arch.dropout, true));
-  } else {
-    model.layers.push_back(embedding_layer("model.embed_tokens", arch.vocab_size, arch.hidden_size, 0.0, false));
+  } else {  // StarCoder2's embedding_dropout (arch.dropout: its one rate) after the lookup
+    model.layers.push_back(
+        embedding_layer(block_names(arch).embedding, arch.vocab_size, arch.hidden_size, arch.dropout, false));
   }
   for (std::int64_t index = 0; index < arch.num_layers; ++index) {
     model.layers.push_back(gpt2 ? gpt2_block(arch, index) : llama_block(arch, index));
     if (arch.mla) replace_attention_with_mla(arch, model.layers.back());
     if (arch.moe && arch.moe->is_sparse_layer(index)) replace_mlp_with_moe(arch, model.layers.back());
   }
-  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : "model.norm", arch.hidden_size, gpt2 || arch.layer_norm));
+  const BlockNames names = block_names(arch);
+  model.layers.push_back(final_norm(gpt2 ? "transformer.ln_f" : names.final_norm, arch.hidden_size,
+                                    gpt2 || arch.layer_norm, gpt2 || (arch.layer_norm && arch.layer_norm_bias)));
   model.layers.push_back(
-      lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, "lm_head"));
+      lm_head(arch, arch.tie_word_embeddings ? std::optional<std::size_t>(0) : std::nullopt, names.head));
   validate_model(model, origin);
   return model;
 }

@@ -89,6 +89,10 @@ std::vector<std::string> lora_target_modules(const ModelSpec& model, const Finet
   // (also mistral, qwen2), "gpt2": ["c_attn"].
   if (model.architecture && model.architecture->family == DecoderArchitecture::Family::gpt2) return {"c_attn"};
   if (model.architecture && model.architecture->fused_projections) return {"qkv_proj"};  // PEFT's "phi3"
+  // PEFT's "falcon": ["query_key_value"]; InternLM2 (no PEFT entry) likewise its fused wqkv.
+  if (model.architecture && model.architecture->fused_qkv) {
+    return {model.architecture->naming == DecoderArchitecture::Naming::falcon ? "query_key_value" : "wqkv"};
+  }
   // PEFT's "gpt_neox": ["query_key_value"].
   if (model.architecture && model.architecture->family == DecoderArchitecture::Family::gpt_neox) {
     return {"query_key_value"};

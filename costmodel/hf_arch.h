@@ -33,6 +33,24 @@ void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch);
 // moe_intermediate_size, first_k_dense_replace dense layers; V3's router correction bias).
 void read_deepseek(const JsonObjectReader& config, DecoderArchitecture& arch, bool v3);
 
+// hf_arch_starcoder2.cpp. Starcoder2ForCausalLM: LayerNorms with biases, use_bias on q/k/v/o and c_fc/c_proj, a
+// two-matrix GELU MLP, a sliding window on every layer, the residual/attention/embedding dropouts.
+void read_starcoder2(const JsonObjectReader& config, DecoderArchitecture& arch);
+
+// hf_arch_cohere_internlm2.cpp. CohereForCausalLM: bias-free LayerNorms, a parallel block, use_qk_norm (a weight per
+// head), logit_scale. InternLM2ForCausalLM: fused wqkv, `bias` on wqkv and wo, InternLM2's module names.
+void read_cohere(const JsonObjectReader& config, DecoderArchitecture& arch);
+void read_internlm2(const JsonObjectReader& config, DecoderArchitecture& arch);
+
+// hf_arch_gpt_oss.cpp. GptOssForCausalLM: stacked experts with biases and a biased router, attention sinks,
+// alternating sliding-window layers (layer_types), q/k/v/o biases; MXFP4 experts counted as logical parameters.
+void read_gpt_oss(const JsonObjectReader& config, DecoderArchitecture& arch);
+
+// hf_arch_falcon.cpp. FalconForCausalLM (its own keys on the llama block): fused query_key_value for multi-head,
+// multi-query or grouped (new_decoder_architecture) attention, parallel attention with one or two LayerNorms, `bias`,
+// a GELU MLP of ffn_hidden_size; ALiBi refused.
+DecoderArchitecture falcon_architecture(const JsonObjectReader& config);
+
 // hf_arch_neox.cpp. GPTNeoXForCausalLM (its own family, not the llama base): fused query_key_value, parallel
 // residual, partial rotary (rotary_pct), LayerNorms and dense layers with biases, untied embed_out.
 DecoderArchitecture gpt_neox_architecture(const JsonObjectReader& config);

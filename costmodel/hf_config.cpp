@@ -15,7 +15,8 @@ namespace shardplan {
 namespace {
 
 enum class HfKind { llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text,
-                    deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe };
+                    deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe, starcoder2, falcon,
+                    cohere, internlm2, gpt_oss };
 
 struct KnownArchitecture {
   std::string_view class_name;  // the "architectures"[0] entry transformers writes
@@ -46,6 +47,12 @@ std::span<const KnownArchitecture> known_architectures() {
       {"PhimoeForCausalLM", "phimoe", HfKind::phimoe},
       // microsoft/Phi-3.5-MoE-instruct's config.json names its remote-code class, the same model.
       {"PhiMoEForCausalLM", "", HfKind::phimoe},
+      {"Starcoder2ForCausalLM", "starcoder2", HfKind::starcoder2},
+      {"FalconForCausalLM", "falcon", HfKind::falcon},
+      {"CohereForCausalLM", "cohere", HfKind::cohere},
+      // internlm/internlm2*: remote code (modeling_internlm2.py), the class its config.json names.
+      {"InternLM2ForCausalLM", "internlm2", HfKind::internlm2},
+      {"GptOssForCausalLM", "gpt_oss", HfKind::gpt_oss},
   };
   return table;
 }
@@ -58,6 +65,7 @@ constexpr KnownArchitecture kOtherImporters[] = {
     {"CLIPVisionModel", "clip_vision_model", HfKind::llama},
     {"SiglipVisionModel", "siglip_vision_model", HfKind::llama},
     {"LlavaForConditionalGeneration", "llava", HfKind::llama},
+    {"Gemma3ForConditionalGeneration", "gemma3", HfKind::llama},
 };
 
 std::string supported_list(std::string_view KnownArchitecture::*member) {
@@ -86,7 +94,6 @@ constexpr RefusedArchitecture kRefusedArchitectures[] = {
     {"ZambaForCausalLM", "a hybrid of Mamba state-space layers and shared attention, which is not modelled"},
     {"Zamba2ForCausalLM", "a hybrid of Mamba-2 state-space layers and shared attention, which is not modelled"},
     {"RecurrentGemmaForCausalLM", "recurrent (RG-LRU) layers, which are not modelled"},
-    {"GptOssForCausalLM", "MXFP4 experts, attention sinks and biased MoE experts, which are not modelled yet"},
 };
 
 // "architectures" wins when present (it names the head as well as the body); a null or absent one falls back to
@@ -207,7 +214,9 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
       config.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(2048);
   // Gemma2Config and Gemma3TextConfig tie by default (their configs omit the key); the llama family does not.
   const bool gemma = kind == HfKind::gemma2 || kind == HfKind::gemma3_text;
-  arch.tie_word_embeddings = config.boolean("tie_word_embeddings", gemma);
+  // So do CohereConfig (tie_word_embeddings=True) and Starcoder2Config (no key of its own: PretrainedConfig's True).
+  arch.tie_word_embeddings =
+      config.boolean("tie_word_embeddings", gemma || kind == HfKind::cohere || kind == HfKind::starcoder2);
   // Qwen2Attention hard-codes bias=True on q/k/v and bias=False on o_proj, and its config has no key for them;
   // LlamaConfig has attention_bias (default false), which LlamaAttention applies to q, k, v *and* o_proj
   // (transformers/models/llama/modeling_llama.py: o_proj = nn.Linear(..., bias=config.attention_bias)); so do
@@ -216,10 +225,10 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     arch.attention_bias = true;
   } else if (kind == HfKind::llama || kind == HfKind::qwen3 || kind == HfKind::qwen3_moe || gemma ||
              kind == HfKind::olmo2 || kind == HfKind::granite || kind == HfKind::granitemoe ||
-             kind == HfKind::phimoe) {
+             kind == HfKind::phimoe || kind == HfKind::cohere || kind == HfKind::gpt_oss) {
     // Olmo2Attention (OlmoAttention, LlamaAttention's), GraniteAttention, GraniteMoeAttention and PhimoeAttention
-    // (LlamaAttention) likewise.
-    arch.attention_bias = config.boolean("attention_bias", false);
+    // (LlamaAttention) likewise; CohereAttention and GptOssAttention too (GptOssConfig's default is true).
+    arch.attention_bias = config.boolean("attention_bias", kind == HfKind::gpt_oss);
     arch.o_proj_bias = arch.attention_bias;
   }
   // LlamaMLP and GraniteMLP: gate_proj, up_proj and down_proj take bias=config.mlp_bias (LlamaConfig and
@@ -244,6 +253,10 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
     case HfKind::phimoe: read_phimoe(config, arch); break;
     case HfKind::granitemoe: read_granitemoe(config, arch); [[fallthrough]];
     case HfKind::granite: read_granite_scalars(config); break;
+    case HfKind::starcoder2: read_starcoder2(config, arch); break;
+    case HfKind::cohere: read_cohere(config, arch); break;
+    case HfKind::internlm2: read_internlm2(config, arch); break;
+    case HfKind::gpt_oss: read_gpt_oss(config, arch); break;
     default: break;
   }
   return arch;
@@ -284,6 +297,11 @@ DecoderArchitecture architecture_from_hf_config(const nlohmann::json& document, 
   const JsonObjectReader config(document, origin);
   const HfKind kind = detect_kind(config);
   if (kind == HfKind::gpt_neox) return gpt_neox_architecture(config);
+  if (kind == HfKind::falcon) {
+    DecoderArchitecture arch = falcon_architecture(config);
+    read_rope_scaling(config, arch);  // FalconConfig's rope_scaling (Note [Long context])
+    return arch;
+  }
   return kind == HfKind::gpt2 ? gpt2(config) : llama_family(config, kind);
 }
 

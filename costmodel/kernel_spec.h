@@ -34,8 +34,21 @@ struct AttentionSpec {
   std::int64_t heads = 0;
   std::int64_t head_dim = 0;
   bool causal = true;
+  std::int64_t window = 0;  // Note [Sliding-window attention]: each query attends to the last `window` keys; 0: all
   bool operator==(const AttentionSpec&) const = default;
 };
+
+// Note [Sliding-window attention]: the share of the s × s score matrix a kernel that skips masked blocks computes.
+// Causal: half (FlashAttention-2 §3.1). With a window w < s (Mistral, StarCoder2, gpt-oss; FlashAttention ≥ 2.3's
+// window_size, which skips the blocks outside it), query i attends to min(i + 1, w) keys: Σ min(i + 1, w) over the s
+// queries is w·s − w(w − 1)/2 ≈ w·s − w²/2, a share w/s − w²/(2s²) of s². Kernels that materialise the scores (eager)
+// compute the whole matrix and mask it, whatever the window.
+inline double masked_attention_share(std::int64_t seq_len, std::int64_t window, bool causal) {
+  if (!causal) return 1.0;
+  if (window <= 0 || window >= seq_len) return 0.5;
+  const double w = static_cast<double>(window), s = static_cast<double>(seq_len);
+  return w / s - w * w / (2.0 * s * s);
+}
 
 // A family of memory-bound kernels (a norm, a residual add, RoPE, an activation function, the loss): the elements per
 // token they read plus write in the activation dtype and in fp32, one-byte elements (dropout masks), and how many

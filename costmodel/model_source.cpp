@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "decoder_builder.h"
+#include "hf_arch_gemma3_vlm.h"
 #include "hf_arch_llava.h"
 #include "hf_arch_vision.h"
 #include "hf_config.h"
@@ -20,6 +21,7 @@ ModelSpec load_model(const std::string& model_argument) {
     const nlohmann::json document = parse_json_text(model_argument, origin);
     if (is_hf_vision_config(document)) return vision_model_from_hf_config(document, "hf-model", origin);
     if (is_hf_llava_config(document)) return llava_model_from_hf_config(document, "hf-model", origin);
+    if (is_hf_gemma3_vlm_config(document)) return gemma3_vlm_model_from_hf_config(document, "hf-model", origin);
     if (looks_like_hf_config(document)) {
       ModelSpec model = build_decoder("", architecture_from_hf_config(document, origin), origin);
       if (model.name.empty()) model.name = "hf-model";
@@ -61,6 +63,9 @@ ModelSpec load_model_file(const std::string& model_argument, const std::string& 
   }
   if (is_hf_llava_config(document)) {
     return llava_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
+  }
+  if (is_hf_gemma3_vlm_config(document)) {
+    return gemma3_vlm_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
   }
   if (looks_like_hf_config(document)) {
     const DecoderArchitecture arch = architecture_from_hf_config(document, model_argument);

@@ -44,6 +44,9 @@ struct LayerFlops {
   // Whether the layer's attention is causal, so a kernel that exploits the mask skips half of it (decoders); false
   // for encoders (ViT, CLIP and SigLIP vision towers, BERT), whose every query attends to every key.
   bool causal_attention = true;
+  // Note [Sliding-window attention] (kernel_spec.h): each query attends to the last `attention_window` positions;
+  // 0: every earlier position.
+  std::int64_t attention_window = 0;
   bool operator==(const LayerFlops&) const = default;
 };
 
@@ -217,6 +220,32 @@ struct DecoderArchitecture {
   // (PhimoeDecoderLayer: input_layernorm, post_attention_layernorm; PhimoeModel.norm).
   bool layer_norm = false;
   bool lm_head_bias = false;  // PhimoeForCausalLM: lm_head = nn.Linear(hidden, vocab, bias=config.lm_head_bias)
+  // Cohere: CohereLayerNorm has a weight and no bias (LayerNorm's mean and variance, bias=False); with layer_norm.
+  bool layer_norm_bias = true;
+  // false: a two-matrix MLP, up (c_fc / dense_h_to_4h) → GELU → down (c_proj / dense_4h_to_h), in place of SwiGLU's
+  // gate, up and down (Starcoder2MLP, FalconMLP).
+  bool gated_mlp = true;
+  // With parallel_residual in the llama family: how many norms feed the two branches (CohereDecoderLayer and Falcon's
+  // parallel_attn: one input_layernorm; Falcon's new_decoder_architecture: ln_attn and ln_mlp).
+  std::int64_t parallel_norms = 1;
+  // q, k and v in one projection while the MLP stays unfused (Falcon's query_key_value, InternLM2's wqkv).
+  bool fused_qkv = false;
+  // Module names where they differ from llama's (Note [Block naming] in decoder_builder.cpp).
+  enum class Naming { llama, starcoder2, falcon, internlm2 };
+  Naming naming = Naming::llama;
+  // Note [Sliding-window attention]: layers whose queries attend to the last `sliding_window` positions only (0:
+  // none). full_attention_every k > 0: every k-th layer (index % k == k - 1) attends in full (gpt-oss's layer_types
+  // alternate sliding and full: k = 2); 0: every layer slides (StarCoder2).
+  std::int64_t sliding_window = 0;
+  std::int64_t full_attention_every = 0;
+  bool is_sliding_layer(std::int64_t index) const {
+    return sliding_window > 0 && (full_attention_every == 0 || index % full_attention_every != full_attention_every - 1);
+  }
+  // gpt-oss: one learned logit per query head per layer (self_attn.sinks) joins each softmax's denominator.
+  bool attention_sinks = false;
+  // Cohere: q_norm and k_norm are LayerNorms with a weight per head (CohereLayerNorm((heads, head_dim))): heads ×
+  // head_dim and kv_heads × head_dim elements, with qk_norm.
+  bool qk_norm_per_head_weights = false;
   // Note [Long context]: the longest sequence the config's RoPE scaling names (rope_scaling / rope_parameters: factor
   // × original_max_position_embeddings); 0: none. --seq-len may reach it beyond max_position_embeddings.
   std::int64_t rope_scaled_positions = 0;

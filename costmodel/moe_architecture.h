@@ -22,6 +22,10 @@ enum class MoeNaming {
   // block_sparse_moe.router.layer, and every expert stacked in two 3-D parameters: input_linear [experts, 2·f, h]
   // (gate and up) and output_linear [experts, h, f] (GraniteMoeMoE, GraniteMoeParallelExperts)
   granite,
+  // mlp.router (weight and bias), mlp.experts stacked: gate_up_proj [experts, h, 2·f] (gate and up interleaved),
+  // gate_up_proj_bias [experts, 2·f], down_proj [experts, f, h], down_proj_bias [experts, h] (GptOssMLP,
+  // GptOssTopKRouter, GptOssExperts)
+  gpt_oss,
 };
 
 struct MoeArchitecture {

@@ -20,6 +20,7 @@ MoeNames names_of(MoeNaming naming) {
   if (naming == MoeNaming::mixtral) return {"block_sparse_moe", "w1", "w3", "w2", "shared_expert"};
   if (naming == MoeNaming::deepseek) return {"mlp", "gate_proj", "up_proj", "down_proj", "shared_experts"};
   if (naming == MoeNaming::granite) return {"block_sparse_moe", "input_linear", "input_linear", "output_linear", ""};
+  if (naming == MoeNaming::gpt_oss) return {"mlp", "gate_up_proj", "gate_up_proj", "down_proj", ""};
   return {"mlp", "gate_proj", "up_proj", "down_proj", "shared_expert"};
 }
 
@@ -78,12 +79,22 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
   tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
                                [](const TensorSpec& tensor) { return tensor.name.starts_with("mlp."); }),
                 tensors.end());
-  const bool stacked = moe.naming == MoeNaming::granite;  // GraniteMoeMoE: router.layer, two stacked parameters
-  const std::string router = prefix + (stacked ? "router.layer" : "gate");
+  // GraniteMoeMoE: router.layer, two stacked parameters; GptOssMLP: a biased router, two stacked parameters and
+  // their biases.
+  const bool gpt_oss = moe.naming == MoeNaming::gpt_oss;
+  const bool stacked = moe.naming == MoeNaming::granite || gpt_oss;
+  const std::string router = prefix + (gpt_oss ? "router" : stacked ? "router.layer" : "gate");
   tensors.push_back({router + ".weight", {experts, h}});
+  if (gpt_oss) tensors.push_back({router + ".bias", {experts}});
   if (moe.router_correction_bias) tensors.push_back({prefix + "gate.e_score_correction_bias", {experts}});
   std::int64_t routed_elements = 0;
-  if (stacked) {
+  if (gpt_oss) {
+    tensors.push_back({prefix + "experts.gate_up_proj", {experts, h, 2 * fe}});
+    tensors.push_back({prefix + "experts.gate_up_proj_bias", {experts, 2 * fe}});
+    tensors.push_back({prefix + "experts.down_proj", {experts, fe, h}});
+    tensors.push_back({prefix + "experts.down_proj_bias", {experts, h}});
+    routed_elements = (3 * fe * h + 2 * fe + h) * experts;
+  } else if (stacked) {
     tensors.push_back({prefix + "input_linear.weight", {experts, 2 * fe, h}});
     tensors.push_back({prefix + "output_linear.weight", {experts, h, fe}});
     routed_elements = 3 * fe * h * experts;
@@ -131,9 +142,10 @@ void replace_mlp_with_moe(const DecoderArchitecture& arch, LayerSpec& block) {
   };
   // Forward order router, w1, w3, w2 (then the shared expert): torchtitan's policy saves every other matmul's output.
   spec.projections.push_back({router, h, experts, true});
-  if (stacked) {  // GraniteMoeParallelExperts: one GEMM per expert for gate and up together (input_linear)
-    spec.projections.push_back({prefix + "input_linear", h, slot_width(2 * fe), false});
-    spec.projections.push_back({prefix + "output_linear", fe, slot_width(h), true});
+  if (stacked) {  // GraniteMoeParallelExperts, GptOssExperts: one GEMM per expert for gate and up together
+    spec.projections.push_back({prefix + (gpt_oss ? "experts.gate_up_proj" : "input_linear"), h, slot_width(2 * fe),
+                                false});
+    spec.projections.push_back({prefix + (gpt_oss ? "experts.down_proj" : "output_linear"), fe, slot_width(h), true});
   } else {
     spec.projections.push_back({prefix + "experts." + names.gate, h, slot_width(fe), false});
     spec.projections.push_back({prefix + "experts." + names.up, h, slot_width(fe), true});

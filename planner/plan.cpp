@@ -237,6 +237,11 @@ void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int wor
   if (arch.fused_projections) {
     throw InputError(value + "1 for fused qkv_proj/gate_up_proj projections (Phi-3; not yet supported)");
   }
+  if (arch.fused_qkv || arch.naming != DecoderArchitecture::Naming::llama || !arch.gated_mlp) {
+    throw InputError(value + "1 for " + (arch.fused_qkv ? "fused q/k/v projections" : "a two-matrix MLP") +
+                     " (Falcon, InternLM2, StarCoder2; not yet supported: tensor_parallel_shard knows no "
+                     "query_key_value, wqkv or c_fc names)");
+  }
   const std::pair<const char*, std::int64_t> widths[] = {
       {"attention heads", arch.num_heads}, {"key/value heads", arch.num_kv_heads}, {"FFN width", arch.intermediate_size}};
   for (const auto& [name, width] : widths) {

@@ -38,6 +38,10 @@ DecoderDims decoder_dims(const ModelSpec& model) {
     throw InputError(origin + ": Gemma's sandwich norms and logit soft-capping are not supported by the runtime yet");
   }
   if (arch.fused_projections) throw InputError(origin + ": fused qkv/gate_up projections are not supported by the runtime yet");
+  if (!arch.gated_mlp || arch.parallel_residual || arch.fused_qkv || arch.naming != DecoderArchitecture::Naming::llama) {
+    throw InputError(origin + ": two-matrix GELU MLPs, parallel attention/MLP blocks, fused q/k/v and non-llama module "
+                     "names (StarCoder2, Falcon, Cohere, InternLM2) are not supported by the runtime yet");
+  }
   if (arch.layer_norm || arch.lm_head_bias || arch.post_norms) {
     throw InputError(origin + ": LayerNorms, a biased lm_head and post-norms (Phi-3.5-MoE, OLMo 2) are not supported by "
                      "the runtime yet");
@@ -45,6 +49,10 @@ DecoderDims decoder_dims(const ModelSpec& model) {
   if (arch.o_proj_bias || arch.mlp_bias) {
     throw InputError(origin + ": biases on o_proj or on the MLP (a Llama config's attention_bias or mlp_bias) are not "
                      "supported by the runtime yet");
+  }
+  if (arch.sliding_window != 0 || arch.attention_sinks) {
+    throw InputError(origin + ": sliding-window attention and attention sinks (StarCoder2, gpt-oss) are not supported "
+                     "by the runtime yet");
   }
   if (arch.explicit_head_dim != 0 || arch.qk_norm) {
     throw InputError(origin + ": a head_dim other than hidden_size / num_heads and q/k norms are not supported by the "

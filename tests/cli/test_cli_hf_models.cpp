@@ -1,6 +1,7 @@
-// Tests of issue 35 through the binary: OLMo 2, Granite and GraniteMoE `estimate` and `plan`; a Hub id read from a
-// Hugging Face cache laid out in the test (Note [Hub ids]) and the one-line message naming the download command when
-// it is missing; --seq-len past max_position_embeddings with a config that names RoPE scaling.
+// Tests of issue 35 through the binary: OLMo 2, Granite, GraniteMoE, Phi-3.5-MoE, StarCoder2, Falcon, Cohere,
+// InternLM2, gpt-oss and Gemma 3 multimodal `estimate` and `plan` (and `run` refusing the block kinds the CPU runtime
+// lacks); a Hub id read from a Hugging Face cache laid out in the test (Note [Hub ids]) and the one-line message naming
+// the download command when it is missing; --seq-len past max_position_embeddings with a config that names RoPE scaling.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -24,6 +25,7 @@ using nlohmann::json;
 using shardplan_test::expect_input_error;
 using shardplan_test::run_json;
 using shardplan_test::run_shardplan;
+using shardplan_test::TempFile;
 
 std::string read_text(const std::string& path) {
   std::ifstream stream(path);
@@ -96,6 +98,73 @@ TEST_CASE("`estimate` and `plan` Phi-3.5-MoE (41.9B) on 2x8xH100-80GB") {
   const json plan =
       run_json({"plan", "-m", "examples/hf/phi3.5-moe.json", "-c", "2x8xH100-80GB", "--seq-len", "4096", "--json"});
   CHECK(plan["feasible"] == true);
+}
+
+TEST_CASE("`estimate` and `plan` StarCoder2, Falcon, Cohere (Aya Expanse), InternLM2 and gpt-oss on 8xH100-80GB") {
+  const std::vector<std::pair<std::string, std::int64_t>> models = {
+      {"examples/hf/starcoder2-3b.json", 3'030'371'328},   {"examples/hf/starcoder2-15b.json", 15'957'889'024},
+      {"examples/hf/falcon-7b.json", 6'921'720'704},       {"examples/hf/aya-expanse-8b.json", 8'028'033'024},
+      {"examples/hf/internlm2.5-7b.json", 7'737'708'544},  {"examples/hf/gpt-oss-20b.json", 20'914'757'184},
+  };
+  for (const auto& [path, params] : models) {  // 2048: Falcon-7B's positions
+    CAPTURE(path);
+    const json estimate =
+        run_json({"estimate", "-m", path, "-c", "8xH100-80GB", "--seq-len", "2048", "--ac", "full", "--json"});
+    CHECK(estimate["params"] == params);
+    CHECK(estimate["memory"]["fits"] == true);
+    const json plan = run_json({"plan", "-m", path, "-c", "8xH100-80GB", "--seq-len", "2048", "--json"});
+    CHECK(plan["feasible"] == true);
+    CHECK(plan["predicted"]["step_time_s"].get<double>() > 0);
+  }
+  // Falcon-40B (41.3B) on two nodes.
+  const json estimate = run_json({"estimate", "-m", "examples/hf/falcon-40b.json", "-c", "2x8xH100-80GB", "--seq-len",
+                                  "2048", "--ac", "full", "--json"});
+  CHECK(estimate["params"] == 41'303'293'952);
+  // StarCoder2's sliding window: past 4096 positions a windowed layer's attention grows linearly, so 16384 tokens
+  // cost less than 4x the FLOPs per token of 4096 would with full causal attention.
+  const json long_context = run_json({"estimate", "-m", "examples/hf/starcoder2-3b.json", "-c", "8xH100-80GB",
+                                      "--seq-len", "16384", "--ac", "full", "--json"});
+  CHECK(long_context["params"] == 3'030'371'328);
+}
+
+TEST_CASE("`estimate` and `plan` Gemma 3 4B multimodal (SigLIP tower, projector, Gemma 3 text) on 8xH100-80GB") {
+  const json estimate = run_json({"estimate", "-m", "examples/hf/gemma3-4b-it.json", "-c", "8xH100-80GB", "--seq-len",
+                                  "4096", "--ac", "full", "--json"});
+  CHECK(estimate["params"] == 4'300'079'472);
+  CHECK(estimate["memory"]["fits"] == true);
+  const json plan =
+      run_json({"plan", "-m", "examples/hf/gemma3-4b-it.json", "-c", "8xH100-80GB", "--seq-len", "4096", "--json"});
+  CHECK(plan["feasible"] == true);
+}
+
+TEST_CASE("`run` refuses StarCoder2, Falcon, Cohere, InternLM2 and gpt-oss blocks on the CPU runtime, in one line") {
+  if (!shardplan_test::mpi_build()) return;
+  const json base = {{"vocab_size", 256},       {"hidden_size", 64},        {"intermediate_size", 128},
+                     {"num_hidden_layers", 2},  {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                     {"max_position_embeddings", 256}};
+  const std::vector<std::pair<json, std::string>> configs = {
+      {{{"architectures", {"Starcoder2ForCausalLM"}}, {"sliding_window", 64}}, "two-matrix GELU MLPs"},
+      {{{"architectures", {"FalconForCausalLM"}}, {"new_decoder_architecture", true}, {"num_kv_heads", 2}},
+       "fused q/k/v"},
+      {{{"architectures", {"CohereForCausalLM"}}}, "parallel attention/MLP blocks"},
+      {{{"architectures", {"InternLM2ForCausalLM"}}, {"bias", false}}, "fused q/k/v"},
+      {{{"architectures", {"GptOssForCausalLM"}}, {"num_local_experts", 4}, {"num_experts_per_tok", 2},
+        {"head_dim", 16}, {"sliding_window", 32}},
+       "mixture-of-experts"},
+  };
+  for (const auto& [extra, expected] : configs) {
+    json config = base;
+    config.update(extra);
+    CAPTURE(config.dump());
+    TempFile plan_file("hf-arch-plan");
+    const shardplan_test::RunResult planned =
+        run_shardplan({"plan", "-m", config.dump(), "-c", "2xcpu", "--seq-len", "64", "--precision", "fp32", "--out",
+                       plan_file.path()});
+    INFO(planned.err);
+    REQUIRE(planned.exit_status == 0);
+    expect_input_error({"run", "-m", config.dump(), "--plan", plan_file.path(), "--device", "cpu", "--steps", "1"},
+                       {expected, "not supported by the runtime"});
+  }
 }
 
 TEST_CASE("`estimate -m org/name` reads the config from the Hugging Face cache; a missing one names the download") {

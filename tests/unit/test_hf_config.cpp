@@ -175,7 +175,9 @@ TEST_CASE("hf: model_type is the fallback when architectures is absent or null")
   CHECK(contains(message, "config.json: field 'model_type'"));
   CHECK(contains(message, "'bert'"));
   CHECK(contains(message, "llama, mistral, qwen2, gpt2, mixtral, qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text, "
-                          "deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe"));
+                          "deepseek_v2, deepseek_v3, gpt_neox, olmo2, granite, granitemoe, phimoe, starcoder2, "
+                          "falcon, cohere, internlm2, gpt_oss, vit, clip_vision_model, siglip_vision_model, llava, "
+                          "gemma3"));
 }
 
 TEST_CASE("hf: unsupported architecture names the field and lists the supported ones") {
@@ -187,9 +189,11 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
                           "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                           "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, DeepseekV2ForCausalLM, "
                           "DeepseekV3ForCausalLM, GPTNeoXForCausalLM, Olmo2ForCausalLM, GraniteForCausalLM, "
-                          "GraniteMoeForCausalLM, PhimoeForCausalLM, PhiMoEForCausalLM, ViTModel, "
+                          "GraniteMoeForCausalLM, PhimoeForCausalLM, PhiMoEForCausalLM, Starcoder2ForCausalLM, "
+                          "FalconForCausalLM, CohereForCausalLM, InternLM2ForCausalLM, GptOssForCausalLM, ViTModel, "
                           "ViTForImageClassification, "
-                          "CLIPVisionModel, SiglipVisionModel, LlavaForConditionalGeneration)"));
+                          "CLIPVisionModel, SiglipVisionModel, LlavaForConditionalGeneration, "
+                          "Gemma3ForConditionalGeneration)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
   document["architectures"] = nlohmann::json::array({"LlamaForSequenceClassification"});

@@ -29,6 +29,18 @@
 //     configuration_granitemoe.py: + num_local_experts, attention_bias, no mlp_bias.
 //   phimoe/configuration_phimoe.py, modular_phimoe.py: the llama fields less mlp_bias, + num_local_experts,
 //     attention_bias (PhimoeAttention is LlamaAttention), lm_head_bias.
+//   starcoder2/configuration_starcoder2.py: the llama fields less head_dim and mlp_bias, + use_bias (q/k/v/o_proj,
+//     c_fc, c_proj); tie_word_embeddings PretrainedConfig's (true).
+//   falcon/configuration_falcon.py, modeling_falcon.py: vocab_size, hidden_size, num_hidden_layers,
+//     num_attention_heads, num_kv_heads (query_key_value's width under new_decoder_architecture only),
+//     new_decoder_architecture, multi_query, parallel_attn, num_ln_in_parallel_attn, bias, ffn_hidden_size, alibi,
+//     tie_word_embeddings.
+//   cohere/configuration_cohere.py, modeling_cohere.py: the llama fields less mlp_bias, + attention_bias, use_qk_norm,
+//     tie_word_embeddings (true).
+//   internlm2 (internlm/internlm2_5-7b: configuration_internlm2.py, remote code): the llama fields less head_dim and
+//     mlp_bias, + bias (wqkv and wo; default true).
+//   gpt_oss/configuration_gpt_oss.py: the llama fields less mlp_bias, + head_dim, attention_bias (default true),
+//     num_local_experts (each expert intermediate_size wide).
 // num_attention_heads changes k_proj's and v_proj's widths through head_dim where heads share hidden_size; fields
 // that change no tensor (rope_theta, eps, dropout, sliding windows, token ids, router coefficients, num_experts_per_tok)
 // are not listed.
@@ -97,6 +109,19 @@ std::vector<ArchitectureFields> transformers_shape_fields() {
       {"qk_nope_head_dim", 16},  {"qk_rope_head_dim", 16},  {"v_head_dim", 8},           {"n_routed_experts", 8},
       {"n_shared_experts", 2},   {"moe_intermediate_size", 48}, {"first_k_dense_replace", 0},
       {"attention_bias", true}};
+  // Falcon-7B's shape (multi-query, parallel attention, one norm) in small.
+  const json falcon = {{"architectures", json::array({"FalconForCausalLM"})},
+                       {"vocab_size", 1000},
+                       {"hidden_size", 64},
+                       {"num_hidden_layers", 2},
+                       {"num_attention_heads", 4},
+                       {"multi_query", true},
+                       {"parallel_attn", true}};
+  const std::vector<std::pair<std::string, json>> falcon_fields = {
+      {"vocab_size", 1024},       {"hidden_size", 128},      {"num_hidden_layers", 3},
+      {"num_attention_heads", 8}, {"multi_query", false},    {"new_decoder_architecture", true},
+      {"parallel_attn", false},   {"bias", true},            {"ffn_hidden_size", 100},
+      {"alibi", true},            {"num_ln_in_parallel_attn", 2}, {"tie_word_embeddings", false}};
   return {
       {"LlamaForCausalLM", llama_like("LlamaForCausalLM"),
        plus(common_fields(false), {{"head_dim", 32}, {"attention_bias", true}, {"mlp_bias", true}})},
@@ -155,6 +180,18 @@ std::vector<ArchitectureFields> transformers_shape_fields() {
        plus(common_fields(false), {{"head_dim", 32}, {"attention_bias", true}, {"mlp_bias", true}})},
       {"GraniteMoeForCausalLM", with(llama_like("GraniteMoeForCausalLM"), {{"num_local_experts", 4}}),
        plus(common_fields(false), {{"head_dim", 32}, {"attention_bias", true}, {"num_local_experts", 8}})},
+      {"Starcoder2ForCausalLM", llama_like("Starcoder2ForCausalLM"), plus(common_fields(true), {{"use_bias", false}})},
+      {"FalconForCausalLM", falcon, falcon_fields},
+      {"FalconForCausalLM (new_decoder_architecture)",
+       with(falcon, {{"new_decoder_architecture", true}, {"num_kv_heads", 2}}),
+       {{"num_kv_heads", 4}, {"num_ln_in_parallel_attn", 1}}},
+      {"CohereForCausalLM", llama_like("CohereForCausalLM"),
+       plus(common_fields(true), {{"head_dim", 32}, {"attention_bias", true}, {"use_qk_norm", true}})},
+      {"InternLM2ForCausalLM", llama_like("InternLM2ForCausalLM"), plus(common_fields(false), {{"bias", false}})},
+      {"GptOssForCausalLM",
+       with(llama_like("GptOssForCausalLM"),
+            {{"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"head_dim", 16}, {"sliding_window", 32}}),
+       plus(common_fields(false), {{"head_dim", 32}, {"attention_bias", false}, {"num_local_experts", 8}})},
       {"PhimoeForCausalLM", with(llama_like("PhimoeForCausalLM"), {{"num_local_experts", 4}}),
        plus(common_fields(false),
             {{"head_dim", 32}, {"attention_bias", true}, {"lm_head_bias", true}, {"num_local_experts", 8}})},
@@ -222,7 +259,7 @@ TEST_CASE("hf shape fields: the refusals name the field and what shardplan assum
   CHECK_NOTHROW((void)shardplan::architecture_from_hf_config(deepseek, "ds.json"));
 
   // Hybrids and the architectures shardplan knows it does not model are refused by name, with why.
-  for (const char* name : {"JambaForCausalLM", "MambaForCausalLM", "Mamba2ForCausalLM", "GptOssForCausalLM"}) {
+  for (const char* name : {"JambaForCausalLM", "MambaForCausalLM", "Mamba2ForCausalLM", "FalconMambaForCausalLM"}) {
     CAPTURE(name);
     json config = {{"architectures", json::array({name})}};
     try {
