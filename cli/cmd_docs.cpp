@@ -113,10 +113,11 @@ std::string man_page(const nlohmann::json& table, const std::string& version) {
   for (const auto& command : table) {
     out << ".SS " << roff(command["command"]) << "\n" << roff(command["description"]) << "\n";
     for (const auto& option : command["options"]) {
-      out << ".TP\n.B " << roff(option["flag"]);
-      if (!option["short"].get<std::string>().empty()) out << " \", \" " << roff(option["short"]);
+      // The tag line: "\fB--model\fR, \fB-m\fR \fIstr\fR" (bold flags, the value's type in italics).
+      out << ".TP\n\\fB" << roff(option["flag"]) << "\\fR";
+      if (!option["short"].get<std::string>().empty()) out << ", \\fB" << roff(option["short"]) << "\\fR";
+      if (option["type"] != "bool") out << " \\fI" << option["type"].get<std::string>() << "\\fR";
       out << "\n";
-      if (option["type"] != "bool") out << ".RI \" \" " << option["type"].get<std::string>() << "\n";
       std::string help = option["help"];
       if (option["required"].get<bool>()) help += " (required)";
       if (!option["default"].is_null()) help += " (default: " + option["default"].get<std::string>() + ")";

@@ -93,7 +93,7 @@ class Installed(unittest.TestCase):
             flags = help_flags(command)
             self.assertGreater(len(flags), 3, command)
             for flag in flags:
-                self.assertIn(".B " + flag.replace("-", "\\-"), page, (command, flag))
+                self.assertIn(".TP\n\\fB" + flag.replace("-", "\\-") + "\\fR", page, (command, flag))
                 self.assertIn(flag, bash_script, (command, flag))
                 self.assertIn(f"'{flag}[", zsh_script, (command, flag))
         # bash completes a flag of the command being typed.
