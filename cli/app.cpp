@@ -14,7 +14,7 @@ CommandLine::CommandLine(const std::vector<Registrar>& commands, Output output)
     : app_(std::make_unique<CLI::App>("shardplan: plan, simulate and run Fully Sharded Data Parallel training")),
       output_(std::move(output)) {
   app_->require_subcommand(1);
-  app_->set_version_flag("--version", "shardplan 0.1.0");
+  app_->set_version_flag("--version", "shardplan " SHARDPLAN_VERSION);  // meson.build's project version
   for (const Registrar& registrar : commands) {
     Action action = registrar(*app_, output_);
     commands_.emplace_back(app_->get_subcommands({}).back(), std::move(action));

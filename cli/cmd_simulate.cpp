@@ -1,4 +1,5 @@
 // `shardplan simulate`: lower a plan (given, or the default for the estimate flags) and simulate one step.
+#include <cmath>
 #include <iostream>
 #include <memory>
 
@@ -42,7 +43,7 @@ std::vector<ReportSummaryRow> summary_rows(const SimulationSummary& summary) {
       {"step time", fixed(summary.step_time_s, "s")},
       {"compute time", fixed(summary.compute_time_s, "s")},
       {"exposed communication", fixed(summary.exposed_comm_s, "s")},
-      {"tokens/s", fixed(summary.tokens_per_s, "")},
+      {"tokens/s", std::to_string(std::llround(summary.tokens_per_s))},  // a rate, not four decimals
       {"MFU / HFU", fixed(100 * summary.mfu, "%") + " / " + fixed(100 * summary.hfu, "%")},
       {"peak memory", fixed(static_cast<double>(summary.peak_memory_bytes) / (1 << 30), "GiB")},
       {"peak at", summary.peak_op},

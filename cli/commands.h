@@ -25,5 +25,8 @@ Action add_capacity_command(CLI::App& app, const Output& output);
 Action add_compare_command(CLI::App& app, const Output& output);
 Action add_calibrate_command(CLI::App& app);  // prints its own JSON (rank 0 under mpirun)
 Action add_run_command(CLI::App& app);        // only built with MPI (SHARDPLAN_HAVE_MPI); prints on rank 0
+// Hidden (cmd_docs.cpp): the shell completions and the man page from the flag table of `app`, the root.
+Action add_completion_command(CLI::App& app);
+Action add_man_command(CLI::App& app);
 
 }  // namespace shardplan::cli

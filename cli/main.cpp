@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
 #ifdef SHARDPLAN_HAVE_MPI
   commands.emplace_back([](CLI::App& app, const Output&) { return add_run_command(app); });
 #endif
+  // Last, so that they see every command above (their flag table is read when they run).
+  commands.emplace_back([](CLI::App& app, const Output&) { return add_completion_command(app); });
+  commands.emplace_back([](CLI::App& app, const Output&) { return add_man_command(app); });
   CommandLine line(commands, stdout_output());
   const Outcome outcome = line.run(argc, argv);
   if (!outcome.error_line.empty() && !(outcome.status == 2 && quiet_rank())) std::cerr << outcome.error_line << "\n";

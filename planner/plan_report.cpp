@@ -7,6 +7,7 @@
 
 #include "errors.h"
 #include "html_report.h"
+#include "plan_export.h"
 #include "svg_chart.h"
 #include "unit_layout.h"
 
@@ -30,6 +31,23 @@ std::vector<int> unit_of_layers(const Plan& plan, const ModelSpec& model) {
   return owner;
 }
 
+// "full_shard, TP 2, EP 1": how the plan shards, under its note (issue 36: the picture showed the wrapping only).
+std::string row_parallelism(const Plan& plan) {
+  const auto unit = std::find_if(plan.units.begin(), plan.units.end(), [](const PlanUnit& u) { return !u.is_root; });
+  const std::string strategy = unit == plan.units.end() ? "root only" : export_detail::strategy_label(unit->strategy);
+  return strategy + ", TP " + std::to_string(plan.tensor_parallel_degree) + ", EP " +
+         std::to_string(plan.training.expert_parallel_degree);
+}
+
+// "1.05 B", "218.1 M": parameter counts as people read them.
+std::string readable_count(std::int64_t count) {
+  const double value = static_cast<double>(count);
+  if (value >= 1e9) return svg::format("%.2f B", value / 1e9);
+  if (value >= 1e6) return svg::format("%.1f M", value / 1e6);
+  if (value >= 1e3) return svg::format("%.1f k", value / 1e3);
+  return std::to_string(count);
+}
+
 // Short enough for the note column: "10.455 s, 153.0 GiB, no fit".
 std::string row_note(const PlanCandidate& candidate) {
   return svg::format("%.3f s, ", candidate.summary.step_time_s) +
@@ -44,8 +62,8 @@ std::string render_wrapping_svg(const std::vector<WrappingRow>& rows, const Mode
   const double layers = static_cast<double>(std::max<std::size_t>(model.layers.size(), 1));
   const double cell = kPlot / layers;
   const double height = kTop + static_cast<double>(rows.size()) * (kRow + kGap) + 34;
-  std::string out = "<svg class=\"wrapping\" width=\"" + svg::format("%.0f", kLabel + kPlot + kNote) +
-                    "\" height=\"" + svg::format("%.0f", height) + "\" role=\"img\"><title>units over the layer " +
+  std::string out = "<svg class=\"wrapping\" " + svg::size_attributes(kLabel + kPlot + kNote, height) +
+                    " role=\"img\"><title>units over the layer " +
                     "sequence</title>";
   out += "<text class=\"chart-title\" x=\"" + svg::format("%.0f", kLabel) + "\" y=\"16\">Units over the " +
          std::to_string(model.layers.size()) + " layers (model order, left to right): each bar is one FSDP unit; " +
@@ -77,7 +95,8 @@ std::string render_wrapping_svg(const std::vector<WrappingRow>& rows, const Mode
       const std::string tooltip = (root ? std::string("root unit") : "unit " + std::to_string(id)) + " '" +
                                   units.at(static_cast<std::size_t>(id)).name + "': layers " + std::to_string(begin) +
                                   "-" + std::to_string(end - 1) + ", " +
-                                  std::to_string(units.at(static_cast<std::size_t>(id)).param_count) + " parameters" +
+                                  readable_count(static_cast<std::int64_t>(units.at(static_cast<std::size_t>(id)).param_count)) +
+                                  " parameters" +
                                   (kept ? ", kept gathered from forward to backward" : "");
       out += "<rect x=\"" + svg::format("%.2f", x0 + 0.5) + "\" y=\"" + svg::format("%.1f", y) + "\" width=\"" +
              svg::format("%.2f", std::max(width - 1, 0.5)) + "\" height=\"" + svg::format("%.0f", kRow - 8) +
@@ -102,6 +121,8 @@ std::string render_wrapping_svg(const std::vector<WrappingRow>& rows, const Mode
     }
     out += "<text class=\"note\" x=\"" + svg::format("%.0f", kLabel + kPlot + 8) + "\" y=\"" +
            svg::format("%.1f", y + 15) + "\">" + svg::escape(rows[r].note) + "</text>";
+    out += "<text class=\"note\" x=\"" + svg::format("%.0f", kLabel + kPlot + 8) + "\" y=\"" +
+           svg::format("%.1f", y + 29) + "\">" + svg::escape(row_parallelism(plan)) + "</text>";
   }
   const double legend_y = height - 12;
   out += "<rect x=\"" + svg::format("%.0f", kLabel) + "\" y=\"" + svg::format("%.0f", legend_y - 9) +

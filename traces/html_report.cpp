@@ -36,12 +36,19 @@ std::string format_seconds(double seconds) {
   return std::abs(seconds) < 1 ? format("%.3f ms", seconds * 1e3) : format("%.4f s", seconds);
 }
 
-std::string format_bytes(std::int64_t bytes) {
+// "55.83 GiB": for headings, which people read (issue 36: "peak 59948695552 B (55.83 GiB)").
+std::string readable_bytes(std::int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);
   int unit = 0;
   while (std::abs(value) >= 1024 && unit < 4) value /= 1024, ++unit;
-  return std::to_string(bytes) + " B" + (unit == 0 ? "" : " (" + format("%.2f ", value) + units[unit] + ")");
+  return unit == 0 ? std::to_string(bytes) + " B" : format("%.2f ", value) + units[unit];
+}
+
+// "59948695552 B (55.83 GiB)": exact, for tooltips.
+std::string format_bytes(std::int64_t bytes) {
+  const std::string readable = readable_bytes(bytes);
+  return std::to_string(bytes) + " B" + (std::abs(bytes) < 1024 ? "" : " (" + readable + ")");
 }
 
 // A tick step of 1, 2 or 5 × 10^k giving about `target` ticks over `range`.
@@ -213,8 +220,8 @@ void draw_timeline(std::string& out, const std::vector<Lane>& lanes, const TimeA
   const double height = kAxisHeight + static_cast<double>(lanes.size()) * (kLaneHeight + kLaneGap) + 6;
   out += "<p class=\"note\">" + std::to_string(total) + " ops on " + std::to_string(lanes.size()) + " lanes";
   if (merge_px > 0) out += "; ops closer than " + format("%.0f", merge_px) + " px are merged to keep the file small";
-  out += ".</p>\n<svg class=\"timeline\" width=\"" + format("%.0f", kLabelWidth + kPlotWidth + 20) + "\" height=\"" +
-         format("%.0f", height) + "\" role=\"img\">";
+  out += ".</p>\n<svg class=\"timeline\" " + svg::size_attributes(kLabelWidth + kPlotWidth + 20, height) +
+         " role=\"img\">";
   draw_time_axis(out, axis, kAxisHeight, height - kAxisHeight);
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     const double y = kAxisHeight + static_cast<double>(i) * (kLaneHeight + kLaneGap);
@@ -273,9 +280,9 @@ void draw_memory(std::string& out, const Timeline& timeline, const TimeAxis& axi
   const auto y_of = [&](double bytes) { return top + kMemoryHeight * (1 - bytes / kGiB / y_max); };
   const double end_s = std::max(axis.start + axis.span, samples.back().time_s);
 
-  out += "<h2>Memory over time, rank " + std::to_string(rank) + " (peak " + format_bytes(peak) + ")</h2>\n";
-  out += "<svg class=\"memory\" width=\"" + format("%.0f", kLabelWidth + kPlotWidth + 20) + "\" height=\"" +
-         format("%.0f", top + kMemoryHeight + 10) + "\" role=\"img\">";
+  out += "<h2>Memory over time, rank " + std::to_string(rank) + " (peak " + readable_bytes(peak) + ")</h2>\n";
+  out += "<svg class=\"memory\" " + svg::size_attributes(kLabelWidth + kPlotWidth + 20, top + kMemoryHeight + 10) +
+         " role=\"img\">";
   draw_time_axis(out, axis, top, kMemoryHeight);
   for (int index = 0; index * step <= y_max + 1e-9 * step; ++index) {
     const double tick = index * step;

@@ -94,6 +94,17 @@ std::vector<double> ticks(const Range& range, Scale scale) {
     }
     std::sort(result.begin(), result.end());
   }
+  // Under three ticks (a cost axis from $100k to $184k had one, issue 36): evenly spaced values between.
+  if (scale == Scale::log10 && result.size() < 3) {
+    const double low = std::pow(10.0, range.low), high = std::pow(10.0, range.high);
+    const double step = nice_step(high - low, 4);
+    for (double value = std::ceil(low / step) * step; value <= high * (1 + 1e-9); value += step) {
+      if (value > 0) result.push_back(std::log10(value));
+    }
+    std::sort(result.begin(), result.end());
+    result.erase(std::unique(result.begin(), result.end(), [](double a, double b) { return std::abs(a - b) < 1e-9; }),
+                 result.end());
+  }
   return result;
 }
 
@@ -196,8 +207,7 @@ std::string render_xy_chart(const XyChart& chart) {
     return kMarginTop + plot_h * (1 - (transform(value, chart.y.scale) - ys.low) / (ys.high - ys.low));
   };
 
-  std::string out = "<svg class=\"chart\" width=\"" + format("%.0f", chart.width) + "\" height=\"" +
-                    format("%.0f", chart.height) + "\" role=\"img\"><title>" + escape(chart.title) + "</title>";
+  std::string out = "<svg class=\"chart\" " + size_attributes(chart.width, chart.height) + " role=\"img\"><title>" + escape(chart.title) + "</title>";
   out += "<text class=\"chart-title\" x=\"" + format("%.0f", kMarginLeft) + "\" y=\"16\">" + escape(chart.title) +
          "</text>";
   // Legend row under the title.
@@ -284,8 +294,7 @@ std::string render_stacked_bars(const StackedBars& bars) {
   const double axis_max = std::ceil(largest * 1.02 / step) * step;
   const auto x_of = [&](double value) { return kLabelWidth + value / axis_max * plot_w; };
   const double height = kTop + static_cast<double>(bars.rows.size()) * (kRowHeight + kRowGap) + 12;
-  std::string out = "<svg class=\"bars\" width=\"" + format("%.0f", bars.width) + "\" height=\"" +
-                    format("%.0f", height) + "\" role=\"img\"><title>" + escape(bars.title) + "</title>";
+  std::string out = "<svg class=\"bars\" " + size_attributes(bars.width, height) + " role=\"img\"><title>" + escape(bars.title) + "</title>";
   out += "<text class=\"chart-title\" x=\"" + format("%.0f", kLabelWidth) + "\" y=\"16\">" + escape(bars.title) +
          "</text>";
   for (double tick = 0; tick <= axis_max + 1e-9 * step; tick += step) {
@@ -326,8 +335,7 @@ std::string render_grid(const Grid& grid) {
   const double width = std::max(kRowLabel + kCellW * static_cast<double>(grid.column_labels.size()) + 20,
                                 kRowLabel + 7.2 * static_cast<double>(grid.title.size()) + 20);  // the bold title fits
   const double height = kTop + kCellH * static_cast<double>(grid.row_labels.size()) + 10;
-  std::string out = "<svg class=\"grid-chart\" width=\"" + format("%.0f", width) + "\" height=\"" +
-                    format("%.0f", height) + "\" role=\"img\"><title>" + escape(grid.title) + "</title>";
+  std::string out = "<svg class=\"grid-chart\" " + size_attributes(width, height) + " role=\"img\"><title>" + escape(grid.title) + "</title>";
   out += "<text class=\"chart-title\" x=\"" + format("%.0f", kRowLabel) + "\" y=\"16\">" + escape(grid.title) +
          "</text>";
   for (std::size_t c = 0; c < grid.column_labels.size(); ++c) {
@@ -361,8 +369,13 @@ std::string legend(const std::vector<std::pair<std::string, std::string>>& colou
   return out + "</div>\n";
 }
 
+std::string size_attributes(double width, double height) {
+  return "width=\"" + format("%.0f", width) + "\" height=\"" + format("%.0f", height) + "\" viewBox=\"0 0 " +
+         format("%.0f", width) + " " + format("%.0f", height) + "\"";
+}
+
 const char* chart_style() {
-  return R"(svg{display:block;margin:8px 0}svg text{font-size:11px;fill:#333}.chart-title{font-size:13px;font-weight:600}
+  return R"(svg{display:block;margin:8px 0;max-width:100%;height:auto}svg text{font-size:11px;fill:#333}.chart-title{font-size:13px;font-weight:600}
 .axis-title{font-size:12px}.grid{stroke:#e3e3e3;stroke-width:1}.frame{fill:none;stroke:#bbb}
 .series{fill:none;stroke-width:1.6}.reference{fill:none;stroke-width:1;stroke-dasharray:3 3;opacity:.7}.front{fill:none;stroke:#222;stroke-width:1.4;stroke-dasharray:5 4}
 .ring{fill:none;stroke:#222;stroke-width:1.6}.point{font-size:10px;fill:#555}

@@ -100,6 +100,10 @@ std::string render_grid(const Grid& grid);
 // A row of colour swatches with names (HTML).
 std::string legend(const std::vector<std::pair<std::string, std::string>>& colour_and_name);
 
+// width="W" height="H" viewBox="0 0 W H": with chart_style's max-width:100%, a chart wider than the window scales
+// down to fit (issue 36: reports 1,320-1,350 px wide were clipped in a 1,280 px window) instead of being cut off.
+std::string size_attributes(double width, double height);
+
 // The style rules the charts' classes need (html_page includes them; a page of its own adds them to its style).
 const char* chart_style();
 

@@ -4,9 +4,11 @@ import argparse
 import importlib
 import json
 import sys
+import time
 
 import torch
 
+from .meta_trace import initialisers_skipped, on_meta
 from .model_file import describe_model, write_model_file
 
 
@@ -57,8 +59,17 @@ def main(argv=None):
     parser.add_argument("--input", help="image:CxHxW or tokens:S (batch 1); the model's default sequence")
     parser.add_argument("--wrap", help="comma-separated module classes to wrap (module.Class); default: detected")
     parser.add_argument("--causal", action="store_true", help="the blocks' attention is causal (decoders)")
-    parser.add_argument("--name", help="the model's name in shardplan's output (default: the callable's)")
+    parser.add_argument("--name", help="the model's name in shardplan's output (default: the module's class)")
+    parser.add_argument("--fast", action="store_true",
+                        help="build without initialising and trace on the meta device: FLOPs and saved bytes from "
+                             "shapes, nothing computed (seconds for ViT-H/14)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
+    start = time.monotonic()
+
+    def progress(line):
+        if not args.quiet:
+            print(f"import-torch: [{time.monotonic() - start:6.1f} s] {line}", file=sys.stderr, flush=True)
     try:
         kwargs = json.loads(args.kwargs)
         if not isinstance(kwargs, dict):
@@ -69,19 +80,29 @@ def main(argv=None):
     try:
         build = _callable(args.callable)
         torch.manual_seed(0)
-        model = build(**kwargs)
+        progress(f"building {args.callable}" + (" (initialisers skipped, --fast)" if args.fast else ""))
+        if args.fast:
+            with initialisers_skipped():
+                model = build(**kwargs)
+        else:
+            model = build(**kwargs)
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"'{args.callable}': returned {type(model).__name__}, expected a torch.nn.Module")
+        progress(f"built {type(model).__name__}: {sum(p.numel() for p in model.parameters()):,} parameters")
         example = _example_input(args.input, model)
-        document = describe_model(model, example, name=args.name or args.callable.rsplit(".", 1)[-1],
+        if args.fast:
+            model, example = on_meta(model, example)
+        # Named after the module's class (a factory's name says how it was made, not what it is: issue 36).
+        document = describe_model(model, example, name=args.name or type(model).__name__,
                                   wrap_classes=args.wrap.split(",") if args.wrap else None, causal=args.causal,
-                                  source={"callable": args.callable, "kwargs": kwargs})
+                                  source={"callable": args.callable, "kwargs": kwargs, "fast": args.fast},
+                                  progress=progress)
     except (ValueError, TypeError) as error:
         print(f"import-torch: {error}", file=sys.stderr)
         return 2
     write_model_file(document, args.out)
-    print(f"import-torch: wrote {args.out}: {document['params']} parameters, {len(document['layers'])} layers, "
-          f"wrap candidates {', '.join(document['wrap_candidates'])}", file=sys.stderr)
+    progress(f"wrote {args.out}: {document['params']} parameters, {len(document['layers'])} layers, "
+             f"wrap candidates {', '.join(document['wrap_candidates'])}")
     return 0
 
 

@@ -6,6 +6,7 @@
 import torch
 
 from .flop_count import FlopCounter
+from .meta_trace import storage_key
 from .saved_bytes import SavedTensors
 
 
@@ -70,6 +71,8 @@ def scaled_input(tensor, scale):
     if side ** spatial != scale:
         raise ValueError(f"shardplan_torch: cannot scale {spatial} token dimensions by {scale}")
     shape = [tensor.shape[0]] + [extent * side for extent in tensor.shape[1:-1]] + [tensor.shape[-1]]
+    if tensor.is_meta:
+        return torch.empty(shape, dtype=tensor.dtype, device="meta")
     generator = torch.Generator().manual_seed(0)
     return torch.randn(shape, dtype=tensor.dtype, generator=generator)
 
@@ -81,6 +84,8 @@ def scaled_further_input(tensor, tokens, scale):
     if not torch.is_tensor(tensor) or tokens not in tuple(tensor.shape):
         return tensor
     shape = [extent * scale if extent == tokens else extent for extent in tensor.shape]
+    if tensor.is_meta:
+        return torch.empty(shape, dtype=tensor.dtype, device="meta")
     if not tensor.is_floating_point():
         return torch.zeros(shape, dtype=tensor.dtype)
     return torch.randn(shape, dtype=tensor.dtype, generator=torch.Generator().manual_seed(1))
@@ -101,8 +106,9 @@ def measure_block(block, args, scale, shared=()):
     with SavedTensors(block, [rest[i - 1] for i in shared if torch.is_tensor(rest[i - 1])]) as saved:
         out = block(x, *rest)
     first = out[0] if isinstance(out, (tuple, list)) else out
-    first.float().sum().backward()  # the saved tensors are the ones backward reads; it runs
-    block.zero_grad(set_to_none=True)
+    if not x.is_meta:  # on the meta device (--fast) the saved tensors' shapes are all there is to read
+        first.float().sum().backward()  # the saved tensors are the ones backward reads; it runs
+        block.zero_grad(set_to_none=True)
     tokens, hidden = token_layout(x)
     return {"scale": scale, "batch": x.shape[0], "block_tokens": tokens, "hidden": hidden, "flops": counter.flops,
             "saved_floating_bytes": saved.total.floating_bytes,
@@ -114,7 +120,9 @@ def shared_inputs(inputs, path):
     """Indices of the further inputs of block `path` (whole_model_pass's inputs) that another block was handed too,
     the same tensor: per-forward state the model computes once (HF's rotary position_embeddings)."""
     def pointer(tensor):
-        return tensor.data_ptr() if torch.is_tensor(tensor) and tensor.numel() > 0 else None
+        if not torch.is_tensor(tensor) or tensor.numel() == 0:
+            return None
+        return storage_key(tensor) if tensor.is_meta else tensor.data_ptr()
     mine = inputs[path]
     others = [args for other, args in inputs.items() if other != path]
     return tuple(i for i in range(1, len(mine))

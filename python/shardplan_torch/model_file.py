@@ -69,10 +69,13 @@ def _other_layer(group, module, whole, model_tokens, batch):
     return layer
 
 
-def describe_model(model, example_input, name=None, wrap_classes=None, causal=False, source=None):
+def describe_model(model, example_input, name=None, wrap_classes=None, causal=False, source=None, progress=None):
     """The shardplan.model/v1 document of `model` run on `example_input` (a tensor or a tuple of positional inputs,
     batch first; its size is the model's default sequence). wrap_classes: the candidate classes' qualified names
-    (default: wrap_candidate_classes). causal: the blocks' attention is causal, so a kernel may skip the masked half."""
+    (default: wrap_candidate_classes). causal: the blocks' attention is causal, so a kernel may skip the masked half.
+    A model and input on the meta device (meta_trace.on_meta) are measured from shapes alone. progress: called with
+    a line of text at each stage (scripts/import-torch prints them to stderr)."""
+    progress = progress or (lambda line: None)
     model = model.float() if any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()) \
         else model
     candidates = list(wrap_classes) if wrap_classes else wrap_candidate_classes(model)
@@ -82,6 +85,7 @@ def describe_model(model, example_input, name=None, wrap_classes=None, causal=Fa
     if not block_paths:
         raise ValueError(f"shardplan_torch: the model has no module of the classes {candidates}")
     groups = parameter_groups(model, block_paths, [])
+    progress(f"forward of the whole model ({len(block_paths)} blocks of {', '.join(candidates)})")
     whole = measure.whole_model_pass(model, example_input, [g["path"] for g in groups], block_paths)
     groups = parameter_groups(model, block_paths, whole["order"])
     modules = dict(model.named_modules())
@@ -105,6 +109,8 @@ def describe_model(model, example_input, name=None, wrap_classes=None, causal=Fa
             raise ValueError(f"shardplan_torch: block {group['path']!r} did not run in forward")
         key = (group["class"], tuple(tuple(t["shape"]) for t in group["tensors"]), tuple(args[0].shape))
         if key not in measured:
+            progress(f"measuring block {group['path']} ({group['class'].rsplit('.', 1)[-1]}) alone at 1x and "
+                     f"{2 if args[0].dim() == 3 else 4}x the tokens")
             scales = (1, 2) if args[0].dim() == 3 else (1, 4)
             shared = measure.shared_inputs(whole["inputs"], group["path"])
             samples = [measure.measure_block(module, args, scale, shared) for scale in scales]

@@ -4,11 +4,13 @@
 # and buffers count not at all (they are model state, not activations), nor do tensors named as shared.
 import torch
 
+from .meta_trace import storage_key
+
 
 def _storage(tensor):
     # torch >= 2.0 has untyped_storage(); 1.13's storage() is a TypedStorage with the same data_ptr and nbytes.
     storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
-    return storage.data_ptr(), storage.nbytes()
+    return storage_key(tensor), storage.nbytes()
 
 
 class Kept:

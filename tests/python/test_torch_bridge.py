@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,7 +22,7 @@ import torch  # noqa: E402  (tests/python/with-torch skips the test where torch 
 import torchvision  # noqa: E402
 
 import llama_reference  # noqa: E402
-from shardplan_torch import measure, module_tree  # noqa: E402
+from shardplan_torch import measure, meta_trace, module_tree  # noqa: E402
 
 BIN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "shardplan"))
 IMPORT = os.path.join(ROOT, "scripts", "import-torch")
@@ -228,6 +229,41 @@ def mean_keeps_its_input():
     """Whether this torch's mean.dim saves its input for backward (before 2.2: pytorch/pytorch#109876)."""
     x = torch.ones(2, 2, requires_grad=True)
     return hasattr(x.mean(-1, keepdim=True).grad_fn, "_saved_self")
+
+
+class Fast(unittest.TestCase):
+    """--fast (issue 36): ViT-H/14 took ~10 minutes with no output. Built without initialisers and traced on the meta
+    device it takes seconds, says what it does on stderr, and gives the full path's layers."""
+
+    def test_vit_h_14_in_seconds_with_progress(self):
+        out = os.path.join(WORK, "vit_h_14-fast.json")
+        env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=HERE)
+        start = time.monotonic()
+        done = subprocess.run([IMPORT, "torchvision.models.vit_h_14", "--fast", "--out", out], capture_output=True,
+                              text=True, env=env)
+        seconds = time.monotonic() - start
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertLess(seconds, 90)  # ~15 s on 2 busy cores; the full path runs minutes
+        progress = [line for line in done.stderr.splitlines() if line.startswith("import-torch: [")]
+        self.assertGreaterEqual(len(progress), 4, done.stderr)
+        self.assertIn("built VisionTransformer: 632,045,800 parameters", done.stderr)
+        with open(out) as handle:
+            doc = json.load(handle)
+        with meta_trace.initialisers_skipped():  # the count does not depend on the values
+            torch_params = sum(p.numel() for p in torchvision.models.vit_h_14().parameters())
+        self.assertEqual(doc["params"], torch_params)
+        self.assertEqual(estimate(out)["params"], torch_params)
+        self.assertEqual(doc["name"], "VisionTransformer")  # the class, not the factory function
+        self.assertTrue(doc["source"]["fast"])
+
+    def test_same_layers_as_the_full_path(self):
+        _, full = import_torch("torchvision.models.vit_b_16", "vit_b_16-full.json", "--quiet")
+        _, fast = import_torch("torchvision.models.vit_b_16", "vit_b_16-fast.json", "--fast", "--quiet")
+        self.assertEqual(len(full["layers"]), len(fast["layers"]))
+        for a, b in zip(full["layers"], fast["layers"]):
+            for key in a:
+                if key != "measured":
+                    self.assertEqual(a[key], b[key], (a["name"], key))
 
 
 class BadInput(unittest.TestCase):

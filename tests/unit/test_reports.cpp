@@ -149,3 +149,38 @@ TEST_CASE("plan report: the planned plan and every baseline in the wrapping and 
   }
   CHECK(bars.find("class=\"cap\"") != std::string::npos);  // the memory cap line
 }
+
+// Issue 36: reports 1,320-1,350 px wide were clipped in a 1,280 px window (now each svg has a viewBox and scales
+// down), a narrow cost axis had one tick label, the wrapping picture did not say how each plan shards, and the
+// memory heading printed raw bytes. Seen failing: the timeline's svg, left without a viewBox at first
+// ("CHECK( 4 == 3 )").
+TEST_CASE("reports fit a 1,280 px window, label cost axes, show TP/EP/strategy and readable headings") {
+  CapacityResult capacity;
+  // Costs from $99,970 to $100,490: under a decade, with no power of 10 or 2x/5x inside but one.
+  capacity.points = {fitting("H100-80GB", 8, 175, 100490, false, 0.01), fitting("H100-80GB", 16, 87, 100159, false, 0.01),
+                     fitting("H100-80GB", 32, 43, 99970, true, 0.01)};
+  capacity.smallest_fitting = {{"H100-80GB", 8}};
+  const std::string html = render_capacity_report(capacity, "test-model, 1e+12 tokens");
+  CHECK(html.find("max-width:100%;height:auto") != std::string::npos);
+  CHECK(count_of(html, "<svg ") == count_of(html, " viewBox=\"0 0 "));
+  const std::string cost = section(html, "Days vs dollars");
+  // The y axis (cost) ticks: text-anchor end, left of the frame.
+  CHECK(count_of(cost, "text-anchor=\"end\"") >= 3);
+
+  const ModelSpec model = preset_model("tiny-llama");
+  const Cluster cluster = parse_cluster("2xcpu", HardwareCatalog::builtin());
+  TrainingConfig training;
+  training.seq_len = 64;
+  const SearchResult result = search_plans(model, cluster, profile_from_cluster(cluster), training, SearchOptions{});
+  REQUIRE(result.feasible);
+  const StepAnalysis analysis = analyze_step(model, cluster, profile_from_cluster(cluster), result.best.plan, true);
+  const std::string page = render_plan_report(result, model, cluster, analysis.simulation.timeline);
+  CHECK(count_of(page, "<svg ") == count_of(page, " viewBox=\"0 0 "));
+  const std::string wrapping = section(page, "<h2>Wrapping");
+  CHECK(count_of(wrapping, ", TP 1, EP 1</text>") == 1 + result.baselines.size());
+  const std::size_t heading = page.find("<h2>Memory over time");
+  REQUIRE(heading != std::string::npos);
+  const std::string line = page.substr(heading, page.find('\n', heading) - heading);
+  CHECK(line.find(" B (") == std::string::npos);
+  CHECK(line.find(" MiB)") != std::string::npos);
+}

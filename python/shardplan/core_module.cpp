@@ -1,5 +1,6 @@
-// The `shardplan` Python module: estimate, simulate, plan, capacity (and the models and gpus listings) with the CLI's
-// inputs as keyword arguments, returning the CLI's --json documents as dicts; errors raise with the CLI's one line.
+// The extension module `shardplan._core`: estimate, simulate, plan, capacity (and the models and gpus listings) with
+// the CLI's inputs as keyword arguments, returning the CLI's --json documents as dicts (errors raise with the CLI's
+// one line), and the flag table the typed API in python/shardplan/ is generated from (Note [Flag table]).
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "app.h"
 #include "errors.h"
+#include "flag_table.h"
 #include "name_suggest.h"
 
 namespace py = pybind11;
@@ -152,18 +154,25 @@ py::object call(const std::string& command, const py::kwargs& kwargs, const Exce
 
 }  // namespace
 
-PYBIND11_MODULE(shardplan, module) {
+PYBIND11_MODULE(_core, module) {
   module.doc() =
-      "shardplan: plan, simulate and size Fully Sharded Data Parallel training. Each function takes the CLI's flags "
-      "as keyword arguments (seq_len=4096 for --seq-len 4096; model and cluster as a preset name, a file path or a "
-      "dict) and returns the document `shardplan <command> --json` prints. Bad input raises shardplan.InputError "
-      "with the CLI's one-line message.";
+      "shardplan._core: the command line in-process. Each function takes the CLI's flags as keyword arguments "
+      "(seq_len=4096 for --seq-len 4096) and returns the document `shardplan <command> --json` prints; bad input "
+      "raises InputError with the CLI's one-line message. `import shardplan` wraps it with typed signatures.";
+  module.attr("__version__") = SHARDPLAN_VERSION;
+  module.def(
+      "flag_table",
+      [] {
+        CommandLine line(shardplan::cli::planning_commands(), Output{[](const nlohmann::json&) {}});
+        return py::module_::import("json").attr("loads")(shardplan::cli::flag_table(line.app()).dump());
+      },
+      "The planning commands' options as data: [{command, description, options: [{flag, name, type, ...}]}].");
   const py::object base = py::module_::import("builtins").attr("Exception");
   const py::object value_error = py::module_::import("builtins").attr("ValueError");
   const py::object runtime_error = py::module_::import("builtins").attr("RuntimeError");
   const py::object type = py::module_::import("builtins").attr("type");
   py::dict no_attributes;
-  no_attributes["__module__"] = "shardplan";
+  no_attributes["__module__"] = "shardplan";  // shown as shardplan.InputError
   const py::object error = type("Error", py::make_tuple(base), no_attributes);
   error.attr("__doc__") = "Any shardplan error; `status` is the CLI's exit status.";
   module.attr("Error") = error;
