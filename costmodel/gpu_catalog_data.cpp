@@ -187,6 +187,11 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   l40s.intra_node_link = "PCIe Gen4 x16";
   l40s.intra_node_bytes_per_s = 32e9;   // PCIe Gen4 x16, 64 GB/s bidirectional / 2
   l40s.intra_node_latency_s = kPcieHopLatencyS;  // Note [NCCL latency]
+  // A datacenter part: the driver grants peer access, so NCCL runs P2P over the Gen4 x16 link (Note [Intra-node
+  // transport]; which hosts route it through a PCIe switch or the root complex is not verified).
+  l40s.intra_node_transport = "pcie-p2p";
+  l40s.pcie_generation = 4;
+  l40s.pcie_lanes = 16;
   l40s.pcie_bytes_per_s = 32e9;         // same Gen4 x16 link to the host
   l40s.default_fabric = "roce-200g";    // typical L40S cloud nodes: 200 Gb/s RoCE NICs
   l40s.default_gpus_per_node = 8;       // common 4U 8-GPU PCIe servers
@@ -213,6 +218,10 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   rtx4090.peak_fp32_flops = 82.6e12;     // Ada whitepaper
   rtx4090.hbm_bytes_per_s = 1008e9;      // Ada whitepaper, GDDR6X
   rtx4090.default_fabric = "ethernet-100g";  // consumer-GPU rentals rarely have RDMA NICs
+  // GeForce drivers grant no peer access on the RTX 4090 ("NVIDIA does not officially enable NCCL P2P on ... the RTX
+  // 4090", allanchan339.github.io/bug-fixes/2025/05/21/4090-P2P.html; NVIDIA/nccl-tests#117), so NCCL runs SHM through
+  // host memory (Note [Intra-node transport]). A host on tinygrad's patched driver says "pcie-p2p" in a cluster file.
+  rtx4090.intra_node_transport = "pcie-shm";
   rtx4090.price_per_gpu_hour = 0.69;     // Note [Prices]
   // flash_attn on an RTX 4090 at 2k, head dim 128 (apache/tvm tl_doc/flash_perf.md): forward 169.3 TFLOP/s (at or
   // above the 165.2 reference peak: boost clocks), backward 124.6; global-memory bandwidth 904-922 of 1,008 GB/s
