@@ -197,8 +197,9 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   l40s.default_gpus_per_node = 8;       // common 4U 8-GPU PCIe servers
   l40s.price_per_gpu_hour = 1.25;       // Note [Prices]
   l40s.context_overhead_bytes = kGpuContextOverheadBytes;
-  // No published L40S GEMM, attention or STREAM measurement was found (docs/research/kernel_rates.md): the profile's
-  // defaults stand (unverified), with NCCL's latencies and the eager dispatch floor.
+  // No published L40S GEMM, attention or STREAM measurement was found (docs/research/kernel_rates.md; searched again
+  // for issue 34: torch matmul tables, MAMF, flash-attention issues): the profile's defaults stand and outputs say
+  // "unmeasured" (unmeasured_rates.h), with NCCL's latencies and the eager dispatch floor.
   l40s.kernel_dispatch_s = kEagerDispatchS;
   l40s.collective_base_latency_s = kNcclBaseLatencyS;
   l40s.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
@@ -227,6 +228,12 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   // above the 165.2 reference peak: boost clocks), backward 124.6; global-memory bandwidth 904-922 of 1,008 GB/s
   // (xytpai/nvbench).
   rtx4090.attention_forward_efficiency = 1.0;
+  // GEMM: bf16 torch.matmul 126.8, 164.8, 151.5, 160.2, 158.5 TFLOP/s at 1024³ ... 10240³ (one RTX 4090, torch 2.7,
+  // CUDA 12.8; zzc0721/torch-performance-test-data#78); fp16 8192³ 158.6 on another card (mli/transformers-benchmarks#4).
+  // The plateau is the 8192³ run (0.97 of the reference peak: the long run at a training-sized shape, not the 2048³
+  // burst above it); 1024³'s shortfall is ≈ 3.5 µs per GEMM, 0.57 GFLOP at the plateau rate.
+  rtx4090.max_compute_efficiency = 160.2 / 165.2;
+  rtx4090.half_efficiency_flops = 0.57e9;
   rtx4090.attention_backward_efficiency = 124.6 / 165.2;
   rtx4090.memory_efficiency = 0.90;
   // No reference system: 8-GPU RTX 4090 rental hosts commonly list 256 GB to 512 GB; the smaller, as a floor.

@@ -196,7 +196,10 @@ void add_workstation_ampere_ada(HardwareCatalog& catalog) {
   rtx6000ada.peak_fp32_flops = 91.1e12;
   rtx6000ada.hbm_bytes_per_s = 960e9;    // GDDR6
   rtx6000ada.price_per_gpu_hour = 0.77;  // Note [Prices] (approximate, not verified)
-  rtx6000ada.max_compute_efficiency = kMagRtx6000Ada / 364.25;  // 278.5 TFLOP/s bf16 GEMM (mag-/gpu_benchmark)
+  // 278.5 TFLOP/s bf16 GEMM (mag-/gpu_benchmark), measured at the card's 300 W board power, the cap it runs training
+  // under: 0.76 of the datasheet peak (the clock it holds at 300 W is below the boost clock the peak assumes).
+  // Attention and STREAM: unmeasured (outputs say so).
+  rtx6000ada.max_compute_efficiency = kMagRtx6000Ada / 364.25;
   catalog.add_gpu(rtx6000ada);
 }
 

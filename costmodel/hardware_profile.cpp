@@ -9,6 +9,7 @@
 #include "errors.h"
 #include "input_limits.h"
 #include "intra_node_transport.h"
+#include "unmeasured_rates.h"
 #include "json_input.h"
 
 namespace shardplan {
@@ -154,6 +155,7 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   // the inter-node tier is the node's whole network, NCCL's rings spread over its rails (Note [Rails]).
   // On PCIe the transport NCCL picks (P2P or SHM) and the link's generation and lanes set it (Note [Intra-node
   // transport] in intra_node_transport.cpp).
+  profile.unmeasured_rates = unmeasured_rates(gpu);
   const IntraNodeBus bus = intra_node_bus(gpu);
   profile.intra_node = {bus.name, gpu.intra_node_latency_s, bus.bus_bytes_per_s, bus.efficiency};
   const FabricSpec& fabric = cluster.fabric;
