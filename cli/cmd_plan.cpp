@@ -20,6 +20,7 @@
 #include "plan_json.h"
 #include "search.h"
 #include "step_analysis.h"
+#include "unmeasured_rates.h"
 
 namespace shardplan::cli {
 
@@ -202,8 +203,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     }
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {
-      output.json(to_json(result, model));
+      nlohmann::json document = to_json(result, model);
+      document["unmeasured_rates"] = unmeasured_rates_json(profile);
+      output.json(document);
     } else {
+      std::printf("%s", unmeasured_rates_line(profile).c_str());
       print_text(result, model, cluster);
     }
     if (!result.feasible) return kExitInfeasible;

@@ -13,6 +13,7 @@
 #include "model_source.h"
 #include "output_files.h"
 #include "plan_json.h"
+#include "unmeasured_rates.h"
 #include "step_analysis.h"
 
 namespace shardplan::cli {
@@ -127,10 +128,12 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       document["memory_capacity_bytes"] = headroom.cap_bytes;
       document["memory_headroom_bytes"] = headroom.headroom_bytes();
       document["fits"] = headroom.fits(summary);
+      document["unmeasured_rates"] = unmeasured_rates_json(profile);
       output.json(document);
     } else {
       std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
                 << plan.units.size() << " units)\n";
+      std::cout << unmeasured_rates_line(profile);
       std::cout << render_simulation_text(summary, analysis.schedule, headroom);
       if (host_memory.offloads()) std::cout << describe(host_memory) << "\n";
       if (!flags->trace_file.empty()) std::cout << "trace written to " << flags->trace_file << "\n";

@@ -96,12 +96,16 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.price_per_gpu_hour = 2.99;       // Note [Prices]
   h100.context_overhead_bytes = kGpuContextOverheadBytes;
   // Kernel rates (docs/research/kernel_rates.md, xla_gemm_table.md): GEMMs 0.80 of peak at the best shape (Bekman's
-  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%); both from short
-  // runs, while an SXM part at 700 W sustains ≈ 1,500-1,575 of its 1,830 MHz under tensor load (tile-ai/TileOPs#1588,
-  // deepseek-ai/DeepGEMM#120): clock_fraction 0.85.
+  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%).
+  // Note [Sustained clocks]: clock_fraction 1. MAMF's figure is taken after its warm-up, at the clock the GPU holds
+  // under back-to-back GEMMs at 700 W: the same script without warm-up read 813 TFLOP/s, 2.3% more, and the
+  // maintainer rejected that number as "not sustainable" (stas00/ml-engineering#59) — the throttling a long run sees
+  // is already in the 0.80. The 0.85 this replaces was the SM clock's drop (1,830 → 1,500-1,575 MHz: tile-ai/TileOPs
+  // #1588, deepseek-ai/DeepGEMM#120), a clock reading, not a GEMM rate, applied on top of a rate that had it already.
+  // The attention rates (FlashAttention-3 paper, at a locked 1,830 MHz) have no sustained-clock measurement: 1 too.
   h100.max_compute_efficiency = 0.80;
   h100.half_efficiency_flops = 4.8e9;
-  h100.clock_fraction = 0.85;
+  h100.clock_fraction = 1.0;
   // FlashAttention-2 (what SDPA runs on Hopper) at the locked 1,830 MHz (FlashAttention-3 paper, Figs. 5-6, head dim
   // 128): forward causal 191 ... 335 TFLOP/s and backward 214 ... 322 from 512 to 16k, fitted by 350 and 328 TFLOP/s
   // plateaus with s½ 400 and 270 (rms 2%, 0.4%).
@@ -187,13 +191,19 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   l40s.intra_node_link = "PCIe Gen4 x16";
   l40s.intra_node_bytes_per_s = 32e9;   // PCIe Gen4 x16, 64 GB/s bidirectional / 2
   l40s.intra_node_latency_s = kPcieHopLatencyS;  // Note [NCCL latency]
+  // A datacenter part: the driver grants peer access, so NCCL runs P2P over the Gen4 x16 link (Note [Intra-node
+  // transport]; which hosts route it through a PCIe switch or the root complex is not verified).
+  l40s.intra_node_transport = "pcie-p2p";
+  l40s.pcie_generation = 4;
+  l40s.pcie_lanes = 16;
   l40s.pcie_bytes_per_s = 32e9;         // same Gen4 x16 link to the host
   l40s.default_fabric = "roce-200g";    // typical L40S cloud nodes: 200 Gb/s RoCE NICs
   l40s.default_gpus_per_node = 8;       // common 4U 8-GPU PCIe servers
   l40s.price_per_gpu_hour = 1.25;       // Note [Prices]
   l40s.context_overhead_bytes = kGpuContextOverheadBytes;
-  // No published L40S GEMM, attention or STREAM measurement was found (docs/research/kernel_rates.md): the profile's
-  // defaults stand (unverified), with NCCL's latencies and the eager dispatch floor.
+  // No published L40S GEMM, attention or STREAM measurement was found (docs/research/kernel_rates.md; searched again
+  // for issue 34: torch matmul tables, MAMF, flash-attention issues): the profile's defaults stand and outputs say
+  // "unmeasured" (unmeasured_rates.h), with NCCL's latencies and the eager dispatch floor.
   l40s.kernel_dispatch_s = kEagerDispatchS;
   l40s.collective_base_latency_s = kNcclBaseLatencyS;
   l40s.comm_half_efficiency_bytes = kCommHalfEfficiencyBytes;
@@ -213,11 +223,21 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   rtx4090.peak_fp32_flops = 82.6e12;     // Ada whitepaper
   rtx4090.hbm_bytes_per_s = 1008e9;      // Ada whitepaper, GDDR6X
   rtx4090.default_fabric = "ethernet-100g";  // consumer-GPU rentals rarely have RDMA NICs
+  // GeForce drivers grant no peer access on the RTX 4090 ("NVIDIA does not officially enable NCCL P2P on ... the RTX
+  // 4090", allanchan339.github.io/bug-fixes/2025/05/21/4090-P2P.html; NVIDIA/nccl-tests#117), so NCCL runs SHM through
+  // host memory (Note [Intra-node transport]). A host on tinygrad's patched driver says "pcie-p2p" in a cluster file.
+  rtx4090.intra_node_transport = "pcie-shm";
   rtx4090.price_per_gpu_hour = 0.69;     // Note [Prices]
   // flash_attn on an RTX 4090 at 2k, head dim 128 (apache/tvm tl_doc/flash_perf.md): forward 169.3 TFLOP/s (at or
   // above the 165.2 reference peak: boost clocks), backward 124.6; global-memory bandwidth 904-922 of 1,008 GB/s
   // (xytpai/nvbench).
   rtx4090.attention_forward_efficiency = 1.0;
+  // GEMM: bf16 torch.matmul 126.8, 164.8, 151.5, 160.2, 158.5 TFLOP/s at 1024³ ... 10240³ (one RTX 4090, torch 2.7,
+  // CUDA 12.8; zzc0721/torch-performance-test-data#78); fp16 8192³ 158.6 on another card (mli/transformers-benchmarks#4).
+  // The plateau is the 8192³ run (0.97 of the reference peak: the long run at a training-sized shape, not the 2048³
+  // burst above it); 1024³'s shortfall is ≈ 3.5 µs per GEMM, 0.57 GFLOP at the plateau rate.
+  rtx4090.max_compute_efficiency = 160.2 / 165.2;
+  rtx4090.half_efficiency_flops = 0.57e9;
   rtx4090.attention_backward_efficiency = 124.6 / 165.2;
   rtx4090.memory_efficiency = 0.90;
   // No reference system: 8-GPU RTX 4090 rental hosts commonly list 256 GB to 512 GB; the smaller, as a floor.

@@ -89,6 +89,9 @@ void add_cloud_ampere_ada(HardwareCatalog& catalog) {
   a10g.intra_node_link = "PCIe Gen4 x16";
   a10g.intra_node_bytes_per_s = 32e9;   // PCIe Gen4 x16, 64 GB/s bidirectional / 2; no NVLink
   a10g.intra_node_latency_s = kPcieHopLatencyS;  // Note [NCCL latency]
+  a10g.intra_node_transport = "pcie-p2p";  // datacenter part: peer access granted (Note [Intra-node transport])
+  a10g.pcie_generation = 4;
+  a10g.pcie_lanes = 16;
   a10g.pcie_bytes_per_s = 32e9;
   a10g.default_fabric = "ethernet-100g-shared";  // g5.48xlarge: 100 Gb/s per instance
   a10g.default_gpus_per_node = 8;       // g5.48xlarge: 8 GPUs, 192 vCPU, 768 GiB, 100 Gbps (AWS Batch GPU instance table)
@@ -139,6 +142,11 @@ void add_workstation_ampere_ada(HardwareCatalog& catalog) {
   rtx3090.intra_node_link = "PCIe Gen4 x16";
   rtx3090.intra_node_bytes_per_s = 32e9;  // a ring over more than a bridged pair crosses PCIe Gen4 x16 (64 GB/s bidir.)
   rtx3090.intra_node_latency_s = kPcieHopLatencyS;  // Note [NCCL latency]
+  // GeForce: p2pBandwidthLatencyTest on an 8 × RTX 3090 server reads "Device=0 CANNOT Access Peer Device=1"
+  // (NVIDIA/nccl#1127), so NCCL runs SHM through host memory (Note [Intra-node transport]).
+  rtx3090.intra_node_transport = "pcie-shm";
+  rtx3090.pcie_generation = 4;
+  rtx3090.pcie_lanes = 16;
   rtx3090.pcie_bytes_per_s = 32e9;
   rtx3090.default_fabric = "ethernet-100g-shared";  // rental hosts rarely have RDMA NICs
   rtx3090.default_gpus_per_node = 8;    // 8-card hosts exist (NVIDIA/nccl#1439: all_reduce_perf on 8 × RTX 3090)
@@ -168,6 +176,9 @@ void add_workstation_ampere_ada(HardwareCatalog& catalog) {
   a6000.peak_fp32_flops = 38.7e12;
   a6000.hbm_bytes_per_s = 768e9;        // GDDR6
   a6000.default_gpus_per_node = 4;      // a 4-GPU workstation
+  // A professional part: the driver grants peer access (NVIDIA/nccl-tests#74 measures P2P on the same-silicon A40),
+  // so NCCL runs P2P over the Gen4 x16 link (Note [Intra-node transport]).
+  a6000.intra_node_transport = "pcie-p2p";
   a6000.price_per_gpu_hour = 0.50;      // RunPod community "$0.50/hr" (stored runpodctl reference, "approximate")
   a6000.max_compute_efficiency = kMagRtxA6000 / 154.8;  // 131.2 TFLOP/s bf16 GEMM (mag-/gpu_benchmark)
   a6000.host_memory_bytes_per_node = gib(256);  // no reference workstation: 256 GB, not verified
@@ -185,7 +196,10 @@ void add_workstation_ampere_ada(HardwareCatalog& catalog) {
   rtx6000ada.peak_fp32_flops = 91.1e12;
   rtx6000ada.hbm_bytes_per_s = 960e9;    // GDDR6
   rtx6000ada.price_per_gpu_hour = 0.77;  // Note [Prices] (approximate, not verified)
-  rtx6000ada.max_compute_efficiency = kMagRtx6000Ada / 364.25;  // 278.5 TFLOP/s bf16 GEMM (mag-/gpu_benchmark)
+  // 278.5 TFLOP/s bf16 GEMM (mag-/gpu_benchmark), measured at the card's 300 W board power, the cap it runs training
+  // under: 0.76 of the datasheet peak (the clock it holds at 300 W is below the boost clock the peak assumes).
+  // Attention and STREAM: unmeasured (outputs say so).
+  rtx6000ada.max_compute_efficiency = kMagRtx6000Ada / 364.25;
   catalog.add_gpu(rtx6000ada);
 }
 

@@ -42,6 +42,9 @@ void add_hopper_pcie(HardwareCatalog& catalog) {
   h100p.intra_node_link = "PCIe Gen5 x16";
   h100p.intra_node_bytes_per_s = 64e9;
   h100p.intra_node_latency_s = kPcieHopLatencyS;  // Note [NCCL latency]
+  h100p.intra_node_transport = "pcie-p2p";  // Note [Intra-node transport]: datacenter part, peer access granted
+  h100p.pcie_generation = 5;
+  h100p.pcie_lanes = 16;
   h100p.pcie_bytes_per_s = 64e9;
   h100p.default_fabric = "roce-200g";   // as L40S: PCIe GPU cloud nodes with 200 Gb/s RoCE (not verified)
   // ASUSTeK ESC8000A-E12, "8x H100-PCIe-80GB" (its MLPerf Inference submission page, mlcommons/inference_results_v4.1).

@@ -8,6 +8,7 @@
 
 #include "errors.h"
 #include "input_limits.h"
+#include "intra_node_transport.h"
 #include "json_input.h"
 #include "name_suggest.h"
 
@@ -134,6 +135,14 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   set_string(entry, "intra_node_link", spec.intra_node_link);
   entry.update("intra_node_bytes_per_s", spec.intra_node_bytes_per_s, limits::kBytesPerS);
   entry.update("intra_node_latency_s", spec.intra_node_latency_s, limits::kLatencyS);
+  if (const auto transport = entry.optional_string("intra_node_transport")) {
+    if (!parse_intra_node_transport(*transport)) entry.fail("intra_node_transport", "\"nvlink\", \"pcie-p2p\" or \"pcie-shm\"");
+    spec.intra_node_transport = to_string(*parse_intra_node_transport(*transport));
+  }
+  if (const auto generation = entry.optional_int_in_range("pcie_generation", 1, 6)) {
+    spec.pcie_generation = static_cast<int>(*generation);
+  }
+  if (const auto lanes = entry.optional_int_in_range("pcie_lanes", 1, 32)) spec.pcie_lanes = static_cast<int>(*lanes);
   entry.update("pcie_bytes_per_s", spec.pcie_bytes_per_s, limits::kBytesPerS);
   set_string(entry, "default_fabric", spec.default_fabric);
   if (const auto count = entry.optional_positive_int("default_gpus_per_node")) {
@@ -202,7 +211,7 @@ void apply_fabric_fields(const JsonObjectReader& entry, FabricSpec& spec) {
 std::vector<std::string> gpu_keys() {
   return {"name", "description", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp16_flops",
           "peak_fp32_flops", "peak_fp8_flops", "hbm_bytes_per_s", "intra_node_link", "intra_node_bytes_per_s", "intra_node_latency_s",
-          "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
+          "intra_node_transport", "pcie_generation", "pcie_lanes", "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
           "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "attention_forward_efficiency",
           "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
           "clock_fraction", "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s",
@@ -347,6 +356,9 @@ nlohmann::json to_json(const GpuSpec& gpu) {
     if (value > 0) document[key] = value;
   }
   if (gpu.kernel_dispatch_s >= 0) document["kernel_dispatch_s"] = gpu.kernel_dispatch_s;
+  if (!gpu.intra_node_transport.empty()) document["intra_node_transport"] = gpu.intra_node_transport;
+  if (gpu.pcie_generation > 0) document["pcie_generation"] = gpu.pcie_generation;
+  if (gpu.pcie_lanes > 0) document["pcie_lanes"] = gpu.pcie_lanes;
   // A GPU without float8 tensor cores writes no rate (0 is not a rate a catalog entry may give).
   if (gpu.peak_fp8_flops > 0) document["peak_fp8_flops"] = gpu.peak_fp8_flops;
   return document;

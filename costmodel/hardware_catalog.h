@@ -22,6 +22,12 @@ struct GpuSpec {
   std::string intra_node_link;        // "NVLink4", "PCIe Gen4 x16", "Infinity Fabric"
   double intra_node_bytes_per_s = 0;  // per GPU, per direction (what a ring step can push)
   double intra_node_latency_s = 0;    // per ring step (α)
+  // How NCCL moves data inside a node (Note [Intra-node transport] in intra_node_transport.cpp): "nvlink" (or empty:
+  // intra_node_bytes_per_s and intra_node_bus_efficiency as given), "pcie-p2p" or "pcie-shm", with the PCIe link's
+  // generation and lanes, from which the ring's bus bandwidth follows (intra_node_bus()).
+  std::string intra_node_transport;
+  int pcie_generation = 0;            // 3, 4, 5, 6; 0: not given
+  int pcie_lanes = 0;                 // 16, 8, ...; 0: not given
   double pcie_bytes_per_s = 0;        // host link per direction, for CPU offload copies
   std::string default_fabric;         // the inter-node fabric usually paired with it
   int default_gpus_per_node = 8;

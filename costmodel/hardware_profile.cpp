@@ -8,6 +8,8 @@
 
 #include "errors.h"
 #include "input_limits.h"
+#include "intra_node_transport.h"
+#include "unmeasured_rates.h"
 #include "json_input.h"
 
 namespace shardplan {
@@ -151,8 +153,11 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   set_if_given(gpu.comm_half_efficiency_bytes, profile.comm_half_efficiency_bytes);
   // The catalog's intra-node link is per GPU and per direction — what one ring step pushes (nccl-tests' busbw peak);
   // the inter-node tier is the node's whole network, NCCL's rings spread over its rails (Note [Rails]).
-  profile.intra_node = {gpu.intra_node_link, gpu.intra_node_latency_s, gpu.intra_node_bytes_per_s,
-                        gpu.intra_node_bus_efficiency > 0 ? gpu.intra_node_bus_efficiency : 0.8};
+  // On PCIe the transport NCCL picks (P2P or SHM) and the link's generation and lanes set it (Note [Intra-node
+  // transport] in intra_node_transport.cpp).
+  profile.unmeasured_rates = unmeasured_rates(gpu);
+  const IntraNodeBus bus = intra_node_bus(gpu);
+  profile.intra_node = {bus.name, gpu.intra_node_latency_s, bus.bus_bytes_per_s, bus.efficiency};
   const FabricSpec& fabric = cluster.fabric;
   profile.inter_node = {fabric.name, fabric.latency_s, fabric.node_bytes_per_s(cluster.gpus_per_node),
                         fabric.nic_efficiency > 0 ? fabric.nic_efficiency : kDefaultNicEfficiency};

@@ -108,6 +108,9 @@ struct HardwareProfile {
     double bus_bytes_per_s = 0;
   };
   std::vector<CollectiveFit> collective_fits;
+
+  // The catalog rates no published measurement backs for this GPU (unmeasured_rates.h): outputs say "unmeasured".
+  std::vector<std::string> unmeasured_rates;
   const CollectiveFit* find_collective_fit(std::string_view collective, int ranks, bool spans_nodes) const;
 
   double peak_flops_for_bytes(int element_bytes) const;  // 4 → fp32 peak, 2 → bf16 peak, 1 → fp8 peak

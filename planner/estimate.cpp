@@ -6,6 +6,7 @@
 #include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
+#include "unmeasured_rates.h"
 #include "unit_layout.h"
 
 #include <cstdio>
@@ -151,7 +152,8 @@ nlohmann::json to_json(const EstimateResult& result) {
           {"units_policy", request.units_policy},
           {"units", std::move(units)},
           {"memory", std::move(memory_json)},
-          {"collectives_per_step", collectives_per_step(result.simulation)}};
+          {"collectives_per_step", collectives_per_step(result.simulation)},
+          {"unmeasured_rates", unmeasured_rates_json(request.profile)}};
 }
 
 std::string render_text(const EstimateResult& result) {
@@ -174,6 +176,7 @@ std::string render_text(const EstimateResult& result) {
   }
   out << "\n";
   out << "cluster   " << request.cluster.describe() << "\n";
+  out << unmeasured_rates_line(request.profile);
   out << "training  seq " << request.training.seq_len << ", micro-batch " << request.training.micro_batch
       << ", grad-accum " << memory.grad_accumulation_steps << ", " << request.training.precision.name << ", "
       << to_string(request.training.optimizer) << ", AC " << to_string(request.training.checkpointing)
