@@ -96,16 +96,12 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.price_per_gpu_hour = 2.99;       // Note [Prices]
   h100.context_overhead_bytes = kGpuContextOverheadBytes;
   // Kernel rates (docs/research/kernel_rates.md, xla_gemm_table.md): GEMMs 0.80 of peak at the best shape (Bekman's
-  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%).
-  // Note [Sustained clocks]: clock_fraction 1. MAMF's figure is taken after its warm-up, at the clock the GPU holds
-  // under back-to-back GEMMs at 700 W: the same script without warm-up read 813 TFLOP/s, 2.3% more, and the
-  // maintainer rejected that number as "not sustainable" (stas00/ml-engineering#59) — the throttling a long run sees
-  // is already in the 0.80. The 0.85 this replaces was the SM clock's drop (1,830 → 1,500-1,575 MHz: tile-ai/TileOPs
-  // #1588, deepseek-ai/DeepGEMM#120), a clock reading, not a GEMM rate, applied on top of a rate that had it already.
-  // The attention rates (FlashAttention-3 paper, at a locked 1,830 MHz) have no sustained-clock measurement: 1 too.
+  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%); both from short
+  // runs, while an SXM part at 700 W sustains ≈ 1,500-1,575 of its 1,830 MHz under tensor load (tile-ai/TileOPs#1588,
+  // deepseek-ai/DeepGEMM#120): clock_fraction 0.85.
   h100.max_compute_efficiency = 0.80;
   h100.half_efficiency_flops = 4.8e9;
-  h100.clock_fraction = 1.0;
+  h100.clock_fraction = 0.85;
   // FlashAttention-2 (what SDPA runs on Hopper) at the locked 1,830 MHz (FlashAttention-3 paper, Figs. 5-6, head dim
   // 128): forward causal 191 ... 335 TFLOP/s and backward 214 ... 322 from 512 to 16k, fitted by 350 and 328 TFLOP/s
   // plateaus with s½ 400 and 270 (rms 2%, 0.4%).
