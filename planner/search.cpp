@@ -108,9 +108,10 @@ class Searcher {
     states_only.training = training_;
     states_only.offload.params = knobs.offload;
     const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile_.context_overhead_bytes);
-    std::int64_t bytes = floors(knobs).activation_peak_bytes;
+    std::int64_t bytes = 0;
     for (const std::int64_t category_bytes : persistent) bytes += category_bytes;
-    return bytes <= cap_;
+    // The states alone first: where they exceed the cap, the activation floor's lowering is not needed.
+    return bytes <= cap_ && bytes + floors(knobs).activation_peak_bytes <= cap_;
   }
 
   // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
