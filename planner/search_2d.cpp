@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
-#include <optional>
-#include <thread>
 #include <chrono>
+#include <exception>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -58,13 +58,14 @@ DegreeView degree_view(int degree, const ModelSpec& model, const Cluster& cluste
   return view;
 }
 
-// Note [Degree order]: each degree's search prunes with the seeds of the others (SearchOptions::known_step_s, Note
-// [Parallel degrees]), so the seeds decide how much is pruned, not the answer. A seed is cheap: per checkpointing
-// pattern its leanest setting (smallest micro-batch, the enumeration's first strategy) as one unit per block, the
-// patterns in nondecreasing compute floor (Note [Compute floor]), simulated until one fits (at most one simulation per
-// pattern). The degrees are searched (and handed to threads) in nondecreasing seed; the seed is only an order and a
-// bound: every degree is still searched in full against it, and among equal plans the smaller degree wins, so the
-// answer is the one the enumeration order gives (where every setting's search is exact).
+// Note [Degree order]: the degree of the best seed is searched first and its answer prunes the others' searches
+// (SearchOptions::known_step_s, Note [Parallel degrees]), so the seeds decide how much is pruned, not the answer. A
+// seed is cheap: per checkpointing pattern its leanest setting (smallest micro-batch, the enumeration's first
+// strategy) as one unit per block, the patterns in nondecreasing compute floor (Note [Compute floor]), simulated until
+// one fits (at most one simulation per pattern). The degrees are searched (and handed to threads) in nondecreasing
+// seed; the seed is only an order: every degree is still searched in full against the first answer, and among equal
+// plans the smaller degree wins, so the answer is the one the enumeration order gives (where every setting's search
+// is exact).
 double seed_step_s(const DegreeView& view, const HardwareProfile& profile, std::int64_t usable_bytes) {
   // Per checkpointing pattern, its smallest micro-batch with the enumeration's first (leanest) strategy, keyed by the
   // least compute floor of any of the pattern's settings: the pattern's least activation memory, in the order its
@@ -127,11 +128,11 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
                      [](const DegreeView& a, const DegreeView& b) { return a.seed_step_s < b.seed_step_s; });
   }
   // Note [Parallel degrees]: the degree of the best seed (Note [Degree order]) is searched first, alone; then the
-  // others, up to options.threads at once, each pruning with that first answer and the other degrees' seeds (a seed is
-  // a fitting plan of its degree, so only plans faster than it are wanted elsewhere; SearchOptions::known_step_s). No
-  // search of the second wave depends on another's, so the result is the same for any thread count (a test says so);
-  // a degree's own answer is at most its seed (the seed is one of its plans), so the bounds prune only plans that
-  // cannot win and the answer is the one a sequential search gives.
+  // others, up to options.threads at once, each pruning with that first answer (only plans faster than it are wanted
+  // elsewhere: SearchOptions::known_step_s). No search of the second wave depends on another's, so the result is the
+  // same for any thread count (a test says so). The first answer is at most the best seed (the seed is one of its
+  // plans), so the other seeds would prune no more; where the first search found nothing, the second wave runs
+  // unpruned rather than trust a seed whose degree's search may have refused its view.
   std::vector<std::optional<SearchResult>> found(views.size());
   std::vector<std::exception_ptr> failures(views.size());
   const auto search_view = [&](std::size_t index) {
@@ -147,14 +148,10 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   };
   search_view(0);
   if (options.objective == SearchObjective::time) {
-    double first_s = std::numeric_limits<double>::infinity();
-    if (found[0] && found[0]->feasible) first_s = found[0]->best.summary.step_time_s;
+    const double first_s = found[0] && found[0]->feasible ? found[0]->best.summary.step_time_s
+                                                          : std::numeric_limits<double>::infinity();
     for (std::size_t index = 1; index < views.size(); ++index) {
-      double known_s = std::min(options.known_step_s, first_s);
-      for (std::size_t other = 0; other < views.size(); ++other) {
-        if (other != index) known_s = std::min(known_s, views[other].seed_step_s);
-      }
-      views[index].options.known_step_s = known_s;
+      views[index].options.known_step_s = std::min(options.known_step_s, first_s);
     }
   }
   std::atomic<std::size_t> next_index{1};
