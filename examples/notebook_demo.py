@@ -9,6 +9,7 @@ In Jupyter, the same calls display as the tables and pictures of the page: `plan
 pandas is optional: `shardplan.compare(...).to_pandas()` where it is installed."""
 import argparse
 import html
+import os
 
 import shardplan
 
@@ -38,6 +39,7 @@ def main():
                  ("shardplan.compare({...})", table._repr_html_())]
         body = "".join(f'<div style="margin:0 0 18px"><pre style="color:#555;margin:4px 0">In: '
                        f"{html.escape(code)}</pre>{out}</div>" for code, out in cells)
+        os.makedirs(os.path.dirname(os.path.abspath(args.html)), exist_ok=True)
         with open(args.html, "w") as page:
             page.write(f'<!doctype html><html><head><meta charset="utf-8"><title>shardplan in a notebook</title>'
                        f'</head><body style="margin:16px;max-width:1200px">{body}</body></html>\n')
