@@ -2,14 +2,13 @@
 #include "capacity.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <exception>
 #include <mutex>
-#include <thread>
 
 #include "cluster.h"
 #include "errors.h"
+#include "indexed_pool.h"
 #include "search.h"
 
 namespace shardplan {
@@ -131,43 +130,20 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
     const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node;
     for (int count : capacity_counts(options.min_gpus, options.max_gpus, per_node)) jobs.push_back({gpu, count, per_node});
   }
-  // Note [Parallel sweep]: the points are independent searches, so up to options.threads of them run at once, each
-  // thread taking the next unclaimed index; every point lands at its own index, so the result is the same for any
-  // thread count (a test says so), and the progress callback is called under a lock in completion order.
+  // Note [Parallel sweep]: the points are independent searches, so up to options.threads of them run at once (Note
+  // [Indexed pool]); every point lands at its own index, so the result is the same for any thread count (a test says
+  // so), a failing point's error is the one a sequential sweep throws, and the progress callback is called under a
+  // lock in completion order.
   CapacityResult result;
   result.points.resize(jobs.size());
-  std::atomic<std::size_t> next_index{0};
-  std::atomic<bool> failed{false};
   std::size_t done = 0;
   std::mutex progress_mutex;
-  // A failing point's error, by index: the lowest is rethrown, as a sequential sweep would have thrown it (every
-  // lower index was claimed before it and runs to its end).
-  std::vector<std::exception_ptr> failures(jobs.size());
-  const auto worker = [&]() {
-    while (!failed) {
-      const std::size_t index = next_index++;
-      if (index >= jobs.size()) return;
-      try {
-        result.points[index] = sweep_point(model, catalog, training, options, jobs[index]);
-      } catch (...) {
-        failures[index] = std::current_exception();
-        failed = true;
-        return;
-      }
-      const std::lock_guard<std::mutex> lock(progress_mutex);
-      ++done;
-      if (options.progress) options.progress(done, jobs.size());
-    }
-  };
-  const std::size_t threads = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(jobs.size(), 1));
-  {
-    std::vector<std::jthread> pool;
-    for (std::size_t thread = 1; thread < threads; ++thread) pool.emplace_back(worker);
-    worker();
-  }  // the jthreads join here
-  for (const std::exception_ptr& failure : failures) {
-    if (failure) std::rethrow_exception(failure);
-  }
+  run_indexed(jobs.size(), options.threads, [&](std::size_t index) {
+    result.points[index] = sweep_point(model, catalog, training, options, jobs[index]);
+    const std::lock_guard<std::mutex> lock(progress_mutex);
+    ++done;
+    if (options.progress) options.progress(done, jobs.size());
+  });
   // Pareto front over (days, cost): a fitting point no other fitting point beats on both.
   for (auto& point : result.points) {
     if (!point.fits) continue;

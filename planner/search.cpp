@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "errors.h"
+#include "indexed_pool.h"
 #include "infeasible_diagnosis.h"
 #include "memory_headroom.h"
 #include "plan_json.h"
@@ -50,6 +51,14 @@ constexpr std::size_t kSimulatedBlockPassesPerSetting = 60000;
 // best plan's step is refined too; refinements gain well under 1 % there, so a 1 % window misses none seen.
 constexpr double kRefinedWindow = 0.01;
 
+// Note [Setting waves]: the knob settings of a pass are searched in waves of this many, on the search's threads
+// (SearchOptions::threads): every search of a wave prunes with the best plan found before the wave (and with its own
+// plans), and the wave's results are merged in setting order. The waves do not depend on the thread count, so
+// neither does the result (a test says so); a wave's later settings miss what its earlier ones find, so they prune a
+// little less than one at a time would — which this fixed width bounds. The one-ahead pass starts with a wave of one
+// setting (the smallest compute floor), whose answer the others prune with.
+constexpr std::size_t kSettingsPerWave = 8;
+
 constexpr double kFirstFloorTightening = 0.01, kLastFloorTightening = 0.32;
 constexpr int kFloorBisections = 1;
 // A tightened search mostly answers with its first wrapping, the label DP's under the tightened floor; a small tree
@@ -67,26 +76,39 @@ std::string describe(const std::string& knobs, const std::string& how, const std
 
 class Searcher {
  public:
+  // The passes over a knob setting: the one-ahead wrapping search; the tightened-floor searches of the settings whose
+  // one-ahead search gave up or dropped the kept choice (Note [Tightened floor]); the search over prefetch depths.
+  enum class Pass { one_ahead, tightened, depths };
+
+  // One pass over one knob setting (Note [Setting waves]): what it reads — the best plan when its wave started, then
+  // its own better ones — and what it produced, merged into the searcher in setting order after the wave.
+  struct SettingRun {
+    KnobSetting knobs;
+    Pass pass = Pass::one_ahead;
+    // tightened: the simulated peak of the wrapping the one-ahead search's label DP gave, above the cap; 0 when the
+    // search finished without the kept choice.
+    std::int64_t refused_peak_bytes = 0;
+    double floor_s = 0;
+    PlanCandidate best_fit;
+    std::shared_ptr<FragmentCache>* cache = nullptr;  // the setting's windows (cache_for), one run at a time
+    std::vector<std::pair<PlanCandidate, std::string>> evaluated;  // in order, with the setting each counts for
+    bool finished = true;  // one_ahead and depths: the search finished
+    std::size_t exact = 0, fallback = 0, kept_by_refinement = 0;
+    std::vector<std::string> heuristic, partitions_only;
+    std::optional<std::int64_t> tighten_later;  // Note [Tightened floor]: with the refused peak (0: none refused)
+
+    SettingRun(const KnobSetting& setting, Pass of_pass, double setting_floor_s, std::int64_t refused_bytes = 0)
+        : knobs(setting), pass(of_pass), refused_peak_bytes(refused_bytes), floor_s(setting_floor_s) {}
+  };
+
   Searcher(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile, const TrainingConfig& training,
            const SearchOptions& options, std::int64_t cap)
       : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap) {}
 
-  // `setting`: the knob setting's label where the plan is one of its wrappings (Note [Refining unproven settings]).
-  PlanCandidate evaluate(const Plan& plan, const std::string& knobs, const std::string& setting = {}) {
-    PlanCandidate candidate;
-    candidate.plan = plan;
-    candidate.knobs = knobs;
-    candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
-    // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states.
-    candidate.fits = fits_in_memory(candidate.summary, cap_) &&
-                     (!plan.offload.params && !plan.offload.optimizer ? true
-                                                                      : host_memory_use(plan, model_, cluster_).fits());
-    ++evaluated_;
-    consider(candidate);
-    if (candidate.fits && !setting.empty()) {
-      PlanCandidate& best = setting_best_[setting];
-      if (!best.fits || candidate.summary.step_time_s < best.summary.step_time_s) best = candidate;
-    }
+  // A plan simulated and counted (baselines, refinements, the diagnosis's lean plans).
+  PlanCandidate evaluate(const Plan& plan, const std::string& knobs) {
+    PlanCandidate candidate = simulated(plan, knobs);
+    record(candidate, {});
     return candidate;
   }
 
@@ -131,9 +153,11 @@ class Searcher {
     return options_.objective == SearchObjective::time && floor_s > incumbent_s();
   }
   // The step time to beat: the best fitting plan so far, or one known from another search (SearchOptions::known_step_s).
-  double incumbent_s() const {
-    return std::min(options_.known_step_s, best_fit_.fits ? best_fit_.summary.step_time_s
-                                                          : std::numeric_limits<double>::infinity());
+  double incumbent_s() const { return incumbent_s(best_fit_); }
+  double incumbent_s(const SettingRun& run) const { return incumbent_s(run.best_fit); }
+  double incumbent_s(const PlanCandidate& best_fit) const {
+    return std::min(options_.known_step_s, best_fit.fits ? best_fit.summary.step_time_s
+                                                         : std::numeric_limits<double>::infinity());
   }
 
   void run(bool offload) {
@@ -152,40 +176,91 @@ class Searcher {
     std::stable_sort(ordered.begin(), ordered.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<std::pair<double, KnobSetting>> proven;
-    for (const auto& [floor_s, knobs] : ordered) {
-      if (beaten_by_incumbent(floor_s)) {
-        ++exact_settings_;  // proven: no plan of it is faster than one already found
-        ++beaten_by_floor_settings_;
-        continue;
+    // Note [Setting waves]: the first setting alone, so that the later waves have an incumbent to prune with.
+    for (std::size_t next = 0, wave_size = 1; next < ordered.size(); wave_size = kSettingsPerWave) {
+      std::vector<SettingRun> wave;
+      for (; next < ordered.size() && wave.size() < wave_size; ++next) {
+        const auto& [floor_s, knobs] = ordered[next];
+        if (beaten_by_incumbent(floor_s)) {
+          ++exact_settings_;  // proven: no plan of it is faster than one already found
+          ++beaten_by_floor_settings_;
+          continue;
+        }
+        wave.emplace_back(knobs, Pass::one_ahead, floor_s);
       }
-      if (search_setting(knobs, Pass::one_ahead)) proven.emplace_back(floor_s, knobs);
+      run_wave(wave);
+      for (const SettingRun& run : wave) {
+        if (run.finished) proven.emplace_back(run.floor_s, run.knobs);
+      }
     }
     // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
     if (options_.objective == SearchObjective::time && options_.tightened_floors) {
-      for (const auto& [knobs, first_peak_bytes] : std::exchange(tighten_later_, {})) {
-        if (!beaten_by_incumbent(compute_floor(knobs))) search_setting(knobs, Pass::tightened, first_peak_bytes);
+      const auto later = std::exchange(tighten_later_, {});
+      for (std::size_t next = 0; next < later.size();) {
+        std::vector<SettingRun> wave;
+        for (; next < later.size() && wave.size() < kSettingsPerWave; ++next) {
+          const auto& [knobs, refused_peak_bytes] = later[next];
+          if (!beaten_by_incumbent(compute_floor(knobs))) wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
+        }
+        run_wave(wave);
       }
     }
     // Note [Prefetch depth]: once every setting's best one-ahead plan is known, the depth searches prune hardest.
     if (options_.objective != SearchObjective::time || !options_.joint_prefetch_depth) return;
-    for (const auto& [floor_s, knobs] : proven) {
-      if (beaten_by_incumbent(floor_s)) continue;  // still proven: nothing of it beats the incumbent
-      if (!search_setting(knobs, Pass::depths)) {
+    for (std::size_t next = 0; next < proven.size();) {
+      std::vector<SettingRun> wave;
+      for (; next < proven.size() && wave.size() < kSettingsPerWave; ++next) {
+        const auto& [floor_s, knobs] = proven[next];
+        // Still proven where the incumbent beats its floor: nothing of it beats the incumbent.
+        if (!beaten_by_incumbent(floor_s)) wave.emplace_back(knobs, Pass::depths, floor_s);
+      }
+      run_wave(wave);
+      for (const SettingRun& run : wave) {
+        if (run.finished) continue;
         --exact_settings_;
         ++fallback_settings_;
-        heuristic_.push_back(knobs.label() + " (prefetch depths)");
+        heuristic_.push_back(run.knobs.label() + " (prefetch depths)");
       }
     }
   }
 
-  // The passes over a knob setting: the one-ahead wrapping search; the tightened-floor searches of the settings whose
-  // one-ahead search gave up or dropped the kept choice (Note [Tightened floor]); the search over prefetch depths.
-  enum class Pass { one_ahead, tightened, depths };
+  // Note [Setting waves]: the wave's runs on up to options_.threads threads. Runs that share windows (the settings of
+  // one strategy, micro-batch and offload: cache_for) are one task, in order, as a cache serves one search at a time.
+  // Every run starts from the incumbent of the wave's start, and the runs are merged in order after the wave.
+  void run_wave(std::vector<SettingRun>& wave) {
+    std::vector<std::vector<std::size_t>> tasks;
+    std::vector<const std::shared_ptr<FragmentCache>*> task_caches;
+    for (std::size_t index = 0; index < wave.size(); ++index) {
+      SettingRun& run = wave[index];
+      run.best_fit = best_fit_;
+      run.cache = &cache_for(run.knobs);
+      const auto task = std::find(task_caches.begin(), task_caches.end(), run.cache);
+      if (task == task_caches.end()) {
+        task_caches.push_back(run.cache);
+        tasks.push_back({index});
+      } else {
+        tasks[static_cast<std::size_t>(task - task_caches.begin())].push_back(index);
+      }
+    }
+    run_indexed(tasks.size(), options_.threads, [&](std::size_t task) {
+      for (std::size_t index : tasks[task]) wave[index].finished = search_setting(wave[index]);
+    });
+    for (SettingRun& run : wave) {
+      for (const auto& [candidate, setting] : run.evaluated) record(candidate, setting);
+      exact_settings_ += run.exact;
+      fallback_settings_ += run.fallback;
+      kept_by_refinement_settings_ += run.kept_by_refinement;
+      heuristic_.insert(heuristic_.end(), run.heuristic.begin(), run.heuristic.end());
+      partitions_only_.insert(partitions_only_.end(), run.partitions_only.begin(), run.partitions_only.end());
+      if (run.tighten_later) tighten_later_.emplace_back(run.knobs, *run.tighten_later);
+    }
+  }
 
-  // One pass over one knob setting; one_ahead and depths: true when the search finished. `refused_peak_bytes`
-  // (tightened): the simulated peak of the wrapping the one-ahead search's label DP gave, above the cap; 0 when the
-  // search finished without the kept choice.
-  bool search_setting(const KnobSetting& knobs, Pass pass, std::int64_t refused_peak_bytes = 0) {
+  // One pass over one knob setting (SettingRun); one_ahead and depths: true when the search finished. Reads nothing
+  // of the searcher that a wave's runs change: it may run beside the other runs of its wave.
+  bool search_setting(SettingRun& run) {
+    const KnobSetting& knobs = run.knobs;
+    const Pass pass = run.pass;
     const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
     const std::string label = knobs.label();
     const int world = cluster_.world_size(), gpus_per_node = cluster_.gpus_per_node;
@@ -200,7 +275,7 @@ class Searcher {
       }
       if (const auto found = seen.find(key); found != seen.end()) return found->second;
       const PlanCandidate candidate =
-          evaluate(plan_with_units(model_, base, units, kept), describe(label, how, kept, base), label);
+          evaluate_in(run, plan_with_units(model_, base, units, kept), describe(label, how, kept, base), label);
       const WrapCheck verdict{candidate.fits, candidate.summary.step_time_s, candidate.summary.peak_memory_bytes};
       seen.emplace(key, verdict);
       return verdict;
@@ -226,17 +301,17 @@ class Searcher {
       TimingRelaxation free_gathers;
       free_gathers.free_all_gathers = true;
       free_gathers.free_collective_issue = true;
-      std::shared_ptr<FragmentCache>& cache = cache_for(knobs);
+      std::shared_ptr<FragmentCache>& cache = *run.cache;
       WrapFragments fragments(model_, base, profile_, world, gpus_per_node, free_gathers, cache);
       cache = fragments.cache();
       wrap.floor_for_any_prefetch_depth = true;
-      wrap.stop_above_s = incumbent_s();
+      wrap.stop_above_s = incumbent_s(run);
       wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
         WrapCheck best = try_units(units, "fastest fitting wrapping", kept);
         const Plan built = plan_with_units(model_, base, units, kept);
         for (int depth : {0, 2}) {
           const PlanCandidate candidate =
-              evaluate(with_prefetch_depth(built, depth),
+              evaluate_in(run, with_prefetch_depth(built, depth),
                        describe(label, depth == 0 ? "fastest fitting wrapping, no prefetch"
                                                   : "fastest fitting wrapping, prefetch 2 ahead",
                                 kept, base),
@@ -251,10 +326,10 @@ class Searcher {
     }
     // The fastest wrapping whose simulated peak fits, or none that fits and beats the best plan so far
     // (Note [Wrap search]). For --objective memory, the fastest at the setting's least peak (Note [Least peak]).
-    std::shared_ptr<FragmentCache>& cache = cache_for(knobs);
+    std::shared_ptr<FragmentCache>& cache = *run.cache;
     WrapFragments fragments(model_, base, profile_, world, gpus_per_node, {}, cache);
     cache = fragments.cache();
-    if (options_.objective == SearchObjective::time) wrap.stop_above_s = incumbent_s();
+    if (options_.objective == SearchObjective::time) wrap.stop_above_s = incumbent_s(run);
     std::int64_t first_peak_bytes = 0;  // the first wrapping simulated: the label DP's under the floor
     wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
       WrapCheck verdict = try_units(units, "fastest fitting wrapping", kept);
@@ -264,43 +339,44 @@ class Searcher {
       return verdict;
     };
     if (pass == Pass::tightened) {
-      search_tightened_floors(fragments, wrap, refused_peak_bytes);
+      search_tightened_floors(run, fragments, wrap);
       return true;
     }
     bool searchable = true;
     if (options_.objective == SearchObjective::memory) {
       // No wrapping of this setting can beat a fitting plan with a lower peak (equal peaks: the faster wins).
-      const std::int64_t above = best_fit_.fits ? std::min(cap_, best_fit_.summary.peak_memory_bytes) : cap_;
+      const PlanCandidate& best_fit = run.best_fit;
+      const std::int64_t above = best_fit.fits ? std::min(cap_, best_fit.summary.peak_memory_bytes) : cap_;
       const LeastPeakResult least = least_peak_wrapping(fragments, wrap, above);
       searchable = !least.gave_up;
       if (searchable && (!least.found || least.peak_bytes > above)) {
-        ++exact_settings_;  // proven: nothing here fits at or below the best peak so far
+        ++run.exact;  // proven: nothing here fits at or below the best peak so far
         return true;
       }
       wrap.memory_cap_bytes = least.peak_bytes;
-      if (best_fit_.fits && best_fit_.summary.peak_memory_bytes == least.peak_bytes) {
-        wrap.stop_above_s = best_fit_.summary.step_time_s;
+      if (best_fit.fits && best_fit.summary.peak_memory_bytes == least.peak_bytes) {
+        wrap.stop_above_s = best_fit.summary.step_time_s;
       }
     }
     if (searchable) {
       const WrapSearchResult searched = fastest_fitting_wrapping(fragments, wrap);
       if (!searched.gave_up) {
-        ++exact_settings_;
+        ++run.exact;
         if (searched.reshard_choice_dropped) {
-          ++kept_by_refinement_settings_;
-          partitions_only_.push_back(label);
+          ++run.kept_by_refinement;
+          run.partitions_only.push_back(label);
           // Note [Tightened floor]: the kept-gathered choice back, under tighter floors (after the first pass).
-          if (options_.objective == SearchObjective::time) tighten_later_.emplace_back(knobs, 0);
+          if (options_.objective == SearchObjective::time) run.tighten_later = 0;
         }
         return true;
       }
     }
-    ++fallback_settings_;  // too many wrappings to simulate: tightened floors and the per-cap DPs instead
-    heuristic_.push_back(label);
+    ++run.fallback;  // too many wrappings to simulate: tightened floors and the per-cap DPs instead
+    run.heuristic.push_back(label);
     // Note [Tightened floor]: where the simulator refused the label DP's wrapping, the same search with the floor's
     // cap lowered step by step, the simulator still judging against the real cap (after the first pass).
     if (options_.objective == SearchObjective::time && first_peak_bytes > cap_) {
-      tighten_later_.emplace_back(knobs, first_peak_bytes);
+      run.tighten_later = first_peak_bytes;
     }
     for (int cap_blocks : options_.max_unit_blocks) {
       WrapDpOptions dp_options;
@@ -322,13 +398,14 @@ class Searcher {
   // choice kept — then bisected between the last that did not and it. `check` still reads the real cap in `wrap`.
   // A tightened search whose label DP outgrew its budget without the kept choice ends the ladder (one that outgrew
   // it with the choice does not search without it: a tighter floor may bring the choice back).
-  void search_tightened_floors(WrapFragments& fragments, const WrapSearchOptions& wrap, std::int64_t first_peak_bytes) {
+  void search_tightened_floors(SettingRun& run, WrapFragments& fragments, const WrapSearchOptions& wrap) {
+    const std::int64_t first_peak_bytes = run.refused_peak_bytes;
     enum class Outcome { answered, missed, overflowed };
     const auto search = [&](double tightening) {
       bool fitted = false;
       WrapSearchOptions tightened = wrap;
       tightened.memory_cap_bytes = static_cast<std::int64_t>(static_cast<double>(cap_) * (1.0 - tightening));
-      tightened.stop_above_s = incumbent_s();
+      tightened.stop_above_s = incumbent_s(run);
       tightened.max_search_nodes = kTightenedSearchNodes;
       tightened.give_up_without_choice = tightened.per_unit_reshard;
       tightened.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
@@ -402,18 +479,50 @@ class Searcher {
     return caches_[without_checkpointing.label()];
   }
 
-  void consider(const PlanCandidate& candidate) {
+  PlanCandidate simulated(const Plan& plan, const std::string& knobs) const {
+    PlanCandidate candidate;
+    candidate.plan = plan;
+    candidate.knobs = knobs;
+    candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
+    // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states.
+    candidate.fits = fits_in_memory(candidate.summary, cap_) &&
+                     (!plan.offload.params && !plan.offload.optimizer ? true
+                                                                      : host_memory_use(plan, model_, cluster_).fits());
+    return candidate;
+  }
+
+  // A plan of a setting's search, simulated: kept in its run (merged by run_wave), and its best so far.
+  PlanCandidate evaluate_in(SettingRun& run, const Plan& plan, const std::string& knobs, const std::string& setting) {
+    PlanCandidate candidate = simulated(plan, knobs);
+    if (better_fit(candidate, run.best_fit)) run.best_fit = candidate;
+    run.evaluated.emplace_back(candidate, setting);
+    return candidate;
+  }
+
+  // Counts a simulated plan and keeps it where it is the best or the smallest so far. `setting`: the knob setting's
+  // label where the plan is one of its wrappings (Note [Refining unproven settings]).
+  void record(const PlanCandidate& candidate, const std::string& setting) {
+    ++evaluated_;
     if (smallest_.summary.op_count == 0 ||
         candidate.summary.peak_memory_bytes < smallest_.summary.peak_memory_bytes) {
       smallest_ = candidate;
     }
-    if (!candidate.fits) return;
+    if (better_fit(candidate, best_fit_)) best_fit_ = candidate;
+    if (candidate.fits && !setting.empty()) {
+      PlanCandidate& best = setting_best_[setting];
+      if (!best.fits || candidate.summary.step_time_s < best.summary.step_time_s) best = candidate;
+    }
+  }
+
+  // A fitting candidate better than `best` by the objective's order (time, then peak; or peak, then time).
+  bool better_fit(const PlanCandidate& candidate, const PlanCandidate& best) const {
+    if (!candidate.fits) return false;
     const bool by_time = options_.objective == SearchObjective::time;
     const auto key = [&](const PlanCandidate& c) {
       return by_time ? std::make_pair(c.summary.step_time_s, static_cast<double>(c.summary.peak_memory_bytes))
                      : std::make_pair(static_cast<double>(c.summary.peak_memory_bytes), c.summary.step_time_s);
     };
-    if (!best_fit_.fits || key(candidate) < key(best_fit_)) best_fit_ = candidate;
+    return !best.fits || key(candidate) < key(best);
   }
 
   const ModelSpec& model_;

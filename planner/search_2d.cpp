@@ -2,18 +2,17 @@
 #include "search.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <exception>
 #include <limits>
 #include <map>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "errors.h"
+#include "indexed_pool.h"
 #include "memory_headroom.h"
 #include "step_analysis.h"
 #include "tensor_parallel_view.h"
@@ -154,16 +153,14 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
       views[index].options.known_step_s = std::min(options.known_step_s, first_s);
     }
   }
-  std::atomic<std::size_t> next_index{1};
-  const auto worker = [&]() {
-    for (std::size_t index; (index = next_index++) < views.size();) search_view(index);
-  };
-  {
-    const std::size_t threads = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(views.size() - 1, 1));
-    std::vector<std::jthread> pool;
-    for (std::size_t thread = 1; thread < threads; ++thread) pool.emplace_back(worker);
-    worker();
-  }  // the jthreads join here
+  // The second wave's searches share the threads (Note [Setting waves] in search.cpp: a search runs its knob settings
+  // on its options' threads).
+  const std::size_t second_wave = views.size() - 1;
+  const std::size_t concurrent = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(second_wave, 1));
+  for (std::size_t index = 1; index < views.size(); ++index) {
+    views[index].options.threads = std::max<std::size_t>(1, options.threads / concurrent);
+  }
+  run_indexed(second_wave, concurrent, [&](std::size_t index) { search_view(index + 1); });
   for (const std::exception_ptr& failure : failures) {
     if (failure) std::rethrow_exception(failure);  // the first in search order, as a sequential search throws
   }

@@ -313,3 +313,34 @@ TEST_CASE("search: the plan is the same for 1 and 4 threads over tensor-parallel
   MESSAGE("planned: " << one.at("plan").value("tensor_parallel_degree", 1) << " TP, "
                       << one.at("search").at("candidates_evaluated") << " candidates");
 }
+
+// Note [Setting waves] (search.cpp): one degree's knob settings are searched in waves on several threads; the plan,
+// its prediction and every count of the search are the same for 1, 2 and 5 threads, over several waves and all three
+// passes (one-ahead, tightened floors, prefetch depths).
+TEST_CASE("search: the knob settings' waves give the same plan for 1, 2 and 5 threads") {
+  const ModelSpec model = llama_blocks(12);
+  const Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  TrainingConfig training;
+  training.seq_len = 4096;
+  training.global_batch = 4 * cluster.world_size();
+  SearchOptions options;
+  options.memory_cap_bytes = std::int64_t{12} << 30;
+  const auto run = [&](std::size_t threads) {
+    SearchOptions with_threads = options;
+    with_threads.threads = threads;
+    nlohmann::json document = to_json(search_plans(model, cluster, profile, training, with_threads), model);
+    document["search"].erase("seconds");
+    return document;
+  };
+  const nlohmann::json one = run(1);
+  REQUIRE(one.contains("plan"));
+  const nlohmann::json& search = one.at("search");
+  MESSAGE("search: " << search.dump());
+  // More settings searched than the first wave (one) and a second (kSettingsPerWave, 8) hold: three waves at least.
+  CHECK(search.at("knob_settings_exact").get<int>() - search.at("knob_settings_proven_by_compute_floor").get<int>() +
+            search.at("knob_settings_fallback").get<int>() > 9);
+  CHECK_FALSE(search.at("knob_settings_heuristic").empty());  // the tightened-floor pass ran
+  CHECK(run(2) == one);
+  CHECK(run(5) == one);
+}
