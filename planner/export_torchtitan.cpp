@@ -299,6 +299,8 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
        << "name = " << toml_string(flavor.name) << "\n"
        << "flavor = " << toml_string(flavor.flavor) << "\n";
   // The float8 converter's registered name (torchtitan/components/quantization/float8.py register_model_converter).
+  // At this commit parallelize_llama tests `"float8" in converters` for its float8 TP styles, so under TP the
+  // projections' TP collectives stay bf16 — as the cost model prices them (tensor_parallel.cpp has no fp8 collectives).
   if (recipe.uses_fp8()) toml << "converters = [\"quantize.linear.float8\"]\n";
   toml << "\n[optimizer]\n"
        << "name = \"AdamW\"\n\n";
