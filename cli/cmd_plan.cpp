@@ -16,6 +16,7 @@
 #include "model_source.h"
 #include "output_files.h"
 #include "name_suggest.h"
+#include "export_torchtitan.h"
 #include "plan_export.h"
 #include "plan_json.h"
 #include "search.h"
@@ -146,8 +147,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                       "the timeline")
       ->check(output_file("--report"));
   command->add_option("--export", flags->export_format,
-                      "fsdp2 | fsdp1 | deepspeed; the search keeps to plans the format can write (TP only with "
-                      "fsdp2, expert parallelism 1)");
+                      "fsdp2 | fsdp1 | deepspeed | torchtitan; the search keeps to plans the format can write (TP "
+                      "only with fsdp2 and torchtitan, expert parallelism 1; torchtitan: one unit per block)");
   command->add_option("--out-dir", flags->out_dir, "directory for --export files")
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
@@ -181,11 +182,13 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     if (!flags->export_format.empty()) {
       const auto formats = export_formats();
       if (std::find(formats.begin(), formats.end(), flags->export_format) == formats.end()) {
-        throw InputError("--export '" + flags->export_format + "': expected fsdp2, fsdp1 or deepspeed" +
+        throw InputError("--export '" + flags->export_format + "': expected fsdp2, fsdp1, deepspeed or torchtitan" +
                          did_you_mean(flags->export_format, formats));
       }
       // Note [Exported compile]: before the search, so a refused export prints and writes nothing.
       check_export_compile(flags->export_format, training);
+      // Note [What torchtitan runs] (planner/export_torchtitan.cpp): refused settings refuse before the search too.
+      if (flags->export_format == "torchtitan") check_torchtitan_training(training, model);
     }
     check_distinct_outputs(
         {{"--out", flags->out_file}, {"--trace", flags->trace_file}, {"--report", flags->report_file}});
@@ -200,6 +203,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     if (!flags->export_format.empty()) {
       restrict_search_to_export(flags->export_format, model, training, pins.tensor_parallel.has_value(),
                                 options.tensor_parallel_degrees, options.expert_parallel_degrees);
+      if (flags->export_format == "torchtitan") restrict_search_to_torchtitan(options);
     }
     const SearchResult result = search_plans(model, cluster, profile, training, options);
     if (flags->json) {

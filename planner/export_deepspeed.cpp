@@ -7,6 +7,7 @@
 #include "finetune_apply.h"
 #include "finetune_json.h"
 #include "name_suggest.h"
+#include "export_torchtitan.h"
 #include "plan_export.h"
 
 namespace shardplan {
@@ -236,15 +237,16 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
   return {"ds_config.json", config.dump(2) + "\n"};
 }
 
-std::vector<std::string> export_formats() { return {"fsdp2", "fsdp1", "deepspeed"}; }
+std::vector<std::string> export_formats() { return {"fsdp2", "fsdp1", "deepspeed", "torchtitan"}; }
 
 std::vector<ExportedFile> export_plan(const std::string& format, const Plan& plan, const ModelSpec& model,
                                       int world_size, int gpus_per_node) {
   if (format == "fsdp2") return {export_fsdp2(plan, model, world_size, gpus_per_node)};
   if (format == "fsdp1") return {export_fsdp1(plan, model, world_size, gpus_per_node)};
   if (format == "deepspeed") return {export_deepspeed(plan, model, world_size, gpus_per_node)};
+  if (format == "torchtitan") return {export_torchtitan(plan, model, world_size, gpus_per_node)};
   throw InputError("--export '" + format + "': unknown export format" + did_you_mean(format, export_formats()) +
-                   "; expected fsdp2, fsdp1 or deepspeed");
+                   "; expected fsdp2, fsdp1, deepspeed or torchtitan");
 }
 
 }  // namespace shardplan

@@ -13,7 +13,9 @@ namespace shardplan {
 //   modules: a llama-family model (MoE models take no TP at all: validate_plan), trained without LoRA adapters
 //   (PEFT's lora.Linear is not an nn.Linear, and ColwiseParallel/RowwiseParallel refuse anything else:
 //   "ColwiseParallel currently only support nn.Linear and nn.Embedding!", torch/distributed/tensor/parallel/style.py).
-//   FSDP1 and a DeepSpeed ZeRO config have no TP (export_fsdp1.cpp, export_deepspeed.cpp).
+//   FSDP1 and a DeepSpeed ZeRO config have no TP (export_fsdp1.cpp, export_deepspeed.cpp). The torchtitan export
+//   writes it as [parallelism] tensor_parallel_degree, under the same conditions: torchtitan's apply_tp is the same
+//   Llama plan (torchtitan/models/llama3/infra/parallelize.py), and it trains no adapters.
 // - expert parallelism: no export writes it yet. FSDP2 alone on an MoE model gathers every expert on every rank, so a
 //   script for an EP plan would run out of the memory the plan was sized for (mixtral-8x7b on 2x8 H100: 79.4 GiB
 //   planned with EP 8, 86.3 GiB for FSDP alone by the same estimate). Every format therefore searches EP 1 only.
@@ -23,7 +25,7 @@ ExportSupport export_support(const std::string& format, const ModelSpec& model, 
   ExportSupport support;
   support.expert_parallel_why = "no export writes expert parallelism yet (each would shard the experts with FSDP "
                                 "alone, gathering every expert on every rank)";
-  if (format != "fsdp2") {
+  if (format != "fsdp2" && format != "torchtitan") {
     support.tensor_parallel_why = format == "fsdp1" ? "FSDP1 has no tensor parallelism in this export"
                                                     : "a DeepSpeed ZeRO config has no tensor parallelism";
     return support;

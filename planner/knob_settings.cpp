@@ -118,6 +118,7 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
   }
   std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full", "selective-op"};
   if (!training.flash_attention) patterns.push_back("selective");
+  if (pins.whole_model_checkpointing) patterns = {"none", "full", "selective-op"};
   if (pins.checkpointing) {
     std::string given = to_string(training.checkpointing);
     if (training.checkpoint_every_blocks > 1) given += " every " + std::to_string(training.checkpoint_every_blocks);

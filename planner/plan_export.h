@@ -1,4 +1,5 @@
-// Plan exports: a PyTorch FSDP2 script, an FSDP1 auto-wrap policy with FSDP kwargs, a DeepSpeed ZeRO ds_config.json.
+// Plan exports: a PyTorch FSDP2 script, an FSDP1 auto-wrap policy with FSDP kwargs, a DeepSpeed ZeRO ds_config.json
+// (a torchtitan job config: export_torchtitan.h).
 #pragma once
 
 #include <cstdint>
@@ -58,7 +59,7 @@ void restrict_search_to_export(const std::string& format, const ModelSpec& model
 // InputError when `plan` uses a TP or EP degree `format` cannot write; every exporter calls it first.
 void check_export_support(const std::string& format, const Plan& plan, const ModelSpec& model);
 
-// The formats export_plan knows: {"fsdp2", "fsdp1", "deepspeed"}.
+// The formats export_plan knows: {"fsdp2", "fsdp1", "deepspeed", "torchtitan"} (export_torchtitan.h).
 std::vector<std::string> export_formats();
 
 // Dispatches on `format`; InputError with the closest format names when it is unknown.

@@ -283,6 +283,7 @@ class Searcher {
     WrapSearchOptions wrap;
     wrap.max_unit_blocks = *std::max_element(options_.max_unit_blocks.begin(), options_.max_unit_blocks.end());
     wrap.memory_cap_bytes = cap_;
+    wrap.per_unit_reshard = options_.per_unit_reshard;
     // Branch and bound simulates every wrapping whose modelled time is below the answer's simulated time where the
     // model is a lower bound: a budget in simulated block passes keeps long models' and many micro-batches' searches
     // short; past it tightened floors and the per-cap DPs answer.

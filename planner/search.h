@@ -32,6 +32,9 @@ struct KnobPins {
   std::optional<bool> offload;               // --cpu-offload (true) / --cpu-offload=false
   std::optional<int> tensor_parallel;        // --tensor-parallel N (auto: 1, 2, 4, 8 searched)
   std::optional<int> expert_parallel;        // --expert-parallel N (omitted: expert_parallel_candidates searched)
+  // Search only checkpointing patterns that apply one mode to every block (none, full, selective-op), not full AC on
+  // the first 25/50/75 % of the blocks: set by an export that cannot say those (restrict_search_to_torchtitan).
+  bool whole_model_checkpointing = false;
 
   // Whether `plan` (a baseline offered as a candidate) keeps every pinned knob.
   bool admits(const Plan& plan) const;
@@ -55,6 +58,10 @@ struct SearchOptions {
   // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
   // search.cpp); otherwise only by the refinements.
   bool joint_prefetch_depth = true;
+  // Let the wrapping search keep single units gathered from forward to backward (WrapSearchOptions::
+  // per_unit_reshard); false: every unit follows the strategy's reshard_after_forward, as torchtitan's one
+  // fsdp_reshard_after_forward policy does (restrict_search_to_torchtitan).
+  bool per_unit_reshard = true;
   // Where a setting's wrap search gave up or dropped the kept-gathered choice, search again under tightened floors
   // (Note [Tightened floor] in search.cpp) before the per-cap DPs answer.
   bool tightened_floors = true;
