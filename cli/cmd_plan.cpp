@@ -18,6 +18,7 @@
 #include "name_suggest.h"
 #include "export_torchtitan.h"
 #include "plan_export.h"
+#include "precision.h"
 #include "plan_json.h"
 #include "search.h"
 #include "step_analysis.h"
@@ -152,17 +153,26 @@ Action add_plan_command(CLI::App& app, const Output& output) {
   command->add_option("--out-dir", flags->out_dir, "directory for --export files")
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
-  // Note [Parallel degrees] (planner/search_2d.cpp): the plan is the same for any count.
+  // Note [Parallel degrees] (planner/search_2d.cpp) and Note [Setting waves] (planner/search.cpp): the plan is the
+  // same for any count.
   command->add_option("--jobs,-j", flags->jobs,
-                      "tensor-parallel degrees searched at once (default: the machine's cores); the result does not "
-                      "depend on it")
+                      "threads of the search: tensor-parallel degrees and knob settings searched at once (default: "
+                      "the machine's cores); the result does not depend on it")
       ->check(CLI::Range(1, 1024));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [command, flags, output]() {
     const ModelSpec base = load_searchable_model(flags->model_cluster.model, "plan");
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
-    const TrainingConfig training = resolve_training(flags->training, base);
+    TrainingConfig training = resolve_training(flags->training, base);
+    // torchtitan reduces gradients in float32 only ([training] mixed_precision_reduce, Note [What torchtitan runs]):
+    // where --precision is omitted, the export's recipe is bf16-mixed with float32 reduction rather than a refusal of
+    // the default — a knob left out is chosen for what runs — and stderr says so.
+    if (flags->export_format == "torchtitan" && command->count("--precision") == 0) {
+      training.precision = precision_recipe("bf16-mixed-fp32-reduce");
+      std::cerr << "plan: --export torchtitan: precision bf16-mixed-fp32-reduce (torchtitan reduces gradients in "
+                   "float32; --precision was not given)\n";
+    }
     const ModelSpec model = finetuned_for(base, training);
     // Note [Pinned knobs]: what the user gave is fixed, the rest searched; contradicting pins refuse here.
     const KnobPins pins = resolve_knob_pins(*command, flags->knobs, training);

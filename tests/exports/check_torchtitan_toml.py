@@ -164,6 +164,7 @@ def world_size(cluster):
     return count
 
 
+PRECISION_OMITTED = "precision omitted"
 # name, cluster, `plan` flags, what the config must say for the plan to be of that kind (section, key, value).
 PLANS = [
     ("1-D FSDP", "8xH100-80GB", ["--tensor-parallel", "1", "--strategy", "full_shard"],
@@ -184,6 +185,9 @@ PLANS = [
     ("compile", "8xH100-80GB", ["--compile"], [("compile", "enable", True)]),
     ("CPU offload", "8xH100-80GB", ["--cpu-offload", "--tensor-parallel", "1"],
      [("training", "enable_cpu_offload", True)]),
+    # Without --precision the export's recipe is bf16-mixed with float32 reduction (cli/cmd_plan.cpp), not a refusal.
+    (PRECISION_OMITTED, "8xH100-80GB", ["--tensor-parallel", "1"],
+     [("training", "mixed_precision_reduce", "float32"), ("training", "mixed_precision_param", "bfloat16")]),
 ]
 # Plans torchtitan cannot run: refused in one line naming --export torchtitan, exit 2, no file.
 REFUSED = [
@@ -222,7 +226,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shardplan-torchtitan-checker-") as directory:
         print(f"{'plan':<20} | {'keys':>4} | fields & types | degrees = world | kind")
         for name, cluster, flags, expected in PLANS:
-            precision = [] if "--precision" in flags else FP32_REDUCE
+            precision = [] if "--precision" in flags or name == PRECISION_OMITTED else FP32_REDUCE
             command, result, path = run_plan(binary, directory, cluster, precision + flags)
             if result.returncode != 0 or not os.path.exists(path):
                 failures.append(f"{name}: {' '.join(command)}: exit {result.returncode}: {result.stderr.strip()}")
