@@ -22,7 +22,7 @@ inline bool is_layer_pass(OpKind kind) {
 // Relaxations of the cost model that a search may ask for; none by default. Each only shortens ops, so a step timed
 // with one is a lower bound of the step timed without (Note [Monotone walk]).
 struct TimingRelaxation {
-  bool free_all_gathers = false;     // all-gathers take no time (Note [Prefetch depth] in search.cpp)
+  bool free_all_gathers = false;     // all-gathers take no time (Note [Prefetch depth] in searcher_setting.cpp)
   bool free_collective_issue = false;  // issuing a collective costs the host nothing
   bool free_layer_compute = false;   // forward, backward and recompute ops take no time (a reductions-only bound)
   bool any() const { return free_all_gathers || free_collective_issue || free_layer_compute; }

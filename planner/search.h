@@ -56,14 +56,14 @@ struct SearchOptions {
   // (with joint_prefetch_depth the search has covered both already, where it finished).
   bool refine = true;
   // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
-  // search.cpp); otherwise only by the refinements.
+  // searcher_setting.cpp); otherwise only by the refinements.
   bool joint_prefetch_depth = true;
   // Let the wrapping search keep single units gathered from forward to backward (WrapSearchOptions::
   // per_unit_reshard); false: every unit follows the strategy's reshard_after_forward, as torchtitan's one
   // fsdp_reshard_after_forward policy does (restrict_search_to_torchtitan).
   bool per_unit_reshard = true;
   // Where a setting's wrap search gave up or dropped the kept-gathered choice, search again under tightened floors
-  // (Note [Tightened floor] in search.cpp) before the per-cap DPs answer.
+  // (Note [Tightened floor] in searcher_setting.cpp) before the per-cap DPs answer.
   bool tightened_floors = true;
   // Note [2-D plans] (tensor_parallel_view.h): the tensor-parallel degrees tried, each jointly with every knob above;
   // degrees the model or the node cannot take are skipped. {1}: FSDP alone.
@@ -79,7 +79,7 @@ struct SearchOptions {
   // plan; wrappings whose modelled step (a lower bound) is below it are still simulated, and may be reported slower.
   double known_step_s = std::numeric_limits<double>::infinity();
   // Threads for the tensor-parallel degrees (Note [Parallel degrees] in search_2d.cpp) and for each degree's knob
-  // settings (Note [Setting waves] in search.cpp); the result does not depend on it. Capacity sweeps, which run
+  // settings (Note [Setting waves] in searcher.cpp); the result does not depend on it. Capacity sweeps, which run
   // points at once, leave it at 1.
   std::size_t threads = 1;
 };

@@ -153,7 +153,7 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
       views[index].options.known_step_s = std::min(options.known_step_s, first_s);
     }
   }
-  // The second wave's searches share the threads (Note [Setting waves] in search.cpp: a search runs its knob settings
+  // The second wave's searches share the threads (Note [Setting waves] in searcher.cpp: a search runs its knob settings
   // on its options' threads).
   const std::size_t second_wave = views.size() - 1;
   const std::size_t concurrent = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(second_wave, 1));

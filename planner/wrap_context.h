@@ -50,7 +50,7 @@ unsigned busy_streams(const BoundaryState& state);
 class WrapContext {
  public:
   // `floor_for_any_prefetch_depth`: the floor holds for plans whose prefetch lists differ from one ahead (Note
-  // [Prefetch depth] in search.cpp): only certainly live bytes, which do not depend on where a gather is issued.
+  // [Prefetch depth] in searcher_setting.cpp): only certainly live bytes, which do not depend on where a gather is issued.
   WrapContext(WrapFragments& fragments, int max_unit_blocks, std::int64_t memory_cap_bytes, bool per_unit_reshard,
               bool floor_for_any_prefetch_depth = false);
 

@@ -45,7 +45,7 @@ WrapDpResult best_wrapping(WrapFragments& fragments, const WrapDpOptions& option
 
 // One wrapping (units left to right) through the searches' transitions: its modelled step and floor, as the
 // best-first search sees it (`exact_memory`; else as the label DP does), or for every prefetch depth (Note [Prefetch
-// depth] in search.cpp). Tests compare it with the simulator on every partition.
+// depth] in searcher_setting.cpp). Tests compare it with the simulator on every partition.
 struct WrapEvaluation {
   double step_s = 0;             // the fragments' step time: the simulated step where `exact`
   bool exact = true;             // every fragment was placed from the state it really starts from (else a lower bound)
@@ -98,7 +98,7 @@ struct WrapSearchOptions {
   std::size_t max_checks = kMaxWrapChecks;  // give up after this many wrappings fail `check`
   std::size_t max_search_nodes = kMaxWrapSearchNodes;  // give up when the best-first tree holds more partial wrappings
   // Give up (reshard_choice_dropped set) rather than search without the per-unit choice when its labels outgrow
-  // their budget: for a search that is only worth running with it (Note [Tightened floor] in search.cpp).
+  // their budget: for a search that is only worth running with it (Note [Tightened floor] in searcher_setting.cpp).
   bool give_up_without_choice = false;
   // The floor holds for every prefetch depth (a search whose `check` also tries other depths: Note [Prefetch depth]).
   bool floor_for_any_prefetch_depth = false;

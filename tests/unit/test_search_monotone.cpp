@@ -314,7 +314,7 @@ TEST_CASE("search: the plan is the same for 1 and 4 threads over tensor-parallel
                       << one.at("search").at("candidates_evaluated") << " candidates");
 }
 
-// Note [Setting waves] (search.cpp): one degree's knob settings are searched in waves on several threads; the plan,
+// Note [Setting waves] (planner/searcher.cpp): one degree's knob settings are searched in waves on several threads; the plan,
 // its prediction and every count of the search are the same for 1, 2 and 5 threads, over several waves and all three
 // passes (one-ahead, tightened floors, prefetch depths).
 TEST_CASE("search: the knob settings' waves give the same plan for 1, 2 and 5 threads") {

@@ -143,7 +143,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
 }
 
-// Note [Prefetch depth] (search.cpp): the fragments with free all-gathers and free collective issue bound the
+// Note [Prefetch depth] (planner/searcher_setting.cpp): the fragments with free all-gathers and free collective issue bound the
 // simulated step at every prefetch depth, and the floor of certainly live bytes bounds every depth's peak.
 TEST_CASE("wrap dp: free all-gathers bound the step at every prefetch depth; the depth-free floor every peak") {
   const WrapCase cases[] = {

@@ -1,0 +1,233 @@
+// Searcher (searcher.h): candidates simulated and kept, the settings' floors, and the passes over the knob settings in
+// waves on the search's threads (Note [Setting waves]).
+#include "searcher.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "errors.h"
+#include "indexed_pool.h"
+#include "memory_headroom.h"
+#include "step_analysis.h"
+#include "unit_layout.h"
+
+namespace shardplan::search_internal {
+
+namespace {
+
+// Note [Setting waves]: the knob settings of a pass are searched in waves of this many, on the search's threads
+// (SearchOptions::threads): every search of a wave prunes with the best plan found before the wave (and with its own
+// plans), and the wave's results are merged in setting order. The waves do not depend on the thread count, so
+// neither does the result (a test says so); a wave's later settings miss what its earlier ones find, so they prune a
+// little less than one at a time would — which this fixed width bounds. The one-ahead pass starts with a wave of one
+// setting (the smallest compute floor), whose answer the others prune with.
+constexpr std::size_t kSettingsPerWave = 8;
+
+}  // namespace
+
+// A plan simulated and counted (baselines, refinements, the diagnosis's lean plans).
+PlanCandidate Searcher::evaluate(const Plan& plan, const std::string& knobs) {
+  PlanCandidate candidate = simulated(plan, knobs);
+  record(candidate, {});
+  return candidate;
+}
+
+// Whether any plan of `knobs` can fit. A lower bound of its peak: the model states of the whole model as one flat
+// parameter (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
+// per-unit sizes and persistent memory, plus the overhead, plus the activations one micro-batch's passes hold at
+// once (Note [Activation floor]). When that exceeds the cap, no wrapping can help, so the setting is skipped (sound
+// pruning). Offloading, the same floor of the host memory a node needs (Note [Host memory]) skips settings whose
+// states no node here could hold.
+bool Searcher::can_fit(const KnobSetting& knobs) {
+  if (knobs.offload && cluster_.host_memory_bytes_per_node > 0 &&
+      host_memory_floor_per_node(knobs.strategy, {true, false}, model_, training_, cluster_) >
+          cluster_.host_memory_bytes_per_node) {
+    return false;
+  }
+  const UnitLayout layout =
+      states_floor_layout(knobs.strategy, model_, training_, cluster_.world_size(), cluster_.gpus_per_node);
+  Plan states_only;
+  states_only.training = training_;
+  states_only.offload.params = knobs.offload;
+  const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile_.context_overhead_bytes);
+  std::int64_t bytes = 0;
+  for (const std::int64_t category_bytes : persistent) bytes += category_bytes;
+  // The states alone first: where they exceed the cap, the activation floor's lowering is not needed.
+  return bytes <= cap_ && bytes + floors(knobs).activation_peak_bytes <= cap_;
+}
+
+// Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
+// (the kernels and activations do not depend on the sharding strategy, which changes collectives and shards only).
+const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
+  KnobSetting kernels_key = knobs;
+  kernels_key.strategy = ShardingStrategy{};
+  const auto [known, inserted] = floors_.try_emplace(kernels_key.label());
+  if (inserted) known->second = setting_floors(model_, cluster_, profile_, training_, knobs);
+  return known->second;
+}
+
+void Searcher::run(bool offload) {
+  // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing compute floor, so the
+  // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
+  // what keeps a fixed global batch of many micro-batches per rank (capacity --global-batch-tokens) to seconds.
+  // Ties keep the settings' enumeration order (stable sort), so the same inputs give the same plan.
+  std::vector<std::pair<double, KnobSetting>> ordered;
+  for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload, options_.pins)) {
+    if (!can_fit(knobs)) {
+      ++memory_floor_settings_;  // proven: no plan of it fits
+      continue;
+    }
+    ordered.emplace_back(options_.objective == SearchObjective::time ? compute_floor(knobs) : 0.0, knobs);
+  }
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<double, KnobSetting>> proven;
+  // Note [Setting waves]: the first setting alone, so that the later waves have an incumbent to prune with.
+  for (std::size_t next = 0, wave_size = 1; next < ordered.size(); wave_size = kSettingsPerWave) {
+    std::vector<SettingRun> wave;
+    for (; next < ordered.size() && wave.size() < wave_size; ++next) {
+      const auto& [floor_s, knobs] = ordered[next];
+      if (beaten_by_incumbent(floor_s)) {
+        ++exact_settings_;  // proven: no plan of it is faster than one already found
+        ++beaten_by_floor_settings_;
+        continue;
+      }
+      wave.emplace_back(knobs, Pass::one_ahead, floor_s);
+    }
+    run_wave(wave);
+    for (const SettingRun& run : wave) {
+      if (run.finished) proven.emplace_back(run.floor_s, run.knobs);
+    }
+  }
+  // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
+  if (options_.objective == SearchObjective::time && options_.tightened_floors) {
+    const auto later = std::exchange(tighten_later_, {});
+    for (std::size_t next = 0; next < later.size();) {
+      std::vector<SettingRun> wave;
+      for (; next < later.size() && wave.size() < kSettingsPerWave; ++next) {
+        const auto& [knobs, refused_peak_bytes] = later[next];
+        if (!beaten_by_incumbent(compute_floor(knobs))) wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
+      }
+      run_wave(wave);
+    }
+  }
+  // Note [Prefetch depth]: once every setting's best one-ahead plan is known, the depth searches prune hardest.
+  if (options_.objective != SearchObjective::time || !options_.joint_prefetch_depth) return;
+  for (std::size_t next = 0; next < proven.size();) {
+    std::vector<SettingRun> wave;
+    for (; next < proven.size() && wave.size() < kSettingsPerWave; ++next) {
+      const auto& [floor_s, knobs] = proven[next];
+      // Still proven where the incumbent beats its floor: nothing of it beats the incumbent.
+      if (!beaten_by_incumbent(floor_s)) wave.emplace_back(knobs, Pass::depths, floor_s);
+    }
+    run_wave(wave);
+    for (const SettingRun& run : wave) {
+      if (run.finished) continue;
+      --exact_settings_;
+      ++fallback_settings_;
+      heuristic_.push_back(run.knobs.label() + " (prefetch depths)");
+    }
+  }
+}
+
+// Note [Setting waves]: the wave's runs on up to options_.threads threads. Runs that share windows (the settings of
+// one strategy, micro-batch and offload: cache_for) are one task, in order, as a cache serves one search at a time.
+// Every run starts from the incumbent of the wave's start, and the runs are merged in order after the wave.
+void Searcher::run_wave(std::vector<SettingRun>& wave) {
+  std::vector<std::vector<std::size_t>> tasks;
+  std::vector<const std::shared_ptr<FragmentCache>*> task_caches;
+  for (std::size_t index = 0; index < wave.size(); ++index) {
+    SettingRun& run = wave[index];
+    run.best_fit = best_fit_;
+    run.cache = &cache_for(run.knobs);
+    const auto task = std::find(task_caches.begin(), task_caches.end(), run.cache);
+    if (task == task_caches.end()) {
+      task_caches.push_back(run.cache);
+      tasks.push_back({index});
+    } else {
+      tasks[static_cast<std::size_t>(task - task_caches.begin())].push_back(index);
+    }
+  }
+  run_indexed(tasks.size(), options_.threads, [&](std::size_t task) {
+    for (std::size_t index : tasks[task]) wave[index].finished = search_setting(wave[index]);
+  });
+  for (SettingRun& run : wave) {
+    for (const auto& [candidate, setting] : run.evaluated) record(candidate, setting);
+    exact_settings_ += run.exact;
+    fallback_settings_ += run.fallback;
+    kept_by_refinement_settings_ += run.kept_by_refinement;
+    heuristic_.insert(heuristic_.end(), run.heuristic.begin(), run.heuristic.end());
+    partitions_only_.insert(partitions_only_.end(), run.partitions_only.begin(), run.partitions_only.end());
+    if (run.tighten_later) tighten_later_.emplace_back(run.knobs, *run.tighten_later);
+  }
+}
+
+// Note [Refining unproven settings]: the best fitting plan of each setting whose search was not proven (heuristic
+// or partitions only), within `window` (a fraction) of the best plan's step.
+std::vector<PlanCandidate> Searcher::unproven_near_best(double window) const {
+  std::vector<PlanCandidate> near;
+  if (!best_fit_.fits) return near;
+  std::vector<std::string> labels = partitions_only_;
+  for (std::string label : heuristic_) {
+    if (const auto suffix = label.find(" (prefetch depths)"); suffix != std::string::npos) label.erase(suffix);
+    labels.push_back(label);
+  }
+  std::sort(labels.begin(), labels.end());
+  labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+  for (const std::string& label : labels) {
+    const auto found = setting_best_.find(label);
+    if (found == setting_best_.end() || found->second.knobs == best_fit_.knobs) continue;
+    if (found->second.summary.step_time_s <= best_fit_.summary.step_time_s * (1.0 + window)) {
+      near.push_back(found->second);
+    }
+  }
+  return near;
+}
+
+PlanCandidate Searcher::simulated(const Plan& plan, const std::string& knobs) const {
+  PlanCandidate candidate;
+  candidate.plan = plan;
+  candidate.knobs = knobs;
+  candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
+  // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states.
+  candidate.fits = fits_in_memory(candidate.summary, cap_) &&
+                   (!plan.offload.params && !plan.offload.optimizer ? true
+                                                                    : host_memory_use(plan, model_, cluster_).fits());
+  return candidate;
+}
+
+// A plan of a setting's search, simulated: kept in its run (merged by run_wave), and its best so far.
+PlanCandidate Searcher::evaluate_in(SettingRun& run, const Plan& plan, const std::string& knobs, const std::string& setting) {
+  PlanCandidate candidate = simulated(plan, knobs);
+  if (better_fit(candidate, run.best_fit)) run.best_fit = candidate;
+  run.evaluated.emplace_back(candidate, setting);
+  return candidate;
+}
+
+// Counts a simulated plan and keeps it where it is the best or the smallest so far. `setting`: the knob setting's
+// label where the plan is one of its wrappings (Note [Refining unproven settings]).
+void Searcher::record(const PlanCandidate& candidate, const std::string& setting) {
+  ++evaluated_;
+  if (smallest_.summary.op_count == 0 ||
+      candidate.summary.peak_memory_bytes < smallest_.summary.peak_memory_bytes) {
+    smallest_ = candidate;
+  }
+  if (better_fit(candidate, best_fit_)) best_fit_ = candidate;
+  if (candidate.fits && !setting.empty()) {
+    PlanCandidate& best = setting_best_[setting];
+    if (!best.fits || candidate.summary.step_time_s < best.summary.step_time_s) best = candidate;
+  }
+}
+
+// A fitting candidate better than `best` by the objective's order (time, then peak; or peak, then time).
+bool Searcher::better_fit(const PlanCandidate& candidate, const PlanCandidate& best) const {
+  if (!candidate.fits) return false;
+  const bool by_time = options_.objective == SearchObjective::time;
+  const auto key = [&](const PlanCandidate& c) {
+    return by_time ? std::make_pair(c.summary.step_time_s, static_cast<double>(c.summary.peak_memory_bytes))
+                   : std::make_pair(static_cast<double>(c.summary.peak_memory_bytes), c.summary.step_time_s);
+  };
+  return !best.fits || key(candidate) < key(best);
+}
+
+}  // namespace shardplan::search_internal

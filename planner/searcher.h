@@ -1,0 +1,161 @@
+// The plan search's Searcher: one degree's knob settings searched in waves (Note [Setting waves]), each setting's wrap
+// searches, and what the search keeps — the best and smallest plans, the counts its proof line reports. Internal to
+// planner/ (search.cpp drives it; searcher.cpp and searcher_setting.cpp define it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fragment_cache.h"
+#include "search.h"
+#include "wrap_dp.h"
+
+namespace shardplan::search_internal {
+
+class Searcher {
+ public:
+  // The passes over a knob setting: the one-ahead wrapping search; the tightened-floor searches of the settings whose
+  // one-ahead search gave up or dropped the kept choice (Note [Tightened floor]); the search over prefetch depths.
+  enum class Pass { one_ahead, tightened, depths };
+
+  // One pass over one knob setting (Note [Setting waves]): what it reads — the best plan when its wave started, then
+  // its own better ones — and what it produced, merged into the searcher in setting order after the wave.
+  struct SettingRun {
+    KnobSetting knobs;
+    Pass pass = Pass::one_ahead;
+    // tightened: the simulated peak of the wrapping the one-ahead search's label DP gave, above the cap; 0 when the
+    // search finished without the kept choice.
+    std::int64_t refused_peak_bytes = 0;
+    double floor_s = 0;
+    PlanCandidate best_fit;
+    std::shared_ptr<FragmentCache>* cache = nullptr;  // the setting's windows (cache_for), one run at a time
+    std::vector<std::pair<PlanCandidate, std::string>> evaluated;  // in order, with the setting each counts for
+    bool finished = true;  // one_ahead and depths: the search finished
+    std::size_t exact = 0, fallback = 0, kept_by_refinement = 0;
+    std::vector<std::string> heuristic, partitions_only;
+    std::optional<std::int64_t> tighten_later;  // Note [Tightened floor]: with the refused peak (0: none refused)
+
+    SettingRun(const KnobSetting& setting, Pass of_pass, double setting_floor_s, std::int64_t refused_bytes = 0)
+        : knobs(setting), pass(of_pass), refused_peak_bytes(refused_bytes), floor_s(setting_floor_s) {}
+  };
+
+  Searcher(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile, const TrainingConfig& training,
+           const SearchOptions& options, std::int64_t cap)
+      : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap) {}
+
+  // A plan simulated and counted (baselines, refinements, the diagnosis's lean plans).
+  PlanCandidate evaluate(const Plan& plan, const std::string& knobs);
+
+  // Whether any plan of `knobs` can fit. A lower bound of its peak: the model states of the whole model as one flat
+  // parameter (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
+  // per-unit sizes and persistent memory, plus the overhead, plus the activations one micro-batch's passes hold at
+  // once (Note [Activation floor]). When that exceeds the cap, no wrapping can help, so the setting is skipped (sound
+  // pruning). Offloading, the same floor of the host memory a node needs (Note [Host memory]) skips settings whose
+  // states no node here could hold.
+  bool can_fit(const KnobSetting& knobs);
+
+  // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
+  // (the kernels and activations do not depend on the sharding strategy, which changes collectives and shards only).
+  const SettingFloors& floors(const KnobSetting& knobs);
+  double compute_floor(const KnobSetting& knobs) { return floors(knobs).compute_s; }
+
+  // True when no plan of a setting whose compute floor is `floor_s` can beat the best fitting plan so far (by time;
+  // an equal time could still win on peak, so only a strictly larger floor skips).
+  bool beaten_by_incumbent(double floor_s) const {
+    return options_.objective == SearchObjective::time && floor_s > incumbent_s();
+  }
+  // The step time to beat: the best fitting plan so far, or one known from another search (SearchOptions::known_step_s).
+  double incumbent_s() const { return incumbent_s(best_fit_); }
+  double incumbent_s(const SettingRun& run) const { return incumbent_s(run.best_fit); }
+  double incumbent_s(const PlanCandidate& best_fit) const {
+    return std::min(options_.known_step_s, best_fit.fits ? best_fit.summary.step_time_s
+                                                         : std::numeric_limits<double>::infinity());
+  }
+
+  void run(bool offload);
+
+  // Note [Setting waves]: the wave's runs on up to options_.threads threads. Runs that share windows (the settings of
+  // one strategy, micro-batch and offload: cache_for) are one task, in order, as a cache serves one search at a time.
+  // Every run starts from the incumbent of the wave's start, and the runs are merged in order after the wave.
+  void run_wave(std::vector<SettingRun>& wave);
+
+  // One pass over one knob setting (SettingRun); one_ahead and depths: true when the search finished. Reads nothing
+  // of the searcher that a wave's runs change: it may run beside the other runs of its wave.
+  bool search_setting(SettingRun& run);
+
+  // Note [Tightened floor]: the search again under floor caps lowered by the first wrapping's overshoot of the cap
+  // (its floor was within the cap, its simulated peak `first_peak_bytes` above it; 1 % where none was refused),
+  // then twice that, ... until one answers — finishes or simulates a wrapping that fits, with the kept-gathered
+  // choice kept — then bisected between the last that did not and it. `check` still reads the real cap in `wrap`.
+  // A tightened search whose label DP outgrew its budget without the kept choice ends the ladder (one that outgrew
+  // it with the choice does not search without it: a tighter floor may bring the choice back).
+  void search_tightened_floors(SettingRun& run, WrapFragments& fragments, const WrapSearchOptions& wrap);
+
+  bool found_fit() const { return best_fit_.fits; }
+  const PlanCandidate& best() const { return best_fit_; }
+  const PlanCandidate& smallest() const { return smallest_; }
+  std::size_t evaluated() const { return evaluated_; }
+  // Knob settings whose wrapping is the proven fastest fitting one (Note [Wrap search]; by branch and bound where the
+  // model is a lower bound; for --objective memory, the fastest at the least peak, Note [Least peak]); and those
+  // where that search gave up, answered by tightened-floor searches and the per-cap DPs.
+  std::size_t exact_settings() const { return exact_settings_; }
+  std::size_t fallback_settings() const { return fallback_settings_; }
+  // Of the exact ones, those whose kept-gathered suffix was left to the refinements (the joint search's labels
+  // outgrew their budget, on long models): exact over partitions only.
+  std::size_t kept_by_refinement_settings() const { return kept_by_refinement_settings_; }
+  // Of the exact ones, those proven by their compute floor alone (Note [Compute floor]).
+  std::size_t beaten_by_floor_settings() const { return beaten_by_floor_settings_; }
+  // Settings no plan of which fits: their states and activations floor exceeds the cap (can_fit).
+  std::size_t memory_floor_settings() const { return memory_floor_settings_; }
+  const std::vector<std::string>& heuristic_settings() const { return heuristic_; }
+  // Note [Refining unproven settings]: the best fitting plan of each setting whose search was not proven (heuristic
+  // or partitions only), within `window` (a fraction) of the best plan's step.
+  std::vector<PlanCandidate> unproven_near_best(double window) const;
+  const std::vector<std::string>& partitions_only_settings() const { return partitions_only_; }
+
+ private:
+  // The windows lowered for one strategy, micro-batch and offload serve every checkpointing pattern and both passes
+  // (Note [Wrap fragments]): one cache per such setting, kept while the search runs.
+  std::shared_ptr<FragmentCache>& cache_for(const KnobSetting& knobs) {
+    KnobSetting without_checkpointing = knobs;
+    without_checkpointing.ac.clear();
+    return caches_[without_checkpointing.label()];
+  }
+
+  PlanCandidate simulated(const Plan& plan, const std::string& knobs) const;
+
+  // A plan of a setting's search, simulated: kept in its run (merged by run_wave), and its best so far.
+  PlanCandidate evaluate_in(SettingRun& run, const Plan& plan, const std::string& knobs, const std::string& setting);
+
+  // Counts a simulated plan and keeps it where it is the best or the smallest so far. `setting`: the knob setting's
+  // label where the plan is one of its wrappings (Note [Refining unproven settings]).
+  void record(const PlanCandidate& candidate, const std::string& setting);
+
+  // A fitting candidate better than `best` by the objective's order (time, then peak; or peak, then time).
+  bool better_fit(const PlanCandidate& candidate, const PlanCandidate& best) const;
+
+  const ModelSpec& model_;
+  const Cluster& cluster_;
+  const HardwareProfile& profile_;
+  const TrainingConfig& training_;
+  const SearchOptions& options_;
+  std::int64_t cap_;
+  PlanCandidate best_fit_, smallest_;
+  std::size_t evaluated_ = 0;
+  std::size_t exact_settings_ = 0, fallback_settings_ = 0, kept_by_refinement_settings_ = 0;
+  std::size_t beaten_by_floor_settings_ = 0, memory_floor_settings_ = 0;
+  std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
+  std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
+  std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
+  std::map<std::string, SettingFloors> floors_;  // by the setting's label without its strategy
+  std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
+  // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
+  std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;
+};
+
+}  // namespace shardplan::search_internal
