@@ -74,7 +74,7 @@ std::string describe_units(const Plan& plan) {
 std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
   const Plan& plan = candidate.plan;
   const std::int64_t sequences = plan.training.micro_batch * plan.grad_accumulation_steps *
-                                 plan.data_parallel_ranks(world_size);
+                                 parallel_dims(plan, world_size).data_parallel_world_size();
   return std::to_string(sequences) + " sequences (" + std::to_string(candidate.summary.tokens_per_step) + " tokens)";
 }
 
@@ -92,7 +92,7 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks\n",
                 global_batch_text(best, cluster.world_size()).c_str(),
                 static_cast<long long>(best.plan.training.micro_batch), best.plan.grad_accumulation_steps,
-                best.plan.data_parallel_ranks(cluster.world_size()));
+                parallel_dims(best.plan, cluster.world_size()).data_parallel_world_size());
     // Note [Memory headroom]: the figure the fits test compares, and the share of the cap it leaves.
     std::printf("  fits: device peak %s (reserved + overhead) = %.1f%% of %s, %g%% headroom kept\n",
                 gib(best.summary.device_peak_bytes).c_str(),

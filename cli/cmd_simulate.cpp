@@ -92,8 +92,10 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       const int tensor_parallel = tensor_parallel_degrees(flags->tensor_parallel, base, cluster).front();
       if (training.torch_compile) check_compile_tensor_parallel(tensor_parallel);
       // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
+      plan.tensor_parallel_degree = tensor_parallel;
+      const int data_parallel_ranks = parallel_dims(plan, cluster.world_size()).data_parallel_world_size();
       plan = default_plan(base, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, base),
-                          cluster.world_size() / tensor_parallel);
+                          data_parallel_ranks);
       plan.tensor_parallel_degree = tensor_parallel;
       plan.offload.params = flags->cpu_offload;
     }

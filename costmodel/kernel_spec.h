@@ -101,7 +101,10 @@ struct LayerKernelSpec {
   // A lookup (nn.Embedding): no GEMM; its backward scatter-adds the token gradients into the weight gradient.
   bool embedding_lookup = false;
   // Tensor parallelism (Note [Tensor-parallel collectives]): the degree the shapes above are already divided by, and
-  // the collectives of the forward and of the backward, in order.
+  // the collectives of the forward and of the backward, in order. Derived, never chosen here: tensor_parallel_shard
+  // sets it from its style, which planner/tensor_parallel_view.cpp (data_parallel_model) makes from the world's
+  // ParallelDims::tp() (Note [ParallelDims] in parallel_dims.h); the compute and collective costs of a layer read it
+  // from its kernels, which carry no ParallelDims.
   int tensor_parallel_degree = 1;
   std::vector<ActivationCollectiveSpec> tp_forward;
   std::vector<ActivationCollectiveSpec> tp_backward;

@@ -164,8 +164,9 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
   validate_plan(plan, model, world_size, gpus_per_node);
   // Note [2-D plans] (tensor_parallel_view.h): FSDP shards over the data-parallel ranks of each TP index.
   check_export_support("fsdp2", plan, model);  // Note [Export constrains the search]
-  const int tp = plan.tensor_parallel_degree;
-  const int data_parallel = world_size / tp;
+  const ParallelDims dims = parallel_dims(plan, world_size);  // Note [ParallelDims]
+  const int tp = dims.tp();
+  const int data_parallel = dims.data_parallel_world_size();
   const auto groups = unit_module_paths(plan, model);
   const auto units = plan_units(plan, model);
   const TorchPrecision precision = torch_precision(plan.training.precision);
@@ -176,7 +177,7 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
   for (const auto& unit : plan.units) {
     forward.push_back(unit.forward_prefetch);
     backward.push_back(unit.backward_prefetch);
-    shardings.push_back(fsdp2_sharding(unit.strategy, data_parallel, gpus_per_node / tp));
+    shardings.push_back(fsdp2_sharding(unit.strategy, data_parallel, dims.data_parallel_gpus_per_node(gpus_per_node)));
   }
   const RootMesh root = root_mesh(plan, shardings, data_parallel, tp);
   for (std::size_t id = 0; id < plan.units.size() && tp > 1; ++id) {

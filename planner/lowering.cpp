@@ -192,17 +192,19 @@ bool Lowerer::last_segment_of(int unit, std::size_t index, bool forward) const {
 
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
   validate_plan(plan, model, options.world_size, options.gpus_per_node);
-  if (plan.tensor_parallel_degree > 1) {
+  const ParallelDims dims = parallel_dims(plan, options.world_size);
+  if (dims.tp() > 1) {
     // Note [2-D plans] (tensor_parallel_view.h): FSDP's schedule of one TP rank over the data-parallel ranks.
-    const DataParallelView view = data_parallel_view(plan, model, options.world_size, options.gpus_per_node);
+    const DataParallelView view = data_parallel_view(plan, model, dims, options.gpus_per_node);
     LoweringOptions data_parallel = options;
-    data_parallel.world_size = view.world_size;
+    data_parallel.world_size = view.world_size();
     data_parallel.gpus_per_node = view.gpus_per_node;
     StepSchedule schedule = lower_plan(view.plan, view.model, data_parallel);
-    schedule.tensor_parallel_degree = plan.tensor_parallel_degree;
+    schedule.parallel = dims;
     return schedule;
   }
   StepSchedule schedule = lowering_internal::Lowerer(plan, model, options).run();
+  schedule.parallel = dims;
   schedule.activation_tensor_bytes.reserve(model.layers.size());
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     schedule.activation_tensor_bytes.push_back(largest_activation_tensor_bytes(plan, model, layer));

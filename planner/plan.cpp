@@ -164,6 +164,8 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     throw InputError("plan: expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +
                      ": expected a divisor of the " + std::to_string(world_size) + " ranks");
   }
+  // The checks above name the plan's JSON fields; this one validates the degrees together (Note [ParallelDims]).
+  const ParallelDims dims = parallel_dims(plan, world_size);
   const int count = static_cast<int>(plan.units.size());
   for (int id = 0; id < count; ++id) {
     const auto& unit = plan.units[static_cast<std::size_t>(id)];
@@ -178,8 +180,8 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     }
     try {
       // Note [Tensor parallel degree]: FSDP shards over the data-parallel ranks, gpus_per_node / tp of them per node.
-      const ShardingLayout layout = resolve_sharding(unit.strategy, plan.data_parallel_ranks(world_size),
-                                                     gpus_per_node / plan.tensor_parallel_degree);
+      const ShardingLayout layout = resolve_sharding(unit.strategy, dims.data_parallel_world_size(),
+                                                     dims.data_parallel_gpus_per_node(gpus_per_node));
       const int partial = unit.reshard_after_forward.group_size;
       if (unit.reshard_after_forward.keeps_partial_copy() &&
           (partial >= layout.param_group || layout.param_group % partial != 0)) {
@@ -199,6 +201,13 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
   validate_training(plan.training, model);
   check_uniform_requires_grad(plan, model);
   validate_step_size(plan, model);
+}
+
+ParallelDims parallel_dims(const Plan& plan, int world_size) {
+  ParallelDegrees degrees;
+  degrees.tp = plan.tensor_parallel_degree;
+  degrees.ep = plan.training.expert_parallel_degree;
+  return ParallelDims(degrees, world_size, "plan");
 }
 
 void validate_tensor_parallel_degree(int degree, const ModelSpec& model, int world_size, int gpus_per_node,

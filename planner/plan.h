@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model_spec.h"
+#include "parallel_dims.h"
 #include "sharding.h"
 #include "training.h"
 #include "wrapping.h"
@@ -47,9 +48,17 @@ struct Plan {
   OffloadPolicy offload;
   // Note [Tensor parallel degree]: Megatron-style tensor parallelism inside a node (PyTorch's parallelize_module on
   // the "tp" dimension of a 2-D DeviceMesh), FSDP over the remaining world / tensor_parallel_degree ranks. 1 = none.
+  // The plan's choice (its JSON field, the search's knob): what the degree means for a world — data-parallel ranks,
+  // groups, a rank's slice — comes from parallel_dims(plan, world) below; `> 1` tests and messages still read it.
   int tensor_parallel_degree = 1;
-  int data_parallel_ranks(int world_size) const { return world_size / tensor_parallel_degree; }
 };
+
+// Note [ParallelDims] (costmodel/parallel_dims.h): the one place a plan's degrees become the world's ParallelDims —
+// tp from tensor_parallel_degree, ep from training.expert_parallel_degree, dp_shard the rest of the world (torchtitan's
+// dp_shard = -1). dp_replicate, cp and pp are 1: HSDP's replicas are still chosen per unit by its strategy (a plan
+// may mix strategies, ShardingLayout::replicas), and context and pipeline parallelism are not modelled yet.
+// InputError prefixed "plan" when the degrees do not fit the world.
+ParallelDims parallel_dims(const Plan& plan, int world_size);
 
 // FSDP's usual wrapping: one unit per transformer block, the rest in the root unit (not resharded after forward),
 // every unit with `strategy`, one unit prefetched ahead in forward and backward, the training's AC on every block.

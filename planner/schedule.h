@@ -9,6 +9,7 @@
 
 #include "memory_category.h"
 #include "model_spec.h"
+#include "parallel_dims.h"
 #include "pass_kernels.h"
 
 namespace shardplan {
@@ -119,11 +120,15 @@ struct FragmentMark {
 struct StepSchedule {
   std::vector<Op> ops;
   MemoryByCategory persistent{};  // allocated before the step and kept (shards, optimizer states, overhead)
-  int world_size = 1;     // FSDP's ranks: the data-parallel ranks of a 2-D plan
+  // FSDP's ranks: the data-parallel ranks of a 2-D plan (parallel.data_parallel_world_size(), set by lower_plan; the
+  // interpreters read this one number on every op, so it stays a field).
+  int world_size = 1;
   int gpus_per_node = 1;  // of them per node
-  // Note [2-D plans] (tensor_parallel_view.h): > 1, each of the world_size ranks is a TP group of this many ranks of
-  // one node that run the same ops on their shards of every layer; the TP collectives are in the passes' kernels.
-  int tensor_parallel_degree = 1;
+  // The whole world's degrees (Note [ParallelDims] in costmodel/parallel_dims.h), parallel_dims(plan, world).
+  // Note [2-D plans] (tensor_parallel_view.h): with parallel.tp() > 1, each of the world_size ranks is a TP group of
+  // that many ranks of one node that run the same ops on their shards of every layer; the TP collectives are in the
+  // passes' kernels.
+  ParallelDims parallel;
   int micro_batches = 1;
   std::int64_t seq_len = 0;             // each micro-batch's shape on one rank: sequences × tokens
   std::int64_t sequences_per_micro_batch = 0;

@@ -46,8 +46,13 @@ DegreeView degree_view(int degree, const ModelSpec& model, const Cluster& cluste
   // Offload with TP is not yet supported (validate_plan); baselines are FSDP's auto-wrap policies (degree 1).
   view.options.allow_offload = false;
   view.options.with_baselines = false;
-  view.cluster.gpus_per_node = cluster.gpus_per_node / degree;
-  view.model = tensor_parallel_shard(model, pytorch_tensor_parallel(degree));
+  // Note [ParallelDims]: this degree's world, as parallel_dims(plan, world) makes it (ep 1: a model with experts
+  // takes no TP degree, validate_tensor_parallel_degree).
+  ParallelDegrees degrees;
+  degrees.tp = degree;
+  const ParallelDims dims(degrees, cluster.world_size(), "--tensor-parallel");
+  view.cluster.gpus_per_node = dims.data_parallel_gpus_per_node(cluster.gpus_per_node);
+  view.model = data_parallel_model(model, dims);
   // Note [Equal global batch]: the user's global batch is never changed. Without --global-batch it is the
   // baselines' (FSDP alone: one micro-batch per rank, world × micro-batch sequences); this degree has world /
   // degree data-parallel ranks, so each runs degree × the sequences — as a larger micro-batch or as gradient

@@ -3,14 +3,26 @@
 
 namespace shardplan {
 
-DataParallelView data_parallel_view(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
-  const int degree = plan.tensor_parallel_degree;
+ParallelDims data_parallel_dims(const ParallelDims& dims) {
+  ParallelDegrees degrees = dims.degrees();
+  degrees.tp = 1;
+  degrees.pp = 1;
+  return ParallelDims(degrees, dims.data_parallel_world_size());
+}
+
+ModelSpec data_parallel_model(const ModelSpec& model, const ParallelDims& dims) {
+  if (dims.tp() == 1) return model;
+  return tensor_parallel_shard(model, pytorch_tensor_parallel(dims.tp()));
+}
+
+DataParallelView data_parallel_view(const Plan& plan, const ModelSpec& model, const ParallelDims& dims,
+                                    int gpus_per_node) {
   DataParallelView view;
-  view.model = tensor_parallel_shard(model, pytorch_tensor_parallel(degree));
+  view.model = data_parallel_model(model, dims);
   view.plan = plan;
   view.plan.tensor_parallel_degree = 1;
-  view.world_size = world_size / degree;
-  view.gpus_per_node = gpus_per_node / degree;
+  view.dims = data_parallel_dims(dims);
+  view.gpus_per_node = dims.data_parallel_gpus_per_node(gpus_per_node);
   return view;
 }
 

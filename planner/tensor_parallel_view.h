@@ -2,6 +2,7 @@
 #pragma once
 
 #include "model_spec.h"
+#include "parallel_dims.h"
 #include "plan.h"
 #include "tensor_parallel.h"
 
@@ -15,14 +16,25 @@ namespace shardplan {
 // says the rest), FSDP's collectives cross the nodes as t concurrent groups that share the node's NICs (a group gets
 // gpus_per_node / t of the node's GPUs' share, collective_cost.h GroupPlacement), and the TP collectives are in each
 // pass's kernels (Note [Tensor-parallel collectives] in kernel_spec.h).
+// The pieces are built only here (Note [ParallelDims] in costmodel/parallel_dims.h): the lowering, the runner and the
+// per-degree search (search_2d.cpp) all take their view from these functions.
 struct DataParallelView {
   ModelSpec model;        // one TP rank's
   Plan plan;              // tensor_parallel_degree 1
-  int world_size = 1;     // data-parallel ranks
+  ParallelDims dims;      // the data-parallel ranks' own: data_parallel_dims(the world's)
   int gpus_per_node = 1;  // of them per node
+  int world_size() const { return dims.world_size(); }
 };
 
-// The view of a plan already validated against model and world (validate_plan).
-DataParallelView data_parallel_view(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
+// The data-parallel ranks of one TP slice as a world of their own: the world's degrees with tp 1, over
+// dims.data_parallel_world_size() ranks.
+ParallelDims data_parallel_dims(const ParallelDims& dims);
+// One TP rank's model: every layer split by the dims' tp (tensor_parallel_shard; the kernels' tensor_parallel_degree
+// is set there, from this tp). The model itself when tp is 1.
+ModelSpec data_parallel_model(const ModelSpec& model, const ParallelDims& dims);
+
+// The view of a plan already validated against model and world (validate_plan); dims = parallel_dims(plan, world).
+DataParallelView data_parallel_view(const Plan& plan, const ModelSpec& model, const ParallelDims& dims,
+                                    int gpus_per_node);
 
 }  // namespace shardplan

@@ -27,7 +27,7 @@ std::vector<std::vector<std::size_t>> unit_layers(const Plan& plan, const ModelS
 
 Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options)
     : model_(model), plan_(plan), options_(options), rank_(world.group().world_ranks.at(static_cast<std::size_t>(world.rank()))),
-      world_size_(world.size()), tensor_parallel_degree_(plan.tensor_parallel_degree), rank_model_(model),
+      world_size_(world.size()), rank_model_(model),
       lowered_plan_(plan),
       tracker_(rank_, clock_) {
   const int gpus_per_node = options_.gpus_per_node > 0 ? options_.gpus_per_node : world_size_;
@@ -42,23 +42,25 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     }
   };
   with_rank([&] {
-    const int tp = tensor_parallel_degree_;
+    // The plan as the user wrote it, for the whole world (Note [Tensor parallel degree] in plan.h), first: its errors
+    // name the plan's fields (lower_plan checks a plan without TP, after check_executable) ...
+    if (plan_.tensor_parallel_degree > 1) validate_plan(plan_, model_, world_size_, gpus_per_node);
+    // ... then this rank's place in the world (Note [ParallelDims]) ...
+    dims_ = parallel_dims(plan_, world_size_);
+    placement_ = dims_.placement(world.rank());
+    const int tp = dims_.tp();
     int lowered_gpus_per_node = gpus_per_node;
     if (tp > 1) {
-      // The plan as the user wrote it, for the whole world (Note [Tensor parallel degree] in plan.h) ...
-      validate_plan(plan_, model_, world_size_, gpus_per_node);
       // ... the CPU kernels' checks (InputError when heads, FFN or vocabulary don't divide) ...
       (void)runtime::tensor_parallel_rank_model(model_, tp);
       // ... and, Note [2-D mesh], the planner's view of its DP group: FSDP alone over world / tp ranks of the TP
       // rank's model, the cost model's (Note [2-D plans]); the units' layouts are those of that model.
-      const DataParallelView view = data_parallel_view(plan_, model_, world_size_, gpus_per_node);
+      const DataParallelView view = data_parallel_view(plan_, model_, dims_, gpus_per_node);
       rank_model_ = view.model;
       lowered_plan_ = view.plan;
       lowered_gpus_per_node = view.gpus_per_node;
     }
-    data_parallel_size_ = plan_.data_parallel_ranks(world_size_);
-    data_parallel_rank_ = world.rank() / tp;  // TP inner
-    layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size_, lowered_gpus_per_node);
+    layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size(), lowered_gpus_per_node);
     check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
     // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
     schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
@@ -76,8 +78,8 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
       }
     }
   });
-  groups_ = std::make_unique<RunnerGroups>(world, layouts, tensor_parallel_degree_);
-  if (tensor_parallel_degree_ > 1) {
+  groups_ = std::make_unique<RunnerGroups>(world, layouts, placement_.groups);
+  if (dims_.tp() > 1) {
     tensor_parallel_ = std::make_unique<CommTensorParallelGroup>(*groups_->tensor_parallel());
     const runtime::AttentionShape whole{static_cast<int>(schedule_.sequences_per_micro_batch),
                                         static_cast<int>(schedule_.seq_len)};
@@ -92,10 +94,10 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
   // With tensor parallelism every rank starts from its slice of the whole model's init, so the TP ranks together hold
   // exactly the reference's parameters (Note [Sharded init] holds per whole-model element, not per slice element).
   std::vector<float> rank_init;
-  if (tensor_parallel_degree_ > 1) {
+  if (dims_.tp() > 1) {
     const std::vector<float> whole = runtime::init_model_parameters(whole_layout_, init);
     rank_init.resize(static_cast<std::size_t>(layout_.element_count));
-    runtime::extract_tensor_parallel_rank(whole_layout_, layout_, tensor_parallel_degree_, tensor_parallel_rank(),
+    runtime::extract_tensor_parallel_rank(whole_layout_, layout_, dims_.tp(), tensor_parallel_rank(),
                                           whole, rank_init);
   }
   const auto layers = unit_layers(lowered_plan_, rank_model_);
@@ -114,7 +116,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
                                  static_cast<std::int64_t>(shard_index) * param.sizes().shard_elements, param.shard());
     }
   }
-  for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, data_parallel_size_);
+  for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, data_parallel_size());
 }
 
 Runner::~Runner() = default;
@@ -136,7 +138,7 @@ std::vector<float> Runner::gather_parameters() {
   }
   if (!tensor_parallel_) return model_flat;
   // Every TP rank's slice, then each placed at its whole-model offsets (Note [Tensor-parallel split]).
-  const int tp = tensor_parallel_degree_;
+  const int tp = dims_.tp();
   std::vector<float> slices(model_flat.size() * static_cast<std::size_t>(tp));
   groups_->tensor_parallel()->all_gather(model_flat.data(), model_flat.size(), slices.data()).wait();
   std::vector<float> whole(static_cast<std::size_t>(whole_layout_.element_count), 0.0f);

@@ -73,12 +73,12 @@ class Runner {
   // its TP rank's (runtime::tensor_parallel_rank_model).
   const runtime::ModelLayout& model_layout() const { return layout_; }
   int rank() const { return rank_; }
-  int tensor_parallel_degree() const { return tensor_parallel_degree_; }
-  int tensor_parallel_rank() const { return tensor_parallel_ ? tensor_parallel_->rank() : 0; }
+  int tensor_parallel_degree() const { return dims_.tp(); }
+  int tensor_parallel_rank() const { return placement_.slice.tp_rank; }
   // The data-parallel ranks and this rank's index among them (Note [2-D mesh]): which micro-batches step() takes —
   // the TP ranks of one DP rank take the same ones. world size and rank without tensor parallelism.
-  int data_parallel_size() const { return data_parallel_size_; }
-  int data_parallel_rank() const { return data_parallel_rank_; }
+  int data_parallel_size() const { return dims_.data_parallel_world_size(); }
+  int data_parallel_rank() const { return placement_.data_parallel_rank; }
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
   // The same for this runner's step: the schedule's collective ops, plus the TP collectives in its passes' kernels
@@ -103,9 +103,10 @@ class Runner {
   RunnerOptions options_;
   int rank_ = 0;
   int world_size_ = 1;
-  int tensor_parallel_degree_ = 1;
-  int data_parallel_size_ = 1;  // world_size_ / tensor_parallel_degree_: the ranks the schedule was lowered for
-  int data_parallel_rank_ = 0;
+  // Note [ParallelDims]: parallel_dims(plan, world) and this rank's place in it (TP slice, data-parallel rank:
+  // data_parallel_world_size() ranks are the ones the schedule was lowered for).
+  ParallelDims dims_;
+  RankPlacement placement_;
   ModelSpec rank_model_;        // model_, or its TP rank's slice
   Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh])
   StepSchedule schedule_;

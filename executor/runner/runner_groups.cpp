@@ -10,13 +10,13 @@
 namespace shardplan::runner {
 
 RunnerGroups::RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts,
-                           int tensor_parallel_degree) {
+                           const RankGroups& mesh) {
   control_ = world.split(0, world.rank());
   comm::Communicator* data_parallel = &world;
-  if (tensor_parallel_degree > 1) {  // Note [2-D mesh]: TP inner, DP outer
-    const int tp = tensor_parallel_degree;
-    tensor_parallel_ = world.split(world.rank() / tp, world.rank());
-    data_parallel_ = world.split(world.rank() % tp, world.rank());
+  if (mesh.tp.size() > 1) {  // Note [2-D mesh]: TP inner, DP outer
+    // Each group's lowest rank names it (the split's color); ranks keep their order inside it.
+    tensor_parallel_ = world.split(mesh.tp.front(), world.rank());
+    data_parallel_ = world.split(mesh.data_parallel.front(), world.rank());
     data_parallel = data_parallel_.get();
   }
   world_ = data_parallel->split(0, data_parallel->rank());

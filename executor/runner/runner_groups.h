@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "parallel_dims.h"
 #include "unit_layout.h"
 
 namespace shardplan::runner {
@@ -18,7 +19,9 @@ namespace shardplan::runner {
 // and `tensor_parallel` is its TP group; `control` spans every rank either way.
 class RunnerGroups {
  public:
-  RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts, int tensor_parallel_degree = 1);
+  // `mesh`: this rank's groups (ParallelDims::placement, Note [ParallelDims]); a TP group of one rank or none (the
+  // default) means no tensor parallelism.
+  RunnerGroups(comm::Communicator& world, const std::vector<UnitLayout>& layouts, const RankGroups& mesh = {});
 
   comm::Communicator& control() { return *control_; }
   comm::Communicator& world() { return *world_; }

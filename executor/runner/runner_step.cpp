@@ -23,7 +23,7 @@ class Runner::StepWalker {
     if (r_.tensor_parallel_) {
       // Note [Sequence-parallel tokens]: the layers see this TP rank's share of each micro-batch.
       for (const runtime::Batch& whole : batches_) {
-        shares_.push_back(sequence_parallel_share(whole, r_.tensor_parallel_degree_));
+        shares_.push_back(sequence_parallel_share(whole, r_.dims_.tp()));
       }
       r_.tensor_parallel_->set_progress([this] { progress(); });
     }

@@ -171,7 +171,7 @@ void check_tensor_parallel(const TensorParallelCase& c) {
   // DP group) plus the TP collectives each forward, recompute and backward op's kernels list (Note [Tensor-parallel
   // collectives] in costmodel/kernel_spec.h) — the runner counts what its kernels and groups actually call.
   const StepSchedule& schedule = runner.schedule();
-  REQUIRE(schedule.tensor_parallel_degree == kTensorParallel);
+  REQUIRE(schedule.parallel.tp() == kTensorParallel);
   comm::CommCounters expected = Runner::expected_collectives(schedule);
   const std::uint64_t fsdp_all_gathers = expected.calls(comm::Collective::all_gather);
   for (const Op& op : schedule.ops) {

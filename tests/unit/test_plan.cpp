@@ -92,7 +92,7 @@ TEST_CASE("plan: tensor_parallel_degree round trips, defaults to 1 and is checke
   CHECK(document.at("tensor_parallel_degree") == 2);
   const Plan back = plan_from_json(document, "p.json", model);
   CHECK(back.tensor_parallel_degree == 2);
-  CHECK(back.data_parallel_ranks(4) == 2);
+  CHECK(parallel_dims(back, 4).data_parallel_world_size() == 2);
   CHECK_NOTHROW(validate_plan(back, model, 4, 4));
   const auto error_of = [&](int degree, int world, int per_node) {
     Plan changed = back;

@@ -195,7 +195,8 @@ TEST_CASE("tensor parallel: a 2-D plan lowers to FSDP over world / t ranks with 
   const StepSchedule two_d = lower_plan(plan, model, options);
   CHECK(two_d.world_size == 4);
   CHECK(two_d.gpus_per_node == 2);
-  CHECK(two_d.tensor_parallel_degree == 4);
+  CHECK(two_d.parallel.tp() == 4);
+  CHECK(two_d.parallel.dp_shard() == 4);
   CHECK(two_d.tokens_per_step * 4 == fsdp.tokens_per_step);  // 4 data-parallel ranks share the tokens of a TP group
   // Each TP rank runs a quarter of the model on its data-parallel rank's micro-batch.
   CHECK(two_d.model_flops_per_rank == doctest::Approx(fsdp.model_flops_per_rank / 4).epsilon(0.01));
