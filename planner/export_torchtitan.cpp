@@ -229,11 +229,14 @@ void restrict_search_to_torchtitan(SearchOptions& options) {
   options.pins.whole_model_checkpointing = true;  // [activation_checkpoint] has no "first half of the blocks"
 }
 
-TorchtitanDegrees torchtitan_degrees(const Plan& plan, int world_size, int gpus_per_node) {
-  TorchtitanDegrees degrees;
-  degrees.tp = plan.tensor_parallel_degree;
-  degrees.ep = plan.training.expert_parallel_degree;
-  const int data_parallel = plan.data_parallel_ranks(world_size);
+ParallelDims torchtitan_degrees(const Plan& plan, int world_size, int gpus_per_node) {
+  const ParallelDims plan_dims = parallel_dims(plan, world_size);  // Note [ParallelDims]
+  ParallelDegrees degrees;
+  degrees.tp = plan_dims.tp();
+  degrees.ep = plan_dims.ep();
+  degrees.cp = plan_dims.cp();
+  degrees.pp = plan_dims.pp();
+  const int data_parallel = plan_dims.data_parallel_world_size();
   const ShardingStrategy strategy = export_detail::uniform_strategy(plan, kFormat);
   switch (strategy.kind) {
     case StrategyKind::full_shard:
@@ -243,7 +246,8 @@ TorchtitanDegrees torchtitan_degrees(const Plan& plan, int world_size, int gpus_
       break;
     case StrategyKind::hybrid_shard:
     case StrategyKind::hybrid_shard_zero2: {
-      const ShardingLayout layout = resolve_sharding(strategy, data_parallel, gpus_per_node / degrees.tp);
+      const ShardingLayout layout =
+          resolve_sharding(strategy, data_parallel, plan_dims.data_parallel_gpus_per_node(gpus_per_node));
       degrees.dp_replicate = layout.replicas;
       degrees.dp_shard = layout.param_group;
       break;
@@ -258,8 +262,7 @@ TorchtitanDegrees torchtitan_degrees(const Plan& plan, int world_size, int gpus_
              " keeps whole parameters on every rank and shards only gradients or optimizer states, which FSDP2 and "
              "torchtitan cannot (expected --export deepspeed)");
   }
-  SHARDPLAN_CHECK(degrees.world_size() == world_size, "torchtitan degrees must multiply to the world size");
-  return degrees;
+  return ParallelDims(degrees, world_size, "--export torchtitan");  // validated: the degrees multiply to the world
 }
 
 ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
@@ -268,7 +271,7 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   check_torchtitan_training(plan.training, model);
   const TorchtitanModel flavor = torchtitan_model(model.name);
   const TorchtitanPrecision precision = torchtitan_precision(plan.training.precision);
-  const TorchtitanDegrees degrees = torchtitan_degrees(plan, world_size, gpus_per_node);
+  const ParallelDims degrees = torchtitan_degrees(plan, world_size, gpus_per_node);
   check_wrapping(plan, model);
   const std::string reshard = reshard_policy(plan, reshards_after_forward(plan.units.front().strategy.kind));
   if (plan.offload.optimizer && !plan.offload.params) {
@@ -277,10 +280,10 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   }
   const TorchtitanCheckpointing checkpointing = torchtitan_checkpointing(plan, model);
   const PrecisionRecipe& recipe = plan.training.precision;
-  if (recipe.fp8_all_gather && degrees.dp_shard == 1) {
+  if (recipe.fp8_all_gather && degrees.dp_shard() == 1) {
     refuse("the float8 all-gather needs FSDP sharding, and this plan has data_parallel_shard_degree 1");
   }
-  const int data_parallel = degrees.dp_replicate * degrees.dp_shard;
+  const int data_parallel = degrees.dp_replicate() * degrees.dp_shard();
   const int nodes = world_size / gpus_per_node;
 
   std::ostringstream toml;
@@ -313,15 +316,15 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
        << "mixed_precision_reduce = \"float32\"\n"
        << "enable_cpu_offload = " << toml_bool(plan.offload.params) << "\n\n";
   toml << "[parallelism]\n"
-       << "data_parallel_replicate_degree = " << degrees.dp_replicate << "\n"
-       << "data_parallel_shard_degree = " << degrees.dp_shard << "\n"
+       << "data_parallel_replicate_degree = " << degrees.dp_replicate() << "\n"
+       << "data_parallel_shard_degree = " << degrees.dp_shard() << "\n"
        << "fsdp_reshard_after_forward = " << toml_string(reshard) << "\n"
-       << "tensor_parallel_degree = " << degrees.tp << "\n"
+       << "tensor_parallel_degree = " << degrees.tp() << "\n"
        << "disable_loss_parallel = false\n"  // shardplan's TP is PyTorch's with loss parallel (tensor_parallel.h)
-       << "pipeline_parallel_degree = " << degrees.pp << "\n"
+       << "pipeline_parallel_degree = " << degrees.pp() << "\n"
        << "pipeline_parallel_schedule = \"1F1B\"\n"
-       << "context_parallel_degree = " << degrees.cp << "\n"
-       << "expert_parallel_degree = " << degrees.ep << "\n\n";
+       << "context_parallel_degree = " << degrees.cp() << "\n"
+       << "expert_parallel_degree = " << degrees.ep() << "\n\n";
   toml << "[activation_checkpoint]\n"
        << "mode = " << toml_string(checkpointing.mode) << "\n";
   if (!checkpointing.selective_ac_option.empty()) {

@@ -7,23 +7,11 @@
 #include "model_spec.h"
 #include "plan.h"
 #include "plan_export.h"
+#include "parallel_dims.h"
 #include "search.h"
 #include "training.h"
 
 namespace shardplan {
-
-// torchtitan's parallel degrees (torchtitan/distributed/parallel_dims.py ParallelDims: dp_replicate × dp_shard × cp ×
-// tp × pp = world, ep carved out of dp_shard × cp). The writer takes them as one value so that the project's
-// ParallelDims (issue 33) can stand in for it; until plans carry context and pipeline parallelism, cp = pp = 1.
-struct TorchtitanDegrees {
-  int dp_replicate = 1;
-  int dp_shard = 1;
-  int cp = 1;
-  int tp = 1;
-  int pp = 1;
-  int ep = 1;
-  int world_size() const { return dp_replicate * dp_shard * cp * tp * pp; }
-};
 
 // torchtitan's [model] name and flavor for a shardplan preset (the flavor tables in torchtitan/models/<name>/
 // __init__.py); an empty name where torchtitan defines no model of that shape.
@@ -33,8 +21,11 @@ struct TorchtitanModel {
 };
 TorchtitanModel torchtitan_model(const std::string& preset);
 
-// The degrees `plan` runs with on `world_size` ranks. InputError, one line, when its sharding has no torchtitan form.
-TorchtitanDegrees torchtitan_degrees(const Plan& plan, int world_size, int gpus_per_node);
+// The degrees `plan` runs with on `world_size` ranks, as torchtitan's [parallelism] names them: the plan's
+// ParallelDims (parallel_dims, Note [ParallelDims]) with its data-parallel ranks split into dp_replicate × dp_shard as
+// its sharding strategy replicates and shards them (HSDP: replicas × shard group; DDP: all replicas). InputError, one
+// line, when its sharding has no torchtitan form.
+ParallelDims torchtitan_degrees(const Plan& plan, int world_size, int gpus_per_node);
 
 // Before `plan --export torchtitan` searches: InputError, one line, for a model or training setting torchtitan cannot
 // run as planned (Note [What torchtitan runs] in export_torchtitan.cpp), so a refused export prints and writes nothing.

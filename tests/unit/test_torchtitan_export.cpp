@@ -46,20 +46,20 @@ TEST_CASE("torchtitan export: a one-unit-per-block FSDP plan becomes torchtitan'
 
 TEST_CASE("torchtitan export: degrees multiply to the world for FSDP, HSDP, TP and DDP") {
   const ModelSpec model = preset_model("llama3-8b");
-  const TorchtitanDegrees hsdp = torchtitan_degrees(torchtitan_plan(model, 1, "hybrid_shard", 16), 16, 8);
-  CHECK(hsdp.dp_replicate == 2);
-  CHECK(hsdp.dp_shard == 8);
+  const ParallelDims hsdp = torchtitan_degrees(torchtitan_plan(model, 1, "hybrid_shard", 16), 16, 8);
+  CHECK(hsdp.dp_replicate() == 2);
+  CHECK(hsdp.dp_shard() == 8);
   CHECK(hsdp.world_size() == 16);
   Plan tp = torchtitan_plan(model, 1, "full_shard", 8);
   tp.tensor_parallel_degree = 2;
-  const TorchtitanDegrees tp_degrees = torchtitan_degrees(tp, 8, 8);
-  CHECK(tp_degrees.tp == 2);
-  CHECK(tp_degrees.dp_shard == 4);
-  CHECK(tp_degrees.cp == 1);
-  CHECK(tp_degrees.pp == 1);
-  const TorchtitanDegrees ddp = torchtitan_degrees(torchtitan_plan(model, 1, "no_shard"), 8, 8);
-  CHECK(ddp.dp_replicate == 8);
-  CHECK(ddp.dp_shard == 1);
+  const ParallelDims tp_degrees = torchtitan_degrees(tp, 8, 8);
+  CHECK(tp_degrees.tp() == 2);
+  CHECK(tp_degrees.dp_shard() == 4);
+  CHECK(tp_degrees.cp() == 1);
+  CHECK(tp_degrees.pp() == 1);
+  const ParallelDims ddp = torchtitan_degrees(torchtitan_plan(model, 1, "no_shard"), 8, 8);
+  CHECK(ddp.dp_replicate() == 8);
+  CHECK(ddp.dp_shard() == 1);
   CHECK(contains(export_torchtitan(torchtitan_plan(model, 1, "shard_grad_op"), model, 8, 8).contents,
                  "fsdp_reshard_after_forward = \"never\"\n"));
 }
