@@ -1,6 +1,6 @@
 // Tests of the StarCoder2, Falcon, Cohere, InternLM2, gpt-oss and Gemma 3 multimodal imports (issue 35): exact counts
 // against the released checkpoints' stored totals, the module paths and shapes that differ from llama's, Note [Sliding-window attention]'s
-// compute, and the one-line refusals (ALiBi, gpt-oss layer patterns, mismatched StarCoder2 dropouts).
+// compute, and the one-line refusals (ALiBi, gpt-oss layer kinds, mismatched StarCoder2 dropouts).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -222,9 +222,9 @@ TEST_CASE("hf gpt-oss: biased router and experts, attention sinks, alternating w
   document["num_local_experts"] = 128;
   document.erase("layer_types");  // GptOssConfig's default: alternating, sliding first
   CHECK(from_document(document).param_count() == 116'829'156'672);
-  // A pattern other than every layer sliding or alternating is refused in one line.
+  // An unknown layer kind is refused in one line (any list of the two kinds is read: test_hf_sliding_window.cpp).
   document = read_json_file("examples/hf/gpt-oss-20b.json");
-  document["layer_types"][1] = "sliding_attention";
+  document["layer_types"][1] = "chunked_attention";
   const std::string message = error_of(document);
   CHECK(message.find("field 'layer_types'") != std::string::npos);
   CHECK(message.find('\n') == std::string::npos);
