@@ -66,6 +66,8 @@ constexpr KnownArchitecture kOtherImporters[] = {
     {"SiglipVisionModel", "siglip_vision_model", HfKind::llama},
     {"LlavaForConditionalGeneration", "llava", HfKind::llama},
     {"Gemma3ForConditionalGeneration", "gemma3", HfKind::llama},
+    {"Qwen2VLForConditionalGeneration", "qwen2_vl", HfKind::llama},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", HfKind::llama},
 };
 
 std::string supported_list(std::string_view KnownArchitecture::*member) {

@@ -100,7 +100,9 @@ TEST_CASE("hf sliding windows: attention FLOPs of a windowed layer, full ones un
         doctest::Approx(block.flops.matmul_flops_per_token + per_position * s));
   CHECK(masked_attention_share(16384, 4096, true) == doctest::Approx(0.25 - 1.0 / 32));
   CHECK(masked_attention_share(16384, 0, true) == 0.5);
-  CHECK(masked_attention_share(16384, 4096, false) == 1.0);
+  CHECK(masked_attention_share(16384, 0, false) == 1.0);
+  // Not causal, a window is a block of 4096 tokens among themselves (Qwen2.5-VL's vision windows): 4096/16384 of s².
+  CHECK(masked_attention_share(16384, 4096, false) == 0.25);
 }
 
 TEST_CASE("hf Falcon: fused query_key_value, multi-query and grouped heads, parallel blocks, the released counts") {
