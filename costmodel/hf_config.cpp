@@ -68,6 +68,8 @@ constexpr KnownArchitecture kOtherImporters[] = {
     {"Gemma3ForConditionalGeneration", "gemma3", HfKind::llama},
     {"Qwen2VLForConditionalGeneration", "qwen2_vl", HfKind::llama},
     {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", HfKind::llama},
+    {"Llama4ForConditionalGeneration", "llama4", HfKind::llama},
+    {"Llama4ForCausalLM", "llama4_text", HfKind::llama},
 };
 
 std::string supported_list(std::string_view KnownArchitecture::*member) {

@@ -194,7 +194,8 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
                           "ViTForImageClassification, "
                           "CLIPVisionModel, SiglipVisionModel, LlavaForConditionalGeneration, "
                           "Gemma3ForConditionalGeneration, Qwen2VLForConditionalGeneration, "
-                          "Qwen2_5_VLForConditionalGeneration)"));
+                          "Qwen2_5_VLForConditionalGeneration, Llama4ForConditionalGeneration, "
+                          "Llama4ForCausalLM)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
   document["architectures"] = nlohmann::json::array({"LlamaForSequenceClassification"});
