@@ -65,10 +65,13 @@ void check_architecture(const DecoderArchitecture& arch, const std::string& orig
     throw InputError(origin + ": field 'family': expected 'llama' for two-matrix MLPs, fused q/k/v, sliding windows, "
                      "attention sinks and bias-free LayerNorms (they shape llama's block)");
   }
-  if (arch.sliding_window < 0 || arch.sliding_window > limits::kMaxPositions || arch.full_attention_every < 0 ||
-      arch.full_attention_every > limits::kMaxLayers) {
+  if (arch.sliding_window < 0 || arch.sliding_window > limits::kMaxPositions) {
     throw InputError(origin + ": field 'sliding_window': expected 0 (none) or a window of at most " +
                      std::to_string(limits::kMaxPositions) + " positions");
+  }
+  if (!arch.sliding_layers.empty() && static_cast<std::int64_t>(arch.sliding_layers.size()) != arch.num_layers) {
+    throw InputError(origin + ": field 'layer_types': expected one entry per layer (" +
+                     std::to_string(arch.num_layers) + "), got " + std::to_string(arch.sliding_layers.size()));
   }
   if (arch.parallel_norms != 1 && arch.parallel_norms != 2) {
     throw InputError(origin + ": field 'num_ln_in_parallel_attn': expected 1 or 2");

@@ -1,10 +1,25 @@
 // The per-family hooks of the Hugging Face config import: each reads its family's keys onto the llama-family base.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "json_input.h"
 #include "model_spec.h"
 
 namespace shardplan {
+
+// hf_arch_sliding.cpp. Note [Sliding-window attention]: config.sliding_window (`family_default` when the key is
+// absent, as the family's config class defaults it; 0 when null) ...
+std::int64_t read_nullable_window(const JsonObjectReader& config, std::int64_t family_default);
+// ... and which layers slide: layer_types when the config lists them, else `family_pattern(layer index)` as the
+// family's config class derives the list. A null window (0) leaves every layer full.
+void read_sliding_layers(const JsonObjectReader& config, DecoderArchitecture& arch, std::int64_t window,
+                         const std::function<bool(std::int64_t)>& family_pattern);
+// MistralForCausalLM (family_default 4096) and MixtralForCausalLM (0): one window on every layer.
+void read_every_layer_window(const JsonObjectReader& config, DecoderArchitecture& arch, std::int64_t family_default);
+// Qwen2ForCausalLM: use_sliding_window, sliding_window, max_window_layers, layer_types.
+void read_qwen2_window(const JsonObjectReader& config, DecoderArchitecture& arch);
 
 // hf_arch_moe.cpp. MixtralForCausalLM: num_local_experts, num_experts_per_tok, intermediate_size (each expert's).
 void read_mixtral_moe(const JsonObjectReader& config, DecoderArchitecture& arch);
@@ -25,8 +40,9 @@ void read_olmo2(const JsonObjectReader& config, DecoderArchitecture& arch);
 // change no tensor, read for their ranges.
 void read_granite_scalars(const JsonObjectReader& config);
 
-// hf_arch_gemma.cpp. Gemma2ForCausalLM, Gemma3ForCausalLM (text): sandwich norms, final_logit_softcapping.
-void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch);
+// hf_arch_gemma.cpp. Gemma2ForCausalLM, Gemma3ForCausalLM (text): sandwich norms, final_logit_softcapping, local
+// (sliding-window) layers alternating with global ones (Gemma 2) or five of six (Gemma 3: sliding_window_pattern).
+void read_gemma(const JsonObjectReader& config, DecoderArchitecture& arch, bool gemma3);
 
 // hf_arch_deepseek.cpp. DeepseekV2ForCausalLM, DeepseekV3ForCausalLM: Multi-head Latent Attention (q_lora_rank,
 // kv_lora_rank, qk_nope/qk_rope/v head dims) and the DeepSeekMoE MLP (n_routed_experts, n_shared_experts,

@@ -2,9 +2,6 @@
 #include "hf_arch.h"
 
 #include <string>
-#include <vector>
-
-#include "input_limits.h"
 
 namespace shardplan {
 
@@ -43,39 +40,10 @@ void read_gpt_oss(const JsonObjectReader& config, DecoderArchitecture& arch) {
   (void)config.non_negative_number("router_aux_loss_coef", 0.9);
   (void)config.boolean("output_router_logits", false);
   if (config.has("swiglu_limit")) (void)config.number_in_range("swiglu_limit", 0.0, 1e6);
-  const std::int64_t window =
-      config.has("sliding_window") && !config.raw().at("sliding_window").is_null()
-          ? config.int_in_range("sliding_window", 1, limits::kMaxPositions)
-          : 0;
-  // layer_types: which layers slide. shardplan models every k-th layer full (DecoderArchitecture::
-  // full_attention_every), k = 2 for gpt-oss's alternation; any other list is refused.
-  std::vector<bool> sliding;
-  if (config.has("layer_types") && !config.raw().at("layer_types").is_null()) {
-    for (const auto& entry : config.array("layer_types")) {
-      if (!entry.is_string() || (entry != "sliding_attention" && entry != "full_attention")) {
-        config.fail("layer_types", "a list of 'sliding_attention' and 'full_attention'");
-      }
-      sliding.push_back(entry == "sliding_attention");
-    }
-    if (static_cast<std::int64_t>(sliding.size()) != arch.num_layers) {
-      config.fail("layer_types", "one entry per layer (" + std::to_string(arch.num_layers) + ")");
-    }
-  } else {  // GptOssConfig: "sliding_attention" if bool((i + 1) % 2) else "full_attention"
-    for (std::int64_t i = 0; i < arch.num_layers; ++i) sliding.push_back((i + 1) % 2 != 0);
-  }
-  bool any_sliding = false;
-  for (const bool slides : sliding) any_sliding = any_sliding || slides;
-  if (!any_sliding) return;  // every layer attends in full
-  if (window == 0) config.fail("sliding_window", "a window for the 'sliding_attention' layers");
-  arch.sliding_window = window;
-  for (const std::int64_t every : {std::int64_t{0}, std::int64_t{2}}) {
-    arch.full_attention_every = every;
-    bool matches = true;
-    for (std::int64_t i = 0; i < arch.num_layers; ++i) matches = matches && arch.is_sliding_layer(i) == sliding[i];
-    if (matches) return;
-  }
-  config.fail("layer_types", "every layer sliding or sliding and full alternating, sliding first (other patterns "
-                             "are not modelled)");
+  // layer_types: which layers slide; GptOssConfig's default: "sliding_attention" if bool((i + 1) % 2) else
+  // "full_attention" (alternating, sliding first).
+  read_sliding_layers(config, arch, read_nullable_window(config, 128),
+                      [](std::int64_t i) { return (i + 1) % 2 != 0; });
 }
 
 }  // namespace shardplan

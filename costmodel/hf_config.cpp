@@ -66,6 +66,10 @@ constexpr KnownArchitecture kOtherImporters[] = {
     {"SiglipVisionModel", "siglip_vision_model", HfKind::llama},
     {"LlavaForConditionalGeneration", "llava", HfKind::llama},
     {"Gemma3ForConditionalGeneration", "gemma3", HfKind::llama},
+    {"Qwen2VLForConditionalGeneration", "qwen2_vl", HfKind::llama},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", HfKind::llama},
+    {"Llama4ForConditionalGeneration", "llama4", HfKind::llama},
+    {"Llama4ForCausalLM", "llama4_text", HfKind::llama},
 };
 
 std::string supported_list(std::string_view KnownArchitecture::*member) {
@@ -240,13 +244,21 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   reject_unmodelled_shape_fields(config, kind);
   // Each family's own keys (hf_arch.h).
   switch (kind) {
-    case HfKind::mixtral: read_mixtral_moe(config, arch); break;
+    case HfKind::mistral: read_every_layer_window(config, arch, 4096); break;
+    case HfKind::mixtral:
+      read_mixtral_moe(config, arch);
+      read_every_layer_window(config, arch, 0);
+      break;
+    case HfKind::qwen2: read_qwen2_window(config, arch); break;
     case HfKind::qwen2_moe: read_qwen2_moe(config, arch); break;
     case HfKind::qwen3_moe: read_qwen3_moe(config, arch); [[fallthrough]];
     case HfKind::qwen3: arch.qk_norm = true; break;  // Qwen3Attention: q_norm, k_norm
     case HfKind::phi3: arch.fused_projections = true; break;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
-    case HfKind::gemma3_text: arch.qk_norm = true; [[fallthrough]];  // Gemma3Attention: q_norm, k_norm
-    case HfKind::gemma2: read_gemma(config, arch); break;
+    case HfKind::gemma3_text:
+      arch.qk_norm = true;  // Gemma3Attention: q_norm, k_norm
+      read_gemma(config, arch, true);
+      break;
+    case HfKind::gemma2: read_gemma(config, arch, false); break;
     case HfKind::deepseek_v2: read_deepseek(config, arch, false); break;
     case HfKind::deepseek_v3: read_deepseek(config, arch, true); break;
     case HfKind::olmo2: read_olmo2(config, arch); break;

@@ -1,6 +1,8 @@
 // The preset table: hyper-parameters from each model's published Hugging Face config.json or paper.
 #include "model_presets.h"
 
+#include <optional>
+
 #include "decoder_builder.h"
 #include "hf_config.h"
 #include "errors.h"
@@ -79,10 +81,15 @@ nlohmann::json qwen3(std::int64_t hidden, std::int64_t intermediate, std::int64_
           {"tie_word_embeddings", tie}};
 }
 
-nlohmann::json mistral(std::int64_t vocab) {
-  return {{"architectures", nlohmann::json::array({"MistralForCausalLM"})}, {"vocab_size", vocab},   {"hidden_size", 4096},
-          {"intermediate_size", 14336},             {"num_hidden_layers", 32}, {"num_attention_heads", 32},
-          {"num_key_value_heads", 8},               {"max_position_embeddings", 32768}};
+// Mistral-7B-v0.1 slides a 4096-token window over every layer; v0.3's config.json names sliding_window null
+// (Note [Sliding-window attention]).
+nlohmann::json mistral(std::int64_t vocab, std::optional<std::int64_t> sliding_window) {
+  nlohmann::json config = {{"architectures", nlohmann::json::array({"MistralForCausalLM"})}, {"vocab_size", vocab},
+                           {"hidden_size", 4096},        {"intermediate_size", 14336},
+                           {"num_hidden_layers", 32},    {"num_attention_heads", 32},
+                           {"num_key_value_heads", 8},   {"max_position_embeddings", 32768}};
+  config["sliding_window"] = sliding_window ? nlohmann::json(*sliding_window) : nlohmann::json(nullptr);
+  return config;
 }
 
 nlohmann::json mixtral(std::int64_t hidden, std::int64_t intermediate, std::int64_t layers, std::int64_t heads,
@@ -151,11 +158,10 @@ const std::vector<ModelPreset>& model_presets() {
        hf("llama3.2-3b", llama31(3072, 8192, 28, 24, true)), 8192},
       {"llama3.3-70b", "Llama 3.3 70B, Llama 3.1 70B's shape (meta-llama/Llama-3.3-70B-Instruct config.json)",
        hf("llama3.3-70b", llama31(8192, 28672, 80, 64, false)), 8192},
-      {"mistral-7b", "Mistral 7B v0.1 (mistralai/Mistral-7B-v0.1 config.json; its 4096-token sliding window is not "
-                     "modelled)",
-       hf("mistral-7b", mistral(32000)), 8192},
+      {"mistral-7b", "Mistral 7B v0.1, 4096-token sliding window (mistralai/Mistral-7B-v0.1 config.json)",
+       hf("mistral-7b", mistral(32000, 4096)), 8192},
       {"mistral-7b-v0.3", "Mistral 7B v0.3, 32768-token vocabulary (mistralai/Mistral-7B-v0.3 config.json)",
-       hf("mistral-7b-v0.3", mistral(32768)), 8192},
+       hf("mistral-7b-v0.3", mistral(32768, std::nullopt)), 8192},
       {"mixtral-8x7b", "Mixtral 8x7B, 8 experts top-2 (mistralai/Mixtral-8x7B-v0.1 config.json)",
        hf("mixtral-8x7b", mixtral(4096, 14336, 32, 32, 32768)), 8192},
       {"mixtral-8x22b", "Mixtral 8x22B, 8 experts top-2 (mistralai/Mixtral-8x22B-v0.1 config.json)",

@@ -5,7 +5,9 @@
 
 #include "decoder_builder.h"
 #include "hf_arch_gemma3_vlm.h"
+#include "hf_arch_llama4.h"
 #include "hf_arch_llava.h"
+#include "hf_arch_qwen2_vl.h"
 #include "hf_arch_vision.h"
 #include "hf_config.h"
 #include "hf_hub_cache.h"
@@ -22,6 +24,8 @@ ModelSpec load_model(const std::string& model_argument) {
     if (is_hf_vision_config(document)) return vision_model_from_hf_config(document, "hf-model", origin);
     if (is_hf_llava_config(document)) return llava_model_from_hf_config(document, "hf-model", origin);
     if (is_hf_gemma3_vlm_config(document)) return gemma3_vlm_model_from_hf_config(document, "hf-model", origin);
+    if (is_hf_qwen2_vl_config(document)) return qwen2_vl_model_from_hf_config(document, "hf-model", origin);
+    if (is_hf_llama4_config(document)) return llama4_model_from_hf_config(document, "hf-model", origin);
     if (looks_like_hf_config(document)) {
       ModelSpec model = build_decoder("", architecture_from_hf_config(document, origin), origin);
       if (model.name.empty()) model.name = "hf-model";
@@ -66,6 +70,12 @@ ModelSpec load_model_file(const std::string& model_argument, const std::string& 
   }
   if (is_hf_gemma3_vlm_config(document)) {
     return gemma3_vlm_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
+  }
+  if (is_hf_qwen2_vl_config(document)) {
+    return qwen2_vl_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
+  }
+  if (is_hf_llama4_config(document)) {
+    return llama4_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
   }
   if (looks_like_hf_config(document)) {
     const DecoderArchitecture arch = architecture_from_hf_config(document, model_argument);

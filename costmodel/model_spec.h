@@ -234,12 +234,15 @@ struct DecoderArchitecture {
   enum class Naming { llama, starcoder2, falcon, internlm2 };
   Naming naming = Naming::llama;
   // Note [Sliding-window attention]: layers whose queries attend to the last `sliding_window` positions only (0:
-  // none). full_attention_every k > 0: every k-th layer (index % k == k - 1) attends in full (gpt-oss's layer_types
-  // alternate sliding and full: k = 2); 0: every layer slides (StarCoder2).
+  // none). sliding_layers[i]: whether layer i slides, one entry per layer, as transformers' layer_types lists them
+  // ("sliding_attention" / "full_attention": gpt-oss and Gemma 2 alternate, Gemma 3 slides five of six, Qwen2 from
+  // max_window_layers on); empty: every layer slides (StarCoder2, Mistral).
   std::int64_t sliding_window = 0;
-  std::int64_t full_attention_every = 0;
+  std::vector<bool> sliding_layers;
   bool is_sliding_layer(std::int64_t index) const {
-    return sliding_window > 0 && (full_attention_every == 0 || index % full_attention_every != full_attention_every - 1);
+    return sliding_window > 0 &&
+           (sliding_layers.empty() ||
+            (static_cast<std::size_t>(index) < sliding_layers.size() && sliding_layers[static_cast<std::size_t>(index)]));
   }
   // gpt-oss: one learned logit per query head per layer (self_attn.sinks) joins each softmax's denominator.
   bool attention_sinks = false;

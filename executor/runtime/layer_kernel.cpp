@@ -51,8 +51,8 @@ DecoderDims decoder_dims(const ModelSpec& model) {
                      "supported by the runtime yet");
   }
   if (arch.sliding_window != 0 || arch.attention_sinks) {
-    throw InputError(origin + ": sliding-window attention and attention sinks (StarCoder2, gpt-oss) are not supported "
-                     "by the runtime yet");
+    throw InputError(origin + ": sliding-window attention (StarCoder2, gpt-oss, Mistral v0.1, Gemma 2/3, Qwen2 with "
+                     "use_sliding_window) and attention sinks (gpt-oss) are not supported by the runtime yet");
   }
   if (arch.explicit_head_dim != 0 || arch.qk_norm) {
     throw InputError(origin + ": a head_dim other than hidden_size / num_heads and q/k norms are not supported by the "

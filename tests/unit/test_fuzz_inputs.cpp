@@ -18,7 +18,9 @@
 #include "fuzz_mutations.h"
 #include "hardware_catalog.h"
 #include "hf_arch_gemma3_vlm.h"
+#include "hf_arch_llama4.h"
 #include "hf_arch_llava.h"
+#include "hf_arch_qwen2_vl.h"
 #include "hf_arch_vision.h"
 #include "hf_config.h"
 #include "json_input.h"
@@ -83,6 +85,10 @@ void load_model_document(const json& document, const std::string& origin) {
     shardplan::llava_model_from_hf_config(document, "fuzz", origin);
   } else if (shardplan::is_hf_gemma3_vlm_config(document)) {
     shardplan::gemma3_vlm_model_from_hf_config(document, "fuzz", origin);
+  } else if (shardplan::is_hf_qwen2_vl_config(document)) {
+    shardplan::qwen2_vl_model_from_hf_config(document, "fuzz", origin);
+  } else if (shardplan::is_hf_llama4_config(document)) {
+    shardplan::llama4_model_from_hf_config(document, "fuzz", origin);
   } else if (shardplan::looks_like_hf_config(document)) {
     const auto arch = shardplan::architecture_from_hf_config(document, origin);
     shardplan::build_decoder("fuzz", arch, origin);

@@ -193,7 +193,9 @@ TEST_CASE("hf: unsupported architecture names the field and lists the supported 
                           "FalconForCausalLM, CohereForCausalLM, InternLM2ForCausalLM, GptOssForCausalLM, ViTModel, "
                           "ViTForImageClassification, "
                           "CLIPVisionModel, SiglipVisionModel, LlavaForConditionalGeneration, "
-                          "Gemma3ForConditionalGeneration)"));
+                          "Gemma3ForConditionalGeneration, Qwen2VLForConditionalGeneration, "
+                          "Qwen2_5_VLForConditionalGeneration, Llama4ForConditionalGeneration, "
+                          "Llama4ForCausalLM)"));
 
   // A llama body with another head is a different model, not silently a causal LM.
   document["architectures"] = nlohmann::json::array({"LlamaForSequenceClassification"});

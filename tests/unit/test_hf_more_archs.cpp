@@ -1,6 +1,6 @@
 // Tests of the StarCoder2, Falcon, Cohere, InternLM2, gpt-oss and Gemma 3 multimodal imports (issue 35): exact counts
 // against the released checkpoints' stored totals, the module paths and shapes that differ from llama's, Note [Sliding-window attention]'s
-// compute, and the one-line refusals (ALiBi, gpt-oss layer patterns, mismatched StarCoder2 dropouts).
+// compute, and the one-line refusals (ALiBi, gpt-oss layer kinds, mismatched StarCoder2 dropouts).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -100,7 +100,9 @@ TEST_CASE("hf sliding windows: attention FLOPs of a windowed layer, full ones un
         doctest::Approx(block.flops.matmul_flops_per_token + per_position * s));
   CHECK(masked_attention_share(16384, 4096, true) == doctest::Approx(0.25 - 1.0 / 32));
   CHECK(masked_attention_share(16384, 0, true) == 0.5);
-  CHECK(masked_attention_share(16384, 4096, false) == 1.0);
+  CHECK(masked_attention_share(16384, 0, false) == 1.0);
+  // Not causal, a window is a block of 4096 tokens among themselves (Qwen2.5-VL's vision windows): 4096/16384 of s².
+  CHECK(masked_attention_share(16384, 4096, false) == 0.25);
 }
 
 TEST_CASE("hf Falcon: fused query_key_value, multi-query and grouped heads, parallel blocks, the released counts") {
@@ -222,9 +224,9 @@ TEST_CASE("hf gpt-oss: biased router and experts, attention sinks, alternating w
   document["num_local_experts"] = 128;
   document.erase("layer_types");  // GptOssConfig's default: alternating, sliding first
   CHECK(from_document(document).param_count() == 116'829'156'672);
-  // A pattern other than every layer sliding or alternating is refused in one line.
+  // An unknown layer kind is refused in one line (any list of the two kinds is read: test_hf_sliding_window.cpp).
   document = read_json_file("examples/hf/gpt-oss-20b.json");
-  document["layer_types"][1] = "sliding_attention";
+  document["layer_types"][1] = "chunked_attention";
   const std::string message = error_of(document);
   CHECK(message.find("field 'layer_types'") != std::string::npos);
   CHECK(message.find('\n') == std::string::npos);
