@@ -3,7 +3,6 @@
 
 #include "finetune_apply.h"
 #include "memory_headroom.h"
-#include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
 #include "unmeasured_rates.h"
@@ -51,7 +50,7 @@ const char* term_help(const std::string& term) {
 }  // namespace
 
 EstimateResult run_estimate(const EstimateRequest& request) {
-  EstimateResult result{request, {}, {}, {}};
+  EstimateResult result{request, {}, {}};
   const int world_size = request.cluster.world_size();
   MemoryEstimate& memory = result.memory;
   validate_training(request.training, request.model);  // its errors come first, as they always have
@@ -62,10 +61,10 @@ EstimateResult run_estimate(const EstimateRequest& request) {
   Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
   plan.offload.params = request.offload_params;
   memory.grad_accumulation_steps = plan.grad_accumulation_steps;
-  result.closed_form = memory_upper_bound(plan, request.model, world_size, request.cluster.gpus_per_node,
-                                          request.profile.context_overhead_bytes);
   result.simulation = analyze_step(request.model, request.cluster, request.profile, plan, false).simulation.summary;
-  memory.breakdown = breakdown_from_categories(result.simulation.memory_at_peak, result.closed_form.padding_elements);
+  // The padding is the lowering's own: the unit sizes it allocates (unit_layout.h).
+  const std::vector<UnitLayout> layouts = unit_layouts(plan, request.model, world_size, request.cluster.gpus_per_node);
+  memory.breakdown = breakdown_from_categories(result.simulation.memory_at_peak, padding_elements(layouts));
   if (request.model_states_only) {
     MemoryBreakdown states;
     states.sharded_params_bytes = result.memory.breakdown.sharded_params_bytes;

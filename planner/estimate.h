@@ -32,7 +32,6 @@ struct EstimateRequest {
 struct EstimateResult {
   EstimateRequest request;
   MemoryEstimate memory;           // breakdown = the simulated peak of the default plan; layout and units as resolved
-  MemoryBreakdown closed_form;     // memory_upper_bound of the same plan (Note [Closed-form bound]); not printed
   SimulationSummary simulation;    // the step the peak was taken from
   // The one verdict (Note [Memory headroom]): the device peak (reserved + overhead; with --model-states-only the
   // states' total) within the capacity less the headroom.

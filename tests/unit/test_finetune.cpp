@@ -10,7 +10,6 @@
 #include "finetune_apply.h"
 #include "host_memory.h"
 #include "lowering.h"
-#include "memory_bound.h"
 #include "model_presets.h"
 #include "pass_kernels.h"
 #include "search.h"
@@ -217,8 +216,6 @@ TEST_CASE("finetune: QLoRA of llama2-70b on 2 x RTX4090 with CPU offload, as ans
           << static_cast<double>(cluster.gpu.memory_bytes) / gib << " GiB at " << summary.peak_op << "; host "
           << static_cast<double>(host.per_node_bytes) / gib << " GiB per node; step " << summary.step_time_s << " s");
   CHECK(summary.peak_memory_bytes <= cluster.gpu.memory_bytes);  // it fits, as answer.ai states
-  const MemoryBreakdown bound = memory_upper_bound(s.plan, s.model, 2, 2, profile.context_overhead_bytes);
-  CHECK(bound.total_bytes() >= summary.peak_memory_bytes);
 }
 
 // tiny-llama (vocabulary 256, hidden 128, intermediate 352, kv 64, 4 blocks) with its embedding frozen, on 2 ranks
