@@ -20,10 +20,14 @@ TEST_CASE("memory: units and padding to a multiple of the shard group") {
   CHECK(units[0].is_root);
   CHECK(units[0].param_count == 1002 + 10 + 1000);  // the layers no unit covers
   CHECK(units[2].param_count == 6001);
-  CHECK(units[2].padded_count(4) == 6004);          // right-padded: 3 elements
-  CHECK(units[2].shard_count(4) == 1501);
-  CHECK(units[1].padded_count(4) == 4000);          // already a multiple: no padding
-  CHECK(units[2].padded_count(1) == 6001);
+  const TrainingConfig training = hand_training("bf16-mixed");
+  const auto on_4 = unit_layouts(hand_plan(model, StrategyKind::full_shard, 4, training), model, 4, 4);
+  CHECK(on_4[2].padded_elements == 6004);  // right-padded: 3 elements
+  CHECK(on_4[2].shard_elements == 1501);
+  CHECK(on_4[1].padded_elements == 4000);  // already a multiple: no padding
+  CHECK(padding_elements(on_4) == 3);
+  const auto on_1 = unit_layouts(hand_plan(model, StrategyKind::full_shard, 1, training), model, 1, 1);
+  CHECK(on_1[2].padded_elements == 6001);
 }
 
 // Units: root 2012 (emb, norm, head), b0 4000, b1 6001 → 6004 padded, b2 5000. FSDP's plan keeps the root gathered,
