@@ -14,8 +14,7 @@
 
 namespace shardplan {
 
-// Per-rank bytes at the peak of a training step, by term: a simulated or measured peak (breakdown_from_categories),
-// or the closed-form bound on it (memory_bound.h in planner/).
+// Per-rank bytes at the peak of a training step, by term: a simulated or measured peak (breakdown_from_categories).
 struct MemoryBreakdown {
   std::int64_t sharded_params_bytes = 0;    // this rank's parameter shard (the whole set when replicated)
   std::int64_t sharded_grads_bytes = 0;     // this rank's accumulated gradient shard (the whole when replicated)

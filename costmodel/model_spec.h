@@ -30,6 +30,7 @@ struct TensorSpec {
   std::string name;
   std::vector<std::int64_t> shape;
   std::int64_t element_count() const;
+  bool operator==(const TensorSpec&) const = default;
 };
 
 // Forward FLOPs of one token of one sequence: matmul_flops_per_token + attention_flops_per_token_per_position × s.
@@ -167,6 +168,7 @@ struct LayerSpec {
   // materialised, the loss's fp32 logits; 0 where the layer has no kernel description (explicit model files).
   double largest_tensor_bytes_per_token(std::int64_t seq_len, int activation_element_bytes,
                                         AttentionActivations attention) const;
+  bool operator==(const LayerSpec&) const = default;
 };
 
 // The architecture a model was built from, kept for the executor (which builds real layers) and for exports.

@@ -7,11 +7,6 @@
 
 namespace shardplan {
 
-std::int64_t UnitInfo::padded_count(int shard_group) const {
-  const std::int64_t group = std::max(shard_group, 1);
-  return (param_count + group - 1) / group * group;
-}
-
 Wrapping wrap_blocks(const ModelSpec& model, std::size_t n) {
   Wrapping wrapping;
   std::size_t index = 0;

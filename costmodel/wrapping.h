@@ -29,10 +29,8 @@ struct UnitInfo {
   std::vector<std::size_t> layers;  // in model order
   std::int64_t param_count = 0;
   bool is_root = false;
-  // Elements of the unit's flat parameter after right-padding to a multiple of `shard_group` (FSDP1's FlatParameter
-  // pads so every rank owns an equal, contiguous shard: torch/distributed/fsdp/_flat_param.py, _get_shard).
-  std::int64_t padded_count(int shard_group) const;
-  std::int64_t shard_count(int shard_group) const { return padded_count(shard_group) / shard_group; }
+  // Its padding and shards are the lowering's (planner/unit_layout.h, UnitLayout::padded_elements), the one padding
+  // rule: FSDP2 pads each dtype group of a fine-tuned unit on its own.
 };
 
 Wrapping wrap_per_block(const ModelSpec& model);               // one unit per transformer block

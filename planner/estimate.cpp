@@ -3,7 +3,6 @@
 
 #include "finetune_apply.h"
 #include "memory_headroom.h"
-#include "memory_bound.h"
 #include "plan.h"
 #include "step_analysis.h"
 #include "unmeasured_rates.h"
@@ -62,10 +61,10 @@ EstimateResult run_estimate(const EstimateRequest& request) {
   Plan plan = default_plan(request.model, request.training, request.strategy, request.wrapping, world_size);
   plan.offload.params = request.offload_params;
   memory.grad_accumulation_steps = plan.grad_accumulation_steps;
-  result.closed_form = memory_upper_bound(plan, request.model, world_size, request.cluster.gpus_per_node,
-                                          request.profile.context_overhead_bytes);
   result.simulation = analyze_step(request.model, request.cluster, request.profile, plan, false).simulation.summary;
-  memory.breakdown = breakdown_from_categories(result.simulation.memory_at_peak, result.closed_form.padding_elements);
+  // The padding is the lowering's own: the unit sizes it allocates (unit_layout.h).
+  result.layouts = unit_layouts(plan, request.model, world_size, request.cluster.gpus_per_node);
+  memory.breakdown = breakdown_from_categories(result.simulation.memory_at_peak, padding_elements(result.layouts));
   if (request.model_states_only) {
     MemoryBreakdown states;
     states.sharded_params_bytes = result.memory.breakdown.sharded_params_bytes;
@@ -115,9 +114,10 @@ nlohmann::json to_json(const EstimateResult& result) {
                              {"optimizer_shard_group", memory.layout.optimizer_group},
                              {"reshard_after_forward", memory.layout.reshard_after_forward}};
   nlohmann::json units = nlohmann::json::array();
-  for (const auto& unit : memory.units) {
+  for (std::size_t id = 0; id < memory.units.size(); ++id) {
+    const UnitInfo& unit = memory.units[id];
     units.push_back({{"name", unit.name}, {"layers", unit.layers.size()}, {"params", unit.param_count},
-                     {"padded_params", unit.padded_count(memory.layout.param_group)}, {"root", unit.is_root}});
+                     {"padded_params", result.layouts[id].padded_elements}, {"root", unit.is_root}});
   }
   // Per layer, what the memory model and the FLOP count read of it under this training config: the module path, the
   // forward FLOPs per token (causal skipping where the layer is causal and the kernel is flash), and the bytes it keeps

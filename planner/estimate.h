@@ -12,6 +12,7 @@
 #include "sharding.h"
 #include "simulator.h"
 #include "training.h"
+#include "unit_layout.h"
 #include "wrapping.h"
 
 namespace shardplan {
@@ -32,8 +33,8 @@ struct EstimateRequest {
 struct EstimateResult {
   EstimateRequest request;
   MemoryEstimate memory;           // breakdown = the simulated peak of the default plan; layout and units as resolved
-  MemoryBreakdown closed_form;     // memory_upper_bound of the same plan (Note [Closed-form bound]); not printed
   SimulationSummary simulation;    // the step the peak was taken from
+  std::vector<UnitLayout> layouts;  // the lowering's sizes of the plan's units (their padding), in memory.units' order
   // The one verdict (Note [Memory headroom]): the device peak (reserved + overhead; with --model-states-only the
   // states' total) within the capacity less the headroom.
   std::int64_t headroom_bytes = 0;
@@ -46,7 +47,9 @@ EstimateResult run_estimate(const EstimateRequest& request);
 
 // `shardplan.estimate/v1`: model, cluster, training, strategy, "memory" {<term>_bytes..., total_bytes (allocated),
 // reserved_peak_bytes, device_peak_bytes (≥ total_bytes), capacity_bytes, memory_headroom_bytes, fits,
-// dominant_term}, params.
+// dominant_term}, params, units [{name, layers, params, padded_params (the elements FSDP holds for the unit after
+// padding, UnitLayout::padded_elements: LoRA's adapters included, each dtype group padded on its own under FSDP2,
+// QLoRA's 4-bit weights as packed elements), root}].
 nlohmann::json to_json(const EstimateResult& result);
 std::string render_text(const EstimateResult& result);
 

@@ -111,7 +111,6 @@ FragmentTiming FragmentPlacer::place(const Fragment& fragment, const BoundarySta
   const std::size_t count = fragment.ops.size();
   placed_.resize(count);
   moments_.clear();
-  const int op_count = static_cast<int>(count);
   std::size_t next_slot = 0;
   for (std::size_t index = 0; index < count; ++index) {
     const FragmentOp& op = fragment.ops[index];  // dependencies and stream as the fragment has them
@@ -135,8 +134,9 @@ FragmentTiming FragmentPlacer::place(const Fragment& fragment, const BoundarySta
     placed_[index] = walk_.place(op.kind, op.stream, base, deps_end, nullptr, relaxation_);
     if (!inputs.with_peak) continue;
     const std::int64_t at_start = chosen->start_bytes - (op.takes_held ? inputs.held_bytes : 0);
-    if (at_start != 0) moments_.push_back({placed_[index].start_s, op_count + static_cast<int>(index), at_start});
-    if (chosen->end_bytes != 0) moments_.push_back({placed_[index].end_s, static_cast<int>(index), chosen->end_bytes});
+    const int op_id = static_cast<int>(index);
+    if (at_start != 0) moments_.push_back({{placed_[index].start_s, op_id, false}, at_start});
+    if (chosen->end_bytes != 0) moments_.push_back({{placed_[index].end_s, op_id, true}, chosen->end_bytes});
   }
   const double end_s = walk_.stream_free_s[static_cast<std::size_t>(StreamKind::compute)];
   timing.duration_s = end_s;
@@ -156,13 +156,12 @@ FragmentTiming FragmentPlacer::place(const Fragment& fragment, const BoundarySta
   timing.exact = fragment.placeable && !relaxation_.any() && profile_.overlap_collective_slowdown <= 1.0;
   if (!inputs.with_peak) return timing;
   // The peak before the next boundary: later moments belong to what follows (whose own changes this walk lacks).
-  std::sort(moments_.begin(), moments_.end(), [](const MemoryMoment& a, const MemoryMoment& b) {
-    return a.time_s != b.time_s ? a.time_s < b.time_s : a.order < b.order;
-  });
+  std::sort(moments_.begin(), moments_.end(),
+            [](const MemoryMoment& a, const MemoryMoment& b) { return applies_before(a.event, b.event); });
   std::int64_t live = fragment.live_at_start_bytes + inputs.extra_live_bytes + inputs.held_bytes;
   timing.peak_bytes = live;
   for (const MemoryMoment& moment : moments_) {
-    if (!(moment.time_s < end_s)) break;
+    if (!(moment.event.time_s < end_s)) break;
     live += moment.bytes;
     timing.peak_bytes = std::max(timing.peak_bytes, live);
   }

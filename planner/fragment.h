@@ -9,6 +9,7 @@
 
 #include "hardware_profile.h"
 #include "memory_certainty.h"
+#include "memory_walk.h"
 #include "op_placement.h"
 #include "schedule.h"
 
@@ -95,8 +96,7 @@ class FragmentPlacer {
 
  private:
   struct MemoryMoment {
-    double time_s;
-    int order;  // at equal times frees (ends) first, then starts in op order — the simulator's rule
+    MemoryEvent event;  // ordered as the simulator's walk orders its events (applies_before)
     std::int64_t bytes;
   };
   const HardwareProfile& profile_;

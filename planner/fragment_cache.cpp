@@ -13,36 +13,26 @@ namespace shardplan {
 
 namespace {
 
-// The fields of a layer the lowering reads (its name aside): two blocks that agree on them lower alike. Whole
-// structs, so a field added to LayerFlops or ActivationFootprint (a layer's causal attention) keys the cache too:
-// blocks of one model may differ in anything (Swin's stages, a vision tower beside a language model).
-bool lowers_alike(const LayerSpec& a, const LayerSpec& b) {
-  return a.kind == b.kind && a.param_count() == b.param_count() && a.tied_to_layer == b.tied_to_layer &&
-         a.finetune == b.finetune && a.flops == b.flops && a.activations == b.activations && a.kernels == b.kernels &&
-         a.moe == b.moe && a.fixed_tokens_per_sample == b.fixed_tokens_per_sample;
-}
-
 std::int64_t total_bytes(const MemoryByCategory& bytes) {
   std::int64_t total = 0;
   for (auto value : bytes) total += value;
   return total;
 }
 
-// A window layer with what the lowering reads of it: its parameters as one tensor (a layer's tensors matter only by
-// their count, and fine-tuning's split of them by its LayerFinetune), no name.
+// A window layer with what the lowering reads of it: the whole layer copied, so a field added to LayerSpec reaches
+// the windows without an edit here, less its name and with its parameters as one tensor (a layer's tensors matter
+// only by their count, and fine-tuning's split of them by its LayerFinetune).
 LayerSpec lean_layer(const LayerSpec& layer) {
-  LayerSpec lean;
-  lean.kind = layer.kind;
-  lean.tied_to_layer = layer.tied_to_layer;
-  lean.flops = layer.flops;
-  lean.activations = layer.activations;
-  lean.kernels = layer.kernels;
-  lean.finetune = layer.finetune;
-  lean.moe = layer.moe;  // Note [Expert parallelism]: the routed experts' share and the all-to-alls' payload
-  lean.fixed_tokens_per_sample = layer.fixed_tokens_per_sample;  // Note [Tokens per sample] (model_spec.h)
+  LayerSpec lean = layer;
+  lean.name.clear();
+  lean.tensors.clear();
   if (const std::int64_t params = layer.param_count(); params > 0) lean.tensors.push_back({"", {params}});
   return lean;
 }
+
+// Two blocks lower alike when their lean layers are equal: every field of LayerSpec keys the cache, so blocks of one
+// model may differ in anything (Swin's stages, a vision tower beside a language model, a causal or not attention).
+bool lowers_alike(const LayerSpec& a, const LayerSpec& b) { return lean_layer(a) == lean_layer(b); }
 
 // Whether two templates lower alike but for their per-layer checkpointing (what a FragmentCache may serve).
 bool same_knobs(const Plan& a, const Plan& b) {

@@ -41,30 +41,20 @@ std::int64_t size_class(const MemoryChange& change, const Op& op, const StepSche
   return layer < schedule.activation_tensor_bytes.size() ? schedule.activation_tensor_bytes[layer] : 0;
 }
 
-struct MemoryEvent {
-  double time_s;
-  int op_id;
-  bool is_free;  // the op's end (its frees); else its start (frees_at_start, then allocations)
-};
-
 // Note [Memory event order]: memory changes apply in time order, at equal times frees first (the caching allocator
 // reuses the block), then in op order: one total order, so every way of sorting gives the same walk. Each stream
 // runs its ops one after another (Note [Schedule order]), so a stream's events in op order are already in time
 // order — an op's start, its end, the next op's start — but where instants tie. EventMerge gathers the events per
 // stream and merges the streams' runs as it hands them out; only a run out of order (an instant op that frees and
-// allocates, tied with another) makes it sort all the events instead.
-bool before(const MemoryEvent& a, const MemoryEvent& b) {
-  if (a.time_s != b.time_s) return a.time_s < b.time_s;
-  if (a.is_free != b.is_free) return a.is_free;
-  return a.op_id < b.op_id;
-}
+// allocates, tied with another) makes it sort all the events instead. The order is applies_before (memory_walk.h),
+// which FragmentPlacer's walk of a fragment's memory sorts by too.
 
 class EventMerge {
  public:
   EventMerge(const StepSchedule& schedule, const std::vector<double>& start_s, const std::vector<double>& end_s) {
     bool sorted = true;
     const auto add = [&](std::vector<MemoryEvent>& run, const MemoryEvent& event) {
-      sorted = sorted && (run.empty() || !before(event, run.back()));
+      sorted = sorted && (run.empty() || !applies_before(event, run.back()));
       run.push_back(event);
     };
     for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
@@ -86,7 +76,7 @@ class EventMerge {
         runs_[0].insert(runs_[0].end(), runs_[stream].begin(), runs_[stream].end());
         runs_[stream].clear();
       }
-      std::sort(runs_[0].begin(), runs_[0].end(), before);
+      std::sort(runs_[0].begin(), runs_[0].end(), applies_before);
     }
     for (std::size_t stream = 0; stream < runs_.size(); ++stream) {
       if (!runs_[stream].empty()) active_[active_count_++] = stream;
@@ -101,7 +91,7 @@ class EventMerge {
       const std::size_t stream = active_[at];
       if (next_[stream] == runs_[stream].size()) continue;
       const MemoryEvent* head = &runs_[stream][next_[stream]];
-      if (first == nullptr || before(*head, *first)) {
+      if (first == nullptr || applies_before(*head, *first)) {
         first = head;
         from = stream;
       }

@@ -1,5 +1,6 @@
 // walk_memory: the simulator's memory walk — every op's allocations and frees applied in time order to the bytes by
-// category and to the caching allocator's stream pools. Internal to the simulator (simulator.cpp).
+// category and to the caching allocator's stream pools (simulator.cpp) — and the order of memory events it applies,
+// which the fragment placer's walk (fragment.cpp) applies too.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,20 @@
 #include "timeline.h"
 
 namespace shardplan {
+
+// One op's memory changes at an instant: at its start (frees_at_start, then allocations) or at its end (its frees).
+struct MemoryEvent {
+  double time_s;
+  int op_id;     // an op's index in the schedule; any numbering in schedule order orders alike
+  bool is_free;  // the op's end
+};
+
+// Note [Memory event order] (memory_walk.cpp): time, at equal times frees first, then op order.
+inline bool applies_before(const MemoryEvent& a, const MemoryEvent& b) {
+  if (a.time_s != b.time_s) return a.time_s < b.time_s;
+  if (a.is_free != b.is_free) return a.is_free;
+  return a.op_id < b.op_id;
+}
 
 struct MemoryWalk {
   std::int64_t peak_bytes = 0;  // allocated, persistent bytes included

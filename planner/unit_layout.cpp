@@ -133,6 +133,12 @@ std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, i
   return layouts;
 }
 
+std::int64_t padding_elements(const std::vector<UnitLayout>& layouts) {
+  std::int64_t padding = 0;
+  for (const UnitLayout& layout : layouts) padding += layout.padded_elements - layout.param_count;
+  return padding;
+}
+
 MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const Plan& plan,
                                    std::int64_t context_overhead_bytes) {
   MemoryByCategory persistent{};

@@ -109,6 +109,9 @@ UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec
 // Resolves every unit's strategy for the world (InputError names the unit) and computes its sizes.
 std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
 
+// Elements the units' right-padding adds to what FSDP holds (UnitLayout::padded_elements less param_count), summed.
+std::int64_t padding_elements(const std::vector<UnitLayout>& layouts);
+
 // The memory a step starts with and keeps: each unit's shards (params, grads, optimizer states — on the host instead
 // when offloaded) and the runtime overhead.
 MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const Plan& plan,

@@ -1,9 +1,16 @@
 // Small hand-built models and clusters shared by the memory-model tests, with numbers easy to compute by hand.
 #pragma once
 
-#include "memory_bound.h"
+#include <algorithm>
+
+#include "cluster.h"
+#include "hardware_profile.h"
+#include "lowering.h"
+#include "memory_model.h"
 #include "model_spec.h"
 #include "plan.h"
+#include "simulator.h"
+#include "unit_layout.h"
 
 namespace shardplan::testing {
 
@@ -73,9 +80,32 @@ inline void prefetch_two_ahead(Plan& plan) {
   }
 }
 
-// The closed-form bound of `plan` on `world` ranks of one node with 1000 bytes of context overhead.
-inline MemoryBreakdown hand_bound(const ModelSpec& model, const Plan& plan, int world) {
-  return memory_upper_bound(plan, model, world, world, 1000);
+// The simulated step of `plan` on `world` ranks of one node with 1000 bytes of context overhead, H100 rates: the
+// peak by term, and each term at its largest over the step (Note [Terms at their largest]).
+struct HandStep {
+  MemoryBreakdown peak;
+  MemoryBreakdown largest;
+};
+
+// Note [Terms at their largest]: the memory tests read the lowered step through the simulator, the one description
+// of what the step holds (planner/memory_walk.cpp); `largest` takes each category's maximum over the walk's samples,
+// so a term is checked where it is largest even when the total peaks elsewhere.
+inline HandStep hand_step(const ModelSpec& model, const Plan& plan, int world) {
+  HardwareProfile profile = profile_from_cluster(parse_cluster("8xH100-80GB", HardwareCatalog::builtin()));
+  profile.context_overhead_bytes = 1000;
+  LoweringOptions options;
+  options.world_size = world;
+  options.gpus_per_node = world;
+  options.context_overhead_bytes = profile.context_overhead_bytes;
+  const SimulationResult result = simulate(lower_plan(plan, model, options), profile, true);
+  const std::int64_t padding = padding_elements(unit_layouts(plan, model, world, world));
+  MemoryByCategory largest{};
+  for (const MemorySample& sample : result.timeline.memory) {
+    for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+      largest[category] = std::max(largest[category], sample.bytes[category]);
+    }
+  }
+  return {breakdown_from_categories(result.summary.memory_at_peak, padding), breakdown_from_categories(largest, padding)};
 }
 
 }  // namespace shardplan::testing

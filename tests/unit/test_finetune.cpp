@@ -7,10 +7,10 @@
 
 #include "cluster.h"
 #include "errors.h"
+#include "estimate.h"
 #include "finetune_apply.h"
 #include "host_memory.h"
 #include "lowering.h"
-#include "memory_bound.h"
 #include "model_presets.h"
 #include "pass_kernels.h"
 #include "search.h"
@@ -217,8 +217,6 @@ TEST_CASE("finetune: QLoRA of llama2-70b on 2 x RTX4090 with CPU offload, as ans
           << static_cast<double>(cluster.gpu.memory_bytes) / gib << " GiB at " << summary.peak_op << "; host "
           << static_cast<double>(host.per_node_bytes) / gib << " GiB per node; step " << summary.step_time_s << " s");
   CHECK(summary.peak_memory_bytes <= cluster.gpu.memory_bytes);  // it fits, as answer.ai states
-  const MemoryBreakdown bound = memory_upper_bound(s.plan, s.model, 2, 2, profile.context_overhead_bytes);
-  CHECK(bound.total_bytes() >= summary.peak_memory_bytes);
 }
 
 // tiny-llama (vocabulary 256, hidden 128, intermediate 352, kv 64, 4 blocks) with its embedding frozen, on 2 ranks
@@ -336,5 +334,39 @@ TEST_CASE("finetune: FSDP1 with use_orig_params=False refuses LoRA and keeps fro
     if (unit.is_root) continue;
     // blocks 0-4 are layers 1-5: a unit is on one side of layer 6
     CHECK((unit.layers.end <= 6 || unit.layers.begin >= 6));
+  }
+}
+
+// Note [Frozen parameters in FSDP] (unit_layout.h): FSDP2 pads a fine-tuned unit per dtype group. tiny-llama under
+// LoRA r=8 on q_proj and v_proj (PEFT's default for Llama): a block keeps its 184,576 base weights frozen and trains
+// 8·(128 + 128) + 8·(128 + 64) = 3,584 adapter elements. On 3 ranks FSDP2 pads 3,584 → 3,585 and 184,576 → 184,578:
+// 188,163 elements held, 3 of them padding. estimate's per-unit padded_params used a second rule (the base weights
+// padded as one: 184,578, adapters left out) that disagreed with its own padding_elements; it now reports the
+// lowering's sizes, so the units add up to it. FSDP1 flattens all 188,160 into one FlatParameter, a multiple of 3.
+TEST_CASE("finetune: estimate's per-unit padding is the lowering's: FSDP2 pads a LoRA block per dtype group") {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  for (const int fsdp_version : {2, 1}) {
+    CAPTURE(fsdp_version);
+    EstimateRequest request;
+    request.training.seq_len = 128;
+    request.training.finetune.mode = FinetuneMode::lora;
+    request.training.finetune.lora.r = 8;
+    request.training.finetune.lora.target_modules = {"q_proj", "v_proj"};
+    request.training.finetune.fsdp.version = fsdp_version;
+    request.model = finetuned_model(preset_model("tiny-llama"), request.training.finetune, FinetuneFieldNames::cli());
+    request.cluster = parse_cluster("3xH100-80GB", catalog);
+    request.profile = profile_from_cluster(request.cluster);
+    request.wrapping = wrap_per_block(request.model);
+    const EstimateResult result = run_estimate(request);
+    const nlohmann::json units = to_json(result)["units"];
+    REQUIRE(units.size() == 5);
+    const std::int64_t held_padding = fsdp_version == 2 ? 3 : 0;
+    for (std::size_t id = 1; id < units.size(); ++id) {
+      CHECK(units[id]["params"] == 184'576);
+      CHECK(units[id]["padded_params"] == 184'576 + 3'584 + held_padding);
+      CHECK(units[id]["padded_params"] == result.layouts[id].padded_elements);
+    }
+    CHECK(units[0]["padded_params"] == 65'664);  // the root: frozen embedding, norm and head, a multiple of 3
+    CHECK(result.memory.breakdown.padding_elements == 4 * held_padding);
   }
 }

@@ -90,7 +90,8 @@ TEST_CASE("host memory: llama3-70b offloaded over 8 x A100-80GB needs 16 bytes p
     // fp32 (4 B), its fp32 gradient (4 B) and AdamW's m and v (8 B); 8 ranks per node.
     std::int64_t expected = 0;
     for (const UnitInfo& unit : plan_units(plan, model)) {
-      expected += unit.shard_count(cluster.world_size()) * (4 + 4 + 8) * cluster.gpus_per_node;
+      const std::int64_t shard = (unit.param_count + cluster.world_size() - 1) / cluster.world_size();  // ceil
+      expected += shard * (4 + 4 + 8) * cluster.gpus_per_node;
     }
     const HostMemoryUse use = host_memory_use(plan, model, cluster);
     CHECK(use.per_node_bytes == expected);

@@ -1,11 +1,12 @@
-// The ZeRO paper's model-state formulas (§5) fall out of the closed-form bound's model states (persistent_memory, what
-// the lowered step starts with), and the bound scales with N as it must.
+// The ZeRO paper's model-state formulas (§5) fall out of the simulated step's model states (persistent_memory, what
+// the lowered step starts with), and its peak scales with N as it must.
 #include <doctest/doctest.h>
 
 #include "cluster.h"
 #include "errors.h"
 #include "memory_fixtures.h"
 #include "model_presets.h"
+#include "step_analysis.h"
 
 using namespace shardplan;
 
@@ -27,13 +28,13 @@ ModelSpec uniform_model(std::int64_t units, std::int64_t per_unit) {
   return model;
 }
 
-MemoryBreakdown zero_bound(const ModelSpec& model, StrategyKind kind, int world) {
+MemoryBreakdown zero_peak(const ModelSpec& model, StrategyKind kind, int world) {
   const Plan plan = shardplan::testing::hand_plan(model, kind, world, shardplan::testing::hand_training("zero-fp16"));
-  return shardplan::testing::hand_bound(model, plan, world);
+  return shardplan::testing::hand_step(model, plan, world).peak;
 }
 
 std::int64_t model_states(const ModelSpec& model, StrategyKind kind, int world) {
-  return zero_bound(model, kind, world).model_states_bytes();
+  return zero_peak(model, kind, world).model_states_bytes();
 }
 
 }  // namespace
@@ -69,9 +70,9 @@ TEST_CASE("zero: the paper's 7.5B example on 64 GPUs (Fig. 1: 120, 31.4, 16.6, 1
 
 TEST_CASE("zero: padding is counted when a unit does not divide by N") {
   const ModelSpec model = uniform_model(2, 8 * 1000 + 1);  // each unit pads 7 elements on 8 ranks
-  const MemoryBreakdown bound = zero_bound(model, StrategyKind::zero3, 8);
-  CHECK(bound.padding_elements == 2 * 7);
-  CHECK(bound.model_states_bytes() == 2 * 1001 * 16);  // ceil(8001 / 8) = 1001 per unit per rank
+  const MemoryBreakdown peak = zero_peak(model, StrategyKind::zero3, 8);
+  CHECK(peak.padding_elements == 2 * 7);
+  CHECK(peak.model_states_bytes() == 2 * 1001 * 16);  // ceil(8001 / 8) = 1001 per unit per rank
 }
 
 TEST_CASE("zero: per-rank memory falls with N for full_shard, not for no_shard; hybrid_shard in between") {
@@ -88,9 +89,7 @@ TEST_CASE("zero: per-rank memory falls with N for full_shard, not for no_shard; 
       ShardingStrategy strategy;
       strategy.kind = kind;
       const Plan plan = default_plan(model, training, strategy, wrap_per_block(model), cluster.world_size());
-      return memory_upper_bound(plan, model, cluster.world_size(), cluster.gpus_per_node,
-                                cluster.gpu.context_overhead_bytes)
-          .total_bytes();
+      return analyze_step(model, cluster, profile_from_cluster(cluster), plan, false).simulation.summary.peak_memory_bytes;
     };
     const std::int64_t full = total(StrategyKind::full_shard);
     const std::int64_t none = total(StrategyKind::no_shard);
