@@ -337,7 +337,7 @@ TEST_CASE("search: the knob settings' waves give the same plan for 1, 2 and 5 th
   REQUIRE(one.contains("plan"));
   const nlohmann::json& search = one.at("search");
   MESSAGE("search: " << search.dump());
-  // More settings searched than the first wave (one) and a second (kSettingsPerWave, 8) hold: three waves at least.
+  // More settings searched than the first wave (one) and two more (kSettingsPerWave, 4) hold: four waves at least.
   CHECK(search.at("knob_settings_exact").get<int>() - search.at("knob_settings_proven_by_compute_floor").get<int>() +
             search.at("knob_settings_fallback").get<int>() > 9);
   CHECK_FALSE(search.at("knob_settings_heuristic").empty());  // the tightened-floor pass ran
