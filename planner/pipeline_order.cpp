@@ -202,8 +202,8 @@ PipelineReplay replay_pipeline_order(const PipelineOrder& order, double forward_
         if (!after(end_of(PipelineActionKind::forward, action.stage, action.micro_batch))) return false;
         if (action.stage == stages - 1) return true;
         const double* full = end_of(PipelineActionKind::full_backward, action.stage + 1, action.micro_batch);
-        return after(full != nullptr ? full
-                                     : end_of(PipelineActionKind::backward_input, action.stage + 1, action.micro_batch));
+        const double* input = end_of(PipelineActionKind::backward_input, action.stage + 1, action.micro_batch);
+        return after(full != nullptr ? full : input);
       }
       case PipelineActionKind::backward_weight:
         return after(end_of(PipelineActionKind::backward_input, action.stage, action.micro_batch));

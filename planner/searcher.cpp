@@ -109,7 +109,8 @@ void Searcher::run(bool offload) {
       std::vector<SettingRun> wave;
       for (; next < later.size() && wave.size() < kSettingsPerWave; ++next) {
         const auto& [knobs, refused_peak_bytes] = later[next];
-        if (!beaten_by_incumbent(compute_floor(knobs))) wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
+        if (beaten_by_incumbent(compute_floor(knobs))) continue;
+        wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
       }
       run_wave(wave);
     }
@@ -200,7 +201,8 @@ PlanCandidate Searcher::simulated(const Plan& plan, const std::string& knobs) co
 }
 
 // A plan of a setting's search, simulated: kept in its run (merged by run_wave), and its best so far.
-PlanCandidate Searcher::evaluate_in(SettingRun& run, const Plan& plan, const std::string& knobs, const std::string& setting) {
+PlanCandidate Searcher::evaluate_in(SettingRun& run, const Plan& plan, const std::string& knobs,
+                                    const std::string& setting) {
   PlanCandidate candidate = simulated(plan, knobs);
   if (better_fit(candidate, run.best_fit)) run.best_fit = candidate;
   run.evaluated.emplace_back(candidate, setting);

@@ -70,7 +70,8 @@ TEST_CASE("pipeline order: interleaved 1F1B cuts the bubble by the virtual stage
     }
   }
   // Interleaving runs faster than 1F1B on the same ranks and micro-batches (torchtitan's Table 5 ordering).
-  const double plain = replay_pipeline_order(pipeline_order(PipelineScheduleKind::one_f_one_b, 8, 1, 16), 1, 1, 1).makespan;
+  const double plain =
+      replay_pipeline_order(pipeline_order(PipelineScheduleKind::one_f_one_b, 8, 1, 16), 1, 1, 1).makespan;
   const double interleaved =
       replay_pipeline_order(pipeline_order(PipelineScheduleKind::interleaved_1f1b, 8, 2, 16), 0.5, 0.5, 0.5).makespan;
   CHECK(interleaved < plain);

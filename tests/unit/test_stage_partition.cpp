@@ -48,7 +48,9 @@ TEST_CASE("stage partition: the balanced split is the brute-force min-max split"
         ends.push_back(blocks);
         for (int s = 0; s < stages; ++s) {
           sum = 0;
-          for (int b = start; b < ends[static_cast<std::size_t>(s)]; ++b) sum += input.block_s[static_cast<std::size_t>(b)];
+          for (int b = start; b < ends[static_cast<std::size_t>(s)]; ++b) {
+            sum += input.block_s[static_cast<std::size_t>(b)];
+          }
           if (s == 0) sum += input.first_extra_s;
           if (s == stages - 1) sum += input.last_extra_s;
           slowest = std::max(slowest, sum);
