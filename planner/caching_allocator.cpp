@@ -7,6 +7,15 @@
 
 namespace shardplan {
 
+SizeClassPool::SizeClassPool(const std::vector<std::int64_t>& size_classes) {
+  classes_.reserve(size_classes.size());
+  for (std::int64_t size_class : size_classes) {
+    SHARDPLAN_CHECK(size_class >= 0 && (classes_.empty() || classes_.back().size_class < size_class),
+                    "a pool's known size classes are ascending and distinct");
+    classes_.push_back(SizeClass{size_class, 0, 0, {}});
+  }
+}
+
 std::size_t SizeClassPool::find(std::int64_t size_class) {
   if (last_found_ < classes_.size() && classes_[last_found_].size_class == size_class) return last_found_;
   last_found_ = static_cast<std::size_t>(
@@ -41,6 +50,11 @@ void SizeClassPool::allocate(std::int64_t bytes, std::int64_t size_class) {
       for (auto& placement : entry.placed) placement.first += placement.first >= own ? 1 : 0;
     }
   }
+  allocate_at(bytes, own);
+}
+
+void SizeClassPool::allocate_at(std::int64_t bytes, std::size_t own) {
+  SHARDPLAN_CHECK(bytes >= 0 && own < classes_.size(), "allocations are non-negative, in a known class");
   // Best fit: the smallest class whose segments can hold the lump's tensors.
   for (std::size_t at = own; at < classes_.size() && bytes > 0; ++at) {
     SizeClass& region = classes_[at];
@@ -64,6 +78,11 @@ void SizeClassPool::free(std::int64_t bytes, std::int64_t size_class) {
   const std::size_t own = find(size_class);
   SHARDPLAN_CHECK(own < classes_.size() && classes_[own].size_class == size_class,
                   "a free of more bytes of a size class than were allocated in it");
+  free_at(bytes, own);
+}
+
+void SizeClassPool::free_at(std::int64_t bytes, std::size_t own) {
+  SHARDPLAN_CHECK(bytes >= 0 && own < classes_.size(), "frees are non-negative, in a known class");
   auto& placements = classes_[own].placed;
   while (bytes > 0 && !placements.empty()) {
     auto& [region, placed_bytes] = placements.back();

@@ -32,8 +32,15 @@ namespace shardplan {
 // at most that tail.
 class SizeClassPool {
  public:
+  SizeClassPool() = default;
+  // A pool that knows its classes up front (ascending, distinct; MemoryEffects::size_classes): the *_at calls then
+  // name a class by its index there. A class without a region yet takes part in nothing, so knowing it early changes
+  // no result.
+  explicit SizeClassPool(const std::vector<std::int64_t>& size_classes);
   void allocate(std::int64_t bytes, std::int64_t size_class);
   void free(std::int64_t bytes, std::int64_t size_class);
+  void allocate_at(std::int64_t bytes, std::size_t class_index);
+  void free_at(std::int64_t bytes, std::size_t class_index);
   std::int64_t reserved_bytes() const;
   std::int64_t allocated_bytes() const;
 

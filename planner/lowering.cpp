@@ -3,9 +3,11 @@
 // in lowering_gathers.cpp, lowering_compute.cpp and lowering_reductions.cpp.
 #include "lowering.h"
 
+#include <memory>
 #include <vector>
 
 #include "lowerer.h"
+#include "memory_effects.h"
 #include "tensor_parallel_view.h"
 #include "unit_layout.h"
 
@@ -209,6 +211,7 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     schedule.activation_tensor_bytes.push_back(largest_activation_tensor_bytes(plan, model, layer));
   }
+  schedule.memory_effects = std::make_shared<const MemoryEffects>(memory_effects(schedule));
   return schedule;
 }
 

@@ -7,6 +7,8 @@
 #include <cstddef>
 
 #include "caching_allocator.h"
+#include "errors.h"
+#include "memory_effects.h"
 
 namespace shardplan {
 namespace {
@@ -24,87 +26,57 @@ namespace {
 // (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks before the retry in malloc), so segments that smaller
 // tensors left are given back before the device runs out; beyond the device's memory less the overhead, only the
 // allocated peak itself can push reserved.
-constexpr std::size_t kAllocatorPools = 3;
-int allocator_pool(MemoryCategory category) {
-  switch (category) {
-    case MemoryCategory::unsharded_params:
-    case MemoryCategory::root_unit: return 1;
-    case MemoryCategory::comm_buffers: return 2;
-    case MemoryCategory::overhead: return -1;
-    default: return 0;
-  }
-}
-
-std::int64_t size_class(const MemoryChange& change, const Op& op, const StepSchedule& schedule) {
-  if (change.category != MemoryCategory::activations || op.layer < 0) return 0;
-  const auto layer = static_cast<std::size_t>(op.layer);
-  return layer < schedule.activation_tensor_bytes.size() ? schedule.activation_tensor_bytes[layer] : 0;
-}
-
 // Note [Memory event order]: memory changes apply in time order, at equal times frees first (the caching allocator
 // reuses the block), then in op order: one total order, so every way of sorting gives the same walk. Each stream
 // runs its ops one after another (Note [Schedule order]), so a stream's events in op order are already in time
-// order — an op's start, its end, the next op's start — but where instants tie. EventMerge gathers the events per
-// stream and merges the streams' runs as it hands them out; only a run out of order (an instant op that frees and
-// allocates, tied with another) makes it sort all the events instead. The order is applies_before (memory_walk.h),
-// which FragmentPlacer's walk of a fragment's memory sorts by too.
-
-class EventMerge {
+// order — an op's start, its end, the next op's start — but where instants tie. StreamEvents hands out one stream's
+// events in op order (MemoryEffects::stream_ops) and the walk merges the streams; only a stream whose events come
+// out of order (an instant op that frees and allocates, tied with another) makes the walk sort all the events
+// instead. The order is applies_before (memory_walk.h), which FragmentPlacer's walk of a fragment's memory sorts by
+// too.
+class StreamEvents {
  public:
-  EventMerge(const StepSchedule& schedule, const std::vector<double>& start_s, const std::vector<double>& end_s) {
-    bool sorted = true;
-    const auto add = [&](std::vector<MemoryEvent>& run, const MemoryEvent& event) {
-      sorted = sorted && (run.empty() || !applies_before(event, run.back()));
-      run.push_back(event);
-    };
-    for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
-      const Op& op = schedule.ops[index];
-      const bool starts = !op.allocates.empty() || !op.frees_at_start.empty(), ends = !op.frees.empty();
-      if (!starts && !ends) continue;
-      std::vector<MemoryEvent>& run = runs_[static_cast<std::size_t>(op.stream)];
-      const MemoryEvent start{start_s[index], op.id, false}, end{end_s[index], op.id, true};
-      if (starts && ends && end.time_s == start.time_s) {  // an instant: its frees come first
-        add(run, end);
-        add(run, start);
-        continue;
-      }
-      if (starts) add(run, start);
-      if (ends) add(run, end);
-    }
-    if (!sorted) {
-      for (std::size_t stream = 1; stream < runs_.size(); ++stream) {
-        runs_[0].insert(runs_[0].end(), runs_[stream].begin(), runs_[stream].end());
-        runs_[stream].clear();
-      }
-      std::sort(runs_[0].begin(), runs_[0].end(), applies_before);
-    }
-    for (std::size_t stream = 0; stream < runs_.size(); ++stream) {
-      if (!runs_[stream].empty()) active_[active_count_++] = stream;
-    }
+  StreamEvents(const std::vector<std::uint32_t>& ops, const MemoryEffects& effects, const std::vector<double>& start_s,
+               const std::vector<double>& end_s)
+      : ops_(ops), effects_(effects), start_s_(start_s), end_s_(end_s) {
+    load();
   }
-
-  // The next event in order; nullptr after the last.
-  const MemoryEvent* next() {
-    const MemoryEvent* first = nullptr;
-    std::size_t from = 0;
-    for (std::size_t at = 0; at < active_count_; ++at) {
-      const std::size_t stream = active_[at];
-      if (next_[stream] == runs_[stream].size()) continue;
-      const MemoryEvent* head = &runs_[stream][next_[stream]];
-      if (first == nullptr || applies_before(*head, *first)) {
-        first = head;
-        from = stream;
-      }
+  bool done() const { return at_ == ops_.size(); }
+  MemoryEvent head() const { return {time_s_, op_, is_free_}; }
+  // To the next event; false when it applies before the one just handed out (the stream is out of order).
+  bool advance() {
+    const MemoryEvent previous = head();
+    if (++phase_ == phases_) {
+      ++at_;
+      phase_ = 0;
     }
-    if (first != nullptr) ++next_[from];
-    return first;
+    if (done()) return true;
+    load();
+    return !applies_before(head(), previous);
   }
 
  private:
-  std::array<std::vector<MemoryEvent>, kStreamCount> runs_;
-  std::array<std::size_t, kStreamCount> next_{};
-  std::array<std::size_t, kStreamCount> active_{};  // the streams with events
-  std::size_t active_count_ = 0;
+  // The current op's events: its start (if it changes memory there), then its end; an instant's end first. (The
+  // head is kept field by field: built as a whole struct, its byte-sized flag stalled the loads that read it back.)
+  void load() {
+    const std::size_t op = ops_[at_];
+    const bool starts = effects_.starts(op), ends = effects_.ends(op);
+    phases_ = starts && ends ? 2 : 1;
+    const bool end_first = !starts || (ends && end_s_[op] == start_s_[op]);
+    is_free_ = (phase_ == 0) == end_first;
+    time_s_ = is_free_ ? end_s_[op] : start_s_[op];
+    op_ = static_cast<int>(op);
+  }
+
+  const std::vector<std::uint32_t>& ops_;
+  const MemoryEffects& effects_;
+  const std::vector<double>& start_s_;
+  const std::vector<double>& end_s_;
+  std::size_t at_ = 0;
+  int phase_ = 0, phases_ = 1;
+  double time_s_ = 0;
+  int op_ = 0;
+  bool is_free_ = false;
 };
 
 }  // namespace
@@ -112,17 +84,40 @@ class EventMerge {
 MemoryWalk walk_memory(const StepSchedule& schedule, const std::vector<double>& start_s,
                        const std::vector<double>& end_s, const HardwareProfile& profile,
                        std::vector<MemorySample>* samples) {
-  MemoryWalk walk;
-  MemoryByCategory current = schedule.persistent;
-  std::int64_t total = 0;
-  for (auto bytes : current) total += bytes;
-  walk.peak_bytes = total;
-  walk.at_peak = current;
-  std::array<SizeClassPool, kAllocatorPools> pools;
-  for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
-    const auto pool = allocator_pool(static_cast<MemoryCategory>(category));
-    if (pool >= 0) pools[static_cast<std::size_t>(pool)].allocate(current[category], 0);
+  // Note [Memory effects table]: the lowering's table, or one made here for a schedule built by hand.
+  MemoryEffects made;
+  const MemoryEffects* effects = schedule.memory_effects.get();
+  if (effects == nullptr || effects->op_count != schedule.ops.size()) {
+    made = memory_effects(schedule);
+    effects = &made;
   }
+  const std::vector<MemoryDelta>& deltas = effects->deltas;
+
+  MemoryWalk walk;
+  MemoryByCategory current{};
+  std::int64_t total = 0;
+  // Each pool: its size classes where it has any, else its allocated bytes and their peak (what it then reserves).
+  std::array<SizeClassPool, kAllocatorPoolCount> pools;
+  std::array<std::int64_t, kAllocatorPoolCount> pool_allocated{}, pool_peak{};
+  const std::size_t samples_before = samples != nullptr ? samples->size() : 0;
+  const auto restart = [&] {
+    current = schedule.persistent;
+    total = 0;
+    for (auto bytes : current) total += bytes;
+    walk.peak_bytes = total;
+    walk.at_peak = current;
+    walk.peak_op_id = -1;
+    pools.fill(SizeClassPool(effects->size_classes));
+    pool_allocated.fill(0);
+    for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+      const auto pool = allocator_pool(static_cast<MemoryCategory>(category));
+      if (pool < 0) continue;
+      pools[static_cast<std::size_t>(pool)].allocate_at(current[category], 0);
+      pool_allocated[static_cast<std::size_t>(pool)] += current[category];
+    }
+    pool_peak = pool_allocated;
+    if (samples != nullptr) samples->resize(samples_before);
+  };
   const auto sample = [&](double time_s) {
     if (samples == nullptr) return;
     if (!samples->empty() && samples->back().time_s == time_s) {
@@ -131,38 +126,76 @@ MemoryWalk walk_memory(const StepSchedule& schedule, const std::vector<double>& 
       samples->push_back({time_s, 0, current});
     }
   };
-  sample(0.0);
-  EventMerge events(schedule, start_s, end_s);
-  while (const MemoryEvent* event = events.next()) {
-    const Op& op = schedule.ops[static_cast<std::size_t>(event->op_id)];
-    const auto apply = [&](const std::vector<MemoryChange>& changes, int sign) {
-      for (const MemoryChange& change : changes) {
-        current[static_cast<std::size_t>(change.category)] += sign * change.bytes;
-        total += sign * change.bytes;
-        const auto pool = allocator_pool(change.category);
-        if (pool < 0) continue;
-        SizeClassPool& allocator = pools[static_cast<std::size_t>(pool)];
-        if (sign > 0) {
-          allocator.allocate(change.bytes, size_class(change, op, schedule));
-        } else {
-          allocator.free(change.bytes, size_class(change, op, schedule));
-        }
+  const auto apply = [&](const MemoryEvent& event) {
+    const auto op = static_cast<std::size_t>(event.op_id);
+    const std::uint32_t first = event.is_free ? effects->end_at[op] : effects->start_at[op];
+    const std::uint32_t last = event.is_free ? effects->start_at[op + 1] : effects->end_at[op];
+    for (std::uint32_t at = first; at < last; ++at) {
+      const MemoryDelta& delta = deltas[at];
+      current[delta.category] += delta.bytes;
+      total += delta.bytes;
+      if (delta.pool < 0) continue;
+      const auto pool = static_cast<std::size_t>(delta.pool);
+      if (!effects->pool_has_classes[pool]) {
+        pool_allocated[pool] += delta.bytes;
+        pool_peak[pool] = std::max(pool_peak[pool], pool_allocated[pool]);
+        SHARDPLAN_CHECK(pool_allocated[pool] >= 0, "a free of more bytes than an allocator pool holds");
+        continue;
       }
-    };
-    if (event->is_free) {
-      apply(op.frees, -1);
-    } else {
-      apply(op.frees_at_start, -1);  // Note [Reduction buffers] (schedule.h): released before the op allocates
-      apply(op.allocates, +1);
+      SizeClassPool& allocator = pools[pool];
+      if (delta.bytes > 0) {
+        allocator.allocate_at(delta.bytes, delta.size_class);
+      } else {
+        allocator.free_at(-delta.bytes, delta.size_class);
+      }
     }
     if (total > walk.peak_bytes) {
       walk.peak_bytes = total;
       walk.at_peak = current;
-      walk.peak_op_id = event->op_id;
+      walk.peak_op_id = event.op_id;
     }
-    sample(event->time_s);
+    sample(event.time_s);
+  };
+
+  // The streams' runs merged as they are handed out (Note [Memory event order]).
+  restart();
+  sample(0.0);
+  std::array<StreamEvents*, kStreamCount> active{};
+  std::size_t active_count = 0;
+  std::vector<StreamEvents> streams;
+  streams.reserve(kStreamCount);
+  for (const std::vector<std::uint32_t>& ops : effects->stream_ops) {
+    if (ops.empty()) continue;
+    streams.emplace_back(ops, *effects, start_s, end_s);
+    active[active_count++] = &streams.back();
   }
-  for (const SizeClassPool& pool : pools) walk.reserved_peak_bytes += pool.reserved_bytes();
+  bool in_order = true;
+  while (active_count > 0 && in_order) {
+    std::size_t first = 0;
+    for (std::size_t at = 1; at < active_count; ++at) {
+      if (applies_before(active[at]->head(), active[first]->head())) first = at;
+    }
+    apply(active[first]->head());
+    in_order = active[first]->advance();
+    if (active[first]->done()) active[first] = active[--active_count];
+  }
+  if (!in_order) {  // a stream out of order: every event, sorted
+    std::vector<MemoryEvent> events;
+    for (const std::vector<std::uint32_t>& ops : effects->stream_ops) {
+      for (std::uint32_t op : ops) {
+        if (effects->starts(op)) events.push_back({start_s[op], static_cast<int>(op), false});
+        if (effects->ends(op)) events.push_back({end_s[op], static_cast<int>(op), true});
+      }
+    }
+    std::sort(events.begin(), events.end(), applies_before);
+    restart();
+    sample(0.0);
+    for (const MemoryEvent& event : events) apply(event);
+  }
+
+  for (std::size_t pool = 0; pool < kAllocatorPoolCount; ++pool) {
+    walk.reserved_peak_bytes += effects->pool_has_classes[pool] ? pools[pool].reserved_bytes() : pool_peak[pool];
+  }
   const std::int64_t overhead_bytes = schedule.persistent[static_cast<std::size_t>(MemoryCategory::overhead)];
   if (profile.device_memory_bytes > 0) {  // Note [Reserved memory]: the retry after a failed cudaMalloc
     walk.reserved_peak_bytes = std::min(walk.reserved_peak_bytes, std::max(profile.device_memory_bytes - overhead_bytes,

@@ -14,6 +14,8 @@
 
 namespace shardplan {
 
+struct MemoryEffects;  // memory_effects.h
+
 // all_to_all: expert parallelism's dispatch and combine (Note [Expert parallelism] in unit_layout.h).
 enum class StreamKind { compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host, all_to_all };
 inline constexpr int kStreamCount = 7;
@@ -141,6 +143,9 @@ struct StepSchedule {
   // Per model layer, the largest single tensor its passes allocate per micro-batch: the size class of the layer's
   // activation memory for the caching allocator's model (Note [Allocator size classes] in caching_allocator.h).
   std::vector<std::int64_t> activation_tensor_bytes;
+  // The ops' memory changes as flat arrays, made by lower_plan from the fields above (Note [Memory effects table] in
+  // memory_effects.h); null for a schedule built by hand, which the simulator then flattens itself.
+  std::shared_ptr<const MemoryEffects> memory_effects;
 
   std::size_t count(OpKind kind) const;
 };
