@@ -8,6 +8,7 @@
 #include "capacity.h"
 #include "capacity_report.h"
 #include "commands.h"
+#include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
 #include "input_limits.h"
@@ -104,7 +105,20 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     options.tokens = flags->tokens;
     options.global_batch_tokens = flags->global_batch_tokens;
     options.pins = resolve_knob_pins(*command, flags->knobs, training);
-    options.memory_headroom_fraction = flags->memory_headroom_percent / 100;
+    // Note [Error bands] (costmodel/error_band.h): one headroom for the whole sweep — the given one, else the largest
+    // of the memory bands' over the swept GPUs, single- and multi-node.
+    MemoryHeadroomChoice headroom = choose_memory_headroom(*command, flags->memory_headroom_percent, ErrorBand{});
+    if (headroom.from_band) {
+      headroom.percent = 0;
+      for (const std::string& name : options.gpus) {
+        for (const int nodes : {1, 2}) {
+          const ErrorBand memory = error_bands_for(name, {nodes, !training.finetune.trains_all()}).memory;
+          const double percent = memory_headroom_percent(memory);
+          if (percent >= headroom.percent) headroom = {percent, true, memory};
+        }
+      }
+    }
+    options.memory_headroom_fraction = headroom.percent / 100;
     options.max_practical_days = flags->max_days;
     options.threads = flags->jobs > 0 ? static_cast<std::size_t>(flags->jobs)
                                       : std::max(1u, std::thread::hardware_concurrency());
@@ -154,7 +168,7 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     }
     std::printf("%s, %.3g tokens; fits: device peak within the GPU's memory less %g%% headroom; practical: <= %g days\n"
                 "%-11s %6s %5s %10s %11s %6s %9s %12s  %s\n",
-                model.name.c_str(), options.tokens, flags->memory_headroom_percent, options.max_practical_days, "gpu",
+                model.name.c_str(), options.tokens, headroom.percent, options.max_practical_days, "gpu",
                 "GPUs", "fits", "step s", "tokens/s", "MFU", "days", "cost USD", "plan");
     for (const auto& point : result.points) {
       if (point.fits) {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "error_band_output.h"
 #include "estimate.h"
 #include "inputs.h"
 #include "model_source.h"
@@ -38,7 +39,7 @@ Action add_estimate_command(CLI::App& app, const Output& output) {
                     "FSDP's CPU offload: parameter and gradient shards and the optimizer in host memory");
   add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print JSON (bytes) instead of the table (GiB)");
-  return [flags, output]() {
+  return [command, flags, output]() {
     EstimateRequest request;
     const ModelSpec base = load_model(flags->model_cluster.model);
     request.cluster = resolve_cluster(flags->model_cluster);
@@ -50,12 +51,25 @@ Action add_estimate_command(CLI::App& app, const Output& output) {
     request.units_policy = flags->units;
     request.model_states_only = flags->model_states_only;
     request.offload_params = flags->cpu_offload;
-    request.memory_headroom_fraction = flags->memory_headroom_percent / 100;
+    // Note [Error bands] (costmodel/error_band.h): the bands of runs like this one, and the headroom from them.
+    const PredictionErrorBands bands =
+        error_bands_for(request.cluster.gpu.name, run_kind_of(request.cluster, request.training));
+    const MemoryHeadroomChoice headroom =
+        choose_memory_headroom(*command, flags->memory_headroom_percent, bands.memory);
+    request.memory_headroom_fraction = headroom.percent / 100;
     const EstimateResult result = run_estimate(request);
     if (flags->json) {
-      output.json(to_json(result));
+      nlohmann::json document = to_json(result);
+      document["error_band"] = error_band_json(bands, headroom);
+      output.json(document);
     } else {
       std::cout << render_text(result);
+      if (!request.model_states_only) {
+        std::cout << "\n" << error_band_text(bands, result.simulation.step_time_s,
+                                             result.simulation.reserved_peak_bytes, headroom, "");
+      } else {
+        std::cout << "\n" << headroom_line(headroom, "");
+      }
     }
     return 0;
   };

@@ -8,6 +8,7 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
 #include "plan_report.h"
@@ -78,10 +79,12 @@ std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
   return std::to_string(sequences) + " sequences (" + std::to_string(candidate.summary.tokens_per_step) + " tokens)";
 }
 
-void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster) {
+void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster,
+                const PredictionErrorBands& bands, const MemoryHeadroomChoice& headroom) {
   std::printf("model %s on %s, memory cap %s, %g%% headroom: a plan fits within %s\n", model.name.c_str(),
               cluster.describe().c_str(), gib(result.memory_cap_bytes).c_str(), 100 * result.memory_headroom_fraction,
               gib(result.usable_memory_bytes()).c_str());
+  std::printf("%s", headroom_line(headroom, "").c_str());
   if (result.feasible) {
     const auto& best = result.best;
     std::printf("planned: %s\n  units: root + %zu (count x layers: %s)\n", best.knobs.c_str(),
@@ -100,6 +103,10 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                     static_cast<double>(result.memory_cap_bytes),
                 gib(result.memory_cap_bytes).c_str(), 100 * result.memory_headroom_fraction);
     if (result.host_memory.offloads()) std::printf("  %s\n", describe(result.host_memory).c_str());
+    // Note [Error bands] (costmodel/error_band.h): how far the predictions of published runs like this one were off.
+    std::printf("  error band: step %.4f s (%s)\n  error band: max_memory_reserved %s (%s)\n",
+                best.summary.step_time_s, describe(bands.step_time).c_str(),
+                gib(best.summary.reserved_peak_bytes).c_str(), describe(bands.memory).c_str());
   } else if (result.diagnosis.host_memory_limited) {
     std::printf("NO PLAN FITS. Dominant memory term: host memory per node (pinned, for CPU offload's states)\n");
     for (const auto& suggestion : result.diagnosis.suggestions) std::printf("  - %s\n", suggestion.c_str());
@@ -179,7 +186,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     if (pins.tensor_parallel) (void)tensor_parallel_degrees(flags->knobs.tensor_parallel, model, cluster);
     SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
-    options.memory_headroom_fraction = flags->memory_headroom_percent / 100;
+    // Note [Error bands] (costmodel/error_band.h): the bands of runs like this one, and the headroom from them.
+    const PredictionErrorBands bands = error_bands_for(cluster.gpu.name, run_kind_of(cluster, training));
+    const MemoryHeadroomChoice headroom =
+        choose_memory_headroom(*command, flags->memory_headroom_percent, bands.memory);
+    options.memory_headroom_fraction = headroom.percent / 100;
     options.threads = flags->jobs > 0 ? static_cast<std::size_t>(flags->jobs)
                                       : std::max(1u, std::thread::hardware_concurrency());
     if (flags->objective == "time") {
@@ -219,10 +230,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     if (flags->json) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);
+      document["error_band"] = error_band_json(bands, headroom);
       output.json(document);
     } else {
       std::printf("%s", unmeasured_rates_line(profile).c_str());
-      print_text(result, model, cluster);
+      print_text(result, model, cluster, bands, headroom);
     }
     if (!result.feasible) return kExitInfeasible;
     // Everything is built in memory first, then written together (Note [Output files]): a failure leaves no file.

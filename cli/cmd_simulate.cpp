@@ -5,6 +5,7 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
 #include "host_memory.h"
@@ -78,7 +79,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       ->capture_default_str();
   add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print the summary as JSON");
-  return [flags, output]() {
+  return [command, flags, output]() {
     check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
     const ModelSpec base = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
@@ -105,7 +106,11 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
     const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
     const SimulationSummary& summary = analysis.simulation.summary;
     const HostMemoryUse host_memory = host_memory_use(plan, model, cluster);  // Note [Host memory]
-    const MemoryHeadroom headroom{cluster.gpu.memory_bytes, flags->memory_headroom_percent / 100};
+    // Note [Error bands] (costmodel/error_band.h): the bands of runs like this one, and the headroom from them.
+    const PredictionErrorBands bands = error_bands_for(cluster.gpu.name, run_kind_of(cluster, plan.training));
+    const MemoryHeadroomChoice headroom_choice =
+        choose_memory_headroom(*command, flags->memory_headroom_percent, bands.memory);
+    const MemoryHeadroom headroom{cluster.gpu.memory_bytes, headroom_choice.percent / 100};
     std::vector<OutputFile> outputs;
     if (!flags->trace_file.empty()) {
       outputs.push_back({flags->trace_file, to_chrome_trace(analysis.simulation.timeline)
@@ -131,12 +136,14 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       document["memory_headroom_bytes"] = headroom.headroom_bytes();
       document["fits"] = headroom.fits(summary);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);
+      document["error_band"] = error_band_json(bands, headroom_choice);
       output.json(document);
     } else {
       std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
                 << plan.units.size() << " units)\n";
       std::cout << unmeasured_rates_line(profile);
       std::cout << render_simulation_text(summary, analysis.schedule, headroom);
+      std::cout << error_band_text(bands, summary.step_time_s, summary.reserved_peak_bytes, headroom_choice, "");
       if (host_memory.offloads()) std::cout << describe(host_memory) << "\n";
       if (!flags->trace_file.empty()) std::cout << "trace written to " << flags->trace_file << "\n";
       if (!flags->report_file.empty()) std::cout << "report written to " << flags->report_file << "\n";

@@ -9,7 +9,6 @@
 #include "flag_checks.h"
 #include "input_limits.h"
 #include "json_input.h"
-#include "memory_headroom.h"
 #include "model_source.h"
 #include "name_suggest.h"
 #include "plan.h"
@@ -23,15 +22,14 @@ void add_catalog_flag(CLI::App& command, std::string& catalog_file) {
 }
 
 void add_memory_headroom_flag(CLI::App& command, double& percent) {
-  percent = 100 * kDefaultMemoryHeadroomFraction;
-  // Note [Memory headroom] (planner/memory_headroom.h): the default and how it was measured.
+  // Note [Memory headroom] (planner/memory_headroom.h) and Note [Error bands] (costmodel/error_band.h): when omitted,
+  // the command takes the memory error band's headroom (choose_memory_headroom), so no default is captured here.
   command
       .add_option("--memory-headroom", percent,
                   "percent of the GPU's memory (or --memory-cap) a plan must leave free: it fits when the caching "
-                  "allocator's reserved peak plus the runtime overhead stays within the rest. Default: the largest "
-                  "underestimate of the reserved peak against published runs (2.1%, "
-                  "benchmarks/published-runs), rounded up")
-      ->capture_default_str()
+                  "allocator's reserved peak plus the runtime overhead stays within the rest. Default: the memory "
+                  "error band's largest underestimate of the reserved peak against published runs like this one "
+                  "(benchmarks/published-runs), rounded up; printed with the source")
       ->check(finite_range(0, 50));
 }
 

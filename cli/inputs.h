@@ -65,7 +65,8 @@ void add_search_knob_flags(CLI::App& command, SearchKnobFlags& flags);
 // Which knobs the user gave (CLI11's count, after parsing), with their values: the one record the search reads.
 // InputError naming the flag for a bad value (--strategy, --tensor-parallel) or --ac-every without --ac.
 KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags, const TrainingConfig& training);
-// --memory-headroom PCT (default 100 × kDefaultMemoryHeadroomFraction; Note [Memory headroom]).
+// --memory-headroom PCT (Note [Memory headroom]); when omitted the command takes the memory error band's
+// (choose_memory_headroom in error_band_output.h), so `percent` is read only when the flag was given.
 void add_memory_headroom_flag(CLI::App& command, double& percent);
 
 HardwareCatalog load_catalog(const std::string& catalog_file);

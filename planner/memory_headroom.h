@@ -15,19 +15,18 @@ namespace shardplan {
 // peak is off by up to the memory error measured against published runs, so a plan predicted to fill the device
 // could run out of memory when run.
 //
-// The default, 3 % of the cap: benchmarks/published-runs/run_dev_set.py compares the predicted reserved peak with
-// the torchtitan rows that publish torch.cuda.max_memory_reserved (t01–t07, 7 rows; printed at this commit as
-// t01 -1.9%, t04 -1.0%, t02 -0.2%, t03 -0.5%, t05 +0.6%, t06 +0.2%, t07 -2.1%). The largest underestimate, 2.1 %
-// (t07), rounded up to the next whole percent: a plan predicted at 97 % of the cap is then measured at ≤ 99.1 %.
-// Update it from the same script when rows with published memory are added.
+// The default, when --memory-headroom is not given: the memory error band's largest underestimate of the reserved
+// peak, rounded up to the next whole percent (Note [Error bands] in costmodel/error_band.h) — the published runs like
+// the one planned, grouped by GPU class and run kind, from benchmarks/published-runs/error_bands.py. Today the only
+// rows that publish memory are torchtitan's (torch.cuda.max_memory_reserved, t01–t07 on H100, −2.1 % to +0.6 %), so
+// every GPU gets 3 %: t07's 2.1 % rounded up; a plan predicted at 97 % of the cap is then measured at ≤ 99.1 %.
+// The bands follow the rows as they are added.
 //
 // The plan search lowers its cap by the headroom and tests each simulated candidate's device peak against the rest;
 // its wrap searches prune by a floor of the allocated peak, which is never above the device peak, so they stay exact
 // under this test (search: "with a memory headroom the planned plan equals exhaustive search"). With --objective
 // memory the least peak sought is still the allocated one: a setting whose least-allocated wrappings leave no headroom
 // on the device peak yields no plan there, though a wrapping with a higher allocated but lower reserved peak might.
-inline constexpr double kDefaultMemoryHeadroomFraction = 0.03;
-
 struct MemoryHeadroom {
   std::int64_t cap_bytes = 0;  // the device's memory or --memory-cap
   double fraction = 0;         // of cap_bytes kept free

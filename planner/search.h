@@ -43,7 +43,8 @@ struct KnobPins {
 struct SearchOptions {
   std::int64_t memory_cap_bytes = 0;  // 0: the GPU's memory
   // Note [Memory headroom] (memory_headroom.h): the share of the cap a plan leaves free; a candidate fits when its
-  // device peak (reserved + overhead) is within the cap less this. The CLI's default is kDefaultMemoryHeadroomFraction.
+  // device peak (reserved + overhead) is within the cap less this. The CLI's default is the memory error band's
+  // (Note [Error bands] in costmodel/error_band.h).
   double memory_headroom_fraction = 0;
   SearchObjective objective = SearchObjective::time;
   // DP caps tried: each yields the fastest partition whose units span at most that many blocks, so the memory cap

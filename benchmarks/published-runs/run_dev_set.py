@@ -38,6 +38,55 @@ def edit_plan(plan, edits):
     return plan
 
 
+def run_rows(shardplan, csv_path, wanted=frozenset(), on_row=None):
+    """Simulates every wanted row: (results, failed row ids). on_row(row, result or exception) is called per row."""
+    results, errors = [], []
+    for row in csv.DictReader(open(csv_path)):
+        if wanted and row["row_id"] not in wanted:
+            continue
+        flags = shlex.split(row["sp_flags"])
+        try:
+            sim = simulate(shardplan, flags)
+            if row.get("sp_plan_edit"):
+                plan = edit_plan(sim["plan"], row["sp_plan_edit"])
+                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                    json.dump(plan, f)
+                sim = simulate(shardplan, flags, f.name)
+                os.unlink(f.name)
+        except Exception as e:  # report and go on
+            errors.append(row["row_id"])
+            if on_row:
+                on_row(row, e)
+            continue
+        gpus = int(row["gpus"])
+        pub_step = int(row["global_batch"]) * int(row["seq_len"]) / (float(row["pub_tok_s_gpu"]) * gpus)
+        pred_step = sim["step_time_s"]
+        pred_tok = int(row["global_batch"]) * int(row["seq_len"]) / (pred_step * gpus)
+        # torchtitan logs the caching allocator's reserved peak (torch.cuda.max_memory_reserved): compare with the
+        # simulator's estimate of it (Note [Reserved memory] in planner/simulator.cpp).
+        result = {"row_id": row["row_id"], "gpu": row["gpu"], "nodes": int(row["nodes"]),
+                  "err": pred_step / pub_step - 1, "pred_tok_s_gpu": pred_tok,
+                  "pred_mfu": sim["mfu"], "exposed_comm_s": sim["exposed_comm_s"], "pred_step_s": pred_step,
+                  "pub_step_s": pub_step, "pred_mem_gib": sim["reserved_peak_bytes"] / 2**30, "scope": row["scope"],
+                  "pub_mem_gib": float(row["pub_mem_gib"]) if row.get("pub_mem_gib") else None,
+                  "alloc_mem_gib": sim["peak_memory_bytes"] / 2**30}
+        results.append(result)
+        if on_row:
+            on_row(row, result)
+    return results, errors
+
+
+def print_row(row, result):
+    if isinstance(result, Exception):
+        print(f"{row['row_id']:6} FAILED: {result}")
+        return
+    print(f"{row['row_id']:6} {row['gpu']:10} {int(row['gpus']):4} {row['model']:14} {row['seq_len']:>6} "
+          f"{float(row['pub_tok_s_gpu']):13.0f} {result['pred_tok_s_gpu']:9.0f} {result['err']:+7.1%} "
+          f"{result['pred_mfu']:8.3f} {row['pub_mfu'] or '':>7.7} "
+          f"{result['exposed_comm_s'] / result['pred_step_s']:8.1%} {result['pred_mem_gib']:8.1f} "
+          f"{row['pub_mem_gib'] or '':>7}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardplan", default=os.path.join(HERE, "..", "..", "build", "shardplan"))
@@ -46,42 +95,9 @@ def main():
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     wanted = set(filter(None, args.rows.split(",")))
-    results, errors = [], []
     print(f"{'row':6} {'gpu':10} {'gpus':>4} {'model':14} {'seq':>6} {'pub tok/s/gpu':>13} {'pred':>9} {'err':>7} "
           f"{'pred MFU':>8} {'pub MFU':>7} {'exp.comm':>8} {'pred mem':>8} {'pub mem':>7}")
-    for row in csv.DictReader(open(args.csv)):
-        if wanted and row["row_id"] not in wanted:
-            continue
-        flags = shlex.split(row["sp_flags"])
-        try:
-            sim = simulate(args.shardplan, flags)
-            if row.get("sp_plan_edit"):
-                plan = edit_plan(sim["plan"], row["sp_plan_edit"])
-                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-                    json.dump(plan, f)
-                sim = simulate(args.shardplan, flags, f.name)
-                os.unlink(f.name)
-        except Exception as e:  # report and go on
-            print(f"{row['row_id']:6} FAILED: {e}")
-            errors.append(row["row_id"])
-            continue
-        gpus = int(row["gpus"])
-        pub_step = int(row["global_batch"]) * int(row["seq_len"]) / (float(row["pub_tok_s_gpu"]) * gpus)
-        pred_step = sim["step_time_s"]
-        pred_tok = int(row["global_batch"]) * int(row["seq_len"]) / (pred_step * gpus)
-        err = pred_step / pub_step - 1
-        # torchtitan logs the caching allocator's reserved peak (torch.cuda.max_memory_reserved): compare with the
-        # simulator's estimate of it (Note [Reserved memory] in planner/simulator.cpp).
-        mem = sim["reserved_peak_bytes"] / 2**30
-        results.append({"row_id": row["row_id"], "gpu": row["gpu"], "err": err, "pred_tok_s_gpu": pred_tok,
-                        "pred_mfu": sim["mfu"], "exposed_comm_s": sim["exposed_comm_s"], "pred_step_s": pred_step,
-                        "pub_step_s": pub_step, "pred_mem_gib": mem, "scope": row["scope"],
-                        "pub_mem_gib": float(row["pub_mem_gib"]) if row.get("pub_mem_gib") else None,
-                        "alloc_mem_gib": sim["peak_memory_bytes"] / 2**30})
-        print(f"{row['row_id']:6} {row['gpu']:10} {gpus:4} {row['model']:14} {row['seq_len']:>6} "
-              f"{float(row['pub_tok_s_gpu']):13.0f} {pred_tok:9.0f} {err:+7.1%} {sim['mfu']:8.3f} "
-              f"{row['pub_mfu'] or '':>7.7} {sim['exposed_comm_s'] / pred_step:8.1%} {mem:8.1f} "
-              f"{row['pub_mem_gib'] or '':>7}")
+    results, errors = run_rows(args.shardplan, args.csv, wanted, print_row)
     if results:
         abs_err = [abs(r["err"]) for r in results]
         print(f"\n{len(results)} rows, {len(errors)} failed; median |err| {statistics.median(abs_err):.1%}, "
