@@ -12,6 +12,7 @@
 
 #include "lowering.h"
 #include "pass_kernels.h"
+#include "pipeline_order.h"
 #include "reduction_handover.h"
 #include "unit_layout.h"
 
@@ -33,18 +34,46 @@ struct Segment {
   std::size_t last_layer;  // inclusive
 };
 
+// A pipeline stage's layers within the model a Lowerer lowers (a pipeline rank's stages, concatenated), and whether
+// it is the model's first or last stage (no recv before its forward, no send after it, and so on).
+struct StageSpan {
+  int stage = 0;  // the global stage index
+  std::size_t first_layer = 0;
+  std::size_t last_layer = 0;  // inclusive
+  bool first = false;
+  bool last = false;
+  bool previous_crosses_nodes = false;  // the stage before it is on another node
+  bool next_crosses_nodes = false;      // the stage after it is
+};
+
 class Lowerer {
  public:
-  Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options);
+  // `stage_starts`: layers where a new segment must begin even within one unit's owner (the pipeline stages' first
+  // layers), so every segment lies in one stage.
+  Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
+          const std::vector<std::size_t>& stage_starts = {});
   StepSchedule run();
+  // Note [Pipeline programs] (pipeline_schedule.h): a pipeline rank's program — its stages' passes in the order
+  // `actions` gives, a recv before and a send after each pass that crosses a stage boundary, parameters gathered
+  // once and kept until each stage's last backward, gradients reduced at it. `boundary_bytes`: the activation (and
+  // its gradient) one micro-batch passes between stages. Forward and full-backward actions only.
+  StepSchedule run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
+                           std::int64_t boundary_bytes);
 
  private:
   // --- segments and the passes (lowering.cpp) ----------------------------------------------------------------------
   int owner_of(std::size_t layer) const;
   int emit(Op op);
   void mark(int micro, FragmentPass pass, int unit);
+  void begin_step();
   void forward_pass(int micro);
   std::vector<int> backward_pass(int micro, bool synchronise);
+  // One pass over layers [first, last] (segments wholly inside): forward_pass and backward_pass over all layers, a
+  // pipeline stage's pass over its own. `reshard`: free the gathered parameters after the backward.
+  void forward_layers(int micro, std::size_t first, std::size_t last);
+  void backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
+                       std::vector<int>& reductions);
+  int emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes);
   void take_pending_alloc(Op& op);
   bool last_segment_of(int unit, std::size_t index, bool forward) const;
 
@@ -85,6 +114,7 @@ class Lowerer {
   };
   std::vector<LimiterEntry> limiter_sequence_;  // every gather the rate limiter counts, in issue order
   std::deque<int> pending_;                     // gather requests held back by the rate limiter
+  int current_stage_ = -1;  // the pipeline stage whose pass is being emitted (Op::stage), -1 outside pipelines
   int last_compute_ = -1;
   int compute_waits_for_ = -1;  // an all-to-all the next compute op depends on (-1: none)
   int last_free_ = -1;
@@ -94,5 +124,9 @@ class Lowerer {
   std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
   std::vector<std::shared_ptr<const PassKernels>> distinct_kernels_;  // kernel_cache_'s objects, in creation order
 };
+
+// What every lowering ends with: the layers' activation size classes (Note [Allocator size classes]) and the memory
+// effects table (Note [Memory effects table]), from the finished op list.
+void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model);
 
 }  // namespace shardplan::lowering_internal

@@ -3,6 +3,7 @@
 // in lowering_gathers.cpp, lowering_compute.cpp and lowering_reductions.cpp.
 #include "lowering.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -14,12 +15,14 @@
 namespace shardplan {
 namespace lowering_internal {  // Note [Lowering] in lowering.h
 
-Lowerer::Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options)
+Lowerer::Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
+                 const std::vector<std::size_t>& stage_starts)
     : plan_(plan), model_(model), options_(options),
       layouts_(unit_layouts(plan, model, options.world_size, options.gpus_per_node)) {
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     const int unit = owner_of(layer);
-    if (segments_.empty() || segments_.back().unit != unit) {
+    const bool stage_starts_here = std::find(stage_starts.begin(), stage_starts.end(), layer) != stage_starts.end();
+    if (segments_.empty() || segments_.back().unit != unit || stage_starts_here) {
       segments_.push_back({unit, layer, layer});
     } else {
       segments_.back().last_layer = layer;
@@ -27,7 +30,7 @@ Lowerer::Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions
   }
 }
 
-StepSchedule Lowerer::run() {
+void Lowerer::begin_step() {
   schedule_.world_size = options_.world_size;
   schedule_.gpus_per_node = options_.gpus_per_node;
   schedule_.micro_batches = plan_.grad_accumulation_steps;
@@ -40,6 +43,10 @@ StepSchedule Lowerer::run() {
   schedule_.persistent = persistent_memory(layouts_, plan_, options_.context_overhead_bytes);
   grads_allocated_.assign(layouts_.size(), false);
   last_reduction_.assign(layouts_.size(), -1);
+}
+
+StepSchedule Lowerer::run() {
+  begin_step();
   std::vector<int> reductions;
   for (int micro = 0; micro < plan_.grad_accumulation_steps; ++micro) {
     const bool synchronise = micro + 1 == plan_.grad_accumulation_steps || !plan_.training.no_sync_accumulation;
@@ -60,6 +67,7 @@ int Lowerer::owner_of(std::size_t layer) const {
 
 int Lowerer::emit(Op op) {
   op.id = static_cast<int>(schedule_.ops.size());
+  op.stage = current_stage_;
   if (op.stream == StreamKind::compute && compute_waits_for_ >= 0) {
     op.deps.push_back(compute_waits_for_);  // Note [Expert parallelism]: the tokens are back from their experts
     compute_waits_for_ = -1;
@@ -77,9 +85,14 @@ void Lowerer::mark(int micro, FragmentPass pass, int unit) {
 void Lowerer::forward_pass(int micro) {
   start_pass();
   mark(micro, FragmentPass::step, -1);
+  forward_layers(micro, 0, model_.layers.size() - 1);
+}
+
+void Lowerer::forward_layers(int micro, std::size_t first, std::size_t last) {
   std::vector<bool> started(layouts_.size(), false);
   for (std::size_t index = 0; index < segments_.size(); ++index) {
     const Segment& segment = segments_[index];
+    if (segment.first_layer < first || segment.last_layer > last) continue;
     const int unit = segment.unit;
     const auto& spec = plan_.units[static_cast<std::size_t>(unit)];
     const auto& layout = layouts_[static_cast<std::size_t>(unit)];
@@ -106,6 +119,12 @@ void Lowerer::forward_pass(int micro) {
 
 std::vector<int> Lowerer::backward_pass(int micro, bool synchronise) {
   std::vector<int> reductions;
+  backward_layers(micro, synchronise, true, 0, model_.layers.size() - 1, reductions);
+  return reductions;
+}
+
+void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
+                              std::vector<int>& reductions) {
   // Units kept gathered from forward stay so; every other unit is gathered again (the pass state carries over).
   pending_.clear();
   for (std::size_t unit = 0; unit < layouts_.size(); ++unit) {
@@ -115,6 +134,7 @@ std::vector<int> Lowerer::backward_pass(int micro, bool synchronise) {
   grads_produced_.assign(layouts_.size(), false);
   for (std::size_t back = segments_.size(); back-- > 0;) {
     const Segment& segment = segments_[back];
+    if (segment.first_layer < first || segment.last_layer > last) continue;
     const int unit = segment.unit;
     const auto& spec = plan_.units[static_cast<std::size_t>(unit)];
     const auto& layout = layouts_[static_cast<std::size_t>(unit)];
@@ -163,12 +183,11 @@ std::vector<int> Lowerer::backward_pass(int micro, bool synchronise) {
       last_backward_ = id;
     }
     if (last_segment_of(unit, back, false)) {
-      if (gathered_[unit]) emit_free(unit, micro, true);
+      if (gathered_[unit] && reshard) emit_free(unit, micro, true);
       if (synchronise) reduce(unit, micro, reductions);
     }
   }
   handover_.release_at_ends(schedule_.ops);
-  return reductions;
 }
 
 void Lowerer::take_pending_alloc(Op& op) {
@@ -190,6 +209,15 @@ bool Lowerer::last_segment_of(int unit, std::size_t index, bool forward) const {
   return true;
 }
 
+void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model) {
+  schedule.activation_tensor_bytes.clear();
+  schedule.activation_tensor_bytes.reserve(model.layers.size());
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    schedule.activation_tensor_bytes.push_back(largest_activation_tensor_bytes(plan, model, layer));
+  }
+  schedule.memory_effects = std::make_shared<const MemoryEffects>(memory_effects(schedule));
+}
+
 }  // namespace lowering_internal
 
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
@@ -207,11 +235,7 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
   }
   StepSchedule schedule = lowering_internal::Lowerer(plan, model, options).run();
   schedule.parallel = dims;
-  schedule.activation_tensor_bytes.reserve(model.layers.size());
-  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
-    schedule.activation_tensor_bytes.push_back(largest_activation_tensor_bytes(plan, model, layer));
-  }
-  schedule.memory_effects = std::make_shared<const MemoryEffects>(memory_effects(schedule));
+  lowering_internal::finish_lowering(schedule, plan, model);
   return schedule;
 }
 

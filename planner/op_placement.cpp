@@ -6,6 +6,7 @@
 #include "collective_cost.h"
 #include "compute_cost.h"
 #include "host_optimizer.h"
+#include "point_to_point.h"
 
 namespace shardplan {
 
@@ -18,7 +19,10 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
   switch (op.kind) {
     case OpKind::wait:
     case OpKind::free_unsharded:
+    case OpKind::recv:
       return 0.0;
+    case OpKind::send:
+      return point_to_point_time_s(op.bytes, op.group_spans_nodes, profile);
     case OpKind::forward:
     case OpKind::backward:
     case OpKind::recompute:

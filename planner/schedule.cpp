@@ -14,6 +14,7 @@ const char* to_string(StreamKind stream) {
     case StreamKind::host_to_device: return "h2d";
     case StreamKind::device_to_host: return "d2h";
     case StreamKind::all_to_all: return "all_to_all";
+    case StreamKind::p2p: return "p2p";
   }
   return "compute";
 }
@@ -32,6 +33,8 @@ const char* to_string(OpKind kind) {
     case OpKind::device_to_host: return "device_to_host";
     case OpKind::optimizer_step: return "optimizer_step";
     case OpKind::all_to_all: return "all_to_all";
+    case OpKind::send: return "send";
+    case OpKind::recv: return "recv";
   }
   return "forward";
 }

@@ -16,9 +16,12 @@ namespace shardplan {
 
 struct MemoryEffects;  // memory_effects.h
 
-// all_to_all: expert parallelism's dispatch and combine (Note [Expert parallelism] in unit_layout.h).
-enum class StreamKind { compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host, all_to_all };
-inline constexpr int kStreamCount = 7;
+// all_to_all: expert parallelism's dispatch and combine (Note [Expert parallelism] in unit_layout.h). p2p: a pipeline
+// stage's sends to its neighbour stages (Note [Pipeline programs] in pipeline_schedule.h).
+enum class StreamKind {
+  compute, all_gather, reduce_scatter, all_reduce, host_to_device, device_to_host, all_to_all, p2p
+};
+inline constexpr int kStreamCount = 8;
 const char* to_string(StreamKind stream);
 
 enum class OpKind {
@@ -34,6 +37,9 @@ enum class OpKind {
   device_to_host,  // CPU offload: copy a gradient shard out after its reduce-scatter
   optimizer_step,  // update this rank's shard
   all_to_all,      // MoE tokens to their experts' ranks and back, over the expert-parallel group (all_to_all stream)
+  send,            // pipeline: a stage's boundary activation (forward) or its input's gradient (backward) to the
+                   // neighbour stage (p2p stream)
+  recv,            // pipeline: the compute stream waits for the matching send of the neighbour stage; zero duration
 };
 const char* to_string(OpKind kind);
 // The ops that move data between ranks (each on its own stream, Note [Runner streams]).
@@ -59,6 +65,10 @@ struct Op {
   int unit = -1;         // plan unit id, -1 when not unit-specific
   int layer = -1;        // model layer index for compute ops
   int micro_batch = 0;
+  // Pipeline programs (Note [Pipeline programs] in pipeline_schedule.h): the stage this op belongs to and, for a send
+  // or recv, the stage at the other end; -1 outside pipeline programs.
+  int stage = -1;
+  int peer_stage = -1;
   std::vector<int> deps;  // ops (by id, always earlier in the list) that must finish before this op starts
 
   // Collectives and copies.

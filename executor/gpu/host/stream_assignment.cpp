@@ -29,6 +29,7 @@ GpuStream gpu_stream_for(StreamKind stream) {
     case StreamKind::host_to_device: return GpuStream::host_to_device;
     case StreamKind::device_to_host: return GpuStream::device_to_host;
     case StreamKind::all_to_all: return GpuStream::compute;  // never run: check_executable refuses expert parallelism
+    case StreamKind::p2p: return GpuStream::compute;  // never run: the runners take no pipeline programs yet
   }
   return GpuStream::compute;
 }

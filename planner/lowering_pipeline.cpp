@@ -1,0 +1,67 @@
+// The Lowerer's pipeline pass (Note [Pipeline programs] in pipeline_schedule.h): a pipeline rank's stage passes in
+// the order of its schedule's actions, with the send and recv ops between stages.
+#include <algorithm>
+#include <string>
+
+#include "errors.h"
+#include "lowerer.h"
+
+namespace shardplan::lowering_internal {  // Note [Lowering] in lowering.h
+
+StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
+                                  std::int64_t boundary_bytes) {
+  begin_step();
+  // Nothing is gathered at the step's start; from then on the pass state carries over between the actions, so a
+  // unit gathered by its first forward stays gathered (reshard_after_forward is off in a pipeline rank's plan).
+  start_pass();
+  const int micro_batches = plan_.grad_accumulation_steps;
+  std::vector<int> reductions;
+  for (const PipelineAction& action : actions) {
+    const auto stage = std::find_if(stages.begin(), stages.end(),
+                                    [&](const StageSpan& span) { return span.stage == action.stage; });
+    SHARDPLAN_CHECK(stage != stages.end(), "a pipeline action of a stage its rank does not hold");
+    const int micro = action.micro_batch;
+    current_stage_ = stage->stage;
+    switch (action.kind) {
+      case PipelineActionKind::forward:
+        if (!stage->first) emit_transfer(OpKind::recv, *stage, stage->stage - 1, micro, boundary_bytes);
+        mark(micro, FragmentPass::step, -1);
+        forward_layers(micro, stage->first_layer, stage->last_layer);
+        if (!stage->last) emit_transfer(OpKind::send, *stage, stage->stage + 1, micro, boundary_bytes);
+        break;
+      case PipelineActionKind::full_backward: {
+        if (!stage->last) emit_transfer(OpKind::recv, *stage, stage->stage + 1, micro, boundary_bytes);
+        // torch.distributed.pipelining's stage backward (_PipelineStageBase.backward_maybe_with_nosync): FSDP
+        // reshards after backward and synchronises gradients on the last micro-batch's backward only
+        // (set_reshard_after_backward / set_requires_gradient_sync(last_backward)).
+        const bool last_backward = micro + 1 == micro_batches;
+        backward_layers(micro, last_backward, last_backward, stage->first_layer, stage->last_layer, reductions);
+        if (!stage->first) emit_transfer(OpKind::send, *stage, stage->stage - 1, micro, boundary_bytes);
+        break;
+      }
+      case PipelineActionKind::backward_input:
+      case PipelineActionKind::backward_weight:
+        throw InputError(std::string("pipeline: the split backward of ") + to_string(action.kind) +
+                         " actions (zero-bubble schedules) is not lowered yet; expected GPipe, 1F1B or "
+                         "Interleaved1F1B");
+    }
+  }
+  current_stage_ = -1;
+  optimizer_step(reductions);
+  return std::move(schedule_);
+}
+
+int Lowerer::emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes) {
+  Op op = make_op(kind, kind == OpKind::send ? StreamKind::p2p : StreamKind::compute, -1, micro);
+  op.peer_stage = peer_stage;
+  op.bytes = bytes;
+  op.element_bytes = plan_.training.precision.param_compute_bytes;
+  op.group_size = 2;
+  op.group_spans_nodes = peer_stage < stage.stage ? stage.previous_crosses_nodes : stage.next_crosses_nodes;
+  op.group_ranks_per_node = op.group_spans_nodes ? 1 : 2;
+  // The send goes once the pass that produced its tensor has run (the p2p stream waits for the compute stream).
+  if (kind == OpKind::send && last_compute_ >= 0) op.deps.push_back(last_compute_);
+  return emit(std::move(op));
+}
+
+}  // namespace shardplan::lowering_internal

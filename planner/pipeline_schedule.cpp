@@ -1,0 +1,127 @@
+// lower_pipeline: a plan lowered into one program per pipeline rank, and the recv → send cross dependencies
+// (Note [Pipeline programs] in pipeline_schedule.h).
+#include "pipeline_schedule.h"
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "errors.h"
+#include "lowerer.h"
+
+namespace shardplan {
+namespace {
+
+void check_layout(const PipelineLayout& layout, const ModelSpec& model) {
+  if (layout.degree < 1 || layout.stages_per_rank < 1) {
+    throw InputError("pipeline: degree and stages_per_rank must be at least 1, got " + std::to_string(layout.degree) +
+                     " and " + std::to_string(layout.stages_per_rank));
+  }
+  const auto stages = static_cast<std::size_t>(layout.degree) * static_cast<std::size_t>(layout.stages_per_rank);
+  if (layout.stages.size() != stages) {
+    throw InputError("pipeline.stages: expected " + std::to_string(stages) + " layer ranges (pp × stages per rank), got " +
+                     std::to_string(layout.stages.size()));
+  }
+  std::size_t next = 0;
+  for (std::size_t stage = 0; stage < stages; ++stage) {
+    const LayerRange& range = layout.stages[stage];
+    if (range.begin != next || range.end <= range.begin) {
+      throw InputError("pipeline.stages[" + std::to_string(stage) + "]: expected a non-empty range starting at layer " +
+                       std::to_string(next));
+    }
+    next = range.end;
+  }
+  if (next != model.layers.size()) {
+    throw InputError("pipeline.stages: the stages end at layer " + std::to_string(next) + ", expected all " +
+                     std::to_string(model.layers.size()) + " layers");
+  }
+}
+
+// The stage holding `layer`.
+std::size_t stage_of(const std::vector<LayerRange>& stages, std::size_t layer) {
+  std::size_t stage = 0;
+  while (layer >= stages[stage].end) ++stage;
+  return stage;
+}
+
+}  // namespace
+
+PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
+                                const PipelineLayout& layout) {
+  check_layout(layout, model);
+  PipelineSchedule pipeline;
+  pipeline.order = pipeline_order(layout.schedule, layout.degree, layout.stages_per_rank, plan.grad_accumulation_steps);
+  pipeline.stage_layers = layout.stages;
+  for (std::size_t unit = 1; unit < plan.units.size(); ++unit) {
+    const LayerRange& range = plan.units[unit].layers;
+    if (stage_of(layout.stages, range.begin) != stage_of(layout.stages, range.end - 1)) {
+      throw InputError("plan.units[" + std::to_string(unit) + "] ('" + plan.units[unit].name + "'): its layers " +
+                       std::to_string(range.begin) + ".." + std::to_string(range.end - 1) +
+                       " cross a pipeline stage boundary; expected every unit within one stage");
+    }
+  }
+  // Ranks of one stage: data-parallel × tensor-parallel, consecutive in torchtitan's mesh (pp outermost); stage s's
+  // first rank is s × that, so two neighbour stages' matching ranks share a node when the node holds both.
+  const int stage_ranks = options.world_size * layout.tensor_parallel;
+  const auto node_of = [&](int stage) { return stage * stage_ranks / std::max(1, options.gpus_per_node); };
+
+  const int stage_count = pipeline.order.stage_count();
+  for (int rank = 0; rank < layout.degree; ++rank) {
+    // The rank's stages, concatenated into one model; its plan's units remapped, every one kept gathered.
+    ModelSpec rank_model = model;
+    rank_model.layers.clear();
+    std::vector<lowering_internal::StageSpan> spans;
+    std::vector<std::size_t> stage_starts;
+    std::vector<LayerRange> units;
+    for (int stage = rank; stage < stage_count; stage += layout.degree) {
+      const LayerRange& range = layout.stages[static_cast<std::size_t>(stage)];
+      const std::size_t offset = rank_model.layers.size();
+      lowering_internal::StageSpan span;
+      span.stage = stage;
+      span.first_layer = offset;
+      span.last_layer = offset + (range.end - range.begin) - 1;
+      span.first = stage == 0;
+      span.last = stage + 1 == stage_count;
+      span.previous_crosses_nodes = stage > 0 && node_of(stage - 1) != node_of(stage);
+      span.next_crosses_nodes = stage + 1 < stage_count && node_of(stage + 1) != node_of(stage);
+      spans.push_back(span);
+      stage_starts.push_back(offset);
+      for (std::size_t layer = range.begin; layer < range.end; ++layer) rank_model.layers.push_back(model.layers[layer]);
+      for (std::size_t unit = 1; unit < plan.units.size(); ++unit) {
+        const LayerRange& unit_range = plan.units[unit].layers;
+        if (unit_range.begin >= range.begin && unit_range.end <= range.end) {
+          units.push_back({unit_range.begin - range.begin + offset, unit_range.end - range.begin + offset});
+        }
+      }
+    }
+    Plan rank_plan = plan_with_units(rank_model, plan, units, std::vector<bool>(units.size(), true));
+    rank_plan.units[0].reshard_after_forward.enabled = false;
+    const std::int64_t boundary_bytes = plan.training.micro_batch * plan.training.seq_len * model.hidden_size *
+                                        plan.training.precision.param_compute_bytes;
+    lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
+    StepSchedule program =
+        lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans, boundary_bytes);
+    lowering_internal::finish_lowering(program, rank_plan, rank_model);
+    pipeline.programs.push_back(std::move(program));
+  }
+
+  // Each recv waits for the send of the same micro-batch from its peer stage to its stage.
+  using Key = std::tuple<int, int, int>;  // from stage, to stage, micro-batch
+  std::map<Key, std::pair<int, int>> sends;
+  for (std::size_t program = 0; program < pipeline.programs.size(); ++program) {
+    for (const Op& op : pipeline.programs[program].ops) {
+      if (op.kind == OpKind::send) sends[{op.stage, op.peer_stage, op.micro_batch}] = {static_cast<int>(program), op.id};
+    }
+  }
+  for (std::size_t program = 0; program < pipeline.programs.size(); ++program) {
+    for (const Op& op : pipeline.programs[program].ops) {
+      if (op.kind != OpKind::recv) continue;
+      const auto send = sends.find({op.peer_stage, op.stage, op.micro_batch});
+      SHARDPLAN_CHECK(send != sends.end(), "a pipeline recv without its send");
+      pipeline.cross_dependencies.push_back({static_cast<int>(program), op.id, send->second.first, send->second.second});
+    }
+  }
+  return pipeline;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,62 @@
+// PipelineSchedule: a pipeline-parallel step as one StepSchedule program per pipeline rank, with the send/recv pairs
+// that tie the programs together, and lower_pipeline, which lowers a plan into it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lowering.h"
+#include "pipeline_order.h"
+#include "schedule.h"
+#include "wrapping.h"
+
+namespace shardplan {
+
+// Note [Pipeline programs]: with pipeline parallelism the ranks no longer run one program. The model is cut into
+// pp × v stages (stage_partition.h); pipeline rank r holds stages r, r + pp, ... (torch's loop placement) and runs
+// its stages' passes in the order its schedule gives (PipelineOrder, Note [Pipeline orders]). Its program is a
+// StepSchedule over the layers of its stages with FSDP's ops as everywhere else, plus:
+//  - a `recv` on the compute stream before each pass whose input comes from another stage (a forward's activation
+//    from the stage before, a backward's gradient from the stage after), and a `send` on the p2p stream after each
+//    pass whose output goes to one; each recv depends on its matching send in the other program (a cross
+//    dependency), which is how bubbles arise: the simulator places all programs together (pipeline_simulator.h);
+//  - FSDP as torchtitan runs it under PP: every unit kept gathered from its first forward to the stage's last
+//    backward (torchtitan's reshard_after_forward "default" policy: off when pp is on), gradients accumulated
+//    unsharded and reduced at the last micro-batch's backward (torch.distributed.pipelining's
+//    backward_maybe_with_nosync: set_requires_gradient_sync and set_reshard_after_backward on the last backward);
+//  - each program's world_size is the data-parallel ranks of one stage (dp_replicate × dp_shard), which FSDP shards
+//    over.
+// The boundary tensor a micro-batch passes is the hidden state, micro-batch × seq × hidden in the compute dtype
+// (torchtitan's stage outputs for Llama: the decoder's `h`), and its gradient the same. The receiving stage's
+// buffers for it are not counted in memory (one micro-batch's hidden state per in-flight receive: small beside the
+// kept activations). A send is placed when its stage's pass has run and takes its link's time; NCCL's pairing with
+// the receiver's posting is not modelled (the receiver posts its recv before it is needed in these orders).
+struct PipelineSchedule {
+  PipelineOrder order;
+  std::vector<LayerRange> stage_layers;  // per global stage, in the model's layer numbering
+  std::vector<StepSchedule> programs;    // per pipeline rank
+  struct CrossDependency {
+    int program = 0;
+    int op = 0;           // a recv of `program`
+    int on_program = 0;
+    int on_op = 0;        // the send it waits for
+  };
+  std::vector<CrossDependency> cross_dependencies;
+};
+
+struct PipelineLayout {
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int degree = 1;           // pp
+  int stages_per_rank = 1;  // v
+  // The stages' layers, pp × v contiguous ranges covering the model in order (stage_partition.h gives them).
+  std::vector<LayerRange> stages;
+  int tensor_parallel = 1;  // ranks per data-parallel rank (to place the stages' ranks on nodes)
+};
+
+// `plan`: a plan of the whole model whose units each lie within one stage; its grad_accumulation_steps is the
+// pipeline's micro-batch count. `options.world_size`: the data-parallel ranks of one stage. InputError naming the
+// field when the layout does not fit the model or the plan, or the schedule's order cannot be lowered.
+PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
+                                const PipelineLayout& layout);
+
+}  // namespace shardplan

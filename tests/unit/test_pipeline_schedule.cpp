@@ -1,0 +1,153 @@
+// Tests of the pipeline programs (Note [Pipeline programs]) and their simulation (Note [Pipeline placement]): the
+// simulated step against the order's replay in the same op times, micro-batches in flight per stage as 1F1B and
+// GPipe keep them, the interleaved schedule's smaller bubble, FSDP's ops under PP, and the refusals.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "errors.h"
+#include "op_durations.h"
+#include "pipeline_schedule.h"
+#include "pipeline_simulator.h"
+#include "schedule_fixtures.h"
+
+using namespace shardplan;
+using namespace shardplan::testing;
+
+namespace {
+
+// Round numbers with communication all but free: only compute and the pipeline's dependencies set the step.
+HardwareProfile compute_bound_profile() {
+  HardwareProfile profile = round_profile();
+  profile.intra_node = {"link", 0.0, 1e18, 1.0};
+  profile.inter_node = {"fabric", 0.0, 1e18, 1.0};
+  profile.pcie_bytes_per_s = 1e18;
+  return profile;
+}
+
+// `blocks` toy blocks cut into equal stages of pp × v; `micro_batches` per step; 2 data-parallel ranks per stage.
+struct Pipeline {
+  ModelSpec model;
+  Plan plan;
+  LoweringOptions options = toy_options(2);
+  PipelineLayout layout;
+  Pipeline(int blocks, PipelineScheduleKind schedule, int pp, int v, int micro_batches) : model(toy_blocks(blocks)) {
+    plan = toy_plan(model, 2);
+    plan.grad_accumulation_steps = micro_batches;
+    layout.schedule = schedule;
+    layout.degree = pp;
+    layout.stages_per_rank = v;
+    const int stages = pp * v;
+    const std::size_t per_stage = static_cast<std::size_t>(blocks / stages);
+    for (int stage = 0; stage < stages; ++stage) {
+      const auto begin = static_cast<std::size_t>(stage) * per_stage;
+      layout.stages.push_back({begin, begin + per_stage});
+    }
+  }
+  PipelineSchedule lower() const { return lower_pipeline(plan, model, options, layout); }
+};
+
+// One stage's forward and backward of one micro-batch, from the program's own op durations.
+std::pair<double, double> stage_pass_s(const PipelineSchedule& pipeline, const HardwareProfile& profile) {
+  const StepSchedule& program = pipeline.programs.front();
+  const std::vector<double> base_s = base_durations_s(program, profile);
+  double forward_s = 0, backward_s = 0;
+  for (const Op& op : program.ops) {
+    if (op.micro_batch != 0 || op.stage != 0) continue;
+    if (op.kind == OpKind::forward) forward_s += base_s[static_cast<std::size_t>(op.id)];
+    if (op.kind == OpKind::backward || op.kind == OpKind::recompute) {
+      backward_s += base_s[static_cast<std::size_t>(op.id)];
+    }
+  }
+  return {forward_s, backward_s};
+}
+
+}  // namespace
+
+TEST_CASE("pipeline programs: the simulated step is the order's replay in the same pass times, for GPipe and 1F1B") {
+  const HardwareProfile profile = compute_bound_profile();
+  for (const PipelineScheduleKind kind : {PipelineScheduleKind::gpipe, PipelineScheduleKind::one_f_one_b}) {
+    CAPTURE(to_string(kind));
+    const Pipeline setup(8, kind, 4, 1, 8);
+    const PipelineSchedule pipeline = setup.lower();
+    REQUIRE(pipeline.programs.size() == 4);
+    const auto [forward_s, backward_s] = stage_pass_s(pipeline, profile);
+    REQUIRE(forward_s > 0);
+    const PipelineSimulation simulated = simulate_pipeline(pipeline, profile);
+    const PipelineReplay replay = replay_pipeline_order(pipeline.order, forward_s, backward_s, 0.0);
+    // (M + pp − 1)(tF + tB): 11 × 24 ms; the optimizer step at HBM speed adds nothing measurable.
+    CHECK(replay.makespan == doctest::Approx(11 * (forward_s + backward_s)));
+    CHECK(simulated.step_time_s == doctest::Approx(replay.makespan).epsilon(1e-6));
+    for (const PipelineRankSummary& rank : simulated.ranks) {
+      CHECK(rank.bubble_fraction == doctest::Approx(3.0 / 11.0).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("pipeline programs: 1F1B keeps pp - stage micro-batches in flight, GPipe all of them, and less memory") {
+  const HardwareProfile profile = compute_bound_profile();
+  const PipelineSimulation gpipe = simulate_pipeline(Pipeline(8, PipelineScheduleKind::gpipe, 4, 1, 8).lower(), profile);
+  const PipelineSimulation one_f_one_b =
+      simulate_pipeline(Pipeline(8, PipelineScheduleKind::one_f_one_b, 4, 1, 8).lower(), profile);
+  for (int rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    const auto at = static_cast<std::size_t>(rank);
+    CHECK(gpipe.ranks[at].peak_in_flight_micro_batches == 8);
+    CHECK(one_f_one_b.ranks[at].peak_in_flight_micro_batches == 4 - rank);
+    CHECK(one_f_one_b.ranks[at].peak_memory_bytes < gpipe.ranks[at].peak_memory_bytes);
+  }
+  // Stage 0 keeps 4 micro-batches' activations under 1F1B, the last stage 1: their activation peaks differ by 3
+  // micro-batches' worth, the same stage's parameters and states aside.
+  CHECK(one_f_one_b.ranks[0].peak_memory_bytes > one_f_one_b.ranks[3].peak_memory_bytes);
+}
+
+TEST_CASE("pipeline programs: interleaved 1F1B's virtual stages cut the bubble, as published") {
+  const HardwareProfile profile = compute_bound_profile();
+  const PipelineSimulation plain =
+      simulate_pipeline(Pipeline(16, PipelineScheduleKind::one_f_one_b, 4, 1, 8).lower(), profile);
+  const Pipeline interleaved_setup(16, PipelineScheduleKind::interleaved_1f1b, 4, 2, 8);
+  const PipelineSchedule interleaved_pipeline = interleaved_setup.lower();
+  const PipelineSimulation interleaved = simulate_pipeline(interleaved_pipeline, profile);
+  CHECK(interleaved.step_time_s < plain.step_time_s);
+  CHECK(interleaved.bubble_fraction < plain.bubble_fraction);
+  // Against the order's replay with a virtual stage's pass times (half a rank's layers each).
+  const auto [forward_s, backward_s] = stage_pass_s(interleaved_pipeline, profile);
+  const PipelineReplay replay = replay_pipeline_order(interleaved_pipeline.order, forward_s, backward_s, 0.0);
+  CHECK(interleaved.step_time_s == doctest::Approx(replay.makespan).epsilon(1e-6));
+}
+
+TEST_CASE("pipeline programs: FSDP under PP gathers each unit once, reduces it once, and pairs every send") {
+  const Pipeline setup(8, PipelineScheduleKind::one_f_one_b, 2, 1, 4);
+  const PipelineSchedule pipeline = setup.lower();
+  int sends = 0;
+  for (const StepSchedule& program : pipeline.programs) {
+    // 4 units per stage (one per block; the root holds no layer): each gathered once, kept over the 4 micro-batches.
+    CHECK(program.count(OpKind::all_gather) == 4);
+    CHECK(program.count(OpKind::reduce_scatter) == 4);
+    CHECK(program.count(OpKind::free_unsharded) == 4);
+    CHECK(program.count(OpKind::optimizer_step) == 1);
+    for (const Op& op : program.ops) {
+      if (op.kind == OpKind::send) {
+        ++sends;
+        CHECK(op.stream == StreamKind::p2p);
+        CHECK(op.bytes == setup.plan.training.micro_batch * setup.plan.training.seq_len * setup.model.hidden_size *
+                              setup.plan.training.precision.param_compute_bytes);
+      }
+      if (op.kind == OpKind::reduce_scatter) CHECK(op.micro_batch == 3);  // the last micro-batch's backward
+    }
+  }
+  // Forward activations 0 → 1 and gradients 1 → 0, one per micro-batch each way; each recv waits for one of them.
+  CHECK(sends == 8);
+  CHECK(pipeline.cross_dependencies.size() == 8);
+}
+
+TEST_CASE("pipeline programs: a unit across a stage boundary, bad stage ranges and split backwards are refused") {
+  Pipeline crossing(8, PipelineScheduleKind::one_f_one_b, 2, 1, 2);
+  crossing.plan = plan_with_units(crossing.model, crossing.plan, {{0, 2}, {2, 6}, {6, 8}});
+  CHECK_THROWS_WITH_AS(crossing.lower(), doctest::Contains("cross a pipeline stage boundary"), InputError);
+  Pipeline short_stages(8, PipelineScheduleKind::one_f_one_b, 2, 1, 2);
+  short_stages.layout.stages.back().end = 7;
+  CHECK_THROWS_WITH_AS(short_stages.lower(), doctest::Contains("pipeline.stages"), InputError);
+  Pipeline zero_bubble(8, PipelineScheduleKind::interleaved_zero_bubble, 2, 1, 2);
+  CHECK_THROWS_WITH_AS(zero_bubble.lower(), doctest::Contains("not lowered yet"), InputError);
+}
