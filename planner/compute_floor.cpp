@@ -39,6 +39,7 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
   LoweringOptions lowering;
   lowering.world_size = cluster.world_size();
   lowering.gpus_per_node = cluster.gpus_per_node;
+  lowering.flatten_memory_effects = false;  // read op by op below, never simulated
   const StepSchedule schedule = lower_plan(one_micro_batch, model, lowering);
   const auto activation_bytes = [](const std::vector<MemoryChange>& changes) {
     std::int64_t bytes = 0;

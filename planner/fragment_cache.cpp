@@ -162,6 +162,7 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   LoweringOptions options;
   options.world_size = world_size_;
   options.gpus_per_node = gpus_per_node_;
+  options.flatten_memory_effects = false;  // fragments are placed from the ops (fragment.h), never walk_memory'd
   StepSchedule schedule = lower_plan(plan, window, options);
   std::vector<double> base_s = base_durations_s(schedule, profile_);  // Note [Durations by shape]
   MemoryCertainty certainty(schedule, -1, excluded);

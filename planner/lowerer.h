@@ -125,8 +125,8 @@ class Lowerer {
   std::vector<std::shared_ptr<const PassKernels>> distinct_kernels_;  // kernel_cache_'s objects, in creation order
 };
 
-// What every lowering ends with: the layers' activation size classes (Note [Allocator size classes]) and the memory
-// effects table (Note [Memory effects table]), from the finished op list.
-void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model);
+// What every lowering ends with: the layers' activation size classes (Note [Allocator size classes]) and, when asked
+// (LoweringOptions::flatten_memory_effects), the memory effects table (Note [Memory effects table]).
+void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model, bool flatten_memory_effects);
 
 }  // namespace shardplan::lowering_internal

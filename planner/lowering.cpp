@@ -209,13 +209,13 @@ bool Lowerer::last_segment_of(int unit, std::size_t index, bool forward) const {
   return true;
 }
 
-void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model) {
+void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model, bool flatten_memory_effects) {
   schedule.activation_tensor_bytes.clear();
   schedule.activation_tensor_bytes.reserve(model.layers.size());
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     schedule.activation_tensor_bytes.push_back(largest_activation_tensor_bytes(plan, model, layer));
   }
-  schedule.memory_effects = std::make_shared<const MemoryEffects>(memory_effects(schedule));
+  if (flatten_memory_effects) schedule.memory_effects = std::make_shared<const MemoryEffects>(memory_effects(schedule));
 }
 
 }  // namespace lowering_internal
@@ -235,7 +235,7 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
   }
   StepSchedule schedule = lowering_internal::Lowerer(plan, model, options).run();
   schedule.parallel = dims;
-  lowering_internal::finish_lowering(schedule, plan, model);
+  lowering_internal::finish_lowering(schedule, plan, model, options.flatten_memory_effects);
   return schedule;
 }
 

@@ -101,7 +101,7 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
     StepSchedule program =
         lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans, boundary_bytes);
-    lowering_internal::finish_lowering(program, rank_plan, rank_model);
+    lowering_internal::finish_lowering(program, rank_plan, rank_model, options.flatten_memory_effects);
     pipeline.programs.push_back(std::move(program));
   }
 
