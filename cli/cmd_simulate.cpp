@@ -32,6 +32,9 @@ struct SimulateFlags {
   bool cpu_offload = false;
   double memory_headroom_percent = 0;
   std::string tensor_parallel = "1";
+  int pipeline_parallel = 1;
+  std::string pipeline_schedule = "1F1B";
+  int stages_per_rank = 1;
   bool json = false;
 };
 
@@ -77,6 +80,18 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
   command->add_option("--tensor-parallel", flags->tensor_parallel,
                       "TP degree of the default plan (Note [2-D plans]: FSDP over the world / TP ranks)")
       ->capture_default_str();
+  command->add_option("--pipeline-parallel", flags->pipeline_parallel,
+                      "pipeline stages' ranks (pp) of the default plan (Note [Pipeline policy]); torchtitan's split of "
+                      "the blocks into pp x stages-per-rank stages")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  command->add_option("--pipeline-schedule", flags->pipeline_schedule,
+                      "GPipe | 1F1B | Interleaved1F1B (torch.distributed.pipelining's names)")
+      ->capture_default_str();
+  command->add_option("--stages-per-rank", flags->stages_per_rank,
+                      "virtual stages per pipeline rank (Interleaved1F1B: 2 or more)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 10));
   add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print the summary as JSON");
   return [command, flags, output]() {
@@ -94,14 +109,49 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       if (training.torch_compile) check_compile_tensor_parallel(tensor_parallel);
       // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
       plan.tensor_parallel_degree = tensor_parallel;
+      plan.pipeline.degree = flags->pipeline_parallel;
       const int data_parallel_ranks = parallel_dims(plan, cluster.world_size()).data_parallel_world_size();
       plan = default_plan(base, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, base),
                           data_parallel_ranks);
       plan.tensor_parallel_degree = tensor_parallel;
       plan.offload.params = flags->cpu_offload;
+      if (flags->pipeline_parallel > 1) {
+        plan.pipeline = default_pipeline(base, flags->pipeline_parallel,
+                                         pipeline_schedule_from_string(flags->pipeline_schedule, "--pipeline-schedule"),
+                                         flags->stages_per_rank);
+      }
     }
     // The layers resolved for the plan's fine-tuning (a plan file's was checked against the model as it was read).
     const ModelSpec model = finetuned_for(base, plan.training);
+    if (plan.pipeline.enabled()) {
+      if (!flags->trace_file.empty() || !flags->report_file.empty()) {
+        throw InputError("--trace/--report: not yet written for a pipeline plan (one timeline per pipeline rank); "
+                         "expected neither with --pipeline-parallel above 1");
+      }
+      const PipelineStepAnalysis analysis = analyze_pipeline_step(model, cluster, profile, plan);
+      const PredictionErrorBands bands = error_bands_for(cluster.gpu.name, run_kind_of(cluster, plan.training));
+      const MemoryHeadroomChoice headroom_choice =
+          choose_memory_headroom(*command, flags->memory_headroom_percent, bands.memory);
+      const MemoryHeadroom headroom{cluster.gpu.memory_bytes, headroom_choice.percent / 100};
+      if (flags->json) {
+        nlohmann::json document = to_json(analysis, headroom);
+        document["schema"] = "shardplan.pipeline_simulation/v1";
+        document["model"] = model.name;
+        document["cluster"] = to_json(cluster);
+        document["plan"] = to_json(plan, model);
+        document["memory_capacity_bytes"] = headroom.cap_bytes;
+        document["memory_headroom_bytes"] = headroom.headroom_bytes();
+        output.json(document);
+      } else {
+        std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
+                  << plan.units.size() << " units), " << to_string(parallel_dims(plan, cluster.world_size()))
+                  << "\n";
+        std::cout << unmeasured_rates_line(profile);
+        std::cout << render_pipeline_text(analysis, headroom);
+        std::cout << "memory: " << headroom.describe() << " kept free on each rank's device peak\n";
+      }
+      return 0;
+    }
     const bool want_timeline = !flags->trace_file.empty() || !flags->report_file.empty();
     const StepAnalysis analysis = analyze_step(model, cluster, profile, plan, want_timeline);
     const SimulationSummary& summary = analysis.simulation.summary;

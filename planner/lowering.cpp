@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "errors.h"
 #include "lowerer.h"
 #include "memory_effects.h"
 #include "tensor_parallel_view.h"
@@ -221,6 +223,10 @@ void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& 
 }  // namespace lowering_internal
 
 StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const LoweringOptions& options) {
+  if (plan.pipeline.enabled()) {
+    throw InputError("plan.pipeline: a plan with pipeline degree " + std::to_string(plan.pipeline.degree) +
+                     " lowers into one program per pipeline rank (lower_pipeline); expected degree 1 here");
+  }
   validate_plan(plan, model, options.world_size, options.gpus_per_node);
   const ParallelDims dims = parallel_dims(plan, options.world_size);
   if (dims.tp() > 1) {

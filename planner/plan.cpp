@@ -3,6 +3,7 @@
 
 #include "errors.h"
 #include "input_limits.h"
+#include "stage_partition.h"
 
 namespace shardplan {
 
@@ -203,9 +204,24 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
   validate_step_size(plan, model);
 }
 
+PipelinePolicy default_pipeline(const ModelSpec& model, int degree, PipelineScheduleKind schedule,
+                                int stages_per_rank) {
+  PipelinePolicy pipeline;
+  pipeline.degree = degree;
+  pipeline.schedule = schedule;
+  pipeline.stages_per_rank = stages_per_rank;
+  int blocks = 0;
+  for (const LayerSpec& layer : model.layers) blocks += layer.kind == LayerKind::transformer_block ? 1 : 0;
+  // torchtitan's pipeline_parallel_first_stage_less_layers / _last_stage_less_layers default, 1 each.
+  const std::vector<int> split = torchtitan_stage_blocks(degree * stages_per_rank, blocks, 1, 1, "--pipeline-parallel");
+  pipeline.stages = stage_layer_ranges(model, split, "--pipeline-parallel");
+  return pipeline;
+}
+
 ParallelDims parallel_dims(const Plan& plan, int world_size) {
   ParallelDegrees degrees;
   degrees.tp = plan.tensor_parallel_degree;
+  degrees.pp = plan.pipeline.degree;
   degrees.ep = plan.training.expert_parallel_degree;
   return ParallelDims(degrees, world_size, "plan");
 }

@@ -6,6 +6,7 @@
 
 #include "model_spec.h"
 #include "parallel_dims.h"
+#include "pipeline_order.h"
 #include "sharding.h"
 #include "training.h"
 #include "wrapping.h"
@@ -37,6 +38,19 @@ struct OffloadPolicy {
   bool optimizer = false;  // optimizer states live and step in host memory (ZeRO-Offload)
 };
 
+// Note [Pipeline policy]: pipeline parallelism as torchtitan runs it ([parallelism] pipeline_parallel_degree,
+// pipeline_parallel_schedule, and its split of the layers into stages): `degree` pipeline ranks, each running
+// `stages_per_rank` stages (the interleaved schedules' virtual stages), the model cut into `stages` contiguous layer
+// ranges, degree × stages_per_rank of them. Such a plan lowers into one program per pipeline rank
+// (lower_pipeline, Note [Pipeline programs] in pipeline_schedule.h); FSDP runs over each stage's data-parallel ranks.
+struct PipelinePolicy {
+  int degree = 1;  // pp; 1: no pipeline
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int stages_per_rank = 1;
+  std::vector<LayerRange> stages;  // empty when degree is 1
+  bool enabled() const { return degree > 1; }
+};
+
 struct Plan {
   std::string name = "plan";
   std::string model;                // what the plan was made for (informational, checked loosely)
@@ -51,17 +65,23 @@ struct Plan {
   // The plan's choice (its JSON field, the search's knob): what the degree means for a world — data-parallel ranks,
   // groups, a rank's slice — comes from parallel_dims(plan, world) below; `> 1` tests and messages still read it.
   int tensor_parallel_degree = 1;
+  PipelinePolicy pipeline;
 };
 
 // Note [ParallelDims] (costmodel/parallel_dims.h): the one place a plan's degrees become the world's ParallelDims —
-// tp from tensor_parallel_degree, ep from training.expert_parallel_degree, dp_shard the rest of the world (torchtitan's
-// dp_shard = -1). dp_replicate, cp and pp are 1: HSDP's replicas are still chosen per unit by its strategy (a plan
-// may mix strategies, ShardingLayout::replicas), and context and pipeline parallelism are not modelled yet.
+// tp from tensor_parallel_degree, pp from pipeline.degree, ep from training.expert_parallel_degree, dp_shard the rest
+// of the world (torchtitan's dp_shard = -1). dp_replicate and cp are 1: HSDP's replicas are still chosen per unit by
+// its strategy (a plan may mix strategies, ShardingLayout::replicas), and context parallelism is not lowered yet.
 // InputError prefixed "plan" when the degrees do not fit the world.
 ParallelDims parallel_dims(const Plan& plan, int world_size);
 
 // FSDP's usual wrapping: one unit per transformer block, the rest in the root unit (not resharded after forward),
 // every unit with `strategy`, one unit prefetched ahead in forward and backward, the training's AC on every block.
+// torchtitan's default pipeline for `degree` ranks of `stages_per_rank` stages each: its split of the blocks
+// (torchtitan_stage_blocks with the embedding and the head weighing one block each, stage_partition.h) as layer
+// ranges. InputError naming --pipeline-parallel when the model has too few blocks for the stages.
+PipelinePolicy default_pipeline(const ModelSpec& model, int degree, PipelineScheduleKind schedule, int stages_per_rank);
+
 Plan default_plan(const ModelSpec& model, const TrainingConfig& training, const ShardingStrategy& strategy,
                   const Wrapping& wrapping, int world_size);
 

@@ -125,13 +125,39 @@ PlanUnit read_unit(const JsonObjectReader& entry, std::size_t id, const ModelSpe
   return unit;
 }
 
+// Note [Pipeline policy] (plan.h): {"degree", "schedule", "stages_per_rank", "stages": [{"first_layer",
+// "last_layer"}, ...]}; lower_pipeline checks that the stages cover the model in order.
+PipelinePolicy read_pipeline(const JsonObjectReader& reader, const ModelSpec& model) {
+  reader.reject_unknown_keys({"degree", "schedule", "stages_per_rank", "stages"});
+  PipelinePolicy pipeline;
+  pipeline.degree = static_cast<int>(reader.int_in_range("degree", 1, limits::kMaxWorldSize));
+  if (const auto schedule = reader.optional_string("schedule")) {
+    pipeline.schedule = pipeline_schedule_from_string(*schedule, reader.field_path("schedule"));
+  }
+  pipeline.stages_per_rank =
+      static_cast<int>(reader.optional_int_in_range("stages_per_rank", 1, limits::kMaxWorldSize).value_or(1));
+  const auto last_layer = static_cast<std::int64_t>(model.layers.size()) - 1;
+  if (pipeline.degree > 1) {
+    const auto stages = reader.array("stages");
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      const JsonObjectReader stage = reader.element("stages", index, stages[index]);
+      stage.reject_unknown_keys({"first_layer", "last_layer"});
+      const auto first = static_cast<std::size_t>(stage.int_in_range("first_layer", 0, last_layer));
+      const auto last = static_cast<std::size_t>(stage.int_in_range("last_layer", static_cast<std::int64_t>(first),
+                                                                     last_layer));
+      pipeline.stages.push_back({first, last + 1});
+    }
+  }
+  return pipeline;
+}
+
 }  // namespace
 
 Plan plan_from_json(const nlohmann::json& document, const std::string& origin, const ModelSpec& model) {
   const JsonObjectReader root(document, origin);
   root.reject_unknown_keys(
       {"schema", "name", "model", "training", "finetune", "max_inflight_all_gathers", "offload", "units",
-       "tensor_parallel_degree"});
+       "tensor_parallel_degree", "pipeline"});
   if (!root.has("schema") || root.raw().at("schema") != kPlanSchema) {
     root.fail("schema", std::string("\"") + kPlanSchema + "\"");
   }
@@ -149,6 +175,7 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   // Note [Tensor parallel degree]: range only here; validate_plan checks it against the model and the cluster.
   plan.tensor_parallel_degree = static_cast<int>(
       root.optional_int_in_range("tensor_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
+  if (root.has("pipeline")) plan.pipeline = read_pipeline(root.object("pipeline"), model);
   if (root.has("offload")) {
     const JsonObjectReader offload = root.object("offload");
     offload.reject_unknown_keys({"params", "optimizer"});
@@ -209,6 +236,16 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
           {"units", std::move(units)}};
   // FSDP alone (degree 1) writes no field, so plans from before tensor parallelism existed write as they did.
   if (plan.tensor_parallel_degree != 1) document["tensor_parallel_degree"] = plan.tensor_parallel_degree;
+  if (plan.pipeline.enabled()) {  // plans without a pipeline read and write as before
+    nlohmann::json stages = nlohmann::json::array();
+    for (const LayerRange& stage : plan.pipeline.stages) {
+      stages.push_back({{"first_layer", stage.begin}, {"last_layer", stage.end - 1}});
+    }
+    document["pipeline"] = {{"degree", plan.pipeline.degree},
+                            {"schedule", to_string(plan.pipeline.schedule)},
+                            {"stages_per_rank", plan.pipeline.stages_per_rank},
+                            {"stages", std::move(stages)}};
+  }
   if (plan.training.torch_compile) document["training"]["torch_compile"] = true;  // eager plans write as before
   if (plan.training.expert_parallel_degree > 1) {  // plans without expert parallelism read and write as before
     document["training"]["expert_parallel_degree"] = plan.training.expert_parallel_degree;

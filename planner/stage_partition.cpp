@@ -38,6 +38,33 @@ std::vector<int> torchtitan_stage_blocks(int stages, int blocks, int input_weigh
   return split;
 }
 
+std::vector<LayerRange> stage_layer_ranges(const ModelSpec& model, const std::vector<int>& blocks_per_stage,
+                                           const char* field) {
+  std::vector<std::size_t> blocks;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    if (model.layers[layer].kind == LayerKind::transformer_block) blocks.push_back(layer);
+  }
+  int total = 0;
+  for (int count : blocks_per_stage) total += count;
+  if (blocks_per_stage.empty() || total != static_cast<int>(blocks.size())) {
+    throw InputError(std::string(field) + ": the stages hold " + std::to_string(total) + " blocks, expected the " +
+                     std::to_string(blocks.size()) + " transformer blocks of " + model.name);
+  }
+  std::vector<LayerRange> ranges;
+  std::size_t next_block = 0, begin = 0;
+  for (std::size_t stage = 0; stage < blocks_per_stage.size(); ++stage) {
+    next_block += static_cast<std::size_t>(blocks_per_stage[stage]);
+    const bool last = stage + 1 == blocks_per_stage.size();
+    const std::size_t end = last ? model.layers.size() : blocks[next_block - 1] + 1;
+    if (blocks_per_stage[stage] < 0 || end <= begin) {
+      throw InputError(std::string(field) + ": stage " + std::to_string(stage) + " would hold no layer");
+    }
+    ranges.push_back({begin, end});
+    begin = end;
+  }
+  return ranges;
+}
+
 StagePartition balanced_stage_partition(const StagePartitionInput& input, int stages) {
   const int blocks = static_cast<int>(input.block_s.size());
   StagePartition result;

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "model_spec.h"
+#include "wrapping.h"
+
 namespace shardplan {
 
 // Note [Stage partition]: the first stage also runs the embedding and the last the final norm, the output projection
@@ -19,6 +22,12 @@ namespace shardplan {
 // stages than effective layers, a weight above the per-stage share).
 std::vector<int> torchtitan_stage_blocks(int stages, int blocks, int input_weight, int output_weight,
                                          const char* field);
+
+// The stages' layer ranges in `model` for so many transformer blocks per stage, in order: the layers before the
+// first block (the embedding) join the first stage, those after the last block (final norm, head) the last.
+// InputError naming `field` when the counts do not add up to the model's blocks or a stage would hold no layer.
+std::vector<LayerRange> stage_layer_ranges(const ModelSpec& model, const std::vector<int>& blocks_per_stage,
+                                           const char* field);
 
 struct StagePartitionInput {
   std::vector<double> block_s;           // each block's forward + backward time per micro-batch

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "lowering.h"
+#include "tensor_parallel_view.h"
 #include "plan_json.h"
 
 namespace shardplan {
@@ -36,6 +37,88 @@ StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const 
                                              {"summary", to_json(analysis.simulation.summary)}};
   }
   return analysis;
+}
+
+PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const Plan& plan) {
+  validate_plan(plan, model, cluster.world_size(), cluster.gpus_per_node);
+  const ParallelDims dims = parallel_dims(plan, cluster.world_size());
+  const DataParallelView view = data_parallel_view(plan, model, dims, cluster.gpus_per_node);
+  LoweringOptions options;
+  options.world_size = view.world_size();
+  options.gpus_per_node = view.gpus_per_node;
+  options.context_overhead_bytes = profile.context_overhead_bytes;
+  PipelineLayout layout;
+  layout.schedule = plan.pipeline.schedule;
+  layout.degree = plan.pipeline.degree;
+  layout.stages_per_rank = plan.pipeline.stages_per_rank;
+  layout.stages = plan.pipeline.stages;
+  layout.tensor_parallel = dims.tp();
+  PipelineStepAnalysis analysis;
+  analysis.schedule = lower_pipeline(view.plan, view.model, options, layout);
+  analysis.simulation = simulate_pipeline(analysis.schedule, profile);
+  return analysis;
+}
+
+std::string render_pipeline_text(const PipelineStepAnalysis& analysis, const MemoryHeadroom& headroom) {
+  const PipelineSimulation& simulation = analysis.simulation;
+  const PipelineOrder& order = analysis.schedule.order;
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "pipeline: %s, %d ranks x %d stages each, %d micro-batches; step %.4f s, %.0f tokens/s, MFU %.1f %%, "
+                "mean bubble %.1f %%\n",
+                to_string(order.kind), order.ranks, order.stages_per_rank, order.micro_batches,
+                simulation.step_time_s, simulation.tokens_per_s, 100 * simulation.mfu,
+                100 * simulation.bubble_fraction);
+  out << line;
+  out << "  rank  stages      layers            compute s  bubble   peak GiB  device GiB  in flight  fits\n";
+  for (const PipelineRankSummary& rank : simulation.ranks) {
+    std::string stages, layers;
+    for (int stage : rank.stages) {
+      const LayerRange& range = analysis.schedule.stage_layers[static_cast<std::size_t>(stage)];
+      stages += (stages.empty() ? "" : ",") + std::to_string(stage);
+      layers += (layers.empty() ? "" : ",") + std::to_string(range.begin) + "-" + std::to_string(range.end - 1);
+    }
+    const bool fits = rank.device_peak_bytes <= headroom.usable_bytes();
+    std::snprintf(line, sizeof line, "  %4d  %-10s  %-16s  %9.4f  %5.1f %%  %8.2f  %10.2f  %9d  %s\n", rank.rank,
+                  stages.c_str(), layers.c_str(), rank.compute_busy_s, 100 * rank.bubble_fraction,
+                  static_cast<double>(rank.peak_memory_bytes) / (1 << 30),
+                  static_cast<double>(rank.device_peak_bytes) / (1 << 30), rank.peak_in_flight_micro_batches,
+                  fits ? "yes" : "no");
+    out << line;
+  }
+  return out.str();
+}
+
+nlohmann::json to_json(const PipelineStepAnalysis& analysis, const MemoryHeadroom& headroom) {
+  const PipelineSimulation& simulation = analysis.simulation;
+  nlohmann::json ranks = nlohmann::json::array();
+  bool fits = true;
+  for (const PipelineRankSummary& rank : simulation.ranks) {
+    const bool rank_fits = rank.device_peak_bytes <= headroom.usable_bytes();
+    fits = fits && rank_fits;
+    ranks.push_back({{"rank", rank.rank},
+                     {"stages", rank.stages},
+                     {"compute_time_s", rank.compute_busy_s},
+                     {"p2p_time_s", rank.p2p_busy_s},
+                     {"bubble_fraction", rank.bubble_fraction},
+                     {"peak_memory_bytes", rank.peak_memory_bytes},
+                     {"device_peak_bytes", rank.device_peak_bytes},
+                     {"peak_in_flight_micro_batches", rank.peak_in_flight_micro_batches},
+                     {"fits", rank_fits}});
+  }
+  return {{"schedule", to_string(analysis.schedule.order.kind)},
+          {"degree", analysis.schedule.order.ranks},
+          {"stages_per_rank", analysis.schedule.order.stages_per_rank},
+          {"micro_batches", analysis.schedule.order.micro_batches},
+          {"step_time_s", simulation.step_time_s},
+          {"tokens_per_step", simulation.tokens_per_step},
+          {"tokens_per_s", simulation.tokens_per_s},
+          {"mfu", simulation.mfu},
+          {"bubble_fraction", simulation.bubble_fraction},
+          {"ranks", std::move(ranks)},
+          {"fits", fits}};
 }
 
 nlohmann::json trace_fingerprint(const ModelSpec& model, const Plan& plan) {

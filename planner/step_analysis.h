@@ -9,6 +9,8 @@
 #include "cluster.h"
 #include "hardware_profile.h"
 #include "model_spec.h"
+#include "pipeline_schedule.h"
+#include "pipeline_simulator.h"
 #include "plan.h"
 #include "schedule.h"
 #include "simulator.h"
@@ -22,6 +24,19 @@ struct StepAnalysis {
 
 StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                           const Plan& plan, bool record_timeline);
+
+// A plan with a pipeline (Note [Pipeline policy] in plan.h): validated for the whole world, its TP slice taken
+// (Note [2-D plans]), lowered into one program per pipeline rank and simulated together.
+struct PipelineStepAnalysis {
+  PipelineSchedule schedule;
+  PipelineSimulation simulation;
+};
+PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const Plan& plan);
+// Its summary: the step, then one line per pipeline rank (stages, their layer indices, compute, bubble, memory,
+// micro-batches in flight), with the memory verdict of Note [Memory headroom] on each rank's device peak.
+std::string render_pipeline_text(const PipelineStepAnalysis& analysis, const MemoryHeadroom& headroom);
+nlohmann::json to_json(const PipelineStepAnalysis& analysis, const MemoryHeadroom& headroom);
 
 // Note [Trace fingerprint]: what a trace was made of, in its metadata ("fingerprint"), so `compare` refuses to set a
 // prediction against a measurement of another model or plan: {"model": name, "parameters": count, "plan_digest":
