@@ -51,6 +51,7 @@ Action add_estimate_command(CLI::App& app, const Output& output) {
     request.units_policy = flags->units;
     request.model_states_only = flags->model_states_only;
     request.offload_params = flags->cpu_offload;
+    check_optimizer_offload(request.training, request.offload_params, "--cpu-offload");
     // Note [Error bands] (costmodel/error_band.h): the bands of runs like this one, and the headroom from them.
     const PredictionErrorBands bands =
         error_bands_for(request.cluster.gpu.name, run_kind_of(request.cluster, request.training));

@@ -92,6 +92,8 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s allocated (at %s)\n", best.summary.step_time_s,
                 best.summary.tokens_per_s, 100 * best.summary.mfu, gib(best.summary.peak_memory_bytes).c_str(),
                 best.summary.peak_op.c_str());
+    const std::string recipe = recipe_text(best.plan.training);  // Note [Fine-tuning losses], [8-bit optimizers]
+    if (!recipe.empty()) std::printf("  recipe: %s\n", recipe.c_str());
     std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks\n",
                 global_batch_text(best, cluster.world_size()).c_str(),
                 static_cast<long long>(best.plan.training.micro_batch), best.plan.grad_accumulation_steps,
@@ -208,6 +210,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       }
       // Note [Exported compile]: before the search, so a refused export prints and writes nothing.
       check_export_compile(flags->export_format, training);
+      check_export_recipe(flags->export_format, training);  // Note [Exported recipes]
       // Note [What torchtitan runs] (planner/export_torchtitan.cpp): refused settings refuse before the search too.
       if (flags->export_format == "torchtitan") check_torchtitan_training(training, model);
     }

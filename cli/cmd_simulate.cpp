@@ -107,6 +107,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       if (flags->tensor_parallel == "auto") throw InputError("--tensor-parallel: expected one degree (1, 2, 4, 8)");
       const int tensor_parallel = tensor_parallel_degrees(flags->tensor_parallel, base, cluster).front();
       if (training.torch_compile) check_compile_tensor_parallel(tensor_parallel);
+      check_loss_tensor_parallel(training.loss, tensor_parallel);
       // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
       plan.tensor_parallel_degree = tensor_parallel;
       plan.pipeline.degree = flags->pipeline_parallel;
@@ -115,6 +116,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
                           data_parallel_ranks);
       plan.tensor_parallel_degree = tensor_parallel;
       plan.offload.params = flags->cpu_offload;
+      check_optimizer_offload(plan.training, plan.offload.params, "--cpu-offload");
       if (flags->pipeline_parallel > 1) {
         plan.pipeline = default_pipeline(base, flags->pipeline_parallel,
                                          pipeline_schedule_from_string(flags->pipeline_schedule, "--pipeline-schedule"),
@@ -192,6 +194,8 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
                 << plan.units.size() << " units)\n";
       std::cout << unmeasured_rates_line(profile);
+      const std::string recipe = recipe_text(plan.training);  // Note [Fine-tuning losses], [8-bit optimizers]
+      if (!recipe.empty()) std::cout << "recipe: " << recipe << "\n";
       std::cout << render_simulation_text(summary, analysis.schedule, headroom);
       std::cout << error_band_text(bands, summary.step_time_s, summary.reserved_peak_bytes, headroom_choice, "");
       if (host_memory.offloads()) std::cout << describe(host_memory) << "\n";

@@ -9,6 +9,7 @@
 #include "flag_checks.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "loss.h"
 #include "model_source.h"
 #include "name_suggest.h"
 #include "plan.h"
@@ -71,6 +72,12 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
   command.add_flag("--compile", flags.torch_compile,
                    "torch.compile each transformer block (AOTAutograd keeps less for backward; kernels as eager); "
                    "the fsdp2 and fsdp1 exports compile, deepspeed exports and `run` refuse it");
+  command
+      .add_option("--loss", flags.loss,
+                  "the output head's loss: cross-entropy (logits upcast to fp32 whole) | chunked-ce (torchtune's "
+                  "CEWithChunkedOutputLoss, 8 chunks upcast one at a time) | linear-ce (Liger's fused linear "
+                  "cross-entropy: logits never materialised beyond a chunk); fsdp2 exports carry it")
+      ->capture_default_str();
   command.add_option("--expert-parallel", flags.expert_parallel,
                      "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
                      "all-to-all (default 1; plan searches it when not given)")
@@ -168,7 +175,14 @@ KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags
   pins.checkpointing = command.count("--ac") > 0;
   pins.micro_batch = command.count("--micro-batch") > 0;
   if (command.count("--cpu-offload") > 0) pins.offload = flags.cpu_offload;
+  // Note [8-bit optimizers]: the states are modelled on the GPU, so offload is not searched either.
+  check_optimizer_offload(training, pins.offload.value_or(false), "--cpu-offload");
+  if (is_8bit(training.optimizer)) pins.offload = false;
   if (flags.tensor_parallel != "auto") pins.tensor_parallel = parse_tensor_parallel(flags.tensor_parallel);
+  if (training.loss != LossKind::cross_entropy) {  // Note [Fine-tuning losses]: on the whole vocabulary only
+    check_loss_tensor_parallel(training.loss, pins.tensor_parallel.value_or(1));
+    pins.tensor_parallel = 1;
+  }
   // TrainingFlags::expert_parallel is 0 when not given.
   if (command.count("--expert-parallel") > 0) pins.expert_parallel = training.expert_parallel_degree;
   return pins;
@@ -318,6 +332,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
   }
   training.no_sync_accumulation = flags.no_sync;
   training.torch_compile = flags.torch_compile;
+  training.loss = loss_from_string(flags.loss);
   training.expert_parallel_degree = flags.expert_parallel > 0 ? flags.expert_parallel : 1;
   training.finetune = resolve_finetune(flags);
   validate_training(training, model);
@@ -325,7 +340,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
 }
 
 ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training) {
-  return finetuned_model(model, training.finetune, FinetuneFieldNames::cli());
+  return model_for_loss(finetuned_model(model, training.finetune, FinetuneFieldNames::cli()), training.loss);
 }
 
 // Invalid UTF-8 (a byte string from a flag) is replaced, not thrown halfway through the output.
@@ -340,6 +355,13 @@ void check_compile_tensor_parallel(int degree) {
   if (degree != 1) {
     throw InputError("--compile with --tensor-parallel " + std::to_string(degree) +
                      ": not yet modelled (expected --tensor-parallel 1)");
+  }
+}
+
+void check_loss_tensor_parallel(LossKind loss, int degree) {
+  if (loss != LossKind::cross_entropy && degree != 1) {
+    throw InputError(std::string("--loss ") + to_string(loss) + " with --tensor-parallel " + std::to_string(degree) +
+                     ": not modelled with loss parallel (expected --tensor-parallel 1, or --loss cross-entropy)");
   }
 }
 

@@ -36,6 +36,7 @@ struct TrainingFlags {
   std::string attention;  // flash | triton | eager ("" : flash unless --no-flash-attention)
   bool no_sync = false;
   bool torch_compile = false;
+  std::string loss = "cross-entropy";  // Note [Fine-tuning losses] (costmodel/loss.h)
   // Note [Expert parallelism] (planner/unit_layout.h): 0 = not given (1; `plan` searches the degree for MoE models).
   int expert_parallel = 0;
   // Fine-tuning (costmodel/finetune.h), named as PEFT's LoraConfig and bitsandbytes' BitsAndBytesConfig: values as
@@ -76,7 +77,8 @@ ModelSpec load_searchable_model(const std::string& model_argument, const std::st
 Cluster resolve_cluster(const ModelClusterFlags& flags);
 HardwareProfile resolve_profile(const ModelClusterFlags& flags, const Cluster& cluster);
 TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& model);
-// The model resolved for the training's fine-tuning (finetuned_model); InputError names the flag.
+// The model resolved for the training's fine-tuning (finetuned_model) and its loss (model_for_loss); InputError names
+// the flag.
 ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training);
 
 // --tensor-parallel: "auto" searches 1, 2, 4 and 8 (those the model and node take), a number that one degree only
@@ -84,6 +86,9 @@ ModelSpec finetuned_for(const ModelSpec& model, const TrainingConfig& training);
 std::vector<int> tensor_parallel_degrees(const std::string& text, const ModelSpec& model, const Cluster& cluster);
 // --compile is modelled for FSDP alone (Note [Compiled blocks]): InputError for a tensor-parallel degree above 1.
 void check_compile_tensor_parallel(int degree);
+// --loss chunked-ce and linear-ce are modelled on the whole vocabulary, not loss parallel's shards (Note [Fine-tuning
+// losses]): InputError for a tensor-parallel degree above 1.
+void check_loss_tensor_parallel(LossKind loss, int degree);
 
 // Prints a JSON document (pretty, newline-terminated) to stdout.
 void print_json(const nlohmann::json& document);

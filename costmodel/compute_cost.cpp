@@ -105,8 +105,9 @@ double optimizer_step_time_s(std::int64_t shard_elements, const PrecisionRecipe&
   // A fused optimizer (apex FusedAdam, torch `fused=True`) touches each byte once per element of the shard:
   // read + write the parameter, read the gradient, read + write the master copy and the states (ZeRO's K bytes).
   // bf16-mixed AdamW: 2·4 + 4 + 2·8 = 28 bytes.
+  // 8-bit states (Note [8-bit optimizers]): their bytes and absmax values, read and written the same way.
   const double bytes_per_element = 2.0 * precision.param_storage_bytes + precision.grad_storage_bytes +
-                                   2.0 * optimizer_bytes_per_param(precision, optimizer);
+                                   2.0 * optimizer_held_bytes_per_element(precision, optimizer);
   return memory_time_s(static_cast<double>(shard_elements) * bytes_per_element, profile);
 }
 

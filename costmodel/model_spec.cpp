@@ -123,7 +123,8 @@ double LayerSpec::activation_bytes_per_token(std::int64_t seq_len, int activatio
 }
 
 double LayerSpec::forward_workspace_bytes_per_token(int activation_element_bytes) const {
-  return activation_element_bytes < 4 ? 4.0 * activations.forward_workspace_fp32_per_token : 0.0;
+  const double upcast = activation_element_bytes < 4 ? 4.0 * activations.forward_workspace_fp32_per_token : 0.0;
+  return upcast + activations.forward_workspace_elements_per_token * activation_element_bytes;
 }
 
 double LayerSpec::backward_workspace_bytes_per_token(int activation_element_bytes) const {
@@ -154,7 +155,9 @@ double LayerSpec::largest_tensor_bytes_per_token(std::int64_t seq_len, int activ
   }
   // The loss's fp32 upcast of the logits (one tensor: ActivationFootprint::fp32_bytes_per_token), whose
   // workspaces (the shifted logits, exp, the gradients) are tensors of the same shape.
-  if (activation_element_bytes < 4) largest = std::max(largest, activations.fp32_bytes_per_token);
+  if (activation_element_bytes < 4) {
+    largest = std::max(largest, activations.fp32_bytes_per_token / std::max(1, activations.fp32_tensor_count));
+  }
   return largest;
 }
 

@@ -75,6 +75,12 @@ struct ActivationFootprint {
   double forward_workspace_fp32_per_token = 0;
   double backward_workspace_fp32_per_token = 0;
   double backward_workspace_elements_per_token = 0;
+  // Forward working memory in the activation dtype whatever it is (Liger's fused linear cross-entropy: one chunk of
+  // logits, Note [Fine-tuning losses] in loss.h).
+  double forward_workspace_elements_per_token = 0;
+  // The fp32 copy above is this many tensors of equal size (torchtune's chunked output loss keeps one per chunk): the
+  // largest single tensor is fp32_bytes_per_token / fp32_tensor_count.
+  int fp32_tensor_count = 1;
   // Note [Eager composite activations]: what eager PyTorch's autograd keeps beyond the fields above when the layer
   // runs as Hugging Face's attn_implementation="eager" code (AttentionActivations::eager_composite), op by op as
   // tools/autograd/derivatives.yaml says each op saves; absent (0) for layers whose kept tensors are measured whole

@@ -52,7 +52,10 @@ OptimizerKind optimizer_from_string(const std::string& name) {
   if (name == "adamw" || name == "adam") return OptimizerKind::adamw;
   if (name == "sgd-momentum") return OptimizerKind::sgd_momentum;
   if (name == "sgd") return OptimizerKind::sgd;
-  throw InputError("unknown optimizer '" + name + "'" + did_you_mean(name, {"adamw", "sgd-momentum", "sgd"}));
+  if (name == "adamw8bit") return OptimizerKind::adamw8bit;
+  if (name == "paged-adamw8bit") return OptimizerKind::paged_adamw8bit;
+  throw InputError("--optimizer '" + name + "': expected adamw, sgd-momentum, sgd, adamw8bit or paged-adamw8bit" +
+                   did_you_mean(name, {"adamw", "sgd-momentum", "sgd", "adamw8bit", "paged-adamw8bit"}));
 }
 
 const char* to_string(OptimizerKind kind) {
@@ -60,21 +63,46 @@ const char* to_string(OptimizerKind kind) {
     case OptimizerKind::adamw: return "adamw";
     case OptimizerKind::sgd_momentum: return "sgd-momentum";
     case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adamw8bit: return "adamw8bit";
+    case OptimizerKind::paged_adamw8bit: return "paged-adamw8bit";
   }
   return "adamw";
 }
 
 int optimizer_state_count(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::adamw: return 2;
+    case OptimizerKind::adamw:
+    case OptimizerKind::adamw8bit:
+    case OptimizerKind::paged_adamw8bit: return 2;
     case OptimizerKind::sgd_momentum: return 1;
     case OptimizerKind::sgd: return 0;
   }
   return 0;
 }
 
+bool is_8bit(OptimizerKind kind) {
+  return kind == OptimizerKind::adamw8bit || kind == OptimizerKind::paged_adamw8bit;
+}
+
 int optimizer_bytes_per_param(const PrecisionRecipe& precision, OptimizerKind optimizer) {
-  return precision.master_weight_bytes + optimizer_state_count(optimizer) * precision.optimizer_state_bytes;
+  // Note [8-bit optimizers]: uint8 states whatever the recipe's state dtype.
+  const int state_bytes = is_8bit(optimizer) ? 1 : precision.optimizer_state_bytes;
+  return precision.master_weight_bytes + optimizer_state_count(optimizer) * state_bytes;
+}
+
+std::int64_t optimizer_held_bytes(const PrecisionRecipe& precision, OptimizerKind optimizer, std::int64_t elements) {
+  std::int64_t bytes = elements * optimizer_bytes_per_param(precision, optimizer);
+  if (is_8bit(optimizer)) {
+    const std::int64_t blocks = (elements + kBnbOptimizerBlockSize - 1) / kBnbOptimizerBlockSize;
+    bytes += optimizer_state_count(optimizer) * 4 * blocks;  // fp32 absmax1, absmax2
+  }
+  return bytes;
+}
+
+double optimizer_held_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {
+  const double constants =
+      is_8bit(optimizer) ? optimizer_state_count(optimizer) * 4.0 / static_cast<double>(kBnbOptimizerBlockSize) : 0.0;
+  return optimizer_bytes_per_param(precision, optimizer) + constants;
 }
 
 }  // namespace shardplan

@@ -1,6 +1,7 @@
 // Precision recipes (which dtype each copy of the model state is kept in) and optimizers (how many states per param).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,33 @@ struct PrecisionRecipe {
 PrecisionRecipe precision_recipe(const std::string& name);  // InputError with the closest names when unknown
 std::vector<std::string> precision_recipe_names();
 
-enum class OptimizerKind { adamw, sgd_momentum, sgd };
-OptimizerKind optimizer_from_string(const std::string& name);  // "adamw", "sgd-momentum", "sgd"
+// Note [8-bit optimizers]: bitsandbytes' AdamW8bit and PagedAdamW8bit (bitsandbytes/optim/adamw.py; both
+// Optimizer2State with optim_bits=8, block_wise=True, min_8bit_size=4096). Optimizer2State.init_state
+// (bitsandbytes/optim/optimizer.py) keeps m and v as uint8 codes, one byte per element each (state1, state2), and,
+// block-wise, one fp32 absmax per block of 256 elements for each ("blocks = n // 256", absmax1 and absmax2): 2 bytes
+// + 2 × 4 / 256 = 2.03125 bytes per element instead of 8. The two 256-entry fp32 code books (qmap1, qmap2) are
+// shared by every parameter (name2qmap) and not counted. Not modelled: tensors under min_8bit_size (4096) elements
+// keep fp32 states (the norms' weights: under 0.01 % of a decoder's parameters), and the blocks are counted over a
+// rank's shard, not per tensor (at most one partial block, 8 bytes, per tensor). Paged: is_paged=True allocates the
+// states in CUDA unified memory (get_state_buffer → F.get_paged), which the driver pages to host memory only when the
+// device runs out; a plan that fits never pages, so the states are modelled on the device, as AdamW8bit's.
+// The step reads and writes the states, their absmax values, the parameter and the gradient once each, at the GPU's
+// memory bandwidth like the fused fp32 step (compute_cost.cpp optimizer_step_time_s).
+enum class OptimizerKind { adamw, sgd_momentum, sgd, adamw8bit, paged_adamw8bit };
+// "adamw", "sgd-momentum", "sgd", "adamw8bit", "paged-adamw8bit"
+OptimizerKind optimizer_from_string(const std::string& name);
 const char* to_string(OptimizerKind kind);
 int optimizer_state_count(OptimizerKind kind);  // Adam: m and v; SGD with momentum: one buffer; plain SGD: none
+bool is_8bit(OptimizerKind kind);               // Note [8-bit optimizers]
+inline constexpr std::int64_t kBnbOptimizerBlockSize = 256;  // Optimizer2State.init_state: n // 256 blocks
 
-// The ZeRO paper's K: optimizer-held bytes per parameter (master weights + states).
+// The ZeRO paper's K: optimizer-held bytes per parameter (master weights + states), less the 8-bit optimizers'
+// quantisation constants (optimizer_held_bytes counts them).
 int optimizer_bytes_per_param(const PrecisionRecipe& precision, OptimizerKind optimizer);
+// What the optimizer holds for a shard of `elements` parameters: K bytes each, and for the 8-bit optimizers one fp32
+// absmax per state per started block of 256 (Note [8-bit optimizers]).
+std::int64_t optimizer_held_bytes(const PrecisionRecipe& precision, OptimizerKind optimizer, std::int64_t elements);
+// The same per element, as a fraction: K + 2 × 4 / 256 for the 8-bit optimizers.
+double optimizer_held_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer);
 
 }  // namespace shardplan

@@ -171,6 +171,28 @@ void check_search_work(const TrainingConfig& training, const ModelSpec& model, s
   }
 }
 
+void check_optimizer_offload(const TrainingConfig& training, bool offloads, const std::string& flag) {
+  if (!offloads || !is_8bit(training.optimizer)) return;
+  throw InputError(flag + " with --optimizer " + to_string(training.optimizer) +
+                   ": the 8-bit states are modelled on the GPU, and a host step only for fp32 AdamW (DeepSpeed "
+                   "CPU-Adam's rate); expected --optimizer adamw, or no CPU offload");
+}
+
+std::string recipe_text(const TrainingConfig& training) {
+  std::string text;
+  if (training.loss == LossKind::chunked_ce) {
+    text = "loss chunked-ce (torchtune CEWithChunkedOutputLoss, " + std::to_string(kChunkedOutputLossChunks) +
+           " chunks upcast to fp32 one at a time)";
+  } else if (training.loss == LossKind::linear_ce) {
+    text = "loss linear-ce (Liger fused linear cross-entropy: logits one chunk at a time, no fp32 copy)";
+  }
+  if (is_8bit(training.optimizer)) {
+    text += std::string(text.empty() ? "" : ", ") + "optimizer " + to_string(training.optimizer) +
+            " (bitsandbytes: 1-byte m and v, an fp32 absmax per 256 elements)";
+  }
+  return text;
+}
+
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) {
   nlohmann::json document = {{"seq_len", training.seq_len},
                              {"micro_batch", training.micro_batch},
@@ -187,6 +209,7 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
                              {"expert_parallel_degree", training.expert_parallel_degree},
                              {"finetune", to_json(training.finetune, training.precision)}};
   if (training.torch_compile) document["torch_compile"] = true;  // eager runs report as before
+  if (training.loss != LossKind::cross_entropy) document["loss"] = to_string(training.loss);  // as before when plain
   return document;
 }
 

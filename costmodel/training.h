@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune.h"
+#include "loss.h"
 #include "model_spec.h"
 #include "precision.h"
 
@@ -48,6 +49,9 @@ struct TrainingConfig {
   // keeps for backward (Note [Compiled blocks] in compiled_block.h). Plan JSON "training": {"torch_compile"}; CLI
   // --compile.
   bool torch_compile = false;
+  // How the output head's loss runs (Note [Fine-tuning losses] in loss.h); the model a plan is lowered against must be
+  // resolved for it (model_for_loss). Plan JSON "training": {"loss"}; CLI --loss.
+  LossKind loss = LossKind::cross_entropy;
 
   // Tokens of the training sequence in one micro-batch: what throughput counts.
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }
@@ -95,6 +99,15 @@ void check_step_bytes(const TrainingConfig& training, const ModelSpec& model, st
 // message ("plan", "capacity at 1 GPU").
 void check_search_work(const TrainingConfig& training, const ModelSpec& model, std::int64_t data_parallel_ranks,
                        const std::string& where, std::int64_t smallest_micro_batch = 1);
+
+// Note [8-bit optimizers] (precision.h): the 8-bit states are modelled on the device; a host step only at DeepSpeed
+// CPU-Adam's fp32 AdamW rate (Note [CPU optimizer step], host_optimizer.h). InputError naming `flag` when `offloads`
+// with an 8-bit optimizer.
+void check_optimizer_offload(const TrainingConfig& training, bool offloads, const std::string& flag);
+
+// The fine-tuning recipe settings that are not the defaults, as the plans' and estimates' text prints them ("loss
+// chunked-ce (torchtune CEWithChunkedOutputLoss, 8 chunks), optimizer adamw8bit (bitsandbytes)"); "" when none.
+std::string recipe_text(const TrainingConfig& training);
 
 nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks);
 // {"mode", "freeze", "lora": {...}, "bnb_4bit": {...}, "fsdp_version", "use_orig_params"}: the settings in force.

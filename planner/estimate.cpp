@@ -194,6 +194,8 @@ std::string render_text(const EstimateResult& result) {
               ? ", expert parallel " + std::to_string(request.training.expert_parallel_degree)
               : "")
       << "\n";
+  const std::string recipe = recipe_text(request.training);  // Note [Fine-tuning losses], [8-bit optimizers]
+  if (!recipe.empty()) out << "recipe    " << recipe << "\n";
   out << "strategy  " << to_string(memory.layout.kind) << " (params/grads/optimizer sharded over "
       << memory.layout.param_group << "/" << memory.layout.grad_group << "/" << memory.layout.optimizer_group
       << " ranks), units " << request.units_policy << ": " << memory.units.size() << " incl. root, padding "

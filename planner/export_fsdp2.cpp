@@ -172,6 +172,16 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
   const TorchPrecision precision = torch_precision(plan.training.precision);
   const PythonFinetune finetune = python_finetune(plan, model, false);
   const bool finetuning = !plan.training.finetune.trains_all();
+  for (std::size_t id = 1; id < plan.units.size() && plan.training.loss == LossKind::linear_ce; ++id) {
+    // Note [Exported recipes]: Liger's loss reads lm_head.weight from the model's forward, unsharded by the root's
+    // hooks only; a head in a unit of its own stays sharded there (FSDP2 unshards it in lm_head.forward alone).
+    for (std::size_t layer = plan.units[id].layers.begin; layer < plan.units[id].layers.end; ++layer) {
+      if (model.layers[layer].kind != LayerKind::lm_head) continue;
+      throw InputError("--export fsdp2: --loss linear-ce with the output head in unit " + std::to_string(id) +
+                       " ('" + plan.units[id].name + "'), but Liger's loss reads lm_head.weight outside lm_head's "
+                       "forward; expected the head in the root unit, or --loss chunked-ce");
+    }
+  }
   std::vector<std::vector<int>> forward, backward;
   std::vector<Fsdp2Sharding> shardings;
   for (const auto& unit : plan.units) {
@@ -203,6 +213,12 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
                           "): model = apply_plan(model); then build the\n# optimizer over the parameters that "
                           "require grad.\n"
                     : "# model (e.g. transformers.AutoModelForCausalLM): apply_plan(model); then build the optimizer.\n")
+     << (plan.training.loss != LossKind::cross_entropy
+             ? "# The planned loss: loss = compute_loss(model, input_ids, labels) (LOSS below).\n"
+             : "")
+     << (is_8bit(plan.training.optimizer)
+             ? "# The planned optimizer: build_optimizer(params, lr) (OPTIMIZER below).\n"
+             : "")
      << "# torch is imported inside apply_plan so the tables below can be read without torch installed.\n\n"
      << "# Module paths of each unit, one entry per plan unit in plan order: entry 0 is the root unit (every module\n"
      << "# no other unit covers), applied last as fully_shard(model) because fully_shard must see children first.\n"
@@ -224,6 +240,7 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << (tp > 1 ? python_tensor_parallel(model, float8_tensorwise) + "\n\n" : "")
      << finetune.tables << "\n\n"
      << python_module_helpers() << "\n\n" << finetune.functions << (finetuning ? "\n\n" : "")
+     << python_recipe_fsdp2(plan.training)  // Note [Exported recipes]: "" for the default loss and optimizer
      << "def _apply_activation_checkpointing(model):\n"
      << "    # Before sharding, as torchtitan does: each wrapper takes its module's place, so fully_shard then shards\n"
      << "    # the wrapper under the same module path.\n"
@@ -245,6 +262,8 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << "    if world != PLANNED_WORLD_SIZE:\n"
      << "        raise ValueError(f\"shardplan: the plan is for {PLANNED_WORLD_SIZE} ranks, this run has {world}\")\n"
      << python_root_mesh(root, shardings);
+  // Note [Exported recipes]: Liger's loss patched into the model's forward before anything wraps it.
+  if (plan.training.loss == LossKind::linear_ce) py << "    _apply_fused_linear_cross_entropy(model)\n";
   if (!precision.note.empty()) py << "    # " << precision.note << "\n";
   if (finetuning) {
     // Note [Exported trainable set]: before sharding; the PeftModel (under LoRA) is what apply_plan returns.

@@ -19,7 +19,7 @@ MemoryByCategory offloaded_memory(const std::vector<UnitLayout>& layouts, const 
     }
     if (plan.offload.params || plan.offload.optimizer) {
       add(MemoryCategory::optimizer_states,
-          layout.optimizer_shard_elements * optimizer_bytes_per_param(precision, plan.training.optimizer));
+          optimizer_held_bytes(precision, plan.training.optimizer, layout.optimizer_shard_elements));
     }
   }
   return host;

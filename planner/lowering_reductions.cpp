@@ -117,8 +117,8 @@ Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan) {
   Op step;
   step.kind = OpKind::optimizer_step;
   step.optimizer_elements = shard_elements;
-  step.memory_bytes =
-      static_cast<double>(shard_elements * optimizer_bytes_per_element(plan.training.precision, plan.training.optimizer));
+  step.memory_bytes = static_cast<double>(shard_elements) *
+                      optimizer_bytes_per_element(plan.training.precision, plan.training.optimizer);
   step.on_host = plan.offload.params || plan.offload.optimizer;
   return step;
 }

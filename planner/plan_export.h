@@ -39,6 +39,11 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
 // `plan` calls it before its search; the exporters call it too.
 void check_export_compile(const std::string& format, const TrainingConfig& training);
 
+// InputError, one line naming the flag, unless `format` can carry the plan's fine-tuning recipe (Note [Exported
+// recipes] in export_recipe.cpp): --loss other than cross-entropy, --optimizer adamw8bit or paged-adamw8bit. fsdp2
+// carries them; fsdp1, deepspeed and torchtitan refuse. `plan` calls it before its search; export_plan too.
+void check_export_recipe(const std::string& format, const TrainingConfig& training);
+
 // What `format` can write (Note [Export constrains the search] in export_support.cpp): tensor parallelism > 1 and
 // expert parallelism > 1, each with the reason when it cannot.
 struct ExportSupport {
@@ -125,6 +130,10 @@ PythonFinetune python_finetune(const Plan& plan, const ModelSpec& model, bool fs
 // _compile_blocks(model, blocks), both defined in export_compile.cpp (Note [Exported compile]).
 std::string python_transformer_blocks(const ModelSpec& model);
 std::string python_compile_blocks_fsdp1();
+
+// The FSDP2 script's recipe section (Note [Exported recipes]): LOSS and OPTIMIZER, make_loss() and
+// build_optimizer(params, lr) as the plan's --loss and --optimizer name them.
+std::string python_recipe_fsdp2(const TrainingConfig& training);
 
 // The FSDP2 script's TP_BLOCKS table, _full_length_positions hook and _apply_tensor_parallel(model, tp_mesh)
 // (Note [Exported tensor parallelism] in export_tensor_parallel.cpp); torchao's float8 styles for the blocks'

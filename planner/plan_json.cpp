@@ -42,7 +42,7 @@ ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::strin
 TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_steps) {
   block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
                              "flash_attention", "attention_kernel", "no_sync", "expert_parallel_degree",
-                             "torch_compile"});
+                             "torch_compile", "loss"});
   TrainingConfig training;
   // Note [Input limits]: in range as read; validate_training and validate_plan check the products.
   training.seq_len = block.int_in_range("seq_len", 1, limits::kMaxSeqLen);
@@ -57,7 +57,7 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
   try {
     training.optimizer = optimizer_from_string(block.optional_string("optimizer").value_or("adamw"));
   } catch (const InputError&) {
-    block.fail("optimizer", "adamw, sgd-momentum or sgd");
+    block.fail("optimizer", "adamw, sgd-momentum, sgd, adamw8bit or paged-adamw8bit");
   }
   training.flash_attention = block.boolean("flash_attention", true);
   try {
@@ -68,6 +68,11 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
   }
   training.no_sync_accumulation = block.boolean("no_sync", false);
   training.torch_compile = block.boolean("torch_compile", false);  // Note [Compiled blocks]; absent: eager
+  try {  // Note [Fine-tuning losses]; absent: the plain cross-entropy
+    training.loss = loss_from_string(block.optional_string("loss").value_or("cross-entropy"));
+  } catch (const InputError&) {
+    block.fail("loss", "\"cross-entropy\", \"chunked-ce\" or \"linear-ce\"");
+  }
   // Note [Expert parallelism]: absent in plans of models without experts; validate_plan checks it against the model.
   training.expert_parallel_degree = static_cast<int>(
       block.optional_int_in_range("expert_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
@@ -175,12 +180,20 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   // Note [Tensor parallel degree]: range only here; validate_plan checks it against the model and the cluster.
   plan.tensor_parallel_degree = static_cast<int>(
       root.optional_int_in_range("tensor_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
+  if (plan.tensor_parallel_degree != 1 && plan.training.loss != LossKind::cross_entropy) {
+    root.fail("tensor_parallel_degree", "1 with training.loss " + std::string(to_string(plan.training.loss)) +
+                                            " (Note [Fine-tuning losses]: modelled on the whole vocabulary)");
+  }
   if (root.has("pipeline")) plan.pipeline = read_pipeline(root.object("pipeline"), model);
   if (root.has("offload")) {
     const JsonObjectReader offload = root.object("offload");
     offload.reject_unknown_keys({"params", "optimizer"});
     plan.offload.params = offload.boolean("params", false);
     plan.offload.optimizer = offload.boolean("optimizer", false);
+    if ((plan.offload.params || plan.offload.optimizer) && is_8bit(plan.training.optimizer)) {
+      offload.fail("params", std::string("false with training.optimizer ") + to_string(plan.training.optimizer) +
+                                 " (Note [8-bit optimizers]: the states stay on the GPU)");
+    }
   }
   plan.layer_checkpointing.assign(model.layers.size(), ActivationCheckpointing::none);
   const auto entries = root.array("units");
@@ -247,6 +260,7 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
                             {"stages", std::move(stages)}};
   }
   if (plan.training.torch_compile) document["training"]["torch_compile"] = true;  // eager plans write as before
+  if (plan.training.loss != LossKind::cross_entropy) document["training"]["loss"] = to_string(plan.training.loss);
   if (plan.training.expert_parallel_degree > 1) {  // plans without expert parallelism read and write as before
     document["training"]["expert_parallel_degree"] = plan.training.expert_parallel_degree;
   }

@@ -155,7 +155,7 @@ MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const
     }
     if (!plan.offload.params && !plan.offload.optimizer) {
       add(MemoryCategory::optimizer_states,
-          layout.optimizer_shard_elements * optimizer_bytes_per_param(precision, plan.training.optimizer));
+          optimizer_held_bytes(precision, plan.training.optimizer, layout.optimizer_shard_elements));
     }
   }
   add(MemoryCategory::overhead, context_overhead_bytes);
@@ -228,9 +228,9 @@ std::int64_t backward_workspace_bytes(const Plan& plan, const ModelSpec& model, 
          dequantized;
 }
 
-std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {
-  return 2 * precision.param_storage_bytes + precision.grad_storage_bytes +
-         2 * optimizer_bytes_per_param(precision, optimizer);
+double optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer) {
+  return 2.0 * precision.param_storage_bytes + precision.grad_storage_bytes +
+         2.0 * optimizer_held_bytes_per_element(precision, optimizer);
 }
 
 }  // namespace shardplan

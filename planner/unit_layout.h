@@ -145,7 +145,8 @@ std::int64_t dequantized_weight_bytes(const Plan& plan, const ModelSpec& model, 
 std::int64_t largest_activation_tensor_bytes(const Plan& plan, const ModelSpec& model, std::size_t layer);
 
 // HBM bytes a fused optimizer step moves per shard element: parameters read and written, gradients read, master
-// weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)).
-std::int64_t optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer);
+// weights and states read and written, each once (apex FusedAdam; torch.optim.AdamW(fused=True)); the 8-bit
+// optimizers' absmax values too (Note [8-bit optimizers] in costmodel/precision.h), a fraction of a byte.
+double optimizer_bytes_per_element(const PrecisionRecipe& precision, OptimizerKind optimizer);
 
 }  // namespace shardplan

@@ -95,6 +95,9 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
   if (plan.training.optimizer != OptimizerKind::adamw) {
     reject(std::string("optimizer '") + to_string(plan.training.optimizer) + "' is not adamw", support, rank);
   }
+  if (plan.training.loss != LossKind::cross_entropy) {  // Note [Fine-tuning losses]: the runtimes' loss is plain
+    reject(std::string("loss '") + to_string(plan.training.loss) + "' is not cross-entropy", support, rank);
+  }
   if (plan.offload.params || plan.offload.optimizer) reject("CPU offload is set", support, rank);
   if (plan.tensor_parallel_degree > 1 && !support.tensor_parallel) {
     reject("tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +

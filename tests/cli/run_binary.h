@@ -147,6 +147,15 @@ inline std::string mpirun_missing() {
   return "";
 }
 
+// Whether `text` holds `part` anywhere (the exports' and outputs' checks).
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A whole file's bytes, "" when it cannot be read.
+inline std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
+}
+
 // A fresh, empty directory for one test's output files, named for the test and this process.
 inline std::filesystem::path scratch(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("shardplan-" + name + "-" + std::to_string(::getpid()));

@@ -1,0 +1,130 @@
+// Tests of the fine-tuning recipe flags through the binary (Note [Exported recipes]): --loss and the 8-bit optimizers
+// reach the plan JSON, the plan text and the fsdp2 script; the other exports, tensor parallelism, CPU offload and
+// unknown names refuse in one line, exit 2.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "run_binary.h"
+
+namespace {
+
+using shardplan_test::contains;
+using shardplan_test::expect_input_error;
+using shardplan_test::read_text_file;
+using shardplan_test::RunResult;
+using shardplan_test::run_shardplan;
+using shardplan_test::scratch;
+
+// `plan` of tiny-llama on 4 CPU ranks with `extra` flags appended.
+std::vector<std::string> plan_command(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"plan", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+struct Exported {
+  std::string script, text;
+  nlohmann::json plan;
+};
+
+// `plan --export fsdp2 --out P` with `recipe`: the script, stdout and the plan file.
+Exported exported(const std::string& name, const std::vector<std::string>& recipe) {
+  const auto dir = scratch("recipe-" + name);
+  std::vector<std::string> extra = {"--export", "fsdp2", "--out-dir", dir.string(), "--out", (dir / "p.json").string()};
+  extra.insert(extra.end(), recipe.begin(), recipe.end());
+  const RunResult result = run_shardplan(plan_command(extra));
+  INFO(result.err);
+  REQUIRE(result.exit_status == 0);
+  Exported out{read_text_file(dir / "fsdp2_plan.py"), result.out,
+               nlohmann::json::parse(read_text_file(dir / "p.json"))};
+  // The script parses as Python where python3 is at hand (the export checker's own test reads it with ast too).
+  if (std::system("command -v python3 > /dev/null 2>&1") == 0) {
+    const std::string command = "python3 -c \"import ast,sys; ast.parse(open(sys.argv[1]).read())\" '" +
+                                (dir / "fsdp2_plan.py").string() + "'";
+    CHECK(std::system(command.c_str()) == 0);
+  }
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("recipes: --loss chunked-ce reaches the plan JSON, the text and the fsdp2 script (torchtune's loss)") {
+  const Exported out = exported("chunked", {"--loss", "chunked-ce"});
+  CHECK(out.plan.at("training").at("loss") == "chunked-ce");
+  CHECK(contains(out.text, "recipe: loss chunked-ce (torchtune CEWithChunkedOutputLoss, 8 chunks"));
+  CHECK(contains(out.script, "LOSS = \"chunked-ce\""));
+  CHECK(contains(out.script, "from torchtune.modules.loss import CEWithChunkedOutputLoss"));
+  CHECK(contains(out.script, "loss_fn = CEWithChunkedOutputLoss(num_output_chunks=8)"));
+  CHECK(contains(out.script, "logits.tensor_split(loss_fn.num_output_chunks, dim=1)"));
+  CHECK_FALSE(contains(out.script, "_apply_fused_linear_cross_entropy"));
+
+  const Exported plain = exported("plain", {});
+  CHECK_FALSE(plain.plan.at("training").contains("loss"));  // plain plans write as before
+  CHECK_FALSE(contains(plain.script, "LOSS ="));
+  CHECK_FALSE(contains(plain.text, "recipe:"));
+}
+
+TEST_CASE("recipes: --loss linear-ce patches Liger's fused linear cross-entropy in before fully_shard") {
+  const Exported out = exported("linear", {"--loss", "linear-ce"});
+  CHECK(out.plan.at("training").at("loss") == "linear-ce");
+  CHECK(contains(out.text, "recipe: loss linear-ce (Liger fused linear cross-entropy"));
+  CHECK(contains(out.script, "from liger_kernel.transformers import _apply_liger_kernel_to_instance"));
+  CHECK(contains(out.script, "cross_entropy=False, fused_linear_cross_entropy=True)"));
+  const auto patch = out.script.find("    _apply_fused_linear_cross_entropy(model)\n");
+  REQUIRE(patch != std::string::npos);
+  CHECK(patch < out.script.find("    fully_shard("));
+  CHECK(contains(out.script, "return model(input_ids=input_ids, labels=labels).loss"));
+}
+
+TEST_CASE("recipes: --optimizer adamw8bit and paged-adamw8bit reach the plan and build bitsandbytes' optimizers") {
+  const Exported eight = exported("adamw8bit", {"--optimizer", "adamw8bit"});
+  CHECK(eight.plan.at("training").at("optimizer") == "adamw8bit");
+  CHECK(contains(eight.text, "recipe: optimizer adamw8bit (bitsandbytes"));
+  CHECK(contains(eight.script, "OPTIMIZER = \"adamw8bit\""));
+  CHECK(contains(eight.script, "return bnb.optim.AdamW8bit(params, lr=lr)"));
+  const Exported paged = exported("paged", {"--optimizer", "paged-adamw8bit", "--loss", "chunked-ce"});
+  CHECK(paged.plan.at("training").at("optimizer") == "paged-adamw8bit");
+  CHECK(contains(paged.script, "return bnb.optim.PagedAdamW8bit(params, lr=lr)"));
+  CHECK(contains(paged.script, "CEWithChunkedOutputLoss(num_output_chunks=8)"));
+  // The planned plan, read back by simulate, keeps the recipe.
+  const auto dir = scratch("recipe-simulate");
+  const std::string plan_file = (dir / "p.json").string();
+  std::ofstream(plan_file) << paged.plan.dump();
+  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  INFO(simulated.err);
+  CHECK(simulated.exit_status == 0);
+  CHECK(contains(simulated.out, "recipe: loss chunked-ce"));
+  CHECK(contains(simulated.out, "optimizer paged-adamw8bit"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("recipes: exports that cannot carry them, TP, CPU offload and unknown names refuse in one line") {
+  const auto dir = scratch("recipe-refused");
+  for (const std::string format : {"deepspeed", "fsdp1", "torchtitan"}) {
+    // torchtitan's own precision given, so stderr holds only the refusal (no note on the recipe it would choose).
+    const std::vector<std::string> export_flags = {"--export", format, "--out-dir", dir.string(), "--precision",
+                                                   format == "torchtitan" ? "bf16-mixed-fp32-reduce" : "bf16-mixed"};
+    std::vector<std::string> loss = {"--loss", "chunked-ce"}, optimizer = {"--optimizer", "adamw8bit"};
+    loss.insert(loss.end(), export_flags.begin(), export_flags.end());
+    optimizer.insert(optimizer.end(), export_flags.begin(), export_flags.end());
+    expect_input_error(plan_command(loss), {"--export " + format, "--loss chunked-ce", "expected --export fsdp2"});
+    expect_input_error(plan_command(optimizer),
+                       {"--export " + format, "--optimizer adamw8bit", "expected --export fsdp2"});
+  }
+  CHECK(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+  expect_input_error(plan_command({"--loss", "linear-ce", "--tensor-parallel", "2"}),
+                     {"--loss linear-ce", "--tensor-parallel 2", "expected --tensor-parallel 1"});
+  expect_input_error(plan_command({"--optimizer", "adamw8bit", "--cpu-offload"}),
+                     {"--cpu-offload", "--optimizer adamw8bit", "expected --optimizer adamw"});
+  expect_input_error(plan_command({"--loss", "chunked"}), {"--loss 'chunked'", "expected cross-entropy"});
+  expect_input_error(plan_command({"--optimizer", "adamw-8bit"}), {"--optimizer 'adamw-8bit'", "'adamw8bit'"});
+}
