@@ -11,6 +11,7 @@
 #include "decoder_builder.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "vision_splice.h"
 
 namespace shardplan {
 namespace {
@@ -332,23 +333,7 @@ ModelSpec llama4_model_from_hf_config(const nlohmann::json& document, const std:
     config.fail("tie_word_embeddings", "false (Llama4ForConditionalGeneration's language model keeps its lm_head)");
   }
   std::vector<LayerSpec> vision = vision_layers(read_vision(config.object("vision_config")), decoder.hidden_size);
-  ModelSpec model;
-  model.name = decoder.name;
-  model.hidden_size = decoder.hidden_size;
-  model.vocab_size = decoder.vocab_size;
-  model.num_heads = decoder.num_heads;
-  model.default_seq_len = decoder.default_seq_len;
-  for (std::size_t index = 0; index < decoder.layers.size(); ++index) {
-    LayerSpec layer = std::move(decoder.layers[index]);
-    layer.name = "language_model." + layer.name;
-    if (layer.tied_to_layer && *layer.tied_to_layer > 0) *layer.tied_to_layer += vision.size();
-    model.layers.push_back(std::move(layer));
-    if (index == 0) {
-      for (LayerSpec& part : vision) model.layers.push_back(std::move(part));
-    }
-  }
-  validate_model(model, origin);
-  return model;
+  return splice_vision_after_embedding(std::move(decoder), std::move(vision), "language_model.", origin);
 }
 
 }  // namespace shardplan
