@@ -48,6 +48,7 @@ struct LayerFlops {
   // Note [Sliding-window attention] (kernel_spec.h): each query attends to the last `attention_window` positions;
   // 0: every earlier position.
   std::int64_t attention_window = 0;
+  bool attention_chunked = false;  // Note [Chunked attention]: attention_window is a chunk each query attends within
   bool operator==(const LayerFlops&) const = default;
 };
 
