@@ -1,7 +1,7 @@
 // Tests of sliding-window and chunked layers read from Hugging Face configs (Notes [Sliding-window attention] and
-// [Chunked attention] in kernel_spec.h): Gemma 2's alternation, Gemma 3's five local to one global, Mistral's
-// every-layer window, Qwen2's use_sliding_window from max_window_layers on, gpt-oss's layer_types, Llama 4's chunks;
-// only windowed layers change, and only past the window.
+// [Chunked attention] in kernel_spec.h): Gemma 2's alternation, Gemma 3's five local to one global, Mistral's and
+// Phi-3's every-layer window, Qwen2's and Qwen3's use_sliding_window from max_window_layers on, Qwen3-MoE's on every
+// layer, gpt-oss's layer_types, Llama 4's chunks; only windowed layers change, and only past the window.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -158,6 +158,44 @@ TEST_CASE("sliding windows: gpt-oss reads any layer_types list; a null window le
   CHECK(windows[3] == 0);
   document["sliding_window"] = nullptr;  // modeling_gpt_oss.py: sliding_window=None for every layer
   for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+}
+
+TEST_CASE("sliding windows: Phi-3's window on every layer (Phi-3-mini-4k: 2047); null or absent, none") {
+  // microsoft/Phi-3-mini-4k-instruct: sliding_window 2047; Phi3Attention passes it to every layer's attention.
+  const ModelSpec phi3 = hf_model("phi3-mini-4k");
+  for (const std::int64_t window : block_windows(phi3)) CHECK(window == 2047);
+  // 32 heads of 96: at 4096 tokens each query attends to the last 2047 keys, w·s − w²/2 of the s² scores.
+  const LayerSpec& block = phi3.layers[1];
+  const double per_position = 4.0 * 32 * 96, s = 4096, w = 2047;
+  CHECK(block.flops.attention_flops_per_token_per_position == per_position);
+  CHECK(flash_attention_flops(phi3, 1, 4096) == doctest::Approx(s * per_position * (w - w * w / (2 * s))));
+  auto document = read_json_file("examples/hf/phi3-mini-4k.json");
+  document["sliding_window"] = nullptr;
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+  document.erase("sliding_window");  // Phi3Config's default: None
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+}
+
+TEST_CASE("sliding windows: Qwen3 as Qwen2 (use_sliding_window false: none), Qwen3-MoE on every layer") {
+  // Qwen/Qwen3-8B: use_sliding_window false, sliding_window null — no layer slides.
+  for (const std::int64_t window : block_windows(hf_model("qwen3-8b"))) CHECK(window == 0);
+  auto document = read_json_file("examples/hf/qwen3-8b.json");
+  document["sliding_window"] = 4096;
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);  // not used
+  document["use_sliding_window"] = true;  // Qwen3Config: sliding from max_window_layers (36 here: none) on
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+  document["max_window_layers"] = 30;
+  const std::vector<std::int64_t> windows = block_windows(from_document(document));
+  REQUIRE(windows.size() == 36);
+  for (std::size_t i = 0; i < windows.size(); ++i) CHECK(windows[i] == (i >= 30 ? 4096 : 0));
+  // Qwen/Qwen3-30B-A3B: no layer slides; with use_sliding_window every layer does (Qwen3MoeAttention).
+  auto moe = read_json_file("examples/hf/qwen3-30b-a3b.json");
+  for (const std::int64_t window : block_windows(from_document(moe))) CHECK(window == 0);
+  moe["use_sliding_window"] = true;
+  moe["sliding_window"] = 4096;
+  for (const std::int64_t window : block_windows(from_document(moe))) CHECK(window == 4096);
+  moe.erase("sliding_window");  // Qwen3MoeConfig's default, 4096
+  for (const std::int64_t window : block_windows(from_document(moe))) CHECK(window == 4096);
 }
 
 TEST_CASE("chunked attention: Llama 4 Scout's RoPE layers attend within 8192-token chunks, its NoPE layers in full") {
