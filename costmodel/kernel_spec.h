@@ -40,12 +40,12 @@ struct AttentionSpec {
 };
 
 // Note [Sliding-window attention]: the share of the s × s score matrix a kernel that skips masked blocks computes.
-// Causal: half (FlashAttention-2 §3.1). With a window w < s (Mistral, StarCoder2, gpt-oss, Gemma 2/3's local layers,
-// Qwen2 with use_sliding_window; FlashAttention ≥ 2.3's window_size, which skips the blocks outside it), query i
-// attends to min(i + 1, w) keys: Σ min(i + 1, w) over the s queries is w·s − w(w − 1)/2 ≈ w·s − w²/2, a share
-// w/s − w²/(2s²) of s². Kernels that materialise the scores (eager) compute the whole matrix and mask it, whatever
-// the window. What a windowed layer keeps for backward is the same as a full one's: a flash kernel keeps its output
-// and one log-sum-exp per query and head whatever the window, and eager attention (transformers'
+// Causal: half (FlashAttention-2 §3.1). With a window w < s (Mistral, StarCoder2, gpt-oss, Phi-3, Gemma 2/3's local
+// layers, Qwen2 / Qwen3 with use_sliding_window; FlashAttention ≥ 2.3's window_size, which skips the blocks outside
+// it), query i attends to min(i + 1, w) keys: Σ min(i + 1, w) over the s queries is w·s − w(w − 1)/2 ≈ w·s − w²/2,
+// a share w/s − w²/(2s²) of s². Kernels that materialise the scores (eager) compute the whole matrix and mask it,
+// whatever the window. What a windowed layer keeps for backward is the same as a full one's: a flash kernel keeps its
+// output and one log-sum-exp per query and head whatever the window, and eager attention (transformers'
 // eager_attention_forward adds the sliding mask to the s × s scores) keeps all s² of them.
 // Not causal (an encoder), a window is a block of `window` consecutive tokens attending among themselves
 // (Qwen2.5-VL's windowed vision blocks: flash_attn_varlen over cu_window_seqlens): s/w windows of w² scores, a share
