@@ -16,10 +16,12 @@ std::int64_t read_nullable_window(const JsonObjectReader& config, std::int64_t f
 // family's config class derives the list. A null window (0) leaves every layer full.
 void read_sliding_layers(const JsonObjectReader& config, DecoderArchitecture& arch, std::int64_t window,
                          const std::function<bool(std::int64_t)>& family_pattern);
-// MistralForCausalLM (family_default 4096) and MixtralForCausalLM (0): one window on every layer.
+// MistralForCausalLM (family_default 4096), MixtralForCausalLM and Phi3ForCausalLM (0): one window on every layer.
 void read_every_layer_window(const JsonObjectReader& config, DecoderArchitecture& arch, std::int64_t family_default);
-// Qwen2ForCausalLM: use_sliding_window, sliding_window, max_window_layers, layer_types.
+// Qwen2ForCausalLM and Qwen3ForCausalLM: use_sliding_window, sliding_window, max_window_layers, layer_types.
 void read_qwen2_window(const JsonObjectReader& config, DecoderArchitecture& arch);
+// Qwen3MoeForCausalLM: use_sliding_window, sliding_window, on every layer.
+void read_qwen3_moe_window(const JsonObjectReader& config, DecoderArchitecture& arch);
 
 // hf_arch_moe.cpp. MixtralForCausalLM: num_local_experts, num_experts_per_tok, intermediate_size (each expert's).
 void read_mixtral_moe(const JsonObjectReader& config, DecoderArchitecture& arch);

@@ -10,6 +10,7 @@
 #include "hf_config.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "vision_splice.h"
 
 namespace shardplan {
 namespace {
@@ -120,29 +121,12 @@ ModelSpec gemma3_vlm_model_from_hf_config(const nlohmann::json& document, const 
   for (auto* part : {&tower.stem, &tower.blocks, &tower.tail}) {
     for (LayerSpec& layer : *part) layer.fixed_tokens_per_sample = tower.tokens_per_image;
   }
-  ModelSpec model;
-  model.name = decoder.name;
-  model.hidden_size = decoder.hidden_size;
-  model.vocab_size = decoder.vocab_size;
-  model.num_heads = decoder.num_heads;
-  model.default_seq_len = decoder.default_seq_len;
-  // No DecoderArchitecture: the runtime and tensor parallelism build a decoder alone (as for LLaVA).
   std::vector<LayerSpec> vision;
   for (auto* part : {&tower.stem, &tower.tail, &tower.blocks}) {
     for (LayerSpec& layer : *part) vision.push_back(std::move(layer));
   }
   vision.push_back(projector(tower.hidden_size, decoder.hidden_size, kernel * kernel, tokens));
-  for (std::size_t index = 0; index < decoder.layers.size(); ++index) {
-    LayerSpec layer = std::move(decoder.layers[index]);
-    layer.name = "language_model." + layer.name;
-    if (layer.tied_to_layer && *layer.tied_to_layer > 0) *layer.tied_to_layer += vision.size();
-    model.layers.push_back(std::move(layer));
-    if (index == 0) {
-      for (LayerSpec& part : vision) model.layers.push_back(std::move(part));
-    }
-  }
-  validate_model(model, origin);
-  return model;
+  return splice_vision_after_embedding(std::move(decoder), std::move(vision), "language_model.", origin);
 }
 
 }  // namespace shardplan

@@ -11,6 +11,7 @@
 #include "decoder_builder.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "vision_splice.h"
 
 namespace shardplan {
 namespace {
@@ -38,9 +39,8 @@ bool names_class(const nlohmann::json& document, std::string_view class_name, st
 //     routed output. The expert work is a SwiGLU per routed slot plus the shared one: MoeArchitecture with a shared
 //     expert of intermediate_size, as Qwen2-MoE's without its gate, and the stacked names (Note [Llama 4 names]).
 //   - layer_types / attention_chunk_size: the RoPE layers attend within chunks of 8192 positions
-//     (create_chunked_causal_mask), the NoPE layers to every earlier position. shardplan counts every layer's
-//     attention in full (an upper bound on the RoPE layers' work once sequences exceed a chunk: each chunk's causal
-//     half is c²/2 of the s²/2 counted); the parameters do not depend on it.
+//     (create_chunked_causal_mask), the NoPE layers to every earlier position (chunk_sizes below; Note [Chunked
+//     attention] in kernel_spec.h). The parameters do not depend on it.
 DecoderArchitecture text_architecture(const JsonObjectReader& text) {
   DecoderArchitecture arch;
   arch.family = DecoderArchitecture::Family::llama;
@@ -97,16 +97,56 @@ DecoderArchitecture text_architecture(const JsonObjectReader& text) {
   arch.moe = moe;
   // Read for their ranges only (see above): a malformed value is refused rather than ignored.
   (void)text.boolean("use_qk_norm", true);
-  if (text.has("attention_chunk_size") && !text.raw().at("attention_chunk_size").is_null()) {
-    (void)text.int_in_range("attention_chunk_size", 1, limits::kMaxPositions);
-  }
-  if (text.has("no_rope_layers") && !text.raw().at("no_rope_layers").is_null()) {
-    for (const nlohmann::json& flag : text.array("no_rope_layers", true)) {
-      if (!JsonObjectReader::integer_in(flag, 0, 1)) text.fail("no_rope_layers", "a list of 0 (NoPE) and 1 (RoPE)");
-    }
-  }
   (void)text.non_negative_number("router_aux_loss_coef", 0.001);
   return arch;
+}
+
+// Each decoder layer's attention chunk (0: the layer attends to every earlier position), as Llama4TextConfig's
+// __post_init__ derives layer_types (configuration_llama4.py): no_rope_layers (1: RoPE, 0: NoPE; None or empty: a
+// NoPE layer every no_rope_layer_interval-th, default 4: int((i + 1) % interval != 0)) gives "chunked_attention" to
+// the RoPE layers and "full_attention" to the rest, unless layer_types lists them. Llama4TextModel.forward hands the
+// chunked layers create_chunked_causal_mask's mask over attention_chunk_size (default 8192) positions (Note [Chunked
+// attention]); that mask needs a chunk size, so a null one with chunked layers is refused.
+std::vector<std::int64_t> chunk_sizes(const JsonObjectReader& text, std::int64_t layers) {
+  std::vector<bool> chunked;
+  if (text.has("layer_types") && !text.raw().at("layer_types").is_null()) {
+    for (const nlohmann::json& type : text.array("layer_types")) {
+      if (!type.is_string() || (type != "chunked_attention" && type != "full_attention")) {
+        text.fail("layer_types", "a list of 'chunked_attention' and 'full_attention'");
+      }
+      chunked.push_back(type == "chunked_attention");
+    }
+  } else {
+    std::vector<nlohmann::json> flags;
+    if (text.has("no_rope_layers") && !text.raw().at("no_rope_layers").is_null()) {
+      flags = text.array("no_rope_layers", true);
+    }
+    const std::int64_t interval =
+        text.optional_int_in_range("no_rope_layer_interval", 1, limits::kMaxLayers).value_or(4);
+    for (std::int64_t i = 0; i < layers; ++i) chunked.push_back((i + 1) % interval != 0);
+    if (!flags.empty() && static_cast<std::int64_t>(flags.size()) < layers) {
+      text.fail("no_rope_layers", "one flag per layer (" + std::to_string(layers) + ")");
+    }
+    for (std::size_t i = 0; i < flags.size(); ++i) {
+      if (!JsonObjectReader::integer_in(flags[i], 0, 1)) text.fail("no_rope_layers", "a list of 0 (NoPE) and 1 (RoPE)");
+      if (i < chunked.size()) chunked[i] = flags[i] == 1;
+    }
+  }
+  if (static_cast<std::int64_t>(chunked.size()) != layers) {
+    text.fail("layer_types", "one entry per layer (" + std::to_string(layers) + ")");
+  }
+  std::int64_t chunk = 8192;
+  if (text.has("attention_chunk_size")) {
+    chunk = text.raw().at("attention_chunk_size").is_null()
+                ? 0
+                : text.int_in_range("attention_chunk_size", 1, limits::kMaxPositions);
+  }
+  std::vector<std::int64_t> sizes;
+  for (const bool slides : chunked) {
+    if (slides && chunk == 0) text.fail("attention_chunk_size", "a chunk size for the chunked_attention layers");
+    sizes.push_back(slides ? chunk : 0);
+  }
+  return sizes;
 }
 
 // Note [Llama 4 names]: the decoder builder lays out the MoE block under Qwen-MoE's module names (mlp.gate,
@@ -315,10 +355,19 @@ ModelSpec llama4_model_from_hf_config(const nlohmann::json& document, const std:
   const bool multimodal = names_class(document, "Llama4ForConditionalGeneration", "llama4");
   const JsonObjectReader text = multimodal ? config.object("text_config") : config;
   const DecoderArchitecture arch = text_architecture(text);
+  const std::vector<std::int64_t> chunks = chunk_sizes(text, arch.num_layers);
   ModelSpec decoder = build_decoder(name, arch, origin);
+  std::size_t block = 0;
   for (LayerSpec& layer : decoder.layers) {
-    if (layer.kind == LayerKind::transformer_block) {
-      rename_feed_forward(layer, arch.moe->num_experts, arch.hidden_size, arch.moe->expert_intermediate_size);
+    if (layer.kind != LayerKind::transformer_block) continue;
+    rename_feed_forward(layer, arch.moe->num_experts, arch.hidden_size, arch.moe->expert_intermediate_size);
+    if (const std::int64_t chunk = chunks[block++]; chunk > 0) {  // Note [Chunked attention]
+      layer.flops.attention_window = chunk;
+      layer.flops.attention_chunked = true;
+      if (layer.kernels && layer.kernels->attention) {
+        layer.kernels->attention->window = chunk;
+        layer.kernels->attention->chunked = true;
+      }
     }
   }
   // The architecture stays off the model: its module names are Qwen-MoE's until renamed, and the runtime and tensor
@@ -332,23 +381,7 @@ ModelSpec llama4_model_from_hf_config(const nlohmann::json& document, const std:
     config.fail("tie_word_embeddings", "false (Llama4ForConditionalGeneration's language model keeps its lm_head)");
   }
   std::vector<LayerSpec> vision = vision_layers(read_vision(config.object("vision_config")), decoder.hidden_size);
-  ModelSpec model;
-  model.name = decoder.name;
-  model.hidden_size = decoder.hidden_size;
-  model.vocab_size = decoder.vocab_size;
-  model.num_heads = decoder.num_heads;
-  model.default_seq_len = decoder.default_seq_len;
-  for (std::size_t index = 0; index < decoder.layers.size(); ++index) {
-    LayerSpec layer = std::move(decoder.layers[index]);
-    layer.name = "language_model." + layer.name;
-    if (layer.tied_to_layer && *layer.tied_to_layer > 0) *layer.tied_to_layer += vision.size();
-    model.layers.push_back(std::move(layer));
-    if (index == 0) {
-      for (LayerSpec& part : vision) model.layers.push_back(std::move(part));
-    }
-  }
-  validate_model(model, origin);
-  return model;
+  return splice_vision_after_embedding(std::move(decoder), std::move(vision), "language_model.", origin);
 }
 
 }  // namespace shardplan

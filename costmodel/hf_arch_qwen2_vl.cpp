@@ -10,6 +10,7 @@
 #include "hf_config.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "vision_splice.h"
 
 namespace shardplan {
 namespace {
@@ -269,24 +270,7 @@ ModelSpec qwen2_vl_model_from_hf_config(const nlohmann::json& document, const st
   vision.push_back(patch_embed(shape, patches));
   for (std::int64_t index = 0; index < shape.depth; ++index) vision.push_back(vision_block(shape, index, patches));
   vision.push_back(merger(shape, merged_tokens));
-
-  ModelSpec model;
-  model.name = decoder.name;
-  model.hidden_size = decoder.hidden_size;
-  model.vocab_size = decoder.vocab_size;
-  model.num_heads = decoder.num_heads;
-  model.default_seq_len = decoder.default_seq_len;
-  // No DecoderArchitecture: the runtime and tensor parallelism build a decoder alone (as for LLaVA).
-  for (std::size_t index = 0; index < decoder.layers.size(); ++index) {
-    LayerSpec layer = std::move(decoder.layers[index]);
-    if (layer.tied_to_layer && *layer.tied_to_layer > 0) *layer.tied_to_layer += vision.size();
-    model.layers.push_back(std::move(layer));
-    if (index == 0) {
-      for (LayerSpec& part : vision) model.layers.push_back(std::move(part));
-    }
-  }
-  validate_model(model, origin);
-  return model;
+  return splice_vision_after_embedding(std::move(decoder), std::move(vision), "", origin);
 }
 
 }  // namespace shardplan

@@ -51,7 +51,9 @@ std::int64_t read_nullable_window(const JsonObjectReader& config, std::int64_t f
 // MistralConfig (configuration_mistral.py): sliding_window defaults to 4096, and MistralAttention gives every layer
 // that window (sliding_window=getattr(self.config, "sliding_window", None)); a layer_types key is ignored there (the
 // config warns to use Ministral's classes for alternating layers). Mistral-7B-v0.1 names 4096; v0.2 and later null.
-// MixtralConfig (configuration_mixtral.py): the same attention, sliding_window defaulting to None.
+// MixtralConfig (configuration_mixtral.py): the same attention, sliding_window defaulting to None. Phi3Config
+// (configuration_phi3.py): sliding_window defaults to None, and Phi3Attention hands every layer's attention
+// sliding_window=getattr(self.config, "sliding_window", None) (modeling_phi3.py); Phi-3-mini-4k names 2047.
 void read_every_layer_window(const JsonObjectReader& config, DecoderArchitecture& arch, std::int64_t family_default) {
   arch.sliding_window = read_nullable_window(config, family_default);
 }
@@ -60,11 +62,21 @@ void read_every_layer_window(const JsonObjectReader& config, DecoderArchitecture
 // false: `self.sliding_window = self.sliding_window if self.use_sliding_window else None`), and its default
 // layer_types slide the layers from max_window_layers (default 28) on: "sliding_attention" if self.sliding_window is
 // not None and i >= self.max_window_layers. Every released Qwen2 / Qwen2.5 config sets use_sliding_window false.
+// Qwen3Config (configuration_qwen3.py) is the same, key for key and default for default (Qwen3-8B: false).
 void read_qwen2_window(const JsonObjectReader& config, DecoderArchitecture& arch) {
   const bool use = config.boolean("use_sliding_window", false);
   const std::int64_t window = read_nullable_window(config, 4096);
   const std::int64_t first_sliding = config.optional_int_in_range("max_window_layers", 0, limits::kMaxLayers).value_or(28);
   read_sliding_layers(config, arch, use ? window : 0, [first_sliding](std::int64_t i) { return i >= first_sliding; });
+}
+
+// Qwen3MoeConfig (configuration_qwen3_moe.py): sliding_window (default 4096) counts only with use_sliding_window
+// (default false), as Qwen2's, but it has no max_window_layers or layer_types: Qwen3MoeAttention gives every layer
+// self.sliding_window = getattr(config, "sliding_window", None) (modeling_qwen3_moe.py).
+void read_qwen3_moe_window(const JsonObjectReader& config, DecoderArchitecture& arch) {
+  const bool use = config.boolean("use_sliding_window", false);
+  const std::int64_t window = read_nullable_window(config, 4096);
+  arch.sliding_window = use ? window : 0;
 }
 
 }  // namespace shardplan

@@ -251,9 +251,19 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
       break;
     case HfKind::qwen2: read_qwen2_window(config, arch); break;
     case HfKind::qwen2_moe: read_qwen2_moe(config, arch); break;
-    case HfKind::qwen3_moe: read_qwen3_moe(config, arch); [[fallthrough]];
-    case HfKind::qwen3: arch.qk_norm = true; break;  // Qwen3Attention: q_norm, k_norm
-    case HfKind::phi3: arch.fused_projections = true; break;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+    case HfKind::qwen3_moe:
+      read_qwen3_moe(config, arch);
+      read_qwen3_moe_window(config, arch);
+      arch.qk_norm = true;  // Qwen3MoeAttention: q_norm, k_norm
+      break;
+    case HfKind::qwen3:
+      arch.qk_norm = true;  // Qwen3Attention: q_norm, k_norm
+      read_qwen2_window(config, arch);
+      break;
+    case HfKind::phi3:
+      arch.fused_projections = true;  // Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+      read_every_layer_window(config, arch, 0);
+      break;
     case HfKind::gemma3_text:
       arch.qk_norm = true;  // Gemma3Attention: q_norm, k_norm
       read_gemma(config, arch, true);

@@ -35,21 +35,33 @@ struct AttentionSpec {
   std::int64_t head_dim = 0;
   bool causal = true;
   std::int64_t window = 0;  // Note [Sliding-window attention]: each query attends to the last `window` keys; 0: all
+  bool chunked = false;     // Note [Chunked attention]: `window` is a chunk each query attends within instead
   bool operator==(const AttentionSpec&) const = default;
 };
 
 // Note [Sliding-window attention]: the share of the s × s score matrix a kernel that skips masked blocks computes.
-// Causal: half (FlashAttention-2 §3.1). With a window w < s (Mistral, StarCoder2, gpt-oss, Gemma 2/3's local layers,
-// Qwen2 with use_sliding_window; FlashAttention ≥ 2.3's window_size, which skips the blocks outside it), query i
-// attends to min(i + 1, w) keys: Σ min(i + 1, w) over the s queries is w·s − w(w − 1)/2 ≈ w·s − w²/2, a share
-// w/s − w²/(2s²) of s². Kernels that materialise the scores (eager) compute the whole matrix and mask it, whatever
-// the window. What a windowed layer keeps for backward is the same as a full one's: a flash kernel keeps its output
-// and one log-sum-exp per query and head whatever the window, and eager attention (transformers'
+// Causal: half (FlashAttention-2 §3.1). With a window w < s (Mistral, StarCoder2, gpt-oss, Phi-3, Gemma 2/3's local
+// layers, Qwen2 / Qwen3 with use_sliding_window; FlashAttention ≥ 2.3's window_size, which skips the blocks outside
+// it), query i attends to min(i + 1, w) keys: Σ min(i + 1, w) over the s queries is w·s − w(w − 1)/2 ≈ w·s − w²/2,
+// a share w/s − w²/(2s²) of s². Kernels that materialise the scores (eager) compute the whole matrix and mask it,
+// whatever the window. What a windowed layer keeps for backward is the same as a full one's: a flash kernel keeps its
+// output and one log-sum-exp per query and head whatever the window, and eager attention (transformers'
 // eager_attention_forward adds the sliding mask to the s × s scores) keeps all s² of them.
 // Not causal (an encoder), a window is a block of `window` consecutive tokens attending among themselves
 // (Qwen2.5-VL's windowed vision blocks: flash_attn_varlen over cu_window_seqlens): s/w windows of w² scores, a share
 // w/s of s².
-inline double masked_attention_share(std::int64_t seq_len, std::int64_t window, bool causal) {
+// Note [Chunked attention]: Llama 4's local layers (layer_types "chunked_attention", its RoPE layers) attend within
+// chunks of c = attention_chunk_size positions: transformers' chunked_overlay (masking_utils.py) lets query i see key
+// j when j <= i and j // c == i // c (create_chunked_causal_mask, modeling_llama4.py). Each whole chunk is a causal
+// c × c block, so a kernel that skips masked blocks (as for a window) computes, for s = k·c + r, k chunks of c²/2 and
+// a last one of r²/2, counted as the causal half is (s²/2 for s(s + 1)/2): a share (k·c² + r²)/(2s²) of s², ½ when
+// c ≥ s. What the layer keeps for backward does not change, as for a window.
+inline double masked_attention_share(std::int64_t seq_len, std::int64_t window, bool causal, bool chunked = false) {
+  if (causal && chunked && window > 0 && window < seq_len) {
+    const double c = static_cast<double>(window), s = static_cast<double>(seq_len);
+    const double chunks = static_cast<double>(seq_len / window), rest = static_cast<double>(seq_len % window);
+    return (chunks * c * c + rest * rest) / (2.0 * s * s);
+  }
   if (!causal) {
     return window > 0 && window < seq_len ? static_cast<double>(window) / static_cast<double>(seq_len) : 1.0;
   }

@@ -2,10 +2,12 @@
 #include "model_presets.h"
 
 #include <optional>
+#include <utility>
 
 #include "decoder_builder.h"
-#include "hf_config.h"
 #include "errors.h"
+#include "hf_config.h"
+#include "model_source.h"
 #include "name_suggest.h"
 
 namespace shardplan {
@@ -129,6 +131,59 @@ nlohmann::json deepseek_v3() {
           {"tie_word_embeddings", false}};
 }
 
+// Qwen/Qwen2-VL-7B-Instruct's config.json, shape keys: the Qwen2-7B text keys at the top level and its
+// vision_config (Qwen2VLVisionConfig: embed_dim 1280, mlp_ratio 4, hidden_size 3584 — the merger's output).
+nlohmann::json qwen2_vl_7b() {
+  return {{"architectures", nlohmann::json::array({"Qwen2VLForConditionalGeneration"})},
+          {"hidden_size", 3584}, {"intermediate_size", 18944}, {"num_hidden_layers", 28}, {"num_attention_heads", 28},
+          {"num_key_value_heads", 4}, {"vocab_size", 152064}, {"max_position_embeddings", 32768},
+          {"tie_word_embeddings", false}, {"use_sliding_window", false},
+          {"vision_config", {{"depth", 32}, {"embed_dim", 1280}, {"mlp_ratio", 4}, {"num_heads", 16},
+                             {"hidden_size", 3584}, {"patch_size", 14}, {"spatial_merge_size", 2},
+                             {"temporal_patch_size", 2}}}};
+}
+
+// Qwen/Qwen2.5-VL-7B-Instruct's config.json (examples/hf/qwen2.5-vl-7b-instruct.json), shape keys: the same text
+// keys with 128000 positions, and Qwen2_5_VLVisionConfig's tower of 1280 with its windowed blocks.
+nlohmann::json qwen25_vl_7b() {
+  nlohmann::json config = qwen2_vl_7b();
+  config["architectures"] = nlohmann::json::array({"Qwen2_5_VLForConditionalGeneration"});
+  config["max_position_embeddings"] = 128000;
+  config["vision_config"] = {{"depth", 32}, {"hidden_size", 1280}, {"intermediate_size", 3420}, {"num_heads", 16},
+                             {"out_hidden_size", 3584}, {"patch_size", 14},
+                             {"spatial_merge_size", 2}, {"temporal_patch_size", 2}, {"window_size", 112},
+                             {"fullatt_block_indexes", {7, 15, 23, 31}}};
+  return config;
+}
+
+// meta-llama/Llama-4-Scout-17B-16E's config.json (examples/hf/llama4-scout-17b-16e.json), shape keys: 48 MoE layers
+// of 16 experts and a shared expert, chunked attention on the RoPE layers (Llama4TextConfig's defaults for
+// moe_layers and no_rope_layers: every layer, every 4th NoPE), and the 34-layer vision encoder.
+nlohmann::json llama4_scout() {
+  return {{"architectures", nlohmann::json::array({"Llama4ForConditionalGeneration"})},
+          {"text_config",
+           {{"hidden_size", 5120}, {"intermediate_size", 8192}, {"intermediate_size_mlp", 16384},
+            {"num_hidden_layers", 48}, {"num_attention_heads", 40}, {"num_key_value_heads", 8}, {"head_dim", 128},
+            {"num_local_experts", 16}, {"num_experts_per_tok", 1}, {"interleave_moe_layer_step", 1},
+            {"vocab_size", 202048}, {"max_position_embeddings", 262144}, {"attention_chunk_size", 8192},
+            {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}}},
+          {"vision_config",
+           {{"hidden_size", 1408}, {"intermediate_size", 5632}, {"num_hidden_layers", 34},
+            {"num_attention_heads", 16}, {"num_channels", 3}, {"image_size", 336}, {"patch_size", 14},
+            {"pixel_shuffle_ratio", 0.5}, {"projector_input_dim", 4096}, {"projector_output_dim", 4096},
+            {"vision_output_dim", 4096}}}};
+}
+
+ModelPreset multimodal(const char* name, const char* description, nlohmann::json document, std::int64_t seq_len) {
+  ModelPreset preset;
+  preset.name = name;
+  preset.description = description;
+  preset.default_seq_len = seq_len;
+  preset.hf_document = std::move(document);
+  return preset;
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -196,6 +251,17 @@ const std::vector<ModelPreset>& model_presets() {
       {"deepseek-v3", "DeepSeek-V3 671B: MLA, 256 experts top-8 (deepseek-ai/DeepSeek-V3 config.json; the "
                       "multi-token-prediction layer is not part of the HF model)",
        hf("deepseek-v3", deepseek_v3()), 4096},
+      // Vision and language models: exact counts in tests/unit/test_model_presets.cpp against the checkpoints.
+      multimodal("qwen2-vl-7b",
+                 "Qwen2-VL 7B: vision tower, patch merger, Qwen2 7B (Qwen/Qwen2-VL-7B-Instruct config.json)",
+                 qwen2_vl_7b(), 4096),
+      multimodal("qwen2.5-vl-7b",
+                 "Qwen2.5-VL 7B: windowed vision tower, Qwen2 7B (Qwen/Qwen2.5-VL-7B-Instruct config.json)",
+                 qwen25_vl_7b(), 4096),
+      multimodal("llama4-scout-17b-16e",
+                 "Llama 4 Scout 17B-16E: 16 experts and a shared one, chunked attention, vision encoder "
+                 "(meta-llama/Llama-4-Scout-17B-16E config.json)",
+                 llama4_scout(), 8192),
       {"gpt3-175b", "GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, context 2048)",
        gpt(50257, 12288, 96, 96, 2048), 2048},
       {"gpt2", "GPT-2 124M (openai-community/gpt2 config.json)", gpt(50257, 768, 12, 12, 1024), 1024},
@@ -225,7 +291,9 @@ ModelSpec preset_model(const std::string& name) {
     throw InputError("unknown model '" + name + "'" + did_you_mean(name, model_preset_names()) +
                      "; give a preset name (see `shardplan models`), a model JSON or a Hugging Face config.json");
   }
-  ModelSpec model = build_decoder(preset->name, preset->architecture, "preset " + preset->name);
+  ModelSpec model = preset->hf_document
+                        ? model_from_document(*preset->hf_document, preset->name, "preset " + preset->name)
+                        : build_decoder(preset->name, preset->architecture, "preset " + preset->name);
   model.default_seq_len = preset->default_seq_len;
   return model;
 }

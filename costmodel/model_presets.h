@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model_spec.h"
 
 namespace shardplan {
@@ -14,6 +16,9 @@ struct ModelPreset {
   std::string description;  // where the numbers come from
   DecoderArchitecture architecture;
   std::int64_t default_seq_len = 2048;  // the sequence length the model was trained at
+  // A model that is no decoder alone (a vision tower spliced into its language model): its Hugging Face config,
+  // read as a config file is (model_from_document in model_source.h); `architecture` is then unused.
+  std::optional<nlohmann::json> hf_document = std::nullopt;
 };
 
 const std::vector<ModelPreset>& model_presets();

@@ -21,17 +21,7 @@ ModelSpec load_model(const std::string& model_argument) {
   if (is_inline_json(model_argument)) {  // Note [Inline JSON]
     const std::string origin = json_argument_origin(model_argument, "model");
     const nlohmann::json document = parse_json_text(model_argument, origin);
-    if (is_hf_vision_config(document)) return vision_model_from_hf_config(document, "hf-model", origin);
-    if (is_hf_llava_config(document)) return llava_model_from_hf_config(document, "hf-model", origin);
-    if (is_hf_gemma3_vlm_config(document)) return gemma3_vlm_model_from_hf_config(document, "hf-model", origin);
-    if (is_hf_qwen2_vl_config(document)) return qwen2_vl_model_from_hf_config(document, "hf-model", origin);
-    if (is_hf_llama4_config(document)) return llama4_model_from_hf_config(document, "hf-model", origin);
-    if (looks_like_hf_config(document)) {
-      ModelSpec model = build_decoder("", architecture_from_hf_config(document, origin), origin);
-      if (model.name.empty()) model.name = "hf-model";
-      return model;
-    }
-    return model_from_json(document, origin);
+    return model_from_document(document, "", origin);
   }
   // Anything but a directory (a checkout named like a preset) is a path, so a FIFO or a device is refused as such
   // (Note [Input files]), not looked up as a preset; the error_code overload, since a name past NAME_MAX (a long
@@ -58,32 +48,25 @@ ModelSpec load_model(const std::string& model_argument) {
 
 ModelSpec load_model_file(const std::string& model_argument, const std::string& name) {
   const nlohmann::json document = read_json_file(model_argument);  // names the file when it is missing
-  const std::string stem = std::filesystem::path(model_argument).stem().string();
+  const std::filesystem::path path(model_argument);
+  const std::string stem = path.stem().string();
   const std::string hf_name = !name.empty()       ? name
-                              : stem == "config" ? std::filesystem::path(model_argument).parent_path().filename().string()
+                              : stem == "config" ? path.parent_path().filename().string()
                                                  : stem;
-  if (is_hf_vision_config(document)) {
-    return vision_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
-  }
-  if (is_hf_llava_config(document)) {
-    return llava_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
-  }
-  if (is_hf_gemma3_vlm_config(document)) {
-    return gemma3_vlm_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
-  }
-  if (is_hf_qwen2_vl_config(document)) {
-    return qwen2_vl_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
-  }
-  if (is_hf_llama4_config(document)) {
-    return llama4_model_from_hf_config(document, hf_name.empty() ? "hf-model" : hf_name, model_argument);
-  }
+  return model_from_document(document, hf_name, model_argument);
+}
+
+ModelSpec model_from_document(const nlohmann::json& document, const std::string& name, const std::string& origin) {
+  const std::string model_name = name.empty() ? "hf-model" : name;
+  if (is_hf_vision_config(document)) return vision_model_from_hf_config(document, model_name, origin);
+  if (is_hf_llava_config(document)) return llava_model_from_hf_config(document, model_name, origin);
+  if (is_hf_gemma3_vlm_config(document)) return gemma3_vlm_model_from_hf_config(document, model_name, origin);
+  if (is_hf_qwen2_vl_config(document)) return qwen2_vl_model_from_hf_config(document, model_name, origin);
+  if (is_hf_llama4_config(document)) return llama4_model_from_hf_config(document, model_name, origin);
   if (looks_like_hf_config(document)) {
-    const DecoderArchitecture arch = architecture_from_hf_config(document, model_argument);
-    ModelSpec model = build_decoder(hf_name, arch, model_argument);
-    if (model.name.empty()) model.name = "hf-model";
-    return model;
+    return build_decoder(model_name, architecture_from_hf_config(document, origin), origin);
   }
-  return model_from_json(document, model_argument);
+  return model_from_json(document, origin);
 }
 
 }  // namespace shardplan

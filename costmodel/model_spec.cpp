@@ -61,9 +61,10 @@ std::int64_t LayerSpec::param_count() const {
 
 double LayerSpec::forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const {
   // A causal kernel that skips the masked upper triangle does half the attention work (FlashAttention-2, §3.1), less
-  // with a sliding window (Note [Sliding-window attention] in kernel_spec.h).
+  // with a sliding window or in chunks (Notes [Sliding-window attention], [Chunked attention] in kernel_spec.h).
   const double attention_share =
-      causal_skip ? masked_attention_share(tokens_per_sample(seq_len), flops.attention_window, flops.causal_attention)
+      causal_skip ? masked_attention_share(tokens_per_sample(seq_len), flops.attention_window, flops.causal_attention,
+                                           flops.attention_chunked)
                   : 1.0;
   const auto positions = static_cast<double>(tokens_per_sample(seq_len));
   return flops.matmul_flops_per_token + attention_share * flops.attention_flops_per_token_per_position * positions;

@@ -48,6 +48,7 @@ struct LayerFlops {
   // Note [Sliding-window attention] (kernel_spec.h): each query attends to the last `attention_window` positions;
   // 0: every earlier position.
   std::int64_t attention_window = 0;
+  bool attention_chunked = false;  // Note [Chunked attention]: attention_window is a chunk each query attends within
   bool operator==(const LayerFlops&) const = default;
 };
 
@@ -243,8 +244,8 @@ struct DecoderArchitecture {
   Naming naming = Naming::llama;
   // Note [Sliding-window attention]: layers whose queries attend to the last `sliding_window` positions only (0:
   // none). sliding_layers[i]: whether layer i slides, one entry per layer, as transformers' layer_types lists them
-  // ("sliding_attention" / "full_attention": gpt-oss and Gemma 2 alternate, Gemma 3 slides five of six, Qwen2 from
-  // max_window_layers on); empty: every layer slides (StarCoder2, Mistral).
+  // ("sliding_attention" / "full_attention": gpt-oss and Gemma 2 alternate, Gemma 3 slides five of six, Qwen2 and
+  // Qwen3 from max_window_layers on); empty: every layer slides (StarCoder2, Mistral, Phi-3, Qwen3-MoE).
   std::int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;
   bool is_sliding_layer(std::int64_t index) const {

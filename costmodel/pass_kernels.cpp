@@ -63,7 +63,7 @@ LayerKernelSpec derived_kernel_spec(const ModelSpec& model, const LayerSpec& lay
     const std::int64_t heads = model.num_heads;
     spec.attention =
         AttentionSpec{heads, std::max<std::int64_t>(1, width / heads), layer.flops.causal_attention,
-                      layer.flops.attention_window};
+                      layer.flops.attention_window, layer.flops.attention_chunked};
   }
   const double kept = layer.activations.elements_per_token;
   if (kept > 0) {
@@ -153,8 +153,9 @@ void add_attention(const AttentionSpec& attention, const PassShape& shape, bool 
   const double s = static_cast<double>(shape.seq_len);
   const double batch_heads = static_cast<double>(shape.sequences * attention.heads);
   if (shape.flash) {
-    // FlashAttention-2 §3.1: masked blocks skipped (Note [Sliding-window attention] in kernel_spec.h).
-    const double causal_share = masked_attention_share(shape.seq_len, attention.window, attention.causal);
+    // FlashAttention-2 §3.1: masked blocks skipped (Notes [Sliding-window attention], [Chunked attention]).
+    const double causal_share =
+        masked_attention_share(shape.seq_len, attention.window, attention.causal, attention.chunked);
     const double forward = 4.0 * s * s * static_cast<double>(attention.head_dim) * batch_heads * causal_share;
     kernels.attention.push_back(
         {backward ? 2.5 * forward : forward, shape.seq_len, attention.head_dim, backward, shape.triton});

@@ -23,7 +23,8 @@ const std::vector<std::string> kPresets = {
     "llama3.2-1b",   "llama3.1-8b",  "llama3.1-70b", "llama3.2-3b",  "llama3.3-70b",    "mistral-7b",
     "mistral-7b-v0.3", "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b",
     "qwen2.5-7b",    "qwen2.5-14b",  "qwen2.5-32b",  "qwen2.5-72b",  "qwen3-4b",        "qwen3-8b",
-    "qwen3-32b",     "qwen3-30b-a3b", "deepseek-v3", "gpt3-175b",    "gpt2",            "tiny-llama"};
+    "qwen3-32b",     "qwen3-30b-a3b", "deepseek-v3", "qwen2-vl-7b", "qwen2.5-vl-7b", "llama4-scout-17b-16e",
+    "gpt3-175b",     "gpt2",          "tiny-llama"};
 const std::vector<std::string> kGpus = {
     "A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200",       "L40S",        "RTX4090",   "MI300X",
     "V100-16GB", "V100-32GB", "A10G",      "L4",         "RTX3090",    "RTX-A6000",   "RTX6000-Ada", "H100-PCIe",

@@ -13,18 +13,10 @@
 #include <vector>
 
 #include "cluster.h"
-#include "decoder_builder.h"
 #include "errors.h"
 #include "fuzz_mutations.h"
 #include "hardware_catalog.h"
-#include "hf_arch_gemma3_vlm.h"
-#include "hf_arch_llama4.h"
-#include "hf_arch_llava.h"
-#include "hf_arch_qwen2_vl.h"
-#include "hf_arch_vision.h"
-#include "hf_config.h"
 #include "json_input.h"
-#include "model_json.h"
 #include "model_source.h"
 
 namespace {
@@ -77,29 +69,9 @@ const shardplan::HardwareCatalog& builtin_catalog() {
   return catalog;
 }
 
-// What `load_model` does after reading the file: a Hugging Face config or a shardplan model document.
-void load_model_document(const json& document, const std::string& origin) {
-  if (shardplan::is_hf_vision_config(document)) {
-    shardplan::vision_model_from_hf_config(document, "fuzz", origin);
-  } else if (shardplan::is_hf_llava_config(document)) {
-    shardplan::llava_model_from_hf_config(document, "fuzz", origin);
-  } else if (shardplan::is_hf_gemma3_vlm_config(document)) {
-    shardplan::gemma3_vlm_model_from_hf_config(document, "fuzz", origin);
-  } else if (shardplan::is_hf_qwen2_vl_config(document)) {
-    shardplan::qwen2_vl_model_from_hf_config(document, "fuzz", origin);
-  } else if (shardplan::is_hf_llama4_config(document)) {
-    shardplan::llama4_model_from_hf_config(document, "fuzz", origin);
-  } else if (shardplan::looks_like_hf_config(document)) {
-    const auto arch = shardplan::architecture_from_hf_config(document, origin);
-    shardplan::build_decoder("fuzz", arch, origin);
-  } else {
-    shardplan::model_from_json(document, origin);
-  }
-}
-
 void load_document(InputKind kind, const json& document, const std::string& origin) {
   switch (kind) {
-    case InputKind::model: load_model_document(document, origin); break;
+    case InputKind::model: shardplan::model_from_document(document, "fuzz", origin); break;
     case InputKind::cluster: shardplan::cluster_from_json(document, origin, builtin_catalog()); break;
     case InputKind::catalog: {
       shardplan::HardwareCatalog catalog = builtin_catalog();

@@ -6,38 +6,16 @@
 #include <string>
 
 #include "errors.h"
-#include "hf_arch_llama4.h"
 #include "hf_example_models.h"
 #include "json_input.h"
 #include "model_source.h"
 
 using namespace shardplan;
-using shardplan::testing::has_tensor;
+using namespace shardplan::testing;
 
 namespace {
 
 const std::string kScout = "examples/hf/llama4-scout-17b-16e.json";
-
-ModelSpec from_document(const nlohmann::json& document) {
-  REQUIRE(is_hf_llama4_config(document));
-  return llama4_model_from_hf_config(document, "llama4", "config.json");
-}
-
-std::int64_t params_under(const ModelSpec& model, const std::string& prefix) {
-  std::int64_t total = 0;
-  for (const LayerSpec& layer : model.layers) {
-    if (layer.name.starts_with(prefix)) total += layer.param_count();
-  }
-  return total;
-}
-
-const LayerSpec& layer_named(const ModelSpec& model, const std::string& name) {
-  for (const LayerSpec& layer : model.layers) {
-    if (layer.name == name) return layer;
-  }
-  FAIL("no layer " << name);
-  throw std::logic_error("unreachable");
-}
 
 // meta-llama/Llama-4-Maverick-17B-128E's shape as its config differs from Scout's: 128 experts, MoE on every other
 // layer (interleave_moe_layer_step 2: layers 1, 3, ..., 47), no qk norm; the same vision tower.
@@ -92,7 +70,7 @@ TEST_CASE("hf Llama 4: Scout's MoE decoder with a shared expert, its vision enco
 TEST_CASE("hf Llama 4: Maverick interleaves dense layers of intermediate_size_mlp with 128-expert MoE layers") {
   // meta-llama/Llama-4-Maverick-17B-128E(-Instruct): 401,583,781,376 parameters (the count public model registries
   // give the released checkpoint): 24 MoE layers of 128 experts, 24 dense SwiGLU layers of 16384.
-  const ModelSpec model = from_document(maverick());
+  const ModelSpec model = config_model(maverick());
   CHECK(model.param_count() == 401'583'781'376);
   const LayerSpec& dense = layer_named(model, "language_model.model.layers.0");
   const LayerSpec& sparse = layer_named(model, "language_model.model.layers.1");
@@ -105,7 +83,7 @@ TEST_CASE("hf Llama 4: Maverick interleaves dense layers of intermediate_size_ml
   // The text class alone (Llama4ForCausalLM, a text_config saved on its own): no language_model. prefix, no vision.
   nlohmann::json text = read_json_file(kScout)["text_config"];
   text["architectures"] = {"Llama4ForCausalLM"};
-  const ModelSpec text_only = from_document(text);
+  const ModelSpec text_only = config_model(text);
   CHECK(text_only.param_count() == 107'769'861'120);
   CHECK(text_only.layers[1].name == "model.layers.0");
 }
@@ -113,12 +91,12 @@ TEST_CASE("hf Llama 4: Maverick interleaves dense layers of intermediate_size_ml
 TEST_CASE("hf Llama 4: layouts not modelled are refused in one line, naming the field") {
   auto document = read_json_file(kScout);
   document["text_config"]["moe_layers"] = {0, 2, 5};
-  CHECK_THROWS_WITH_AS(from_document(document), doctest::Contains("field 'text_config.moe_layers'"), InputError);
+  CHECK_THROWS_WITH_AS(config_model(document), doctest::Contains("field 'text_config.moe_layers'"), InputError);
   document = read_json_file(kScout);
   document["vision_config"]["intermediate_size"] = 4096;
-  CHECK_THROWS_WITH_AS(from_document(document), doctest::Contains("field 'vision_config.intermediate_size'"),
+  CHECK_THROWS_WITH_AS(config_model(document), doctest::Contains("field 'vision_config.intermediate_size'"),
                        InputError);
   document = read_json_file(kScout);
   document["text_config"]["no_rope_layers"][0] = 2;
-  CHECK_THROWS_WITH_AS(from_document(document), doctest::Contains("field 'text_config.no_rope_layers'"), InputError);
+  CHECK_THROWS_WITH_AS(config_model(document), doctest::Contains("field 'text_config.no_rope_layers'"), InputError);
 }

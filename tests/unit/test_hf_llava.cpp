@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "hf_example_models.h"
 #include "json_input.h"
 #include "model_json.h"
 #include "model_source.h"
@@ -25,6 +26,7 @@ using shardplan::load_model;
 using shardplan::ModelSpec;
 using shardplan::TrainingConfig;
 using shardplan::testing::input_error_message;
+using shardplan::testing::params_under;
 
 const char* const kLlava = "examples/hf/llava-1.5-7b.json";
 
@@ -34,12 +36,6 @@ std::size_t index_of(const ModelSpec& model, const std::string& name) {
   }
   FAIL("no layer " << name);
   return 0;
-}
-
-std::int64_t params_under(const ModelSpec& model, const std::string& prefix) {
-  std::int64_t total = 0;
-  for (const LayerSpec& layer : model.layers) total += layer.name.starts_with(prefix) ? layer.param_count() : 0;
-  return total;
 }
 
 TrainingConfig training_at(std::int64_t seq_len) {

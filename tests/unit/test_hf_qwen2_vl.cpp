@@ -6,7 +6,6 @@
 #include <string>
 
 #include "errors.h"
-#include "hf_arch_qwen2_vl.h"
 #include "hf_example_models.h"
 #include "json_input.h"
 #include "model_source.h"
@@ -14,33 +13,11 @@
 #include "training.h"
 
 using namespace shardplan;
-using shardplan::testing::has_tensor;
+using namespace shardplan::testing;
 
 namespace {
 
 const std::string kQwen25Vl7b = "examples/hf/qwen2.5-vl-7b-instruct.json";
-
-ModelSpec from_document(const nlohmann::json& document) {
-  REQUIRE(is_hf_qwen2_vl_config(document));
-  return qwen2_vl_model_from_hf_config(document, "qwen-vl", "config.json");
-}
-
-// Parameters of the layers whose names start with `prefix`.
-std::int64_t params_under(const ModelSpec& model, const std::string& prefix) {
-  std::int64_t total = 0;
-  for (const LayerSpec& layer : model.layers) {
-    if (layer.name.starts_with(prefix)) total += layer.param_count();
-  }
-  return total;
-}
-
-const LayerSpec& layer_named(const ModelSpec& model, const std::string& name) {
-  for (const LayerSpec& layer : model.layers) {
-    if (layer.name == name) return layer;
-  }
-  FAIL("no layer " << name);
-  throw std::logic_error("unreachable");
-}
 
 // Qwen/Qwen2-VL-7B-Instruct's config.json: the Qwen2-7B-shaped text keys at the top level and its vision_config
 // (depth 32, embed_dim 1280, mlp_ratio 4, num_heads 16, in_chans 3, hidden_size 3584, patch 14, merge 2, temporal
@@ -109,7 +86,7 @@ TEST_CASE("hf Qwen2.5-VL: vision transformer, patch merger, Qwen2 text, the rele
   document["tie_word_embeddings"] = true;
   document["vocab_size"] = 151936;
   document["vision_config"]["out_hidden_size"] = 2048;
-  const ModelSpec small = from_document(document);
+  const ModelSpec small = config_model(document);
   CHECK(small.param_count() == 3'754'622'976);
   CHECK(small.layers.back().tied_to_layer == std::optional<std::size_t>(0));
 
@@ -120,7 +97,7 @@ TEST_CASE("hf Qwen2.5-VL: vision transformer, patch merger, Qwen2 text, the rele
   text["model_type"] = "qwen2_5_vl_text";
   nested["text_config"] = text;
   nested["hidden_size"] = 1;  // the top level's keys are not read when text_config is there
-  CHECK(from_document(nested).param_count() == 8'292'166'656);
+  CHECK(config_model(nested).param_count() == 8'292'166'656);
 }
 
 TEST_CASE("hf Qwen2.5-VL: windowed vision blocks attend within 64 patches, fullatt_block_indexes over the image") {
@@ -159,7 +136,7 @@ TEST_CASE("hf Qwen2-VL: LayerNorms, a quick_gelu MLP of embed_dim × mlp_ratio, 
   // Qwen/Qwen2-VL-7B-Instruct: 8,291,375,616 parameters (model.safetensors.index.json's total_size 16,582,751,232
   // bytes in bf16; the same count in public model-size tables): the Qwen2-7B-shaped text 7,615,616,512 and the
   // tower 675,759,104.
-  const ModelSpec vl = from_document(qwen2_vl_7b());
+  const ModelSpec vl = config_model(qwen2_vl_7b());
   CHECK(vl.param_count() == 8'291'375'616);
   CHECK(params_under(vl, "visual.") == 675'759'104);
   const LayerSpec& block = layer_named(vl, "visual.blocks.0");
@@ -173,9 +150,9 @@ TEST_CASE("hf Qwen2-VL: LayerNorms, a quick_gelu MLP of embed_dim × mlp_ratio, 
 TEST_CASE("hf Qwen2-VL: a merger that does not reach the text width, or a bad block index, is refused in one line") {
   auto document = qwen2_vl_7b();
   document["vision_config"]["hidden_size"] = 4096;
-  CHECK_THROWS_WITH_AS(from_document(document), doctest::Contains("field 'vision_config.hidden_size'"), InputError);
+  CHECK_THROWS_WITH_AS(config_model(document), doctest::Contains("field 'vision_config.hidden_size'"), InputError);
   auto v25 = read_json_file(kQwen25Vl7b);
   v25["vision_config"]["fullatt_block_indexes"] = {7, 32};
-  CHECK_THROWS_WITH_AS(from_document(v25), doctest::Contains("field 'vision_config.fullatt_block_indexes'"),
+  CHECK_THROWS_WITH_AS(config_model(v25), doctest::Contains("field 'vision_config.fullatt_block_indexes'"),
                        InputError);
 }

@@ -43,7 +43,8 @@
 //     num_local_experts (each expert intermediate_size wide).
 // num_attention_heads changes k_proj's and v_proj's widths through head_dim where heads share hidden_size; fields
 // that change no tensor (rope_theta, eps, dropout, sliding windows, token ids, router coefficients, num_experts_per_tok)
-// are not listed.
+// are not listed here: test_hf_field_walk.cpp walks the work-changing ones (windows, chunks, experts per token) and
+// every key of the shipped configs of the newest readers (Qwen2-VL, Qwen2.5-VL, Llama 4).
 #include <doctest/doctest.h>
 
 #include <string>

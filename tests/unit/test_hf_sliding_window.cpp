@@ -1,6 +1,7 @@
-// Tests of sliding-window layers read from Hugging Face configs (Note [Sliding-window attention] in kernel_spec.h):
-// Gemma 2's alternation, Gemma 3's five local to one global, Mistral's every-layer window, Qwen2's use_sliding_window
-// from max_window_layers on, gpt-oss's layer_types; only windowed layers change, and only past the window.
+// Tests of sliding-window and chunked layers read from Hugging Face configs (Notes [Sliding-window attention] and
+// [Chunked attention] in kernel_spec.h): Gemma 2's alternation, Gemma 3's five local to one global, Mistral's and
+// Phi-3's every-layer window, Qwen2's and Qwen3's use_sliding_window from max_window_layers on, Qwen3-MoE's on every
+// layer, gpt-oss's layer_types, Llama 4's chunks; only windowed layers change, and only past the window.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -10,10 +11,12 @@
 #include "hf_config.h"
 #include "hf_example_models.h"
 #include "json_input.h"
+#include "model_source.h"
 #include "pass_kernels.h"
 #include "training.h"
 
 using namespace shardplan;
+using shardplan::testing::config_model;
 using shardplan::testing::hf_model;
 
 namespace {
@@ -155,4 +158,92 @@ TEST_CASE("sliding windows: gpt-oss reads any layer_types list; a null window le
   CHECK(windows[3] == 0);
   document["sliding_window"] = nullptr;  // modeling_gpt_oss.py: sliding_window=None for every layer
   for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+}
+
+TEST_CASE("sliding windows: Phi-3's window on every layer (Phi-3-mini-4k: 2047); null or absent, none") {
+  // microsoft/Phi-3-mini-4k-instruct: sliding_window 2047; Phi3Attention passes it to every layer's attention.
+  const ModelSpec phi3 = hf_model("phi3-mini-4k");
+  for (const std::int64_t window : block_windows(phi3)) CHECK(window == 2047);
+  // 32 heads of 96: at 4096 tokens each query attends to the last 2047 keys, w·s − w²/2 of the s² scores.
+  const LayerSpec& block = phi3.layers[1];
+  const double per_position = 4.0 * 32 * 96, s = 4096, w = 2047;
+  CHECK(block.flops.attention_flops_per_token_per_position == per_position);
+  CHECK(flash_attention_flops(phi3, 1, 4096) == doctest::Approx(s * per_position * (w - w * w / (2 * s))));
+  auto document = read_json_file("examples/hf/phi3-mini-4k.json");
+  document["sliding_window"] = nullptr;
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+  document.erase("sliding_window");  // Phi3Config's default: None
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+}
+
+TEST_CASE("sliding windows: Qwen3 as Qwen2 (use_sliding_window false: none), Qwen3-MoE on every layer") {
+  // Qwen/Qwen3-8B: use_sliding_window false, sliding_window null — no layer slides.
+  for (const std::int64_t window : block_windows(hf_model("qwen3-8b"))) CHECK(window == 0);
+  auto document = read_json_file("examples/hf/qwen3-8b.json");
+  document["sliding_window"] = 4096;
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);  // not used
+  document["use_sliding_window"] = true;  // Qwen3Config: sliding from max_window_layers (36 here: none) on
+  for (const std::int64_t window : block_windows(from_document(document))) CHECK(window == 0);
+  document["max_window_layers"] = 30;
+  const std::vector<std::int64_t> windows = block_windows(from_document(document));
+  REQUIRE(windows.size() == 36);
+  for (std::size_t i = 0; i < windows.size(); ++i) CHECK(windows[i] == (i >= 30 ? 4096 : 0));
+  // Qwen/Qwen3-30B-A3B: no layer slides; with use_sliding_window every layer does (Qwen3MoeAttention).
+  auto moe = read_json_file("examples/hf/qwen3-30b-a3b.json");
+  for (const std::int64_t window : block_windows(from_document(moe))) CHECK(window == 0);
+  moe["use_sliding_window"] = true;
+  moe["sliding_window"] = 4096;
+  for (const std::int64_t window : block_windows(from_document(moe))) CHECK(window == 4096);
+  moe.erase("sliding_window");  // Qwen3MoeConfig's default, 4096
+  for (const std::int64_t window : block_windows(from_document(moe))) CHECK(window == 4096);
+}
+
+TEST_CASE("chunked attention: Llama 4 Scout's RoPE layers attend within 8192-token chunks, its NoPE layers in full") {
+  // meta-llama/Llama-4-Scout-17B-16E: attention_chunk_size 8192; no_rope_layers 1, 1, 1, 0, ...: layers 3, 7, ...
+  // (NoPE) attend to every earlier position, the rest within their chunk (Note [Chunked attention]).
+  const ModelSpec scout = load_model("examples/hf/llama4-scout-17b-16e.json");
+  std::vector<std::size_t> blocks;
+  for (std::size_t i = 0; i < scout.layers.size(); ++i) {
+    if (scout.layers[i].name.starts_with("language_model.model.layers.")) blocks.push_back(i);
+  }
+  REQUIRE(blocks.size() == 48);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const LayerSpec& layer = scout.layers[blocks[b]];
+    CAPTURE(b);
+    CHECK(layer.flops.attention_window == (b % 4 == 3 ? 0 : 8192));
+    CHECK(layer.flops.attention_chunked == (b % 4 != 3));
+    CHECK(layer.kernels->attention->window == layer.flops.attention_window);
+    CHECK(layer.kernels->attention->chunked == layer.flops.attention_chunked);
+  }
+  // One layer's attention at 16384 tokens, by hand: 40 heads of 128, so QKᵀ and P·V cost 4·40·128 = 20480 FLOPs per
+  // token per position. A chunked layer's two chunks are causal 8192 × 8192 blocks: 2 · 8192²/2 of the 16384² scores,
+  // a quarter; the NoPE layer does the causal half.
+  const LayerSpec& chunked = scout.layers[blocks[0]];
+  const LayerSpec& global = scout.layers[blocks[3]];
+  CHECK(chunked.flops.attention_flops_per_token_per_position == 20480);
+  CHECK(chunked.forward_flops_per_token(16384, true) - chunked.flops.matmul_flops_per_token ==
+        doctest::Approx(20480.0 * 16384 / 4));  // 83,886,080 per token
+  CHECK(global.forward_flops_per_token(16384, true) - global.flops.matmul_flops_per_token ==
+        doctest::Approx(20480.0 * 16384 / 2));
+  // The op-level flash kernel for one 16384-token sequence: 4·s²·head_dim·heads·¼ = 1,374,389,534,720 FLOPs.
+  CHECK(flash_attention_flops(scout, blocks[0], 16384) == doctest::Approx(1'374'389'534'720.0));
+  CHECK(flash_attention_flops(scout, blocks[3], 16384) == doctest::Approx(2 * 1'374'389'534'720.0));
+  // Within one chunk a chunked layer is a causal one; past a whole chunk the rest is a causal block of its own:
+  // 12288 = 8192 + 4096 tokens give (8192² + 4096²)/(2 · 12288²) = 5/18 of s².
+  CHECK(flash_attention_flops(scout, blocks[0], 8192) ==
+        doctest::Approx(flash_attention_flops(scout, blocks[3], 8192)));
+  CHECK(masked_attention_share(12288, 8192, true, true) == doctest::Approx(5.0 / 18));
+  CHECK(masked_attention_share(8192, 8192, true, true) == 0.5);
+  // layer_types, when listed, wins over no_rope_layers; a null chunk size with chunked layers is refused.
+  auto document = read_json_file("examples/hf/llama4-scout-17b-16e.json");
+  auto& text = document["text_config"];
+  text["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < 48; ++i) text["layer_types"].push_back(i == 0 ? "chunked_attention" : "full_attention");
+  const ModelSpec listed = config_model(document);
+  CHECK(listed.forward_flops_per_token(16384, true) > scout.forward_flops_per_token(16384, true));
+  text.erase("layer_types");
+  text["attention_chunk_size"] = nullptr;
+  CHECK_THROWS_WITH_AS(config_model(document), doctest::Contains("field 'text_config.attention_chunk_size'"),
+                       InputError);
+  CHECK(listed.param_count() == scout.param_count());
 }

@@ -1,6 +1,9 @@
 // Tests of the model presets: exact parameter counts, layer structure, FLOPs and Korthikanti's activation formula.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <utility>
+
 #include "decoder_builder.h"
 #include "errors.h"
 #include "model_presets.h"
@@ -152,4 +155,23 @@ TEST_CASE("presets: invalid architectures are rejected with the field named") {
   CHECK_THROWS_WITH_AS(build_decoder("bad", arch, "test"), doctest::Contains("num_heads"), InputError);
   arch.num_heads = 0;
   CHECK_THROWS_AS(build_decoder("bad", arch, "test"), InputError);
+}
+
+TEST_CASE("presets: Qwen2-VL, Qwen2.5-VL and Llama 4 Scout are their checkpoints, as their config.json files import") {
+  // Qwen/Qwen2-VL-7B-Instruct 8,291,375,616 (model.safetensors.index.json's total_size 16,582,751,232 bytes in bf16);
+  // Qwen/Qwen2.5-VL-7B-Instruct 8,292,166,656 and meta-llama/Llama-4-Scout-17B-16E 108,641,793,536 (the counts
+  // examples/hf/SOURCES.md cites for the shipped configs).
+  CHECK(preset_model("qwen2-vl-7b").param_count() == 8'291'375'616);
+  CHECK(preset_model("qwen2.5-vl-7b").param_count() == 8'292'166'656);
+  CHECK(preset_model("llama4-scout-17b-16e").param_count() == 108'641'793'536);
+  // The presets with a shipped config.json are that file's model, layer for layer (tensors, work, tokens per sample).
+  for (const auto& [name, file] : {std::pair<const char*, const char*>{"qwen2.5-vl-7b", "qwen2.5-vl-7b-instruct"},
+                                   {"llama4-scout-17b-16e", "llama4-scout-17b-16e"}}) {
+    CAPTURE(name);
+    const ModelSpec preset = preset_model(name);
+    const ModelSpec loaded = load_model(std::string("examples/hf/") + file + ".json");
+    CHECK(preset.layers == loaded.layers);
+    CHECK(preset.hidden_size == loaded.hidden_size);
+  }
+  CHECK(preset_model("llama4-scout-17b-16e").default_seq_len == 8192);
 }
