@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "errors.h"
+#include "model_presets.h"
 #include "op_durations.h"
 #include "pipeline_schedule.h"
 #include "pipeline_simulator.h"
@@ -150,4 +151,28 @@ TEST_CASE("pipeline programs: a unit across a stage boundary, bad stage ranges a
   CHECK_THROWS_WITH_AS(short_stages.lower(), doctest::Contains("pipeline.stages"), InputError);
   Pipeline zero_bubble(8, PipelineScheduleKind::interleaved_zero_bubble, 2, 1, 2);
   CHECK_THROWS_WITH_AS(zero_bubble.lower(), doctest::Contains("not lowered yet"), InputError);
+}
+
+// torchtitan's default split (generate_llm_fqn_per_model_part, first and last stage one block lighter for the
+// embedding and the head): 405B's 126 blocks over 8 stages are 15, 16 × 6, 15, the embedding on the first stage and
+// the norm and head on the last.
+TEST_CASE("pipeline programs: the default pipeline is torchtitan's block split as layer ranges") {
+  const ModelSpec model = preset_model("llama3.1-405b");
+  const PipelinePolicy pipeline = default_pipeline(model, 8, PipelineScheduleKind::one_f_one_b, 1);
+  REQUIRE(pipeline.stages.size() == 8);
+  CHECK(pipeline.stages.front().begin == 0);
+  CHECK(pipeline.stages.front().end == 16);  // the embedding and blocks 0-14
+  CHECK(pipeline.stages[1].end - pipeline.stages[1].begin == 16);
+  CHECK(pipeline.stages.back().end == model.layers.size());
+  for (std::size_t stage = 1; stage < pipeline.stages.size(); ++stage) {
+    CHECK(pipeline.stages[stage].begin == pipeline.stages[stage - 1].end);
+  }
+  // 15 blocks and whatever follows the last block (final norm, head).
+  std::size_t blocks = 0;
+  for (std::size_t layer = pipeline.stages.back().begin; layer < pipeline.stages.back().end; ++layer) {
+    blocks += model.layers[layer].kind == LayerKind::transformer_block ? 1 : 0;
+  }
+  CHECK(blocks == 15);
+  CHECK_THROWS_WITH_AS(default_pipeline(toy_blocks(2), 8, PipelineScheduleKind::one_f_one_b, 1),
+                       doctest::Contains("--pipeline-parallel"), InputError);
 }
