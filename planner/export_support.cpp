@@ -19,6 +19,10 @@ namespace shardplan {
 // - expert parallelism: no export writes it yet. FSDP2 alone on an MoE model gathers every expert on every rank, so a
 //   script for an EP plan would run out of the memory the plan was sized for (mixtral-8x7b on 2x8 H100: 79.4 GiB
 //   planned with EP 8, 86.3 GiB for FSDP alone by the same estimate). Every format therefore searches EP 1 only.
+// - pipeline parallelism (a plan's pipeline, Note [Pipeline policy]): only the torchtitan export writes it
+//   ([parallelism] pipeline_parallel_*, Note [Exported pipeline] in export_torchtitan.cpp). The FSDP2 and FSDP1
+//   scripts do not build torch.distributed.pipelining stages yet, and the DeepSpeed ZeRO config has no pipeline
+//   (DeepSpeed's PipelineModule is not written), so those exports refuse a pipeline plan; `plan` searches none yet.
 // The exporters check the same table (check_export_support), so a library caller handing them a plan the format
 // cannot express gets the same one-line InputError.
 ExportSupport export_support(const std::string& format, const ModelSpec& model, const TrainingConfig& training) {
@@ -65,6 +69,14 @@ void check_export_support(const std::string& format, const Plan& plan, const Mod
     throw InputError("--export " + format + ": the plan has tensor_parallel_degree " +
                      std::to_string(plan.tensor_parallel_degree) + ", but " + support.tensor_parallel_why +
                      (format == "fsdp2" ? "" : " (expected --export fsdp2 for a 2-D TP x FSDP plan)"));
+  }
+  if (plan.pipeline.enabled() && format != "torchtitan") {
+    const std::string script = format == "fsdp1" ? "FSDP1" : "FSDP2";
+    const std::string why = format == "deepspeed"
+                                ? "this DeepSpeed ZeRO config has no pipeline stages"
+                                : "the " + script + " script does not build torch.distributed.pipelining stages yet";
+    throw InputError("--export " + format + ": the plan has a pipeline (pipeline_parallel_degree " +
+                     std::to_string(plan.pipeline.degree) + "), but " + why + " (expected --export torchtitan)");
   }
   if (plan.training.expert_parallel_degree > 1 && !support.expert_parallel) {
     throw InputError("--export " + format + ": the plan has expert_parallel_degree " +

@@ -1,6 +1,7 @@
 // The torchtitan export: the plan as torchtitan's job-config TOML, or the one-line reason torchtitan cannot run it.
 #include "export_torchtitan.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 #include <vector>
@@ -32,6 +33,17 @@ namespace shardplan {
 //   _apply_layer_sac's `_layer_sac_count % ac_freq == 0`); Korthikanti's attention-core recompute has no mode.
 // The one difference written down, not refused: shardplan's root unit holds the embedding, final norm and head,
 // which torchtitan shards as two more units; the file's header says so.
+//
+// Note [Exported pipeline]: a pipeline plan (Note [Pipeline policy]) is [parallelism] pipeline_parallel_degree,
+// pipeline_parallel_schedule (torch's names, which get_schedule_class reads) and pipeline_parallel_microbatch_size
+// (the plan's micro-batch; its grad_accumulation_steps micro-batches make local_batch_size). The stages: torchtitan's
+// pipeline_llm (torchtitan/distributed/pipeline_parallel.py) counts ceil((blocks + 2) / layers_per_stage) stages
+// when pipeline_parallel_layers_per_stage is set, else 1 per rank for GPipe and 1F1B and 2 for the looped schedules,
+// and splits the blocks by generate_llm_fqn_per_model_part with the embedding and head weighing one block each —
+// the split default_pipeline gives. So a plan is written with the layers_per_stage that gives its stage count, or
+// without it where torchtitan's default count is the plan's; any other split or count is refused (the export does
+// not write module_fqns_per_model_part). Under a pipeline torchtitan's "default" fsdp_reshard_after_forward keeps
+// blocks gathered (apply_fsdp: `not pp_enabled`), so resharding blocks are written "always".
 
 namespace {
 
@@ -179,6 +191,33 @@ TorchtitanCheckpointing torchtitan_checkpointing(const Plan& plan, const ModelSp
   return {"selective", std::to_string(every)};
 }
 
+// [parallelism] pipeline_parallel_layers_per_stage for the plan's stages (Note [Exported pipeline]); 0: left out.
+int torchtitan_layers_per_stage(const Plan& plan, const ModelSpec& model) {
+  const PipelinePolicy& pipeline = plan.pipeline;
+  const bool single_stage = pipeline.schedule == PipelineScheduleKind::gpipe ||
+                            pipeline.schedule == PipelineScheduleKind::one_f_one_b;
+  const std::string schedule = to_string(pipeline.schedule);
+  if (single_stage != (pipeline.stages_per_rank == 1)) {
+    refuse("pipeline schedule " + schedule + " with " + std::to_string(pipeline.stages_per_rank) +
+           " stages per rank, but torchtitan runs GPipe and 1F1B with 1 stage per rank and the looped schedules "
+           "with 2 or more (pipeline_parallel_layers_per_stage)");
+  }
+  const int stages = pipeline.degree * pipeline.stages_per_rank;
+  if (default_pipeline(model, pipeline.degree, pipeline.schedule, pipeline.stages_per_rank).stages !=
+      pipeline.stages) {
+    refuse("the plan's " + std::to_string(stages) + " pipeline stages split the blocks unlike torchtitan's "
+           "generate_llm_fqn_per_model_part, the only split pipeline_parallel_layers_per_stage can say");
+  }
+  // The embedding and head weigh one block each (pipeline_parallel_first/last_stage_less_layers, default 1).
+  const int effective = static_cast<int>(block_layers(model).size()) + 2;
+  const int per_stage = (effective + stages - 1) / stages;
+  if ((effective + per_stage - 1) / per_stage == stages) return per_stage;
+  if (pipeline.stages_per_rank == (single_stage ? 1 : 2)) return 0;  // torchtitan's default count
+  refuse("no pipeline_parallel_layers_per_stage gives " + std::to_string(stages) + " stages of " +
+         std::to_string(effective - 2) + " blocks (torchtitan counts ceil((blocks + 2) / layers_per_stage)), and " +
+         std::to_string(pipeline.stages_per_rank) + " stages per rank is not " + schedule + "'s default");
+}
+
 }  // namespace
 
 TorchtitanModel torchtitan_model(const std::string& preset) {
@@ -273,7 +312,10 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   const TorchtitanPrecision precision = torchtitan_precision(plan.training.precision);
   const ParallelDims degrees = torchtitan_degrees(plan, world_size, gpus_per_node);
   check_wrapping(plan, model);
-  const std::string reshard = reshard_policy(plan, reshards_after_forward(plan.units.front().strategy.kind));
+  std::string reshard = reshard_policy(plan, reshards_after_forward(plan.units.front().strategy.kind));
+  const bool pipelined = plan.pipeline.enabled();
+  if (pipelined && reshard == "default") reshard = "always";  // Note [Exported pipeline]
+  const int layers_per_stage = pipelined ? torchtitan_layers_per_stage(plan, model) : 0;
   if (plan.offload.optimizer && !plan.offload.params) {
     refuse("the plan offloads optimizer states alone, but torchtitan's enable_cpu_offload offloads parameters, "
            "gradients and optimizer states together (expected --export deepspeed)");
@@ -284,6 +326,8 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
     refuse("the float8 all-gather needs FSDP sharding, and this plan has data_parallel_shard_degree 1");
   }
   const int data_parallel = degrees.dp_replicate() * degrees.dp_shard();
+  // Under a pipeline the step's micro-batches are torchtitan's pipeline micro-batches of one local batch.
+  const std::int64_t local_batch = plan.training.micro_batch * (pipelined ? plan.grad_accumulation_steps : 1);
   const int nodes = world_size / gpus_per_node;
 
   std::ostringstream toml;
@@ -295,7 +339,12 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
        << " -m torchtitan.train --job.config_file <this file>\n"
        << "# Wrapping: one FSDP unit per transformer block, as planned; torchtitan also shards tok_embeddings and\n"
        << "# [norm, output] as units of their own, which the plan keeps in its root unit.\n"
-       << "# [training] steps is not part of a plan (torchtitan's default, 10000, applies): set it for the run.\n\n";
+       << "# [training] steps is not part of a plan (torchtitan's default, 10000, applies): set it for the run.\n";
+  if (pipelined) {
+    toml << "# Pipeline: " << plan.pipeline.stages.size()
+         << " stages split as torchtitan's generate_llm_fqn_per_model_part does, " << plan.grad_accumulation_steps << " micro-batches per step.\n";
+  }
+  toml << "\n";
   toml << "[job]\n"
        << "description = " << toml_string("shardplan plan " + plan.name + " for " + model.name) << "\n\n";
   toml << "[model]\n"
@@ -308,7 +357,7 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   toml << "\n[optimizer]\n"
        << "name = \"AdamW\"\n\n";
   toml << "[training]\n"
-       << "local_batch_size = " << plan.training.micro_batch << "\n"
+       << "local_batch_size = " << local_batch << "\n"
        << "global_batch_size = " << plan.training.micro_batch * plan.grad_accumulation_steps * data_parallel << "\n"
        << "seq_len = " << plan.training.seq_len << "\n"
        << "dtype = " << toml_string(precision.dtype) << "\n"
@@ -322,8 +371,10 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
        << "tensor_parallel_degree = " << degrees.tp() << "\n"
        << "disable_loss_parallel = false\n"  // shardplan's TP is PyTorch's with loss parallel (tensor_parallel.h)
        << "pipeline_parallel_degree = " << degrees.pp() << "\n"
-       << "pipeline_parallel_schedule = \"1F1B\"\n"
-       << "context_parallel_degree = " << degrees.cp() << "\n"
+       << "pipeline_parallel_schedule = " << toml_string(to_string(plan.pipeline.schedule)) << "\n";
+  if (pipelined) toml << "pipeline_parallel_microbatch_size = " << plan.training.micro_batch << "\n";
+  if (layers_per_stage > 0) toml << "pipeline_parallel_layers_per_stage = " << layers_per_stage << "\n";
+  toml << "context_parallel_degree = " << degrees.cp() << "\n"
        << "expert_parallel_degree = " << degrees.ep() << "\n\n";
   toml << "[activation_checkpoint]\n"
        << "mode = " << toml_string(checkpointing.mode) << "\n";

@@ -2,8 +2,11 @@
 # Meson test `torchtitan-export-checker`: the torchtitan job configs the built binary writes (`plan --export
 # torchtitan`) for 1-D FSDP, HSDP, TP, float8, AC, compile and offload plans, parsed with tomllib: every key is a field
 # of torchtitan's job config with the right type (and, for Literal fields, an allowed value), and the parallel degrees
-# multiply to the world size. Plans torchtitan cannot run must be refused in one line with nothing written. Mutated
-# files (an unknown key, a wrong type, degrees that do not multiply) must be caught. Python 3.11+ stdlib only.
+# multiply to the world size. Plans torchtitan cannot run must be refused in one line with nothing written. Pipeline
+# plans (which `plan` does not search yet) come from the unit test that exports them (UNIT_TESTS_BIN, "torchtitan
+# pipeline export"): their schedule, micro-batch size and stage count must be ones torchtitan's pipeline_llm accepts.
+# Mutated files (an unknown key, a wrong type, degrees that do not multiply, a stage count the schedule cannot run)
+# must be caught. Python 3.11+ stdlib only.
 import os
 import subprocess
 import sys
@@ -92,6 +95,51 @@ SECTIONS = {section for section, _, _ in TORCHTITAN_FIELDS}
 # The converter names torchtitan registers (torchtitan/components/quantization/float8.py register_model_converter).
 CONVERTERS = {"quantize.linear.float8"}
 
+# Pipeline schedules by torch's names (torch/distributed/pipelining/schedules.py get_schedule_class, which torchtitan's
+# pipeline_llm calls on pipeline_parallel_schedule), the single-stage ones (PipelineScheduleSingle subclasses) apart.
+SINGLE_STAGE_SCHEDULES = {"1F1B", "GPipe", "PipelineScheduleSingle"}
+SCHEDULES = SINGLE_STAGE_SCHEDULES | {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble",
+                                     "DualPipeV", "PipelineScheduleMulti"}
+# n_layers of the flavors the export writes (torchtitan/models/llama3/__init__.py, torchtitan/models/qwen3/__init__.py).
+FLAVOR_LAYERS = {("llama3", "8B"): 32, ("llama3", "70B"): 80, ("llama3", "405B"): 126, ("qwen3", "4B"): 36,
+                 ("qwen3", "8B"): 36, ("qwen3", "32B"): 64}
+
+
+def pipeline_problems(document):
+    """What torchtitan's pipeline_llm and build_pipeline_schedule (torchtitan/distributed/pipeline_parallel.py) refuse:
+    an unknown schedule, a local batch the micro-batch size does not divide, and a stage count (ceil((n_layers +
+    first_stage_less_layers + last_stage_less_layers) / layers_per_stage), default 1 and 1) that the pipeline degree
+    does not divide or that is not 1 per rank for a single-stage schedule and 2 or more for a looped one."""
+    parallelism = document.get("parallelism", {})
+    degree = parallelism.get("pipeline_parallel_degree", 1)
+    if not isinstance(degree, int) or degree <= 1:
+        return []
+    problems = []
+    schedule = parallelism.get("pipeline_parallel_schedule", "1F1B")
+    if schedule not in SCHEDULES:
+        problems.append(f"[parallelism] pipeline_parallel_schedule '{schedule}' is not a torch pipeline schedule")
+    local = document.get("training", {}).get("local_batch_size", 8)
+    micro = parallelism.get("pipeline_parallel_microbatch_size", 1)
+    if isinstance(local, int) and isinstance(micro, int) and (micro < 1 or local % micro != 0):
+        problems.append(f"local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size {micro}")
+    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+    model = document.get("model", {})
+    layers = FLAVOR_LAYERS.get((model.get("name"), model.get("flavor")))
+    if isinstance(per_stage, int) and per_stage >= 1 and layers is not None:
+        effective = layers + parallelism.get("pipeline_parallel_first_stage_less_layers", 1) + \
+            parallelism.get("pipeline_parallel_last_stage_less_layers", 1)
+        stages = -(-effective // per_stage)
+        if stages % degree != 0:
+            problems.append(f"{stages} pipeline stages ({layers} layers, layers_per_stage {per_stage}) do not divide "
+                            f"over pipeline_parallel_degree {degree}")
+        elif (schedule in SINGLE_STAGE_SCHEDULES) != (stages // degree == 1):
+            problems.append(f"{stages // degree} pipeline stages per rank do not suit schedule '{schedule}' (single-"
+                            f"stage schedules run 1 per rank, looped ones 2 or more)")
+    elif per_stage is not None:
+        problems.append(f"[parallelism] pipeline_parallel_layers_per_stage = {per_stage!r} for a model of unknown "
+                        f"layers, or below 1")
+    return problems
+
 
 def type_ok(value, kind):
     if isinstance(kind, tuple):
@@ -154,7 +202,7 @@ def check_document(document, world_size):
         if isinstance(local, int) and isinstance(global_, int) and global_ % (local * data_parallel) != 0:
             problems.append(f"global_batch_size {global_} is not a multiple of local_batch_size {local} x "
                             f"data-parallel degree {data_parallel} (torchtitan's gradient accumulation)")
-    return problems
+    return problems + pipeline_problems(document)
 
 
 def world_size(cluster):
@@ -210,6 +258,70 @@ MUTATIONS = [
      'mixed_precision_reduce = "bfloat16"'),
     ("a converter torchtitan lacks", "float8 tensorwise", '"quantize.linear.float8"]', '"float8"]'),
 ]
+
+# The unit test's pipeline plans (tests/unit/test_torchtitan_pipeline_export.cpp: llama3-8b on 2 x 8 GPUs, pipeline
+# degree 4 over FSDP 4): file, what it must say.
+PIPELINE_TEST = "torchtitan pipeline export: degree*"  # doctest's -tc splits at commas: the name's start
+PIPELINE_WORLD = 16
+PIPELINE_PLANS = [
+    ("1F1B.toml", [("parallelism", "pipeline_parallel_degree", 4),
+                   ("parallelism", "pipeline_parallel_schedule", "1F1B"),
+                   ("parallelism", "pipeline_parallel_layers_per_stage", 9),
+                   ("parallelism", "pipeline_parallel_microbatch_size", 2)]),
+    ("Interleaved1F1B.toml", [("parallelism", "pipeline_parallel_schedule", "Interleaved1F1B"),
+                              ("parallelism", "pipeline_parallel_layers_per_stage", None)]),
+    ("InterleavedZeroBubble.toml", [("parallelism", "pipeline_parallel_schedule", "InterleavedZeroBubble"),
+                                    ("parallelism", "pipeline_parallel_layers_per_stage", 3)]),
+]
+PIPELINE_MUTATIONS = [
+    ("a looped schedule, 1 stage per rank", "1F1B.toml", 'pipeline_parallel_schedule = "1F1B"',
+     'pipeline_parallel_schedule = "Interleaved1F1B"'),
+    ("a micro-batch not dividing the batch", "1F1B.toml", "pipeline_parallel_microbatch_size = 2",
+     "pipeline_parallel_microbatch_size = 3"),
+    ("stages the degree does not divide", "InterleavedZeroBubble.toml", "pipeline_parallel_layers_per_stage = 3",
+     "pipeline_parallel_layers_per_stage = 4"),
+    ("a schedule torch lacks", "Interleaved1F1B.toml", '"Interleaved1F1B"', '"Interleaved2F2B"'),
+]
+
+
+def check_pipeline_plans(directory):
+    """Runs the unit test that exports the pipeline plans into `directory`, then checks each file; the failures."""
+    unit_tests = os.environ.get("UNIT_TESTS_BIN", "build/tests/unit_tests")
+    out_dir = tempfile.mkdtemp(dir=directory)
+    command = [unit_tests, f"-tc={PIPELINE_TEST}"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False,
+                            env={**os.environ, "SHARDPLAN_TORCHTITAN_PIPELINE_DIR": out_dir})
+    if result.returncode != 0:
+        return [f"pipeline: {' '.join(command)}: exit {result.returncode}: {result.stdout.strip()[-300:]}"]
+    failures = []
+    print(f"\n{'pipeline plan':<26} | {'keys':>4} | checks | kind")
+    texts = {}
+    for name, expected in PIPELINE_PLANS:
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            failures.append(f"pipeline {name}: the unit test wrote no file")
+            continue
+        with open(path, encoding="utf-8") as stream:
+            texts[name] = stream.read()
+        document = tomllib.loads(texts[name])
+        problems = check_document(document, PIPELINE_WORLD)
+        wrong = [f"{s}.{k}" for s, k, v in expected if _lookup(document, s, k) != v]
+        print(f"{name:<26} | {sum(1 for _ in leaves(document)):>4} | {'ok' if not problems else 'FAIL':<6} | "
+              f"{'ok' if not wrong else 'FAIL'}")
+        failures += [f"pipeline {name}: {p}" for p in problems]
+        failures += [f"pipeline {name}: expected {s}.{k} = {v!r}" for s, k, v in expected
+                     if _lookup(document, s, k) != v]
+    print(f"\n{'pipeline mutation':<38} | caught")
+    for name, plan, old, new in PIPELINE_MUTATIONS:
+        text = texts.get(plan)
+        if text is None or old not in text:
+            failures.append(f"pipeline mutation '{name}': {plan} has no '{old}'")
+            continue
+        problems = check_document(tomllib.loads(text.replace(old, new)), PIPELINE_WORLD)
+        print(f"{name:<38} | {'yes: ' + problems[0][:80] if problems else 'no'}")
+        if not problems:
+            failures.append(f"pipeline mutation '{name}' was not caught")
+    return failures
 
 
 def run_plan(binary, directory, cluster, flags):
@@ -268,6 +380,7 @@ def main():
             print(f"{name:<34} | {'yes: ' + problems[0][:80] if problems else 'no'}")
             if not problems:
                 failures.append(f"mutation '{name}' was not caught")
+        failures += check_pipeline_plans(directory)
     for failure in failures:
         print("FAIL:", failure)
     return 1 if failures else 0

@@ -1,5 +1,6 @@
 // Tests of what the exports can express: one root device mesh in the FSDP2 script, full-length rotary positions under
-// sequence parallelism, and plans the format cannot write (EP, TP outside fsdp2) refused or kept out of the search.
+// sequence parallelism, and plans the format cannot write (EP, TP outside fsdp2, pipelines outside torchtitan) refused
+// or kept out of the search.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -99,6 +100,20 @@ TEST_CASE("export: a plan the format cannot write is refused by every exporter i
   CHECK_THROWS_WITH_AS(export_fsdp1(two_d, llama, 8, 8), doctest::Contains("FSDP1 has no tensor parallelism"),
                        InputError);
   CHECK_THROWS_WITH_AS(export_deepspeed(two_d, llama, 8, 8), doctest::Contains("expected --export fsdp2"), InputError);
+}
+
+TEST_CASE("export: a pipeline plan is refused in one line by every export but torchtitan's") {
+  const ModelSpec llama = preset_model("tiny-llama");
+  Plan pipelined = plan_for(llama, 4);
+  pipelined.pipeline = default_pipeline(llama, 2, PipelineScheduleKind::one_f_one_b, 1);
+  for (const std::string format : {"fsdp2", "fsdp1", "deepspeed"}) {
+    CAPTURE(format);
+    const std::string expected = "--export " + format + ": the plan has a pipeline (pipeline_parallel_degree 2), but ";
+    CHECK_THROWS_WITH_AS(export_plan(format, pipelined, llama, 8, 8), doctest::Contains(expected.c_str()), InputError);
+  }
+  CHECK_THROWS_WITH_AS(export_plan("fsdp2", pipelined, llama, 8, 8),
+                       doctest::Contains("the FSDP2 script does not build torch.distributed.pipelining stages yet"),
+                       InputError);
 }
 
 TEST_CASE("export support: the search keeps only the degrees the format writes; a pinned one it cannot is refused") {
