@@ -211,6 +211,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       // Note [Exported compile]: before the search, so a refused export prints and writes nothing.
       check_export_compile(flags->export_format, training);
       check_export_recipe(flags->export_format, training);  // Note [Exported recipes]
+      check_export_activation_offload(flags->export_format, training);  // Note [Exported activation offloading]
       // Note [What torchtitan runs] (planner/export_torchtitan.cpp): refused settings refuse before the search too.
       if (flags->export_format == "torchtitan") check_torchtitan_training(training, model);
     }

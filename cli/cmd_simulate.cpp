@@ -108,6 +108,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       const int tensor_parallel = tensor_parallel_degrees(flags->tensor_parallel, base, cluster).front();
       if (training.torch_compile) check_compile_tensor_parallel(tensor_parallel);
       check_loss_tensor_parallel(training.loss, tensor_parallel);
+      check_activation_offload_tensor_parallel(training.activation_offload, tensor_parallel);
       // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
       plan.tensor_parallel_degree = tensor_parallel;
       plan.pipeline.degree = flags->pipeline_parallel;

@@ -78,6 +78,9 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
                   "CEWithChunkedOutputLoss, 8 chunks upcast one at a time) | linear-ce (Liger's fused linear "
                   "cross-entropy: logits never materialised beyond a chunk); fsdp2 exports carry it")
       ->capture_default_str();
+  command.add_flag("--activation-offload", flags.activation_offload,
+                   "torchtune's activation offloading: each layer's kept activations (but the output head's) to "
+                   "pinned host memory after its forward, back before its backward; fsdp2 exports carry it");
   command.add_option("--expert-parallel", flags.expert_parallel,
                      "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
                      "all-to-all (default 1; plan searches it when not given)")
@@ -179,6 +182,10 @@ KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags
   check_optimizer_offload(training, pins.offload.value_or(false), "--cpu-offload");
   if (is_8bit(training.optimizer)) pins.offload = false;
   if (flags.tensor_parallel != "auto") pins.tensor_parallel = parse_tensor_parallel(flags.tensor_parallel);
+  if (training.activation_offload) {  // Note [Activation offloading]: FSDP alone
+    check_activation_offload_tensor_parallel(true, pins.tensor_parallel.value_or(1));
+    pins.tensor_parallel = 1;
+  }
   if (training.loss != LossKind::cross_entropy) {  // Note [Fine-tuning losses]: on the whole vocabulary only
     check_loss_tensor_parallel(training.loss, pins.tensor_parallel.value_or(1));
     pins.tensor_parallel = 1;
@@ -333,6 +340,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
   training.no_sync_accumulation = flags.no_sync;
   training.torch_compile = flags.torch_compile;
   training.loss = loss_from_string(flags.loss);
+  training.activation_offload = flags.activation_offload;
   training.expert_parallel_degree = flags.expert_parallel > 0 ? flags.expert_parallel : 1;
   training.finetune = resolve_finetune(flags);
   validate_training(training, model);
@@ -362,6 +370,13 @@ void check_loss_tensor_parallel(LossKind loss, int degree) {
   if (loss != LossKind::cross_entropy && degree != 1) {
     throw InputError(std::string("--loss ") + to_string(loss) + " with --tensor-parallel " + std::to_string(degree) +
                      ": not modelled with loss parallel (expected --tensor-parallel 1, or --loss cross-entropy)");
+  }
+}
+
+void check_activation_offload_tensor_parallel(bool activation_offload, int degree) {
+  if (activation_offload && degree != 1) {
+    throw InputError("--activation-offload with --tensor-parallel " + std::to_string(degree) +
+                     ": modelled for FSDP alone (expected --tensor-parallel 1, or no --activation-offload)");
   }
 }
 

@@ -37,6 +37,7 @@ struct TrainingFlags {
   bool no_sync = false;
   bool torch_compile = false;
   std::string loss = "cross-entropy";  // Note [Fine-tuning losses] (costmodel/loss.h)
+  bool activation_offload = false;      // Note [Activation offloading] (planner/activation_offload.h)
   // Note [Expert parallelism] (planner/unit_layout.h): 0 = not given (1; `plan` searches the degree for MoE models).
   int expert_parallel = 0;
   // Fine-tuning (costmodel/finetune.h), named as PEFT's LoraConfig and bitsandbytes' BitsAndBytesConfig: values as
@@ -89,6 +90,9 @@ void check_compile_tensor_parallel(int degree);
 // --loss chunked-ce and linear-ce are modelled on the whole vocabulary, not loss parallel's shards (Note [Fine-tuning
 // losses]): InputError for a tensor-parallel degree above 1.
 void check_loss_tensor_parallel(LossKind loss, int degree);
+// --activation-offload is modelled for FSDP alone (Note [Activation offloading]): InputError for a tensor-parallel
+// degree above 1.
+void check_activation_offload_tensor_parallel(bool activation_offload, int degree);
 
 // Prints a JSON document (pretty, newline-terminated) to stdout.
 void print_json(const nlohmann::json& document);

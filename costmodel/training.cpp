@@ -190,6 +190,11 @@ std::string recipe_text(const TrainingConfig& training) {
     text += std::string(text.empty() ? "" : ", ") + "optimizer " + to_string(training.optimizer) +
             " (bitsandbytes: 1-byte m and v, an fp32 absmax per 256 elements)";
   }
+  if (training.activation_offload) {  // Note [Activation offloading] (planner/activation_offload.h)
+    text += std::string(text.empty() ? "" : ", ") +
+            "activation offload (torchtune OffloadActivations: kept activations to pinned host memory by layer, "
+            "the output head's kept on the GPU)";
+  }
   return text;
 }
 
@@ -210,6 +215,7 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
                              {"finetune", to_json(training.finetune, training.precision)}};
   if (training.torch_compile) document["torch_compile"] = true;  // eager runs report as before
   if (training.loss != LossKind::cross_entropy) document["loss"] = to_string(training.loss);  // as before when plain
+  if (training.activation_offload) document["activation_offload"] = true;  // as before when off
   return document;
 }
 

@@ -52,6 +52,10 @@ struct TrainingConfig {
   // How the output head's loss runs (Note [Fine-tuning losses] in loss.h); the model a plan is lowered against must be
   // resolved for it (model_for_loss). Plan JSON "training": {"loss"}; CLI --loss.
   LossKind loss = LossKind::cross_entropy;
+  // Activation offloading (Note [Activation offloading] in planner/activation_offload.h): torchtune's
+  // enable_activation_offloading — each layer's kept activations go to pinned host memory after its forward and come
+  // back before its backward. Plan JSON "training": {"activation_offload"}; CLI --activation-offload.
+  bool activation_offload = false;
 
   // Tokens of the training sequence in one micro-batch: what throughput counts.
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }

@@ -110,6 +110,7 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
   check_export_support("deepspeed", plan, model);  // Note [Export constrains the search]: no TP, no EP
   check_export_compile("deepspeed", plan.training);  // Note [Exported compile]: refused
   check_export_recipe("deepspeed", plan.training);   // Note [Exported recipes]: refused
+  check_export_activation_offload("deepspeed", plan.training);  // Note [Exported activation offloading]: refused
   const ShardingStrategy strategy = export_detail::uniform_strategy(plan, "deepspeed");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);
   const int stage = zero_stage(strategy.kind);
@@ -243,6 +244,7 @@ std::vector<std::string> export_formats() { return {"fsdp2", "fsdp1", "deepspeed
 std::vector<ExportedFile> export_plan(const std::string& format, const Plan& plan, const ModelSpec& model,
                                       int world_size, int gpus_per_node) {
   check_export_recipe(format, plan.training);  // Note [Exported recipes]: before any file is built
+  check_export_activation_offload(format, plan.training);  // Note [Exported activation offloading]
   if (format == "fsdp2") return {export_fsdp2(plan, model, world_size, gpus_per_node)};
   if (format == "fsdp1") return {export_fsdp1(plan, model, world_size, gpus_per_node)};
   if (format == "deepspeed") return {export_deepspeed(plan, model, world_size, gpus_per_node)};

@@ -140,6 +140,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
   check_export_support("fsdp1", plan, model);  // Note [Export constrains the search]: no TP, no EP
   check_export_compile("fsdp1", plan.training);  // Note [Exported compile]
   check_export_recipe("fsdp1", plan.training);   // Note [Exported recipes]: refused
+  check_export_activation_offload("fsdp1", plan.training);  // Note [Exported activation offloading]: refused
   const bool compiled = plan.training.torch_compile;
   const ShardingStrategy strategy = uniform_strategy(plan, "fsdp1");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);

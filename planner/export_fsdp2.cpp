@@ -219,6 +219,9 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << (is_8bit(plan.training.optimizer)
              ? "# The planned optimizer: build_optimizer(params, lr) (OPTIMIZER below).\n"
              : "")
+     << (plan.training.activation_offload
+             ? "# The planned activation offloading: run the forward under activation_offload_context(model).\n"
+             : "")
      << "# torch is imported inside apply_plan so the tables below can be read without torch installed.\n\n"
      << "# Module paths of each unit, one entry per plan unit in plan order: entry 0 is the root unit (every module\n"
      << "# no other unit covers), applied last as fully_shard(model) because fully_shard must see children first.\n"
@@ -241,6 +244,7 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << finetune.tables << "\n\n"
      << python_module_helpers() << "\n\n" << finetune.functions << (finetuning ? "\n\n" : "")
      << python_recipe_fsdp2(plan.training)  // Note [Exported recipes]: "" for the default loss and optimizer
+     << python_activation_offload_fsdp2(plan.training)  // Note [Exported activation offloading]: "" when off
      << "def _apply_activation_checkpointing(model):\n"
      << "    # Before sharding, as torchtitan does: each wrapper takes its module's place, so fully_shard then shards\n"
      << "    # the wrapper under the same module path.\n"

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "activation_offload.h"
+
 namespace shardplan {
 
 MemoryByCategory offloaded_memory(const std::vector<UnitLayout>& layouts, const Plan& plan) {
@@ -39,9 +41,13 @@ HostMemoryUse use_of(const MemoryByCategory& per_rank, const Cluster& cluster) {
 }  // namespace
 
 HostMemoryUse host_memory_use(const Plan& plan, const ModelSpec& model, const Cluster& cluster) {
-  if (!plan.offload.params && !plan.offload.optimizer) return use_of({}, cluster);
-  return use_of(offloaded_memory(unit_layouts(plan, model, cluster.world_size(), cluster.gpus_per_node), plan),
-                cluster);
+  MemoryByCategory per_rank{};
+  if (plan.offload.params || plan.offload.optimizer) {
+    per_rank = offloaded_memory(unit_layouts(plan, model, cluster.world_size(), cluster.gpus_per_node), plan);
+  }
+  // Note [Activation offloading] (activation_offload.h): one micro-batch's offloaded activations, pinned.
+  per_rank[static_cast<std::size_t>(MemoryCategory::activations)] += host_activation_bytes(plan, model);
+  return use_of(per_rank, cluster);
 }
 
 std::int64_t host_memory_floor_per_node(const ShardingStrategy& strategy, const OffloadPolicy& offload,
@@ -69,7 +75,9 @@ std::string host_bytes_text(std::int64_t bytes) {
 
 std::string describe(const HostMemoryUse& use) {
   const int ranks = use.per_rank_bytes > 0 ? static_cast<int>(use.per_node_bytes / use.per_rank_bytes) : 0;
-  std::string text = "host memory (offloaded states): " + host_bytes_text(use.per_node_bytes) + " per node (" +
+  const bool activations = use.per_rank[static_cast<std::size_t>(MemoryCategory::activations)] > 0;
+  std::string text = std::string("host memory (offloaded ") + (activations ? "states and activations" : "states") +
+                     "): " + host_bytes_text(use.per_node_bytes) + " per node (" +
                      std::to_string(ranks) + " x " + host_bytes_text(use.per_rank_bytes) + ")";
   if (!use.known()) return text + ", the node's host memory is not known (not checked)";
   return text + " of " + host_bytes_text(use.node_bytes) + (use.fits() ? "" : ": DOES NOT FIT");
@@ -80,6 +88,10 @@ nlohmann::json to_json(const HostMemoryUse& use) {
   for (const MemoryCategory category :
        {MemoryCategory::sharded_params, MemoryCategory::sharded_grads, MemoryCategory::optimizer_states}) {
     by_category[std::string(to_string(category))] = use.per_rank[static_cast<std::size_t>(category)];
+  }
+  // Note [Activation offloading]: written only when activations are offloaded, so other plans report as before.
+  if (const std::int64_t bytes = use.per_rank[static_cast<std::size_t>(MemoryCategory::activations)]; bytes > 0) {
+    by_category[std::string(to_string(MemoryCategory::activations))] = bytes;
   }
   return {{"offloaded_bytes_per_rank", use.per_rank_bytes},
           {"needed_bytes_per_node", use.per_node_bytes},

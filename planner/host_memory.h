@@ -1,4 +1,5 @@
-// Host memory of CPU offload: the model states a plan keeps in host memory, per rank and per node, against the node's.
+// Host memory of CPU offload: the model states (and offloaded activations) a plan keeps in host memory, per rank and
+// per node, against the node's.
 #pragma once
 
 #include <cstdint>

@@ -95,6 +95,14 @@ class Lowerer {
   int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass);
   void emit_all_to_alls(std::size_t layer, int unit, int micro, int after);
 
+  // --- activation offloading (lowering_offload.cpp, Note [Activation offloading] in activation_offload.h) ---------
+  // After the forward op `forward` of `layer`: its kept activations' copy out to the host, which frees them on the
+  // device; -1 when the layer keeps nothing on the host.
+  int emit_copy_out(std::size_t layer, int unit, int micro, int forward);
+  // Before `layer`'s backward: its kept activations' copy back (allocated on the device at its start), issued after
+  // the last compute op emitted so far; the op, or -1 when nothing comes back. Emitted once per layer and pass.
+  int emit_copy_in(std::size_t layer, int unit, int micro);
+
   // --- gradient reductions and the optimizer step (lowering_reductions.cpp) ----------------------------------------
   void reduce(int unit, int micro, std::vector<int>& reductions);
   void optimizer_step(const std::vector<int>& reductions);
@@ -108,6 +116,8 @@ class Lowerer {
   std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_, grads_produced_;
   std::vector<int> last_reduction_;  // each unit's latest gradient reduction op (-1: none yet)
   std::vector<int> gather_op_;
+  std::vector<int> copied_in_;   // Note [Activation offloading]: each layer's copy back in this backward (-1: none yet)
+  std::vector<int> copied_out_;  // and its latest copy out (-1: none)
   struct LimiterEntry {
     int unit;
     int free_op;  // the free_unsharded op that released it, -1 until issued

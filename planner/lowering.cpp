@@ -92,6 +92,7 @@ void Lowerer::forward_pass(int micro) {
 
 void Lowerer::forward_layers(int micro, std::size_t first, std::size_t last) {
   std::vector<bool> started(layouts_.size(), false);
+  int copy_out = -1, earlier_copy_out = -1;  // Note [Activation offloading]: the latest two layers' copies out
   for (std::size_t index = 0; index < segments_.size(); ++index) {
     const Segment& segment = segments_[index];
     if (segment.first_layer < first || segment.last_layer > last) continue;
@@ -107,6 +108,12 @@ void Lowerer::forward_layers(int micro, std::size_t first, std::size_t last) {
     }
     for (std::size_t layer = segment.first_layer; layer <= segment.last_layer; ++layer) {
       const int id = emit_compute(OpKind::forward, layer, unit, micro, ComputePass::forward);
+      // Note [Activation offloading]: a layer's forward waits for the copy out of the layer two before it.
+      if (earlier_copy_out >= 0) schedule_.ops[static_cast<std::size_t>(id)].deps.push_back(earlier_copy_out);
+      if (const int copy = emit_copy_out(layer, unit, micro, id); copy >= 0) {
+        earlier_copy_out = copy_out;
+        copy_out = copy;
+      }
       if (layout.casts_replicated && !gathered_[unit]) {
         // Replicated parameters in another dtype: the compute copy appears with the unit's first forward op.
         schedule_.ops[static_cast<std::size_t>(id)].allocates.push_back({layout.gathered_category, layout.gathered_bytes});
@@ -134,6 +141,7 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
   }
   std::vector<bool> started(layouts_.size(), false);
   grads_produced_.assign(layouts_.size(), false);
+  copied_in_.assign(model_.layers.size(), -1);
   for (std::size_t back = segments_.size(); back-- > 0;) {
     const Segment& segment = segments_[back];
     if (segment.first_layer < first || segment.last_layer > last) continue;
@@ -152,12 +160,16 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       }
     }
     for (std::size_t layer = segment.last_layer + 1; layer-- > segment.first_layer;) {
+      // Note [Activation offloading]: the layer's copy back, and the next layer's issued beside its backward.
+      const int copied_in = emit_copy_in(layer, unit, micro);
+      if (layer > first) emit_copy_in(layer - 1, owner_of(layer - 1), micro);
       const std::int64_t kept = kept_bytes(layer);
       const std::int64_t rebuilt = recomputed_activation_bytes(plan_, model_, layer);
       if (rebuilt > 0) {
         const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
         auto& op = schedule_.ops[static_cast<std::size_t>(id)];
         op.allocates.push_back({MemoryCategory::activations, rebuilt});
+        if (copied_in >= 0) op.deps.push_back(copied_in);
         // Note [Workspaces]: QLoRA's dequantised weight during each recomputed GEMM.
         if (const std::int64_t dequantized = dequantized_weight_bytes(plan_, model_, layer); dequantized > 0) {
           op.allocates.push_back({MemoryCategory::activations, dequantized});
@@ -168,6 +180,7 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
       auto& op = schedule_.ops[static_cast<std::size_t>(id)];
       take_pending_alloc(op);
+      if (copied_in >= 0) op.deps.push_back(copied_in);
       const std::int64_t workspace = backward_workspace_bytes(plan_, model_, layer);
       if (workspace > 0) op.allocates.push_back({MemoryCategory::activations, workspace});
       op.frees.push_back({MemoryCategory::activations, kept + rebuilt + workspace});

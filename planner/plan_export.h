@@ -44,6 +44,10 @@ void check_export_compile(const std::string& format, const TrainingConfig& train
 // carries them; fsdp1, deepspeed and torchtitan refuse. `plan` calls it before its search; export_plan too.
 void check_export_recipe(const std::string& format, const TrainingConfig& training);
 
+// InputError, one line, when the plan offloads activations and `format` cannot carry it (Note [Exported activation
+// offloading] in export_activation_offload.cpp): fsdp2 carries it; fsdp1, deepspeed and torchtitan refuse.
+void check_export_activation_offload(const std::string& format, const TrainingConfig& training);
+
 // What `format` can write (Note [Export constrains the search] in export_support.cpp): tensor parallelism > 1 and
 // expert parallelism > 1, each with the reason when it cannot.
 struct ExportSupport {
@@ -134,6 +138,9 @@ std::string python_compile_blocks_fsdp1();
 // The FSDP2 script's recipe section (Note [Exported recipes]): LOSS and OPTIMIZER, make_loss() and
 // build_optimizer(params, lr) as the plan's --loss and --optimizer name them.
 std::string python_recipe_fsdp2(const TrainingConfig& training);
+// The FSDP2 script's ACTIVATION_OFFLOAD and activation_offload_context(model) (Note [Exported activation
+// offloading]); "" when the plan does not offload activations.
+std::string python_activation_offload_fsdp2(const TrainingConfig& training);
 
 // The FSDP2 script's TP_BLOCKS table, _full_length_positions hook and _apply_tensor_parallel(model, tp_mesh)
 // (Note [Exported tensor parallelism] in export_tensor_parallel.cpp); torchao's float8 styles for the blocks'

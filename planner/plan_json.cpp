@@ -42,7 +42,7 @@ ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::strin
 TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_steps) {
   block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
                              "flash_attention", "attention_kernel", "no_sync", "expert_parallel_degree",
-                             "torch_compile", "loss"});
+                             "torch_compile", "loss", "activation_offload"});
   TrainingConfig training;
   // Note [Input limits]: in range as read; validate_training and validate_plan check the products.
   training.seq_len = block.int_in_range("seq_len", 1, limits::kMaxSeqLen);
@@ -73,6 +73,8 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
   } catch (const InputError&) {
     block.fail("loss", "\"cross-entropy\", \"chunked-ce\" or \"linear-ce\"");
   }
+  // Note [Activation offloading] (activation_offload.h); absent: the activations stay on the GPU.
+  training.activation_offload = block.boolean("activation_offload", false);
   // Note [Expert parallelism]: absent in plans of models without experts; validate_plan checks it against the model.
   training.expert_parallel_degree = static_cast<int>(
       block.optional_int_in_range("expert_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
@@ -180,6 +182,10 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   // Note [Tensor parallel degree]: range only here; validate_plan checks it against the model and the cluster.
   plan.tensor_parallel_degree = static_cast<int>(
       root.optional_int_in_range("tensor_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
+  if (plan.tensor_parallel_degree != 1 && plan.training.activation_offload) {
+    root.fail("tensor_parallel_degree", "1 with training.activation_offload (Note [Activation offloading]: modelled "
+                                        "for FSDP alone)");
+  }
   if (plan.tensor_parallel_degree != 1 && plan.training.loss != LossKind::cross_entropy) {
     root.fail("tensor_parallel_degree", "1 with training.loss " + std::string(to_string(plan.training.loss)) +
                                             " (Note [Fine-tuning losses]: modelled on the whole vocabulary)");
@@ -261,6 +267,7 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
   }
   if (plan.training.torch_compile) document["training"]["torch_compile"] = true;  // eager plans write as before
   if (plan.training.loss != LossKind::cross_entropy) document["training"]["loss"] = to_string(plan.training.loss);
+  if (plan.training.activation_offload) document["training"]["activation_offload"] = true;  // as before when off
   if (plan.training.expert_parallel_degree > 1) {  // plans without expert parallelism read and write as before
     document["training"]["expert_parallel_degree"] = plan.training.expert_parallel_degree;
   }

@@ -193,10 +193,11 @@ PlanCandidate Searcher::simulated(const Plan& plan, const std::string& knobs) co
   candidate.plan = plan;
   candidate.knobs = knobs;
   candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
-  // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states.
-  candidate.fits = fits_in_memory(candidate.summary, cap_) &&
-                   (!plan.offload.params && !plan.offload.optimizer ? true
-                                                                    : host_memory_use(plan, model_, cluster_).fits());
+  // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states (and its
+  // offloaded activations, Note [Activation offloading]).
+  const bool offloads = plan.offload.params || plan.offload.optimizer || plan.training.activation_offload;
+  candidate.fits =
+      fits_in_memory(candidate.summary, cap_) && (!offloads || host_memory_use(plan, model_, cluster_).fits());
   return candidate;
 }
 

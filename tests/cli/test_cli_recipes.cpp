@@ -1,6 +1,7 @@
 // Tests of the fine-tuning recipe flags through the binary (Note [Exported recipes]): --loss and the 8-bit optimizers
 // reach the plan JSON, the plan text and the fsdp2 script; the other exports, tensor parallelism, CPU offload and
-// unknown names refuse in one line, exit 2.
+// unknown names refuse in one line, exit 2. --activation-offload likewise (Note [Exported activation offloading]),
+// and `run` refuses it.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -127,4 +128,45 @@ TEST_CASE("recipes: exports that cannot carry them, TP, CPU offload and unknown 
                      {"--cpu-offload", "--optimizer adamw8bit", "expected --optimizer adamw"});
   expect_input_error(plan_command({"--loss", "chunked"}), {"--loss 'chunked'", "expected cross-entropy"});
   expect_input_error(plan_command({"--optimizer", "adamw-8bit"}), {"--optimizer 'adamw-8bit'", "'adamw8bit'"});
+}
+
+TEST_CASE("recipes: --activation-offload reaches the plan JSON, the text, simulate and the fsdp2 script") {
+  const Exported out = exported("offload", {"--activation-offload"});
+  CHECK(out.plan.at("training").at("activation_offload") == true);
+  CHECK(contains(out.text, "recipe: activation offload (torchtune OffloadActivations"));
+  CHECK(contains(out.script, "ACTIVATION_OFFLOAD = True"));
+  CHECK(contains(out.script, "from torchtune.training import NoOpManager, OffloadActivations"));
+  CHECK(contains(out.script, "# The planned activation offloading: run the forward under"));
+  const Exported plain = exported("offload-plain", {});
+  CHECK_FALSE(plain.plan.at("training").contains("activation_offload"));
+  CHECK_FALSE(contains(plain.script, "ACTIVATION_OFFLOAD"));
+  const auto dir = scratch("offload-simulate");
+  const std::string plan_file = (dir / "p.json").string();
+  std::ofstream(plan_file) << out.plan.dump();
+  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  INFO(simulated.err);
+  CHECK(simulated.exit_status == 0);
+  CHECK(contains(simulated.out, "recipe: activation offload"));
+  CHECK(contains(simulated.out, "host memory (offloaded states and activations)"));
+  if (shardplan_test::mpi_build()) {  // fp32: the CPU executor's precision, so the refusal is the offload's
+    const std::string fp32_file = (dir / "fp32.json").string();
+    std::ofstream(fp32_file) << exported("offload-fp32", {"--activation-offload", "--precision", "fp32"}).plan.dump();
+    expect_input_error({"run", "-m", "tiny-llama", "--plan", fp32_file, "--device", "cpu", "--steps", "1"},
+                       {"activation_offload is set"});
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("recipes: --activation-offload refuses the other exports and tensor parallelism in one line") {
+  const auto dir = scratch("offload-refused");
+  for (const std::string format : {"deepspeed", "fsdp1", "torchtitan"}) {
+    expect_input_error(plan_command({"--activation-offload", "--export", format, "--out-dir", dir.string(),
+                                     "--precision", format == "torchtitan" ? "bf16-mixed-fp32-reduce" : "bf16-mixed"}),
+                       {"--export " + format + ": --activation-offload is carried by fsdp2 exports only",
+                        "expected --export fsdp2, or no --activation-offload"});
+  }
+  CHECK(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+  expect_input_error(plan_command({"--activation-offload", "--tensor-parallel", "2"}),
+                     {"--activation-offload with --tensor-parallel 2", "expected --tensor-parallel 1"});
 }

@@ -1,20 +1,29 @@
 // Tests of the fine-tuning recipe flags against sizes computed by hand: --loss chunked-ce and linear-ce (the output
 // head's kept activations and workspaces, Note [Fine-tuning losses]) and --optimizer adamw8bit / paged-adamw8bit
-// (bitsandbytes' states and absmax values, Note [8-bit optimizers]).
+// (bitsandbytes' states and absmax values, Note [8-bit optimizers]); --activation-offload (torchtune's
+// OffloadActivations, Note [Activation offloading]): the copies, their time, device and host memory, JSON, exports.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "activation_offload.h"
 #include "cluster.h"
 #include "compute_cost.h"
 #include "errors.h"
 #include "hardware_catalog.h"
 #include "hardware_profile.h"
+#include "host_memory.h"
 #include "loss.h"
 #include "lowering.h"
 #include "model_presets.h"
+#include "op_durations.h"
 #include "plan.h"
 #include "plan_export.h"
+#include "plan_json.h"
 #include "precision.h"
 #include "simulator.h"
 #include "unit_layout.h"
@@ -182,4 +191,115 @@ TEST_CASE("recipes: --loss linear-ce exports only with the output head in the ro
   }
   CHECK(contains_text(message, "--export fsdp2: --loss linear-ce with the output head in unit"));
   CHECK(contains_text(message, "expected the head in the root unit, or --loss chunked-ce"));
+}
+
+namespace {
+
+// tiny-llama (embedding, 4 blocks, norm, head; hidden 128, byte vocabulary) at 512 tokens x 64 sequences on 8 H100
+// ranks: its states are a few MiB, so the allocated peak is the activations'.
+struct OffloadCase {
+  ModelSpec model = preset_model("tiny-llama");
+  Cluster cluster = parse_cluster("8xH100-80GB", HardwareCatalog::builtin());
+  HardwareProfile profile = profile_from_cluster(cluster);
+  Plan plan;
+  StepSchedule schedule;
+
+  explicit OffloadCase(bool offload) {
+    TrainingConfig training;
+    training.seq_len = 512;
+    training.micro_batch = 64;
+    training.activation_offload = offload;
+    plan = default_plan(model, training, ShardingStrategy{}, wrap_per_block(model), 8);
+    schedule = lower_plan(plan, model, {8, 8, profile.context_overhead_bytes});
+  }
+  std::int64_t kept(std::size_t layer) const {
+    return kept_activation_bytes(model, plan.training, layer, ActivationCheckpointing::none);
+  }
+  std::int64_t peak() const { return simulate(schedule, profile, false).summary.peak_memory_bytes; }
+};
+
+}  // namespace
+
+// By hand (Note [Activation offloading]): every layer but the head copies its kept bytes out once after its forward
+// (a device_to_host op freeing them) and back once before its backward (a host_to_device op allocating them), each
+// in bytes / pcie_bytes_per_s; the host holds the sum of those bytes; on the device at most two layers' kept bytes
+// are in flight where the whole model's were, so the peak falls by at least Σ kept (not the head) − 2 · the largest.
+// Mutation tried: the head offloaded too (no lm_head test in offloaded_activation_bytes) fails the head's CHECKs.
+TEST_CASE("recipes: --activation-offload, tiny-llama's copies, their time, host bytes and device peak by hand") {
+  const OffloadCase on(true), off(false);
+  std::int64_t offloaded = 0, largest = 0;
+  std::size_t copied_layers = 0;
+  for (std::size_t layer = 0; layer < on.model.layers.size(); ++layer) {
+    const bool head = on.model.layers[layer].kind == LayerKind::lm_head;
+    CHECK(offloaded_activation_bytes(on.plan, on.model, layer) == (head ? 0 : on.kept(layer)));
+    CHECK(offloaded_activation_bytes(off.plan, off.model, layer) == 0);
+    if (head || on.kept(layer) == 0) continue;
+    offloaded += on.kept(layer);
+    largest = std::max(largest, on.kept(layer));
+    ++copied_layers;
+  }
+  REQUIRE(copied_layers >= 4);  // the 4 blocks keep something
+  const std::vector<double> base_s = base_durations_s(on.schedule, on.profile);
+  std::size_t outs = 0, ins = 0;
+  for (const Op& op : on.schedule.ops) {
+    if (op.kind != OpKind::device_to_host && op.kind != OpKind::host_to_device) continue;
+    REQUIRE(op.layer >= 0);
+    const std::int64_t bytes = on.kept(static_cast<std::size_t>(op.layer));
+    CHECK(on.model.layers[static_cast<std::size_t>(op.layer)].kind != LayerKind::lm_head);
+    CHECK(op.bytes == bytes);
+    const auto& changes = op.kind == OpKind::device_to_host ? op.frees : op.allocates;
+    REQUIRE(changes.size() == 1);
+    CHECK(changes[0].category == MemoryCategory::activations);
+    CHECK(changes[0].bytes == bytes);
+    CHECK(base_s[static_cast<std::size_t>(op.id)] ==
+          doctest::Approx(static_cast<double>(bytes) / on.profile.pcie_bytes_per_s));
+    (op.kind == OpKind::device_to_host ? outs : ins) += 1;
+  }
+  CHECK(outs == copied_layers);
+  CHECK(ins == copied_layers);
+  for (const Op& op : off.schedule.ops) {
+    CHECK((op.kind != OpKind::device_to_host && op.kind != OpKind::host_to_device));
+  }
+  const HostMemoryUse host = host_memory_use(on.plan, on.model, on.cluster);
+  CHECK(category(host.per_rank, MemoryCategory::activations) == offloaded);
+  CHECK(host.per_rank_bytes == offloaded);
+  CHECK(host.per_node_bytes == 8 * offloaded);
+  CHECK(host_memory_use(off.plan, off.model, off.cluster).per_rank_bytes == 0);
+  CHECK(off.peak() - on.peak() >= offloaded - 2 * largest);
+  CHECK(on.peak() < off.peak());
+}
+
+TEST_CASE("recipes: --activation-offload in the plan JSON (only when on), the recipe text and the exports") {
+  const ModelSpec model = preset_model("tiny-llama");
+  TrainingConfig training;
+  training.seq_len = 64;
+  training.activation_offload = true;
+  const Plan plan = default_plan(model, training, ShardingStrategy{}, wrap_per_block(model), 4);
+  const nlohmann::json document = to_json(plan, model);
+  CHECK(document.at("training").at("activation_offload") == true);
+  CHECK(plan_from_json(document, "test", model).training.activation_offload);
+  CHECK(contains_text(recipe_text(plan.training), "activation offload (torchtune OffloadActivations"));
+  Plan plain = plan;
+  plain.training.activation_offload = false;
+  CHECK_FALSE(to_json(plain, model).at("training").contains("activation_offload"));
+  CHECK_FALSE(plan_from_json(to_json(plain, model), "test", model).training.activation_offload);
+  CHECK(recipe_text(plain.training).empty());
+  const std::string script = export_fsdp2(plan, model, 4, 4).contents;
+  CHECK(contains_text(script, "ACTIVATION_OFFLOAD = True\n"));
+  CHECK(contains_text(script, "context = OffloadActivations(use_pin_memory=True, use_streams=True)"));
+  CHECK(contains_text(script, "head.register_forward_pre_hook(lambda *args: noop.__enter__())"));
+  CHECK_FALSE(contains_text(export_fsdp2(plain, model, 4, 4).contents, "ACTIVATION_OFFLOAD"));
+  for (const std::string format : {"fsdp1", "deepspeed"}) {
+    std::string message;
+    try {
+      (void)export_plan(format, plan, model, 4, 4);
+    } catch (const InputError& error) {
+      message = error.what();
+    }
+    CHECK(message == "--export " + format + ": --activation-offload is carried by fsdp2 exports only (the forward " +
+                         "runs in the training loop); expected --export fsdp2, or no --activation-offload");
+  }
+  nlohmann::json two_d = document;
+  two_d["tensor_parallel_degree"] = 2;
+  CHECK_THROWS_AS((void)plan_from_json(two_d, "test", model), InputError);
 }
