@@ -21,6 +21,7 @@
 #include "plan_export.h"
 #include "precision.h"
 #include "plan_json.h"
+#include "plan_pipeline.h"
 #include "search.h"
 #include "step_analysis.h"
 #include "unmeasured_rates.h"
@@ -46,6 +47,7 @@ struct PlanFlags {
   std::string out_dir = ".";
   int jobs = 0;  // 0: the machine's cores
   bool json = false;
+  PipelinePlanFlags pipeline;
 };
 
 std::string gib(std::int64_t bytes) {
@@ -79,15 +81,25 @@ std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
   return std::to_string(sequences) + " sequences (" + std::to_string(candidate.summary.tokens_per_step) + " tokens)";
 }
 
-void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster,
-                const PredictionErrorBands& bands, const MemoryHeadroomChoice& headroom) {
+void print_header(const SearchResult& result, const ModelSpec& model, const Cluster& cluster,
+                  const MemoryHeadroomChoice& headroom) {
   std::printf("model %s on %s, memory cap %s, %g%% headroom: a plan fits within %s\n", model.name.c_str(),
               cluster.describe().c_str(), gib(result.memory_cap_bytes).c_str(), 100 * result.memory_headroom_fraction,
               gib(result.usable_memory_bytes()).c_str());
   std::printf("%s", headroom_line(headroom, "").c_str());
+}
+
+// `pipeline_planned`: the planned plan's text where a pipeline plan is the answer (Note [Pipeline search]); FSDP's best
+// then follows as the best without pipeline parallelism.
+void print_text(const SearchResult& result, const ModelSpec& model, const Cluster& cluster,
+                const PredictionErrorBands& bands, const MemoryHeadroomChoice& headroom,
+                const std::string& pipeline_planned) {
+  print_header(result, model, cluster, headroom);
+  std::printf("%s", pipeline_planned.c_str());
   if (result.feasible) {
     const auto& best = result.best;
-    std::printf("planned: %s\n  units: root + %zu (count x layers: %s)\n", best.knobs.c_str(),
+    std::printf("%s: %s\n  units: root + %zu (count x layers: %s)\n",
+                pipeline_planned.empty() ? "planned" : "best without pipeline parallelism", best.knobs.c_str(),
                 best.plan.units.size() - 1, describe_units(best.plan).c_str());
     std::printf("  step %.4f s, %.0f tokens/s, MFU %.1f%%, peak %s allocated (at %s)\n", best.summary.step_time_s,
                 best.summary.tokens_per_s, 100 * best.summary.mfu, gib(best.summary.peak_memory_bytes).c_str(),
@@ -109,6 +121,9 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
     std::printf("  error band: step %.4f s (%s)\n  error band: max_memory_reserved %s (%s)\n",
                 best.summary.step_time_s, describe(bands.step_time).c_str(),
                 gib(best.summary.reserved_peak_bytes).c_str(), describe(bands.memory).c_str());
+  } else if (!pipeline_planned.empty()) {
+    std::printf("without pipeline parallelism no plan fits (dominant memory term: %s)\n",
+                result.diagnosis.dominant_term.c_str());
   } else if (result.diagnosis.host_memory_limited) {
     std::printf("NO PLAN FITS. Dominant memory term: host memory per node (pinned, for CPU offload's states)\n");
     for (const auto& suggestion : result.diagnosis.suggestions) std::printf("  - %s\n", suggestion.c_str());
@@ -168,6 +183,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                       "threads of the search: tensor-parallel degrees and knob settings searched at once (default: "
                       "the machine's cores); the result does not depend on it")
       ->check(CLI::Range(1, 1024));
+  add_pipeline_plan_flags(*command, flags->pipeline);
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [command, flags, output]() {
     const ModelSpec base = load_searchable_model(flags->model_cluster.model, "plan");
@@ -230,22 +246,67 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                                 options.tensor_parallel_degrees, options.expert_parallel_degrees);
       if (flags->export_format == "torchtitan") restrict_search_to_torchtitan(options);
     }
-    const SearchResult result = search_plans(model, cluster, profile, training, options);
+    // Note [Pipeline search] (planner/search_pipeline.h): pipeline plans beside FSDP's, pruned by FSDP's best; a
+    // pinned degree searches pipeline plans only.
+    const MemoryHeadroom usable{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
+                                options.memory_headroom_fraction};
+    const PipelineSearchRequest pipeline_request = pipeline_search_request(
+        flags->pipeline, model, cluster, options, flags->export_format,
+        !flags->trace_file.empty() || !flags->report_file.empty(), usable.usable_bytes());
+    SearchResult result;
+    if (pipeline_request.pinned) {
+      result.memory_cap_bytes = usable.cap_bytes;
+      result.memory_headroom_fraction = usable.fraction;
+      result.memory_headroom_bytes = usable.headroom_bytes();
+    } else {
+      result = search_plans(model, cluster, profile, training, options);
+    }
+    PipelineSearchResult pipeline;
+    if (pipeline_request.skipped.empty()) {
+      PipelineSearchOptions pipeline_options = pipeline_request.options;
+      if (result.feasible) pipeline_options.known_step_s = result.best.summary.step_time_s;
+      pipeline = search_pipeline_plans(model, cluster, profile, training, pipeline_options);
+    }
+    const bool feasible = result.feasible || pipeline.feasible;
+    const Plan& planned = pipeline.feasible ? pipeline.best.plan : result.best.plan;
     if (flags->json) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);
       document["error_band"] = error_band_json(bands, headroom);
+      document["pipeline_search"] = pipeline_search_json(pipeline_request, pipeline, model, usable);
+      if (pipeline.feasible) {  // the planned plan is the pipeline's; FSDP's best stays under without_pipeline
+        nlohmann::json without;
+        for (const char* key : {"plan", "predicted", "knobs", "host_memory"}) {
+          if (document.contains(key)) without[key] = std::move(document[key]);
+          document.erase(key);
+        }
+        document["without_pipeline"] = std::move(without);
+        document["feasible"] = true;
+        document["plan"] = to_json(pipeline.best.plan, model);
+        document["knobs"] = pipeline.best.knobs;
+      }
       output.json(document);
     } else {
       std::printf("%s", unmeasured_rates_line(profile).c_str());
-      print_text(result, model, cluster, bands, headroom);
+      const std::string pipeline_text =
+          pipeline.feasible ? render_pipeline_plan_text(pipeline, cluster, usable) : std::string();
+      if (pipeline_request.pinned) {  // pipeline plans only: no FSDP search, no baselines
+        print_header(result, model, cluster, headroom);
+        std::printf("%s", pipeline.feasible ? pipeline_text.c_str()
+                                            : ("NO PLAN FITS with --pipeline-parallel " +
+                                               std::to_string(flags->pipeline.pipeline_parallel) + "\n")
+                                                  .c_str());
+      } else {
+        print_text(result, model, cluster, bands, headroom, pipeline_text);
+      }
+      std::printf("%s", render_pipeline_search_line(pipeline_request, pipeline).c_str());
     }
-    if (!result.feasible) return kExitInfeasible;
+    if (!feasible) return kExitInfeasible;
     // Everything is built in memory first, then written together (Note [Output files]): a failure leaves no file.
     std::vector<OutputFile> outputs;
-    if (!flags->out_file.empty()) outputs.push_back({flags->out_file, to_json(result.best.plan, model).dump(2) + "\n"});
+    if (!flags->out_file.empty()) outputs.push_back({flags->out_file, to_json(planned, model).dump(2) + "\n"});
     if (!flags->export_format.empty()) {
-      for (const auto& file : export_plan(flags->export_format, result.best.plan, model, cluster.world_size(),
+      for (const auto& file : export_plan(flags->export_format, planned, model, cluster.world_size(),
                                           cluster.gpus_per_node)) {
         outputs.push_back({(std::filesystem::path(flags->out_dir) / file.file_name).string(), file.contents});
       }

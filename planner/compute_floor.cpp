@@ -50,6 +50,9 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
   };
   double kernels_s = 0;
   std::size_t dispatched_ops = 0;
+  const double slowdown = std::min(1.0, profile.overlap_compute_slowdown);
+  std::vector<double> layer_compute_s(model.layers.size(), 0.0);
+  std::vector<std::int64_t> layer_held_bytes(model.layers.size(), 0);
   std::int64_t live_bytes = 0, peak_bytes = 0;
   bool freed_elsewhere = false;
   for (const Op& op : schedule.ops) {
@@ -59,18 +62,31 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
       freed_elsewhere = freed_elsewhere || activation_bytes(op.frees) > 0 || activation_bytes(op.frees_at_start) > 0;
       continue;
     }
-    if (op.kernels) kernels_s += pass_time_s(*op.kernels, schedule.compute_element_bytes, profile);
+    const double op_kernels_s = op.kernels ? pass_time_s(*op.kernels, schedule.compute_element_bytes, profile) : 0.0;
+    kernels_s += op_kernels_s;
     if (does_compute_work(op.kind)) ++dispatched_ops;
+    if (op.layer >= 0 && static_cast<std::size_t>(op.layer) < layer_compute_s.size()) {
+      const auto layer = static_cast<std::size_t>(op.layer);
+      layer_compute_s[layer] +=
+          op_kernels_s * slowdown + (does_compute_work(op.kind) ? profile.op_dispatch_overhead_s : 0.0);
+      if (op.kind != OpKind::forward) {
+        layer_held_bytes[layer] +=
+            activation_bytes(op.frees) + activation_bytes(op.frees_at_start) - activation_bytes(op.allocates);
+      }
+    }
     live_bytes -= activation_bytes(op.frees_at_start);
     live_bytes += activation_bytes(op.allocates);
     peak_bytes = std::max(peak_bytes, live_bytes);
     live_bytes -= activation_bytes(op.frees);
   }
   SettingFloors floors;
-  floors.compute_s = (kernels_s * std::min(1.0, profile.overlap_compute_slowdown) +
+  floors.compute_s = (kernels_s * slowdown +
                      static_cast<double>(dispatched_ops) * profile.op_dispatch_overhead_s) *
                     static_cast<double>(accumulation);
   floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
+  floors.layer_compute_s = std::move(layer_compute_s);
+  if (freed_elsewhere) std::fill(layer_held_bytes.begin(), layer_held_bytes.end(), 0);  // as the activation floor
+  floors.layer_held_activation_bytes = std::move(layer_held_bytes);
   return floors;
 }
 

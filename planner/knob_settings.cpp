@@ -163,9 +163,14 @@ SearchOptions search_options_for(const KnobPins& pins, const ModelSpec& model, c
 
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs) {
+  return plan_for_knobs(model, cluster.world_size(), training, knobs);
+}
+
+Plan plan_for_knobs(const ModelSpec& model, int data_parallel_ranks, const TrainingConfig& training,
+                    const KnobSetting& knobs) {
   TrainingConfig adjusted = training;
   adjusted.micro_batch = knobs.micro_batch;
-  Plan plan = default_plan(model, adjusted, knobs.strategy, wrap_per_block(model), cluster.world_size());
+  Plan plan = default_plan(model, adjusted, knobs.strategy, wrap_per_block(model), data_parallel_ranks);
   apply_checkpointing(plan, model, training, knobs);
   plan.offload.params = knobs.offload;
   return plan;

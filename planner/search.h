@@ -188,6 +188,16 @@ std::int64_t smallest_searched_micro_batch(const Cluster& cluster, const Trainin
                                            const KnobPins& pins = {});
 Plan plan_for_knobs(const ModelSpec& model, const Cluster& cluster, const TrainingConfig& training,
                     const KnobSetting& knobs);
+// One tensor-parallel degree's data-parallel view (Note [2-D plans] in tensor_parallel_view.h): one TP rank's model
+// and the cluster its data-parallel ranks form (gpus_per_node / degree); the training unchanged. search_2d.cpp.
+struct TensorParallelSearchView {
+  ModelSpec model;
+  Cluster cluster;
+};
+TensorParallelSearchView tensor_parallel_search_view(int degree, const ModelSpec& model, const Cluster& cluster);
+// The same over `data_parallel_ranks` FSDP ranks (a pipeline plan's ranks of one stage).
+Plan plan_for_knobs(const ModelSpec& model, int data_parallel_ranks, const TrainingConfig& training,
+                    const KnobSetting& knobs);
 
 // Lower bounds of every plan of one knob setting, whatever its wrapping, kept units or prefetch depth
 // (compute_floor.cpp).
@@ -198,6 +208,12 @@ struct SettingFloors {
   // Note [Activation floor]: of the allocated peak less the persistent memory — the most activation bytes the passes
   // of one micro-batch hold at once.
   std::int64_t activation_peak_bytes = 0;
+  // The same kernels of one micro-batch by model layer (the layer's forward, recompute and backward): the pipeline
+  // search's floor of a stage (Note [Pipeline floor] in search_pipeline.h).
+  std::vector<double> layer_compute_s;
+  // The activation bytes a micro-batch holds from each layer's forward to its backward (what the layer's backward and
+  // recompute ops free less what they allocate): the pipeline search's memory floor of a stage (Note [Pipeline floor]).
+  std::vector<std::int64_t> layer_held_activation_bytes;
 };
 SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                              const TrainingConfig& training, const KnobSetting& knobs);

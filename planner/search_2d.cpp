@@ -46,13 +46,9 @@ DegreeView degree_view(int degree, const ModelSpec& model, const Cluster& cluste
   // Offload with TP is not yet supported (validate_plan); baselines are FSDP's auto-wrap policies (degree 1).
   view.options.allow_offload = false;
   view.options.with_baselines = false;
-  // Note [ParallelDims]: this degree's world, as parallel_dims(plan, world) makes it (ep 1: a model with experts
-  // takes no TP degree, validate_tensor_parallel_degree).
-  ParallelDegrees degrees;
-  degrees.tp = degree;
-  const ParallelDims dims(degrees, cluster.world_size(), "--tensor-parallel");
-  view.cluster.gpus_per_node = dims.data_parallel_gpus_per_node(cluster.gpus_per_node);
-  view.model = data_parallel_model(model, dims);
+  TensorParallelSearchView sliced = tensor_parallel_search_view(degree, model, cluster);
+  view.model = std::move(sliced.model);
+  view.cluster = sliced.cluster;
   // Note [Equal global batch]: the user's global batch is never changed. Without --global-batch it is the
   // baselines' (FSDP alone: one micro-batch per rank, world × micro-batch sequences); this degree has world /
   // degree data-parallel ranks, so each runs degree × the sequences — as a larger micro-batch or as gradient
@@ -61,6 +57,23 @@ DegreeView degree_view(int degree, const ModelSpec& model, const Cluster& cluste
   if (view.training.global_batch == 0) view.training.global_batch = training.micro_batch * cluster.world_size();
   return view;
 }
+
+}  // namespace
+
+TensorParallelSearchView tensor_parallel_search_view(int degree, const ModelSpec& model, const Cluster& cluster) {
+  TensorParallelSearchView view{model, cluster};
+  if (degree == 1) return view;
+  // Note [ParallelDims]: this degree's world, as parallel_dims(plan, world) makes it (ep 1: a model with experts
+  // takes no TP degree, validate_tensor_parallel_degree).
+  ParallelDegrees degrees;
+  degrees.tp = degree;
+  const ParallelDims dims(degrees, cluster.world_size(), "--tensor-parallel");
+  view.cluster.gpus_per_node = dims.data_parallel_gpus_per_node(cluster.gpus_per_node);
+  view.model = data_parallel_model(model, dims);
+  return view;
+}
+
+namespace {
 
 // Note [Degree order]: the degree of the best seed is searched first and its answer prunes the others' searches
 // (SearchOptions::known_step_s, Note [Parallel degrees]), so the seeds decide how much is pruned, not the answer. A

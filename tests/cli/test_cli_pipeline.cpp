@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -79,4 +80,58 @@ TEST_CASE("bad pipeline input: one line naming the flag, exit 2") {
   std::vector<std::string> trace = kTinyPipeline;
   trace.insert(trace.end(), {"--trace", "/tmp/shardplan-pipeline-trace.json"});
   expect_input_error(trace, {"--trace/--report"});
+}
+
+// Note [Pipeline search] (planner/search_pipeline.h): `plan` searches pipeline plans beside FSDP's; a pinned degree
+// plans only pipeline plans, whose --out file re-simulates to the printed step and whose torchtitan export carries
+// the degree and schedule.
+TEST_CASE("`plan --pipeline-parallel 2`: a pipeline plan, as printed in its file and its torchtitan export") {
+  const std::vector<std::string> pinned = {"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048",
+                                           "--pipeline-parallel", "2"};
+  TempFile plan_file("searched-pipeline-plan");
+  std::vector<std::string> with_out = pinned;
+  with_out.insert(with_out.end(), {"--out", plan_file.path()});
+  const RunResult text = run_shardplan(with_out);
+  INFO(text.err);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find("planned: pp 2, ") != std::string::npos);
+  CHECK(text.out.find("x pp 2 = 16") != std::string::npos);
+  CHECK(text.out.find("pipeline plans: ") != std::string::npos);
+  std::vector<std::string> with_json = pinned;
+  with_json.push_back("--json");
+  const json document = run_json(with_json);
+  CHECK(document.at("feasible") == true);
+  CHECK(document.at("plan").at("pipeline").at("degree") == 2);
+  CHECK(document.at("pipeline_search").at("pinned") == true);
+  const double planned_s = document.at("pipeline_search").at("planned").at("simulation").at("step_time_s");
+  const json again = run_json({"simulate", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048", "--plan",
+                               plan_file.path(), "--json"});
+  CHECK(again.at("step_time_s").get<double>() == doctest::Approx(planned_s).epsilon(1e-12));
+  const auto out_dir = shardplan_test::scratch("pipeline-export");
+  std::vector<std::string> exported = pinned;
+  exported.insert(exported.end(), {"--export", "torchtitan", "--out-dir", out_dir.string()});
+  REQUIRE(run_shardplan(exported).exit_status == 0);
+  std::ifstream toml(out_dir / "torchtitan_job.toml");
+  const std::string contents((std::istreambuf_iterator<char>(toml)), std::istreambuf_iterator<char>());
+  CHECK(contents.find("pipeline_parallel_degree = 2") != std::string::npos);
+  CHECK(contents.find("pipeline_parallel_schedule = \"" +
+                      document.at("plan").at("pipeline").at("schedule").get<std::string>() + "\"") !=
+        std::string::npos);
+}
+
+TEST_CASE("`plan` without --pipeline-parallel: pipeline plans searched beside FSDP's, or skipped with the reason") {
+  const json searched = run_json({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048", "--json"});
+  CHECK(searched.at("pipeline_search").at("searched") == true);
+  CHECK(searched.at("pipeline_search").at("candidates").get<int>() > 0);
+  const RunResult skipped = run_shardplan({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048",
+                                           "--objective", "memory"});
+  REQUIRE(skipped.exit_status == 0);
+  CHECK(skipped.out.find("pipeline plans: not searched (--objective memory") != std::string::npos);
+  expect_input_error({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--pipeline-parallel", "3"},
+                     {"--pipeline-parallel 3"});
+  expect_input_error({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--pipeline-parallel", "2", "--export",
+                      "fsdp2"},
+                     {"--pipeline-parallel 2", "--export fsdp2"});
+  expect_input_error({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--stages-per-rank", "2"},
+                     {"--stages-per-rank"});
 }

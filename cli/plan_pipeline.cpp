@@ -1,0 +1,128 @@
+// `plan`'s pipeline parallelism (plan_pipeline.h): flags, the search request, and the pipeline plan's output.
+#include "plan_pipeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "errors.h"
+#include "plan_json.h"
+#include "step_analysis.h"
+
+namespace shardplan::cli {
+
+void add_pipeline_plan_flags(CLI::App& command, PipelinePlanFlags& flags) {
+  command.add_option("--pipeline-parallel", flags.pipeline_parallel,
+                     "pipeline ranks (pp) of the plan, torchtitan's stage split (Note [Pipeline search]); 1: none; "
+                     "omitted: searched (2, 4, 8, ... beside FSDP alone)")
+      ->check(CLI::Range(1, 1 << 20));
+  command.add_option("--pipeline-schedule", flags.schedule,
+                     "GPipe | 1F1B | Interleaved1F1B (torch.distributed.pipelining's names); omitted: 1F1B and "
+                     "Interleaved1F1B searched");
+  command.add_option("--stages-per-rank", flags.stages_per_rank,
+                     "virtual stages per pipeline rank (Interleaved1F1B: 2 or more); omitted: 2 for Interleaved1F1B")
+      ->check(CLI::Range(1, 1 << 10));
+}
+
+PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, const ModelSpec& model,
+                                              const Cluster& cluster, const SearchOptions& search,
+                                              const std::string& export_format, bool writes_timeline,
+                                              std::int64_t usable_bytes) {
+  PipelineSearchRequest request;
+  request.pinned = flags.pipeline_parallel > 1;
+  // Why no pipeline plan can be the answer of this command; a pinned degree refuses it in one line.
+  std::string conflict;
+  if (search.objective != SearchObjective::time) conflict = "--objective memory (pipeline plans: time only)";
+  if (!export_format.empty() && export_format != "torchtitan") {
+    conflict = "--export " + export_format + " (it writes no pipeline plan; torchtitan does)";
+  }
+  if (writes_timeline) conflict = "--trace/--report (not yet written for a pipeline plan)";
+  if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
+  const bool experts = std::any_of(model.layers.begin(), model.layers.end(),
+                                   [](const LayerSpec& layer) { return layer.moe.has_value(); });
+  if (experts) conflict = "a model with experts (expert parallelism under pipeline parallelism is not modelled)";
+  if (request.pinned && !conflict.empty()) {
+    throw InputError("--pipeline-parallel " + std::to_string(flags.pipeline_parallel) + ": not with " + conflict);
+  }
+  if (flags.pipeline_parallel == 1) {
+    request.skipped = "--pipeline-parallel 1";
+  } else if (!conflict.empty()) {
+    request.skipped = conflict;
+  }
+  PipelineSearchOptions& options = request.options;
+  if (request.pinned) {
+    if (cluster.world_size() % flags.pipeline_parallel != 0) {
+      throw InputError("--pipeline-parallel " + std::to_string(flags.pipeline_parallel) +
+                       ": expected a degree that divides the " + std::to_string(cluster.world_size()) + " GPUs");
+    }
+    options.pipeline_degrees = {flags.pipeline_parallel};
+  } else {
+    options.pipeline_degrees = pipeline_degree_candidates(model, cluster);
+    if (request.skipped.empty() && options.pipeline_degrees.empty()) {
+      request.skipped = "no pipeline degree fits this model and cluster";
+    }
+  }
+  if (!flags.schedule.empty()) {
+    options.schedule = pipeline_schedule_from_string(flags.schedule, "--pipeline-schedule");
+  }
+  if (flags.stages_per_rank > 0 && !options.schedule) {
+    throw InputError("--stages-per-rank: expected with --pipeline-schedule (which schedule the stages are for)");
+  }
+  options.stages_per_rank = flags.stages_per_rank;
+  options.tensor_parallel_degrees = search.tensor_parallel_degrees;
+  options.pins = search.pins;
+  options.usable_bytes = usable_bytes;
+  options.threads = search.threads;
+  return request;
+}
+
+std::string render_pipeline_plan_text(const PipelineSearchResult& result, const Cluster& cluster,
+                                      const MemoryHeadroom& headroom) {
+  const PipelineCandidate& best = result.best;
+  const Plan& plan = best.plan;
+  std::ostringstream out;
+  out << "planned: " << best.knobs << ", one unit per block\n";
+  out << "  " << to_string(parallel_dims(plan, cluster.world_size())) << "\n";
+  const std::int64_t sequences = plan.training.micro_batch * plan.grad_accumulation_steps *
+                                 parallel_dims(plan, cluster.world_size()).data_parallel_world_size();
+  out << "  global batch " << sequences << " sequences (" << best.analysis.simulation.tokens_per_step
+      << " tokens) per step\n";
+  std::istringstream table(render_pipeline_text(best.analysis, headroom));
+  for (std::string line; std::getline(table, line);) out << "  " << line << "\n";
+  return out.str();
+}
+
+std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result) {
+  if (!request.skipped.empty()) return "pipeline plans: not searched (" + request.skipped + ")\n";
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing), %zu simulated, %zu proven no "
+                "faster and %zu unable to fit by their floors, %zu refused, in %.3f s; %s (Note [Pipeline search]: "
+                "the fastest fitting of this grid; wrapping, strategy and prefetch as torchtitan sets them)\n",
+                result.candidates, result.simulated, result.beaten_by_floor, result.over_memory_floor, result.refused,
+                result.seconds,
+                result.feasible ? "a pipeline plan is the fastest" : "none beats the plan above");
+  return line;
+}
+
+nlohmann::json pipeline_search_json(const PipelineSearchRequest& request, const PipelineSearchResult& result,
+                                    const ModelSpec& model, const MemoryHeadroom& headroom) {
+  nlohmann::json document;
+  document["searched"] = request.skipped.empty();
+  if (!request.skipped.empty()) document["skipped"] = request.skipped;
+  document["pinned"] = request.pinned;
+  document["candidates"] = result.candidates;
+  document["simulated"] = result.simulated;
+  document["beaten_by_floor"] = result.beaten_by_floor;
+  document["over_memory_floor"] = result.over_memory_floor;
+  document["refused"] = result.refused;
+  document["seconds"] = result.seconds;
+  if (result.feasible) {
+    document["planned"] = {{"knobs", result.best.knobs},
+                           {"plan", to_json(result.best.plan, model)},
+                           {"simulation", to_json(result.best.analysis, headroom)}};
+  }
+  return document;
+}
+
+}  // namespace shardplan::cli

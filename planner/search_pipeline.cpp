@@ -1,0 +1,263 @@
+// The plan search over pipeline parallelism (Note [Pipeline search] in search_pipeline.h): the grid's candidates,
+// their floors (Note [Pipeline floor]), and the simulation of those a floor does not rule out, in floor order.
+#include "search_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "errors.h"
+#include "indexed_pool.h"
+
+namespace shardplan {
+
+namespace {
+
+// Note [Pipeline waves]: 4, as Note [Setting waves]'s width: wide enough for the cores of a laptop, narrow enough that
+// a wave's later points still prune with what its earlier waves found.
+constexpr std::size_t kPointsPerWave = 4;
+
+// One grid point before simulation: what builds its plan and its floor.
+struct PipelinePoint {
+  int tensor_parallel = 1;
+  int degree = 2;
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int stages_per_rank = 1;
+  KnobSetting knobs;
+  PipelinePolicy policy;
+  int micro_batches = 1;
+  double floor_s = 0;
+  std::int64_t memory_floor_bytes = 0;  // Note [Pipeline floor]: the fullest rank's
+};
+
+// The schedules searched: the pinned one, or 1F1B and interleaved 1F1B with two stages per rank (torchtitan's
+// [parallelism] pipeline_parallel_schedule default and its interleaved choice for deep models).
+std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSearchOptions& options) {
+  if (options.schedule) {
+    const bool interleaved = *options.schedule == PipelineScheduleKind::interleaved_1f1b ||
+                             *options.schedule == PipelineScheduleKind::interleaved_zero_bubble;
+    const int stages = options.stages_per_rank > 0 ? options.stages_per_rank : (interleaved ? 2 : 1);
+    return {{*options.schedule, stages}};
+  }
+  return {{PipelineScheduleKind::one_f_one_b, 1}, {PipelineScheduleKind::interleaved_1f1b, 2}};
+}
+
+// Per checkpointing pattern, the first setting of the smallest micro-batch knob_settings gives (its leanest strategy,
+// full_shard unless --strategy pins another): Note [Pipeline search] searches patterns, not strategies.
+std::vector<KnobSetting> pattern_settings(const Cluster& view_cluster, const TrainingConfig& training,
+                                          const KnobPins& pins) {
+  std::vector<KnobSetting> settings;
+  for (const KnobSetting& knobs : knob_settings(view_cluster, training, false, pins)) {
+    const auto same = std::find_if(settings.begin(), settings.end(),
+                                   [&](const KnobSetting& kept) { return kept.ac == knobs.ac; });
+    if (same == settings.end()) {
+      settings.push_back(knobs);
+    } else if (knobs.micro_batch < same->micro_batch) {
+      *same = knobs;
+    }
+  }
+  return settings;
+}
+
+std::string describe_point(const PipelinePoint& point) {
+  std::string text = "pp " + std::to_string(point.degree) + ", " + to_string(point.schedule);
+  if (point.stages_per_rank > 1) text += " x " + std::to_string(point.stages_per_rank) + " stages per rank";
+  text += ", TP " + std::to_string(point.tensor_parallel) + ", " + point.knobs.label() + ", " +
+          std::to_string(point.micro_batches) + " micro-batches";
+  return text;
+}
+
+// One point's plan, lowered into its programs and simulated; none where the lowering refuses it (InputError).
+std::optional<PipelineCandidate> simulate_point(const PipelinePoint& point, const ModelSpec& model,
+                                                const Cluster& cluster, const HardwareProfile& profile,
+                                                const TrainingConfig& training, std::int64_t usable_bytes) {
+  Plan shape;
+  shape.tensor_parallel_degree = point.tensor_parallel;
+  shape.pipeline.degree = point.degree;
+  PipelineCandidate candidate;
+  try {
+    const int data_parallel_ranks = parallel_dims(shape, cluster.world_size()).data_parallel_world_size();
+    candidate.plan = plan_for_knobs(model, data_parallel_ranks, training, point.knobs);
+    candidate.plan.tensor_parallel_degree = point.tensor_parallel;
+    candidate.plan.pipeline = point.policy;
+    candidate.plan.name = "planned";
+    candidate.analysis = analyze_pipeline_step(model, cluster, profile, candidate.plan);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+  const auto& ranks = candidate.analysis.simulation.ranks;
+  candidate.fits = std::all_of(ranks.begin(), ranks.end(), [&](const PipelineRankSummary& rank) {
+    return rank.device_peak_bytes <= usable_bytes;
+  });
+  return candidate;
+}
+
+}  // namespace
+
+double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches) {
+  SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_compute_s.empty() &&
+                      stage_compute_s.size() % static_cast<std::size_t>(pipeline_degree) == 0,
+                  "stages are pp x stages per rank");
+  const auto ranks = static_cast<std::size_t>(pipeline_degree);
+  std::vector<double> rank_compute_s(ranks, 0.0);
+  for (std::size_t stage = 0; stage < stage_compute_s.size(); ++stage) {
+    rank_compute_s[stage % ranks] += stage_compute_s[stage];
+  }
+  const double busiest_s = *std::max_element(rank_compute_s.begin(), rank_compute_s.end());
+  double before_last_s = 0;  // Σ_{s < pp − 1} c_s: micro-batch 0's way in and the last one's way out
+  for (std::size_t stage = 0; stage + 1 < ranks; ++stage) before_last_s += stage_compute_s[stage];
+  const double m = static_cast<double>(micro_batches);
+  return std::max(m * busiest_s, m * rank_compute_s[ranks - 1] + before_last_s);
+}
+
+std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes, int pipeline_degree,
+                                             PipelineScheduleKind schedule, int micro_batches) {
+  const auto ranks = static_cast<std::size_t>(pipeline_degree);
+  SHARDPLAN_CHECK(ranks >= 1 && !stage_held_bytes.empty() && stage_held_bytes.size() % ranks == 0,
+                  "stages are pp x stages per rank");
+  std::int64_t fullest_bytes = 0;
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    std::int64_t bytes = 0;
+    if (stage_held_bytes.size() == ranks) {  // one stage per rank: GPipe holds all M, 1F1B min(M, pp − rank)
+      const std::int64_t in_flight =
+          schedule == PipelineScheduleKind::gpipe
+              ? micro_batches
+              : std::min<std::int64_t>(micro_batches, static_cast<std::int64_t>(ranks - rank));
+      bytes = in_flight * stage_held_bytes[rank];
+    } else {  // virtual stages: micro-batch 0 on every local stage before the rank's first backward
+      for (std::size_t stage = rank; stage < stage_held_bytes.size(); stage += ranks) bytes += stage_held_bytes[stage];
+    }
+    fullest_bytes = std::max(fullest_bytes, bytes);
+  }
+  return fullest_bytes;
+}
+
+std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
+  std::vector<int> degrees;
+  const auto blocks = static_cast<int>(model.block_count());
+  for (int degree = 2; degree <= blocks && degree <= cluster.world_size(); degree *= 2) {
+    if (cluster.world_size() % degree == 0) degrees.push_back(degree);
+  }
+  return degrees;
+}
+
+PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const TrainingConfig& training,
+                                           const PipelineSearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  PipelineSearchResult result;
+  const int world = cluster.world_size();
+  // Note [Equal global batch]: the user's, or one micro-batch per GPU of the whole world.
+  TrainingConfig at_batch = training;
+  if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * world;
+  std::vector<PipelinePoint> points;
+  for (const int tensor_parallel : options.tensor_parallel_degrees) {
+    std::vector<KnobSetting> settings;
+    TensorParallelSearchView view{model, cluster};
+    try {
+      if (tensor_parallel > 1) {
+        validate_tensor_parallel_degree(tensor_parallel, model, world, cluster.gpus_per_node, "--tensor-parallel");
+      }
+      view = tensor_parallel_search_view(tensor_parallel, model, cluster);
+      settings = pattern_settings(view.cluster, at_batch, options.pins);
+    } catch (const InputError&) {
+      continue;  // a degree this model or node cannot take is not a candidate
+    }
+    for (const KnobSetting& knobs : settings) {
+      SettingFloors floors;
+      try {
+        floors = setting_floors(view.model, view.cluster, profile, at_batch, knobs);
+      } catch (const InputError&) {
+        ++result.refused;
+        continue;
+      }
+      for (const int degree : options.pipeline_degrees) {
+        for (const auto& [schedule, stages_per_rank] : schedules_of(options)) {
+          ++result.candidates;
+          PipelinePoint point{tensor_parallel, degree, schedule, stages_per_rank, knobs, {}, 1, 0.0};
+          const std::int64_t ranks_per_stage = static_cast<std::int64_t>(tensor_parallel) * degree;
+          if (world % ranks_per_stage != 0) {
+            ++result.refused;
+            continue;
+          }
+          const std::int64_t sequences_per_micro_batch = (world / ranks_per_stage) * knobs.micro_batch;
+          if (at_batch.global_batch % sequences_per_micro_batch != 0) {
+            ++result.refused;
+            continue;
+          }
+          point.micro_batches = static_cast<int>(at_batch.global_batch / sequences_per_micro_batch);
+          try {
+            point.policy = default_pipeline(model, degree, schedule, stages_per_rank);
+          } catch (const InputError&) {
+            ++result.refused;  // too few blocks for the stages
+            continue;
+          }
+          std::vector<double> stage_compute_s;
+          std::vector<std::int64_t> stage_held_bytes;
+          for (const LayerRange& range : point.policy.stages) {
+            double stage_s = 0;
+            std::int64_t held_bytes = 0;
+            for (std::size_t layer = range.begin; layer < range.end; ++layer) {
+              stage_s += floors.layer_compute_s[layer];
+              held_bytes += floors.layer_held_activation_bytes[layer];
+            }
+            stage_compute_s.push_back(stage_s);
+            stage_held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
+          }
+          point.floor_s = pipeline_step_floor_s(stage_compute_s, degree, point.micro_batches);
+          point.memory_floor_bytes = profile.context_overhead_bytes +
+                                     pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule,
+                                                                     point.micro_batches);
+          if (point.memory_floor_bytes > options.usable_bytes) {
+            ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
+            continue;
+          }
+          points.push_back(std::move(point));
+        }
+      }
+    }
+  }
+  // Floor order, ties in enumeration order: the incumbent is fast early and prunes the most.
+  std::stable_sort(points.begin(), points.end(),
+                   [](const PipelinePoint& a, const PipelinePoint& b) { return a.floor_s < b.floor_s; });
+  const auto incumbent_s = [&] {
+    return std::min(options.known_step_s,
+                    result.feasible ? result.best.analysis.simulation.step_time_s
+                                    : std::numeric_limits<double>::infinity());
+  };
+  // Note [Pipeline waves]: the points in waves of kPointsPerWave, simulated on options.threads; every point of a wave
+  // is judged against the incumbent of the wave's start and the wave merged in floor order, so the answer does not
+  // depend on the thread count (as Note [Setting waves] in searcher.cpp).
+  for (std::size_t next = 0; next < points.size();) {
+    std::vector<const PipelinePoint*> wave;
+    const double wave_incumbent_s = incumbent_s();
+    for (; next < points.size() && wave.size() < kPointsPerWave; ++next) {
+      if (points[next].floor_s >= wave_incumbent_s) {
+        ++result.beaten_by_floor;  // Note [Pipeline floor]: no faster than the best known
+        continue;
+      }
+      wave.push_back(&points[next]);
+    }
+    std::vector<std::optional<PipelineCandidate>> simulated(wave.size());
+    run_indexed(wave.size(), options.threads, [&](std::size_t index) {
+      simulated[index] = simulate_point(*wave[index], model, cluster, profile, at_batch, options.usable_bytes);
+    });
+    for (std::size_t index = 0; index < wave.size(); ++index) {
+      if (!simulated[index]) {
+        ++result.refused;  // e.g. a schedule the micro-batch count does not fit
+        continue;
+      }
+      ++result.simulated;
+      PipelineCandidate& candidate = *simulated[index];
+      if (!candidate.fits || candidate.analysis.simulation.step_time_s >= incumbent_s()) continue;
+      candidate.knobs = describe_point(*wave[index]);
+      result.best = std::move(candidate);
+      result.feasible = true;
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,89 @@
+// The plan search over pipeline parallelism (Note [Pipeline search]): pipeline degrees, schedules and virtual stages
+// jointly with the tensor-parallel degrees and checkpointing patterns, each candidate lowered into its per-rank
+// programs and simulated together, pruned by a floor of its step against the best plan known.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search.h"
+#include "step_analysis.h"
+
+namespace shardplan {
+
+// Note [Pipeline search]: torchtitan's layout (torchtitan/distributed/parallel_dims.py: mesh [pp, dp_replicate,
+// dp_shard, cp, tp], pp outermost) — pipeline ranks each hold world / pp GPUs — with its defaults: FSDP full shard
+// over each stage's data-parallel ranks, one unit per block ([parallelism] fsdp over every TransformerBlock), the
+// stage split of default_pipeline, micro-batch 1 unless pinned, and the user's global batch (Note [Equal global
+// batch] in search_2d.cpp: without --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp
+// ranks runs tp × pp micro-batches per step). Searched: pp (powers of two whose stages each get at least one block
+// and whose ranks divide the world), the schedule (1F1B, and Interleaved1F1B with 2 stages per rank), tp (the search's
+// degrees) and the checkpointing patterns of knob_settings. The wrap, strategy and prefetch knobs of a pipeline plan
+// are torchtitan's, not searched: the answer is the fastest fitting candidate of this grid (exact over the grid, a
+// heuristic over the rest), and the CLI says so.
+//
+// Note [Pipeline floor]: a candidate is simulated only when a lower bound of its step is below the best plan known.
+// With c_s the compute-stream kernels of stage s for one micro-batch (the per-layer floor of Note [Compute floor]) and
+// C_r the sum over rank r's stages, over M micro-batches:
+// - each rank's compute stream runs its M · C_r of kernels one at a time: step ≥ M · max_r C_r;
+// - the rank holding stage pp − 1 cannot start before micro-batch 0's forward crossed stages 0 … pp − 2, and after
+//   its last backward the last micro-batch's backward still crosses them: step ≥ M · C_{pp−1} + Σ_{s<pp−1} c_s (any
+//   order: GPipe, 1F1B and interleaved — the first stage on that rank is pp − 1).
+// Both leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
+// bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
+// holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
+// rank's device peak is at least the context overhead plus what its in-flight micro-batches hold at the moment its
+// first backward starts — GPipe all M, 1F1B min(M, pp − r) of its one stage (torch's 1F1B warm-up), and with virtual
+// stages micro-batch 0 on every local stage (its backward starts at the last stage, after all of them ran) — and the
+// model states, left out, only add to it; a candidate whose fullest rank is over the usable bytes is not simulated.
+struct PipelineSearchOptions {
+  std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
+  std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)
+  // Pinned schedule and stages per rank (--pipeline-schedule, --stages-per-rank); empty: 1F1B and Interleaved1F1B × 2.
+  std::optional<PipelineScheduleKind> schedule;
+  int stages_per_rank = 0;
+  KnobPins pins;
+  std::int64_t usable_bytes = 0;  // the cap less the headroom: every rank's device peak must be within it
+  double known_step_s = std::numeric_limits<double>::infinity();  // only plans faster than this are wanted
+  std::size_t threads = 1;  // Note [Pipeline waves]: the answer is the same for any count
+};
+
+struct PipelineCandidate {
+  Plan plan;
+  std::string knobs;  // "pp 8, Interleaved1F1B x 2, TP 8, full_shard, AC full, micro-batch 1"
+  PipelineStepAnalysis analysis;
+  bool fits = false;  // every rank's device peak within usable_bytes
+};
+
+struct PipelineSearchResult {
+  bool feasible = false;  // a candidate fits and beats known_step_s
+  PipelineCandidate best;
+  std::size_t candidates = 0;        // grid points considered
+  std::size_t simulated = 0;         // lowered and simulated
+  std::size_t beaten_by_floor = 0;   // Note [Pipeline floor]: proven no faster than the best known
+  std::size_t over_memory_floor = 0;  // Note [Pipeline floor]: proven not to fit
+  std::size_t refused = 0;           // the plan's stages, batch or degrees do not divide (InputError on lowering)
+  double seconds = 0;
+};
+
+// Powers of two from 2 whose pp ranks divide the world and whose default stages (one per rank) each get a block.
+std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster);
+
+// The fastest fitting pipeline plan of the grid of Note [Pipeline search] faster than options.known_step_s.
+PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const TrainingConfig& training,
+                                           const PipelineSearchOptions& options);
+
+// Note [Pipeline floor]: the bound for stage floors `stage_compute_s` (one micro-batch each), `stages_per_rank`
+// stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`.
+double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches);
+// Note [Pipeline floor]: the activation bytes of the fullest rank for stages holding `stage_held_bytes` per
+// micro-batch (pp × stages per rank of them, round robin).
+std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes, int pipeline_degree,
+                                             PipelineScheduleKind schedule, int micro_batches);
+
+}  // namespace shardplan

@@ -1,0 +1,145 @@
+// Tests of the pipeline search (Note [Pipeline search], [Pipeline floor], [Pipeline waves] in search_pipeline.h): the
+// floor by hand, the floor never above a simulated step, pruning by a known step, thread-count invariance, and the
+// answer being the fastest fitting candidate of the grid.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "cluster.h"
+#include "model_presets.h"
+#include "search_pipeline.h"
+#include "step_analysis.h"
+
+using namespace shardplan;
+
+namespace {
+
+struct Setup {
+  ModelSpec model = preset_model("llama3-8b");
+  Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
+  HardwareProfile profile = profile_from_cluster(cluster);
+  TrainingConfig training;
+  Setup() { training.seq_len = 2048; }
+  PipelineSearchOptions options(std::vector<int> degrees, std::size_t threads = 1) const {
+    PipelineSearchOptions searched;
+    searched.pipeline_degrees = std::move(degrees);
+    searched.tensor_parallel_degrees = {1, 2, 4};
+    searched.usable_bytes = cluster.gpu.memory_bytes;
+    searched.threads = threads;
+    return searched;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fullest rank's activations") {
+  // Four stages of 1, 2, 3, 4 s per micro-batch on pp 4 (one each), 8 micro-batches: the busiest rank does 8 x 4 =
+  // 32 s; the last rank's 32 s plus stages 0-2's 1 + 2 + 3 = 6 s before its first and after its last op: 38 s.
+  CHECK(pipeline_step_floor_s({1, 2, 3, 4}, 4, 8) == doctest::Approx(38.0));
+  // The same stages on pp 2 with two each (stage s on rank s mod 2): ranks hold 1 + 3 = 4 and 2 + 4 = 6 s; the busy
+  // bound 8 x 6 = 48 s, the last rank's 48 + stage 0's 1 s = 49 s.
+  CHECK(pipeline_step_floor_s({1, 2, 3, 4}, 2, 8) == doctest::Approx(49.0));
+  // A heavy first stage: the busy bound wins (8 x 10 = 80 s against 8 x 1 + 10 = 18 s).
+  CHECK(pipeline_step_floor_s({10, 1}, 2, 8) == doctest::Approx(80.0));
+  // Memory: stages holding 10, 20, 30, 40 bytes per micro-batch on pp 4, 8 micro-batches. 1F1B keeps min(8, 4 − r):
+  // 40, 60, 60, 40; GPipe all 8 (8 x 40 = 320); two virtual stages per rank on pp 2, one micro-batch on each:
+  // 10 + 30 = 40 and 20 + 40 = 60.
+  using Kind = PipelineScheduleKind;
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 8) == 60);
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::gpipe, 8) == 320);
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 2, Kind::interleaved_1f1b, 8) == 60);
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 2) == 60);  // 20, 40, 60, 40
+}
+
+TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes") {
+  const Setup setup;
+  for (const int degree : {2, 4}) {
+    for (const auto& [schedule, stages_per_rank] :
+         std::vector<std::pair<PipelineScheduleKind, int>>{{PipelineScheduleKind::one_f_one_b, 1},
+                                                           {PipelineScheduleKind::gpipe, 1},
+                                                           {PipelineScheduleKind::interleaved_1f1b, 2}}) {
+      for (const char* ac : {"none", "full"}) {
+        CAPTURE(degree);
+        CAPTURE(ac);
+        KnobSetting knobs{ShardingStrategy{}, ac, 1, false};
+        TrainingConfig training = setup.training;
+        training.global_batch = setup.cluster.world_size();
+        Plan plan = plan_for_knobs(setup.model, setup.cluster.world_size() / degree, training, knobs);
+        plan.pipeline = default_pipeline(setup.model, degree, schedule, stages_per_rank);
+        const PipelineStepAnalysis analysis = analyze_pipeline_step(setup.model, setup.cluster, setup.profile, plan);
+        const SettingFloors floors = setting_floors(setup.model, setup.cluster, setup.profile, training, knobs);
+        std::vector<double> stage_s;
+        std::vector<std::int64_t> stage_held_bytes;
+        for (const LayerRange& range : plan.pipeline.stages) {
+          double total = 0;
+          std::int64_t held = 0;
+          for (std::size_t layer = range.begin; layer < range.end; ++layer) {
+            total += floors.layer_compute_s[layer];
+            held += floors.layer_held_activation_bytes[layer];
+          }
+          stage_s.push_back(total);
+          stage_held_bytes.push_back(held);
+        }
+        const double floor_s = pipeline_step_floor_s(stage_s, degree, plan.grad_accumulation_steps);
+        CHECK(floor_s > 0.5 * analysis.simulation.step_time_s);  // a bound worth its name
+        CHECK(floor_s <= analysis.simulation.step_time_s * (1 + 1e-9));
+        // The memory floor of Note [Pipeline floor]: never above the fullest rank's simulated device peak.
+        std::int64_t fullest_bytes = 0;
+        for (const PipelineRankSummary& rank : analysis.simulation.ranks) {
+          fullest_bytes = std::max(fullest_bytes, rank.device_peak_bytes);
+        }
+        const std::int64_t activations_bytes =
+            pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule, plan.grad_accumulation_steps);
+        CHECK(activations_bytes > 0);
+        CHECK(setup.profile.context_overhead_bytes + activations_bytes <= fullest_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline search: the fastest fitting candidate, pruned by a known step, the same on any thread count") {
+  const Setup setup;
+  const PipelineSearchResult one = search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training,
+                                                         setup.options({2, 4}, 1));
+  REQUIRE(one.feasible);
+  CHECK(one.best.fits);
+  CHECK(one.best.plan.pipeline.degree >= 2);
+  CHECK(one.simulated + one.beaten_by_floor + one.refused >= one.candidates);
+  const PipelineSearchResult three = search_pipeline_plans(setup.model, setup.cluster, setup.profile,
+                                                           setup.training, setup.options({2, 4}, 3));
+  REQUIRE(three.feasible);
+  CHECK(three.best.knobs == one.best.knobs);
+  CHECK(three.best.analysis.simulation.step_time_s == one.best.analysis.simulation.step_time_s);
+  CHECK(three.simulated == one.simulated);
+  // The answer is the best of its grid: each single-degree, single-schedule search finds nothing faster.
+  for (const int degree : {2, 4}) {
+    for (const auto schedule : {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::interleaved_1f1b}) {
+      PipelineSearchOptions narrow = setup.options({degree});
+      narrow.schedule = schedule;
+      const PipelineSearchResult part =
+          search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, narrow);
+      if (part.feasible) CHECK(part.best.analysis.simulation.step_time_s >= one.best.analysis.simulation.step_time_s);
+    }
+  }
+  // A known step no candidate can beat: every point proven by its floor, none simulated.
+  PipelineSearchOptions known = setup.options({2, 4});
+  known.known_step_s = 1e-6;
+  const PipelineSearchResult pruned =
+      search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, known);
+  CHECK_FALSE(pruned.feasible);
+  CHECK(pruned.simulated == 0);
+  CHECK(pruned.beaten_by_floor > 0);
+  // Too little memory for any rank: nothing fits.
+  PipelineSearchOptions tight = setup.options({2, 4});
+  tight.usable_bytes = 1 << 30;
+  CHECK_FALSE(search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, tight).feasible);
+}
+
+TEST_CASE("pipeline search: degree candidates divide the world and leave every stage a block") {
+  const Setup setup;
+  CHECK(pipeline_degree_candidates(setup.model, setup.cluster) == std::vector<int>{2, 4, 8, 16});
+  const Cluster six = parse_cluster("6xH100-80GB", HardwareCatalog::builtin());
+  CHECK(pipeline_degree_candidates(setup.model, six) == std::vector<int>{2});
+}
