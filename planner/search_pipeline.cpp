@@ -113,22 +113,25 @@ double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pip
 
 std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes, int pipeline_degree,
                                              PipelineScheduleKind schedule, int micro_batches) {
-  const auto ranks = static_cast<std::size_t>(pipeline_degree);
-  SHARDPLAN_CHECK(ranks >= 1 && !stage_held_bytes.empty() && stage_held_bytes.size() % ranks == 0,
+  SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_held_bytes.empty() &&
+                      stage_held_bytes.size() % static_cast<std::size_t>(pipeline_degree) == 0,
                   "stages are pp x stages per rank");
+  const int stages_per_rank = static_cast<int>(stage_held_bytes.size()) / pipeline_degree;
+  const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
+  // Each rank's actions in its order: a forward adds its stage's bytes once it ends, a backward (full, or the input
+  // gradient's, which frees the activations) releases them; the most held between two actions is a floor.
   std::int64_t fullest_bytes = 0;
-  for (std::size_t rank = 0; rank < ranks; ++rank) {
-    std::int64_t bytes = 0;
-    if (stage_held_bytes.size() == ranks) {  // one stage per rank: GPipe holds all M, 1F1B min(M, pp − rank)
-      const std::int64_t in_flight =
-          schedule == PipelineScheduleKind::gpipe
-              ? micro_batches
-              : std::min<std::int64_t>(micro_batches, static_cast<std::int64_t>(ranks - rank));
-      bytes = in_flight * stage_held_bytes[rank];
-    } else {  // virtual stages: micro-batch 0 on every local stage before the rank's first backward
-      for (std::size_t stage = rank; stage < stage_held_bytes.size(); stage += ranks) bytes += stage_held_bytes[stage];
+  for (const std::vector<PipelineAction>& actions : order.by_rank) {
+    std::int64_t held_bytes = 0;
+    for (const PipelineAction& action : actions) {
+      const std::int64_t stage_bytes = stage_held_bytes[static_cast<std::size_t>(action.stage)];
+      if (action.kind == PipelineActionKind::forward) {
+        held_bytes += stage_bytes;
+        fullest_bytes = std::max(fullest_bytes, held_bytes);
+      } else if (action.kind != PipelineActionKind::backward_weight) {
+        held_bytes -= stage_bytes;
+      }
     }
-    fullest_bytes = std::max(fullest_bytes, bytes);
   }
   return fullest_bytes;
 }
@@ -206,9 +209,14 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
             stage_held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
           }
           point.floor_s = pipeline_step_floor_s(stage_compute_s, degree, point.micro_batches);
-          point.memory_floor_bytes = profile.context_overhead_bytes +
-                                     pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule,
-                                                                     point.micro_batches);
+          try {
+            point.memory_floor_bytes = profile.context_overhead_bytes +
+                                       pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule,
+                                                                       point.micro_batches);
+          } catch (const InputError&) {
+            ++result.refused;  // an order torch refuses for this micro-batch count
+            continue;
+          }
           if (point.memory_floor_bytes > options.usable_bytes) {
             ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
             continue;

@@ -36,9 +36,8 @@ namespace shardplan {
 // Both leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
 // bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
 // holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
-// rank's device peak is at least the context overhead plus what its in-flight micro-batches hold at the moment its
-// first backward starts — GPipe all M, 1F1B min(M, pp − r) of its one stage (torch's 1F1B warm-up), and with virtual
-// stages micro-batch 0 on every local stage (its backward starts at the last stage, after all of them ran) — and the
+// rank's device peak is at least the context overhead plus what its in-flight micro-batches hold at any point of its
+// actions in the schedule's own order (pipeline_order: after each forward, Σ over its stages of in-flight × h_s); the
 // model states, left out, only add to it; a candidate whose fullest rank is over the usable bytes is not simulated.
 struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
@@ -82,7 +81,8 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
 // stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`.
 double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches);
 // Note [Pipeline floor]: the activation bytes of the fullest rank for stages holding `stage_held_bytes` per
-// micro-batch (pp × stages per rank of them, round robin).
+// micro-batch (pp × stages per rank of them, round robin), walking `schedule`'s order; InputError where the order
+// refuses the shape.
 std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes, int pipeline_degree,
                                              PipelineScheduleKind schedule, int micro_batches);
 

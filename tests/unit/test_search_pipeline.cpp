@@ -43,13 +43,14 @@ TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fu
   CHECK(pipeline_step_floor_s({1, 2, 3, 4}, 2, 8) == doctest::Approx(49.0));
   // A heavy first stage: the busy bound wins (8 x 10 = 80 s against 8 x 1 + 10 = 18 s).
   CHECK(pipeline_step_floor_s({10, 1}, 2, 8) == doctest::Approx(80.0));
-  // Memory: stages holding 10, 20, 30, 40 bytes per micro-batch on pp 4, 8 micro-batches. 1F1B keeps min(8, 4 − r):
-  // 40, 60, 60, 40; GPipe all 8 (8 x 40 = 320); two virtual stages per rank on pp 2, one micro-batch on each:
-  // 10 + 30 = 40 and 20 + 40 = 60.
+  // Memory: stages holding 10, 20, 30, 40 bytes per micro-batch on pp 4, 8 micro-batches. 1F1B keeps 4 − r in flight
+  // (torch's warm-up of pp − 1 − r forwards, then one more): 40, 60, 60, 40; GPipe all 8 (8 x 40 = 320). Two virtual
+  // stages per rank on pp 2: rank 0 runs stage 0's micro-batches 0, 1, stage 2's 0, 1 (2 x 10 + 2 x 30 = 80), then
+  // stage 0's micro-batch 2 (90) before its first backward.
   using Kind = PipelineScheduleKind;
   CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 8) == 60);
   CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::gpipe, 8) == 320);
-  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 2, Kind::interleaved_1f1b, 8) == 60);
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 2, Kind::interleaved_1f1b, 8) == 90);
   CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 2) == 60);  // 20, 40, 60, 40
 }
 
