@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <utility>
 
 #include "errors.h"
 #include "indexed_pool.h"
+#include "unit_layout.h"
 
 namespace shardplan {
 
@@ -111,8 +113,9 @@ double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pip
   return std::max(m * busiest_s, m * rank_compute_s[ranks - 1] + before_last_s);
 }
 
-std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes, int pipeline_degree,
-                                             PipelineScheduleKind schedule, int micro_batches) {
+std::vector<std::int64_t> pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                          int pipeline_degree, PipelineScheduleKind schedule,
+                                                          int micro_batches) {
   SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_held_bytes.empty() &&
                       stage_held_bytes.size() % static_cast<std::size_t>(pipeline_degree) == 0,
                   "stages are pp x stages per rank");
@@ -120,20 +123,46 @@ std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& st
   const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
   // Each rank's actions in its order: a forward adds its stage's bytes once it ends, a backward (full, or the input
   // gradient's, which frees the activations) releases them; the most held between two actions is a floor.
-  std::int64_t fullest_bytes = 0;
+  std::vector<std::int64_t> fullest_bytes;
   for (const std::vector<PipelineAction>& actions : order.by_rank) {
-    std::int64_t held_bytes = 0;
+    std::int64_t held_bytes = 0, most_bytes = 0;
     for (const PipelineAction& action : actions) {
       const std::int64_t stage_bytes = stage_held_bytes[static_cast<std::size_t>(action.stage)];
       if (action.kind == PipelineActionKind::forward) {
         held_bytes += stage_bytes;
-        fullest_bytes = std::max(fullest_bytes, held_bytes);
+        most_bytes = std::max(most_bytes, held_bytes);
       } else if (action.kind != PipelineActionKind::backward_weight) {
         held_bytes -= stage_bytes;
       }
     }
+    fullest_bytes.push_back(most_bytes);
   }
   return fullest_bytes;
+}
+
+std::vector<std::int64_t> pipeline_states_floor_bytes(const ModelSpec& view_model, const TrainingConfig& training,
+                                                      const ShardingStrategy& strategy, const PipelinePolicy& policy,
+                                                      int data_parallel_ranks, int gpus_per_node) {
+  const auto ranks = static_cast<std::size_t>(policy.degree);
+  std::vector<std::int64_t> floors(ranks, 0);
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    ModelSpec held = view_model;
+    held.layers.clear();
+    for (std::size_t stage = rank; stage < policy.stages.size(); stage += ranks) {
+      const LayerRange& range = policy.stages[stage];
+      held.layers.insert(held.layers.end(), view_model.layers.begin() + static_cast<std::ptrdiff_t>(range.begin),
+                         view_model.layers.begin() + static_cast<std::ptrdiff_t>(range.end));
+    }
+    try {
+      const UnitLayout layout = states_floor_layout(strategy, held, training, data_parallel_ranks, gpus_per_node);
+      Plan states_only;
+      states_only.training = training;
+      for (const std::int64_t bytes : persistent_memory({layout}, states_only, 0)) floors[rank] += bytes;
+    } catch (const InputError&) {
+      floors[rank] = 0;
+    }
+  }
+  return floors;
 }
 
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
@@ -155,6 +184,7 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
   TrainingConfig at_batch = training;
   if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * world;
   std::vector<PipelinePoint> points;
+  std::map<std::string, std::vector<std::int64_t>> states_floors;  // Note [Pipeline floor]: per rank, by layout
   for (const int tensor_parallel : options.tensor_parallel_degrees) {
     std::vector<KnobSetting> settings;
     TensorParallelSearchView view{model, cluster};
@@ -209,13 +239,29 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
             stage_held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
           }
           point.floor_s = pipeline_step_floor_s(stage_compute_s, degree, point.micro_batches);
+          std::vector<std::int64_t> rank_bytes;
           try {
-            point.memory_floor_bytes = profile.context_overhead_bytes +
-                                       pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule,
-                                                                       point.micro_batches);
+            rank_bytes = pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule, point.micro_batches);
           } catch (const InputError&) {
             ++result.refused;  // an order torch refuses for this micro-batch count
             continue;
+          }
+          // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
+          const KnobSetting strategy_only{knobs.strategy, "", 0, false};
+          const std::string states_key = std::to_string(tensor_parallel) + "/" + std::to_string(degree) + "/" +
+                                         std::to_string(stages_per_rank) + "/" + strategy_only.label();
+          auto states = states_floors.find(states_key);
+          if (states == states_floors.end()) {
+            const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
+            states = states_floors
+                         .emplace(states_key,
+                                  pipeline_states_floor_bytes(view.model, at_batch, knobs.strategy, point.policy,
+                                                              data_parallel_ranks, view.cluster.gpus_per_node))
+                         .first;
+          }
+          for (std::size_t rank = 0; rank < rank_bytes.size(); ++rank) {
+            point.memory_floor_bytes = std::max(
+                point.memory_floor_bytes, profile.context_overhead_bytes + rank_bytes[rank] + states->second[rank]);
           }
           if (point.memory_floor_bytes > options.usable_bytes) {
             ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit

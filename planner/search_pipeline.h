@@ -37,8 +37,9 @@ namespace shardplan {
 // bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
 // holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
 // rank's device peak is at least the context overhead plus what its in-flight micro-batches hold at any point of its
-// actions in the schedule's own order (pipeline_order: after each forward, Σ over its stages of in-flight × h_s); the
-// model states, left out, only add to it; a candidate whose fullest rank is over the usable bytes is not simulated.
+// actions in the schedule's own order (pipeline_order: after each forward, Σ over its stages of in-flight × h_s), plus
+// the model states of its layers as one flat unit over the stage's data-parallel ranks (states_floor_layout, as
+// Searcher::can_fit); a candidate with a rank over the usable bytes is not simulated.
 struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
   std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)
@@ -80,10 +81,17 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
 // Note [Pipeline floor]: the bound for stage floors `stage_compute_s` (one micro-batch each), `stages_per_rank`
 // stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`.
 double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches);
-// Note [Pipeline floor]: the activation bytes of the fullest rank for stages holding `stage_held_bytes` per
-// micro-batch (pp × stages per rank of them, round robin), walking `schedule`'s order; InputError where the order
+// Note [Pipeline floor]: per pipeline rank, the most activation bytes it holds for stages holding `stage_held_bytes`
+// per micro-batch (pp × stages per rank of them, round robin), walking `schedule`'s order; InputError where the order
 // refuses the shape.
-std::int64_t pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes, int pipeline_degree,
-                                             PipelineScheduleKind schedule, int micro_batches);
+std::vector<std::int64_t> pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                          int pipeline_degree, PipelineScheduleKind schedule,
+                                                          int micro_batches);
+// Note [Pipeline floor]: per pipeline rank, the model states of its layers (`view_model` is one TP rank's) as one flat
+// unit over the stage's `data_parallel_ranks` (states_floor_layout, the floor Searcher::can_fit skips settings by);
+// 0 for a rank where the layout refuses.
+std::vector<std::int64_t> pipeline_states_floor_bytes(const ModelSpec& view_model, const TrainingConfig& training,
+                                                      const ShardingStrategy& strategy, const PipelinePolicy& policy,
+                                                      int data_parallel_ranks, int gpus_per_node);
 
 }  // namespace shardplan

@@ -48,10 +48,11 @@ TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fu
   // stages per rank on pp 2: rank 0 runs stage 0's micro-batches 0, 1, stage 2's 0, 1 (2 x 10 + 2 x 30 = 80), then
   // stage 0's micro-batch 2 (90) before its first backward.
   using Kind = PipelineScheduleKind;
-  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 8) == 60);
-  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::gpipe, 8) == 320);
-  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 2, Kind::interleaved_1f1b, 8) == 90);
-  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 2) == 60);  // 20, 40, 60, 40
+  using Bytes = std::vector<std::int64_t>;
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 8) == Bytes{40, 60, 60, 40});
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::gpipe, 8) == Bytes{80, 160, 240, 320});
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 2, Kind::interleaved_1f1b, 8).at(0) == 90);
+  CHECK(pipeline_activation_floor_bytes({10, 20, 30, 40}, 4, Kind::one_f_one_b, 2) == Bytes{20, 40, 60, 40});
 }
 
 TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes") {
@@ -91,10 +92,18 @@ TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes
         for (const PipelineRankSummary& rank : analysis.simulation.ranks) {
           fullest_bytes = std::max(fullest_bytes, rank.device_peak_bytes);
         }
-        const std::int64_t activations_bytes =
+        const std::vector<std::int64_t> activations_bytes =
             pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule, plan.grad_accumulation_steps);
-        CHECK(activations_bytes > 0);
-        CHECK(setup.profile.context_overhead_bytes + activations_bytes <= fullest_bytes);
+        REQUIRE(activations_bytes.size() == analysis.simulation.ranks.size());
+        const std::vector<std::int64_t> states_bytes = pipeline_states_floor_bytes(
+            setup.model, training, knobs.strategy, plan.pipeline, setup.cluster.world_size() / degree,
+            setup.cluster.gpus_per_node);
+        for (std::size_t rank = 0; rank < activations_bytes.size(); ++rank) {
+          CHECK(activations_bytes[rank] > 0);
+          CHECK(states_bytes[rank] > 0);
+          CHECK(setup.profile.context_overhead_bytes + activations_bytes[rank] + states_bytes[rank] <=
+                analysis.simulation.ranks[rank].device_peak_bytes);
+        }
       }
     }
   }
