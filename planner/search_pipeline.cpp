@@ -146,15 +146,15 @@ std::vector<std::int64_t> pipeline_states_floor_bytes(const ModelSpec& view_mode
   const auto ranks = static_cast<std::size_t>(policy.degree);
   std::vector<std::int64_t> floors(ranks, 0);
   for (std::size_t rank = 0; rank < ranks; ++rank) {
-    ModelSpec held = view_model;
-    held.layers.clear();
+    std::vector<std::size_t> held;
     for (std::size_t stage = rank; stage < policy.stages.size(); stage += ranks) {
-      const LayerRange& range = policy.stages[stage];
-      held.layers.insert(held.layers.end(), view_model.layers.begin() + static_cast<std::ptrdiff_t>(range.begin),
-                         view_model.layers.begin() + static_cast<std::ptrdiff_t>(range.end));
+      for (std::size_t layer = policy.stages[stage].begin; layer < policy.stages[stage].end; ++layer) {
+        held.push_back(layer);
+      }
     }
     try {
-      const UnitLayout layout = states_floor_layout(strategy, held, training, data_parallel_ranks, gpus_per_node);
+      const UnitLayout layout =
+          states_floor_layout(strategy, view_model, held, training, data_parallel_ranks, gpus_per_node);
       Plan states_only;
       states_only.training = training;
       for (const std::int64_t bytes : persistent_memory({layout}, states_only, 0)) floors[rank] += bytes;

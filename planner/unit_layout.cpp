@@ -104,11 +104,17 @@ UnitLayout unit_layout(const PlanUnit& spec, const UnitParams& params, const Tra
 
 UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec& model, const TrainingConfig& training,
                                int world_size, int gpus_per_node) {
-  PlanUnit whole;
-  whole.strategy = strategy;
   std::vector<std::size_t> every_layer(model.layers.size());
   for (std::size_t layer = 0; layer < every_layer.size(); ++layer) every_layer[layer] = layer;
-  const UnitParams params = unit_params(model, every_layer);
+  return states_floor_layout(strategy, model, every_layer, training, world_size, gpus_per_node);
+}
+
+UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec& model,
+                               const std::vector<std::size_t>& layers, const TrainingConfig& training, int world_size,
+                               int gpus_per_node) {
+  PlanUnit whole;
+  whole.strategy = strategy;
+  const UnitParams params = unit_params(model, layers);
   UnitLayout layout = unit_layout(whole, params, training, world_size, gpus_per_node);
   if (layout.grad_elements > params.trainable) {
     layout.grad_elements = params.trainable;

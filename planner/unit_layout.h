@@ -105,6 +105,10 @@ UnitLayout unit_layout(const PlanUnit& spec, const UnitParams& params, const Tra
 // without any have none). Searches skip settings whose floor already exceeds a cap.
 UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec& model, const TrainingConfig& training,
                                int world_size, int gpus_per_node);
+// The same floor for the states of `layers` only (a pipeline rank's, Note [Pipeline floor] in search_pipeline.h).
+UnitLayout states_floor_layout(const ShardingStrategy& strategy, const ModelSpec& model,
+                               const std::vector<std::size_t>& layers, const TrainingConfig& training, int world_size,
+                               int gpus_per_node);
 
 // Resolves every unit's strategy for the world (InputError names the unit) and computes its sizes.
 std::vector<UnitLayout> unit_layouts(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node);
