@@ -55,6 +55,16 @@ Exported exported(const std::string& name, const std::vector<std::string>& recip
   return out;
 }
 
+// `simulate` of tiny-llama on 4 CPU ranks reading `plan` back from a file: the planned recipe must survive the trip.
+RunResult simulate_plan(const nlohmann::json& plan, const std::string& name) {
+  const auto dir = scratch(name);
+  const std::string plan_file = (dir / "p.json").string();
+  std::ofstream(plan_file) << plan.dump();
+  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  std::filesystem::remove_all(dir);
+  return simulated;
+}
+
 }  // namespace
 
 TEST_CASE("recipes: --loss chunked-ce reaches the plan JSON, the text and the fsdp2 script (torchtune's loss)") {
@@ -96,15 +106,11 @@ TEST_CASE("recipes: --optimizer adamw8bit and paged-adamw8bit reach the plan and
   CHECK(contains(paged.script, "return bnb.optim.PagedAdamW8bit(params, lr=lr)"));
   CHECK(contains(paged.script, "CEWithChunkedOutputLoss(num_output_chunks=8)"));
   // The planned plan, read back by simulate, keeps the recipe.
-  const auto dir = scratch("recipe-simulate");
-  const std::string plan_file = (dir / "p.json").string();
-  std::ofstream(plan_file) << paged.plan.dump();
-  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  const RunResult simulated = simulate_plan(paged.plan, "recipe-simulate");
   INFO(simulated.err);
   CHECK(simulated.exit_status == 0);
   CHECK(contains(simulated.out, "recipe: loss chunked-ce"));
   CHECK(contains(simulated.out, "optimizer paged-adamw8bit"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("recipes: exports that cannot carry them, TP, CPU offload and unknown names refuse in one line") {
@@ -140,21 +146,19 @@ TEST_CASE("recipes: --activation-offload reaches the plan JSON, the text, simula
   const Exported plain = exported("offload-plain", {});
   CHECK_FALSE(plain.plan.at("training").contains("activation_offload"));
   CHECK_FALSE(contains(plain.script, "ACTIVATION_OFFLOAD"));
-  const auto dir = scratch("offload-simulate");
-  const std::string plan_file = (dir / "p.json").string();
-  std::ofstream(plan_file) << out.plan.dump();
-  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  const RunResult simulated = simulate_plan(out.plan, "offload-simulate");
   INFO(simulated.err);
   CHECK(simulated.exit_status == 0);
   CHECK(contains(simulated.out, "recipe: activation offload"));
   CHECK(contains(simulated.out, "host memory (offloaded states and activations)"));
   if (shardplan_test::mpi_build()) {  // fp32: the CPU executor's precision, so the refusal is the offload's
+    const auto dir = scratch("offload-run");
     const std::string fp32_file = (dir / "fp32.json").string();
     std::ofstream(fp32_file) << exported("offload-fp32", {"--activation-offload", "--precision", "fp32"}).plan.dump();
     expect_input_error({"run", "-m", "tiny-llama", "--plan", fp32_file, "--device", "cpu", "--steps", "1"},
                        {"activation_offload is set"});
+    std::filesystem::remove_all(dir);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("recipes: --activation-offload refuses the other exports and tensor parallelism in one line") {
