@@ -185,6 +185,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     const ModelSpec model = finetuned_for(base, training);
     // Note [Pinned knobs]: what the user gave is fixed, the rest searched; contradicting pins refuse here.
     const KnobPins pins = resolve_knob_pins(*command, flags->knobs, training);
+    // Note [Optimizer in backward]: no gradient accumulation, so a searched micro-batch (the baselines' too) takes all
+    // of a rank's sequences; a pinned one that leaves several micro-batches per step is refused at lowering.
+    if (training.optimizer_in_backward && !pins.micro_batch && training.global_batch > 0) {
+      training.micro_batch = std::max<std::int64_t>(1, training.global_batch / cluster.world_size());
+    }
     if (pins.tensor_parallel) (void)tensor_parallel_degrees(flags->knobs.tensor_parallel, model, cluster);
     SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
@@ -212,6 +217,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       check_export_compile(flags->export_format, training);
       check_export_recipe(flags->export_format, training);  // Note [Exported recipes]
       check_export_activation_offload(flags->export_format, training);  // Note [Exported activation offloading]
+      check_export_optimizer_step(flags->export_format, training);      // Note [Exported optimizer step]
       // Note [What torchtitan runs] (planner/export_torchtitan.cpp): refused settings refuse before the search too.
       if (flags->export_format == "torchtitan") check_torchtitan_training(training, model);
     }
