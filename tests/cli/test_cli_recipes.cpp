@@ -187,6 +187,15 @@ TEST_CASE("recipes: --optimizer-in-backward reaches the plan JSON, the text, sim
   INFO(simulated.err);
   CHECK(simulated.exit_status == 0);
   CHECK(contains(simulated.out, "recipe: optimizer in backward"));
+  if (shardplan_test::mpi_build()) {  // fp32: the CPU executor's precision, so the refusal is the flag's
+    const auto dir = scratch("in-backward-run");
+    const std::string fp32_file = (dir / "fp32.json").string();
+    std::ofstream(fp32_file) << exported("in-backward-fp32", {"--optimizer-in-backward", "--precision", "fp32"})
+                                    .plan.dump();
+    expect_input_error({"run", "-m", "tiny-llama", "--plan", fp32_file, "--device", "cpu", "--steps", "1"},
+                       {"optimizer_in_backward is set"});
+    std::filesystem::remove_all(dir);
+  }
   // A fixed global batch: the search keeps all of a rank's sequences in one micro-batch (no accumulation).
   const Exported batched = exported("in-backward-batch", {"--optimizer-in-backward", "--global-batch", "8"});
   CHECK(batched.plan.at("training").at("micro_batch") == 2);
