@@ -29,6 +29,8 @@
 #include "precision.h"
 #include "simulator.h"
 #include "unit_layout.h"
+#include "wrap_cases.h"
+#include "wrap_dp.h"
 #include "wrapping.h"
 
 using namespace shardplan;
@@ -129,6 +131,40 @@ TEST_CASE("recipes: --optimizer-in-backward, llama3-8b on one GPU: the gradients
   CHECK(saved <= 32'121'044'992LL);
   CHECK(off.peak() == 148'485'783'552LL);
   CHECK(on.peak() == 116'364'738'560LL);
+}
+
+// The search times wrappings from fragments (Note [Fragments]): with each unit's own step in its backward fragment
+// and a final step of nothing, a wrapping's fragments still give the simulated step where they say they are exact (a
+// lower bound elsewhere), and their memory floor stays under the simulated peak.
+TEST_CASE("recipes: --optimizer-in-backward, the search's fragments time the simulated step") {
+  using testing::WrapCase;
+  constexpr auto none = ActivationCheckpointing::none;
+  const std::vector<WrapCase> cases = {
+      {"llama2-7b-10", "8xH100-80GB", "full_shard", none, 4096},
+      {"llama2-7b-10", "8xA100-80GB", "shard_grad_op", none, 2048},
+      {"tiny-llama", "2xcpu", "full_shard", none, 128, 1.2, 2e-4, 2e-4},
+      {"tiny-llama", "4xcpu", "no_shard", none, 128, 0, 1e-4, 3e-4},
+      {"gpt2", "4x8xA100-40GB", "hybrid_shard", ActivationCheckpointing::full, 512, 1.2, 1e-5, 1e-4}};
+  for (const WrapCase& c : cases) {
+    INFO(c.name());
+    testing::WrapSetup setup = testing::wrap_setup(c);
+    setup.base.training.optimizer_in_backward = true;
+    WrapFragments fragments(setup.model, setup.base, setup.profile, setup.cluster.world_size(),
+                            setup.cluster.gpus_per_node);
+    int exact = 0;
+    for (const testing::CaseWrapping& wrapping : testing::case_wrappings(setup, 6, fragments.keep_choice())) {
+      const testing::Simulated sim = testing::simulate_wrapping(setup, wrapping);
+      const WrapEvaluation evaluation = evaluate_wrapping(fragments, wrapping.units);
+      if (evaluation.exact) {
+        ++exact;
+        REQUIRE(evaluation.step_s == doctest::Approx(sim.step_s).epsilon(1e-9));
+      } else {
+        REQUIRE(evaluation.step_s <= sim.step_s * (1 + 1e-9));
+      }
+      REQUIRE(evaluation.floor_bytes <= sim.peak_bytes);
+    }
+    CHECK(exact > 0);
+  }
 }
 
 TEST_CASE("recipes: --optimizer-in-backward in the plan JSON (only when on), the text and the exports") {
