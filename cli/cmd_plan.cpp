@@ -15,6 +15,7 @@
 #include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
+#include "optimizer_in_backward.h"
 #include "output_files.h"
 #include "name_suggest.h"
 #include "export_torchtitan.h"
@@ -186,10 +187,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     // Note [Pinned knobs]: what the user gave is fixed, the rest searched; contradicting pins refuse here.
     const KnobPins pins = resolve_knob_pins(*command, flags->knobs, training);
     // Note [Optimizer in backward]: no gradient accumulation, so a searched micro-batch (the baselines' too) takes all
-    // of a rank's sequences; a pinned one that leaves several micro-batches per step is refused at lowering.
-    if (training.optimizer_in_backward && !pins.micro_batch && training.global_batch > 0) {
-      training.micro_batch = std::max<std::int64_t>(1, training.global_batch / cluster.world_size());
-    }
+    // of a rank's sequences.
+    training = one_micro_batch_per_step(training, pins.micro_batch, cluster.world_size());
     if (pins.tensor_parallel) (void)tensor_parallel_degrees(flags->knobs.tensor_parallel, model, cluster);
     SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);

@@ -1,6 +1,7 @@
 // The settings a plan with the optimizer in backward refuses (Note [Optimizer in backward]).
 #include "optimizer_in_backward.h"
 
+#include <algorithm>
 #include <string>
 
 #include "errors.h"
@@ -29,6 +30,13 @@ void check_optimizer_in_backward(const Plan& plan) {
     throw InputError(flag + " with --tensor-parallel " + std::to_string(plan.tensor_parallel_degree) +
                      ": modelled for FSDP alone; expected --tensor-parallel 1, or no --optimizer-in-backward");
   }
+}
+
+TrainingConfig one_micro_batch_per_step(TrainingConfig training, bool micro_batch_pinned, int data_parallel_ranks) {
+  if (training.optimizer_in_backward && !micro_batch_pinned && training.global_batch > 0 && data_parallel_ranks > 0) {
+    training.micro_batch = std::max<std::int64_t>(1, training.global_batch / data_parallel_ranks);
+  }
+  return training;
 }
 
 }  // namespace shardplan

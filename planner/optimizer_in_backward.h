@@ -34,4 +34,10 @@ namespace shardplan {
 // clipping, which torchtune also refuses with it (no clip_grad_norm is planned here).
 void check_optimizer_in_backward(const Plan& plan);
 
+// Before a search over `data_parallel_ranks` ranks with a fixed global batch: with the optimizer in backward and the
+// micro-batch not pinned, `training` with all of a rank's sequences in one micro-batch (the baselines and the search's
+// other plans then take no accumulation either); else `training` as it is. A pinned micro-batch that leaves several
+// micro-batches per step is refused at lowering (check_optimizer_in_backward).
+TrainingConfig one_micro_batch_per_step(TrainingConfig training, bool micro_batch_pinned, int data_parallel_ranks);
+
 }  // namespace shardplan

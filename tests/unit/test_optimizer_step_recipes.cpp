@@ -217,6 +217,13 @@ TEST_CASE("recipes: --optimizer-in-backward refuses accumulation, pipelines, CPU
   CHECK(has(refusal([&] { check_optimizer_in_backward(pipelined); }),
             "--optimizer-in-backward with --pipeline-parallel 2: torchtitan refuses optimizers in backward"));
   CHECK(accumulation.find('\n') == std::string::npos);
+  // `plan` and `capacity` search with all of a rank's sequences in one micro-batch (no accumulation) unless pinned.
+  TrainingConfig batched = on.plan.training;
+  batched.global_batch = 64;
+  CHECK(one_micro_batch_per_step(batched, false, 8).micro_batch == 8);
+  CHECK(one_micro_batch_per_step(batched, true, 8).micro_batch == 1);
+  batched.optimizer_in_backward = false;
+  CHECK(one_micro_batch_per_step(batched, false, 8).micro_batch == 1);
 }
 
 // By hand (Note [CPU optimizer step]): llama3-8b over 8 H100s with FSDP's CPU offload keeps no model state on the
