@@ -15,6 +15,7 @@
 #include "input_limits.h"
 #include "inputs.h"
 #include "model_source.h"
+#include "optimizer_in_backward.h"
 #include "output_files.h"
 #include "name_suggest.h"
 #include "export_torchtitan.h"
@@ -201,6 +202,9 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     const ModelSpec model = finetuned_for(base, training);
     // Note [Pinned knobs]: what the user gave is fixed, the rest searched; contradicting pins refuse here.
     const KnobPins pins = resolve_knob_pins(*command, flags->knobs, training);
+    // Note [Optimizer in backward]: no gradient accumulation, so a searched micro-batch (the baselines' too) takes all
+    // of a rank's sequences.
+    training = one_micro_batch_per_step(training, pins.micro_batch, cluster.world_size());
     if (pins.tensor_parallel) (void)tensor_parallel_degrees(flags->knobs.tensor_parallel, model, cluster);
     SearchOptions options = search_options_for(pins, model, cluster);
     options.memory_cap_bytes = static_cast<std::int64_t>(flags->memory_cap_gib * 1024.0 * 1024.0 * 1024.0);
@@ -228,6 +232,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       check_export_compile(flags->export_format, training);
       check_export_recipe(flags->export_format, training);  // Note [Exported recipes]
       check_export_activation_offload(flags->export_format, training);  // Note [Exported activation offloading]
+      check_export_optimizer_step(flags->export_format, training);      // Note [Exported optimizer step]
       // Note [What torchtitan runs] (planner/export_torchtitan.cpp): refused settings refuse before the search too.
       if (flags->export_format == "torchtitan") check_torchtitan_training(training, model);
     }

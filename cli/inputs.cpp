@@ -58,7 +58,11 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
   std::string recipes;
   for (const std::string& name : precision_recipe_names()) recipes += (recipes.empty() ? "" : " | ") + name;
   command.add_option("--precision", flags.precision, recipes)->capture_default_str();
-  command.add_option("--optimizer", flags.optimizer, "adamw | sgd-momentum | sgd")->capture_default_str();
+  command
+      .add_option("--optimizer", flags.optimizer,
+                  "adamw | sgd-momentum | sgd | adamw8bit | paged-adamw8bit (bitsandbytes) | cpu-adamw (DeepSpeed "
+                  "CPU-Adam over CPU-offloaded states; deepspeed exports carry it)")
+      ->capture_default_str();
   command.add_option("--ac", flags.ac, "activation checkpointing: none | full | selective")->capture_default_str();
   command.add_option("--ac-every", flags.ac_every,
                      "apply --ac to every k-th block only (blocks k, 2k, ...; torchtitan's selective_ac_option k)")
@@ -81,6 +85,10 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
   command.add_flag("--activation-offload", flags.activation_offload,
                    "torchtune's activation offloading: each layer's kept activations (but the output head's) to "
                    "pinned host memory after its forward, back before its backward; fsdp2 exports carry it");
+  command.add_flag("--optimizer-in-backward", flags.optimizer_in_backward,
+                   "torchtune's optimizer_in_bwd: each unit's parameters stepped as their gradients are reduced, so "
+                   "the gradients are never held all at once; one micro-batch per step, no CPU offload, no tensor or "
+                   "pipeline parallelism; fsdp2 and torchtitan exports carry it");
   command.add_option("--expert-parallel", flags.expert_parallel,
                      "MoE models: split each block's experts over groups of this many ranks, tokens exchanged by "
                      "all-to-all (default 1; plan searches it when not given)")
@@ -179,11 +187,26 @@ KnobPins resolve_knob_pins(const CLI::App& command, const SearchKnobFlags& flags
   pins.micro_batch = command.count("--micro-batch") > 0;
   if (command.count("--cpu-offload") > 0) pins.offload = flags.cpu_offload;
   // Note [8-bit optimizers]: the states are modelled on the GPU, so offload is not searched either.
-  check_optimizer_offload(training, pins.offload.value_or(false), "--cpu-offload");
+  // cpu-adamw steps offloaded states only: offload is pinned on, refused where pinned off.
+  const bool cpu_adam = training.optimizer == OptimizerKind::cpu_adamw;
+  check_optimizer_offload(training, pins.offload.value_or(cpu_adam), "--cpu-offload");
   if (is_8bit(training.optimizer)) pins.offload = false;
+  if (cpu_adam) pins.offload = true;
   if (flags.tensor_parallel != "auto") pins.tensor_parallel = parse_tensor_parallel(flags.tensor_parallel);
   if (training.activation_offload) {  // Note [Activation offloading]: FSDP alone
     check_activation_offload_tensor_parallel(true, pins.tensor_parallel.value_or(1));
+    pins.tensor_parallel = 1;
+  }
+  if (training.optimizer_in_backward) {  // Note [Optimizer in backward]: FSDP alone, on the device
+    if (pins.offload.value_or(false)) {
+      throw InputError("--optimizer-in-backward with --cpu-offload: a host optimizer step per unit is not modelled; "
+                       "expected no CPU offload, or no --optimizer-in-backward");
+    }
+    if (pins.tensor_parallel.value_or(1) != 1) {
+      throw InputError("--optimizer-in-backward with --tensor-parallel " + std::to_string(*pins.tensor_parallel) +
+                       ": modelled for FSDP alone; expected --tensor-parallel 1, or no --optimizer-in-backward");
+    }
+    pins.offload = false;
     pins.tensor_parallel = 1;
   }
   if (training.loss != LossKind::cross_entropy) {  // Note [Fine-tuning losses]: on the whole vocabulary only
@@ -341,6 +364,7 @@ TrainingConfig resolve_training(const TrainingFlags& flags, const ModelSpec& mod
   training.torch_compile = flags.torch_compile;
   training.loss = loss_from_string(flags.loss);
   training.activation_offload = flags.activation_offload;
+  training.optimizer_in_backward = flags.optimizer_in_backward;
   training.expert_parallel_degree = flags.expert_parallel > 0 ? flags.expert_parallel : 1;
   training.finetune = resolve_finetune(flags);
   validate_training(training, model);

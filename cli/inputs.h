@@ -38,6 +38,7 @@ struct TrainingFlags {
   bool torch_compile = false;
   std::string loss = "cross-entropy";  // Note [Fine-tuning losses] (costmodel/loss.h)
   bool activation_offload = false;      // Note [Activation offloading] (planner/activation_offload.h)
+  bool optimizer_in_backward = false;   // Note [Optimizer in backward] (planner/optimizer_in_backward.h)
   // Note [Expert parallelism] (planner/unit_layout.h): 0 = not given (1; `plan` searches the degree for MoE models).
   int expert_parallel = 0;
   // Fine-tuning (costmodel/finetune.h), named as PEFT's LoraConfig and bitsandbytes' BitsAndBytesConfig: values as

@@ -18,7 +18,10 @@ namespace shardplan {
 // 28 bytes = 109 GB/s of the host's 256 GB/s peak (each 8168 has 6 channels of DDR4-2666, 6 × 21.33 GB/s = 128 GB/s,
 // Intel ARK), a fraction kCpuAdamBandwidthFraction = 0.43 of the datasheet peak, which other hosts are taken to reach
 // too. torch.optim.AdamW(foreach) on CPU, FSDP's default, is slower (the paper's PT-CPU: 5–6.4×): this is a lower
-// bound of the step for it.
+// bound of the step for it. --optimizer cpu-adamw says the run uses DeepSpeed's CPU-Adam itself
+// (deepspeed.ops.adam.DeepSpeedCPUAdam, what ZeRO-Offload measured, and what DeepSpeed builds for an AdamW config with
+// offload_optimizer), so the same charge is its step time rather than a bound; its states are AdamW's (fp32 m and v,
+// optimizer_state_count 2) and live on the host only, so it is refused without CPU offload (check_optimizer_offload).
 //
 // Sharing: every rank of a node steps its own shard at the same time (after the same reduce-scatter), so a rank gets
 // 1 / gpus_per_node of the node's bandwidth: the step takes the node's parameters × bytes / bandwidth — it scales

@@ -54,8 +54,10 @@ OptimizerKind optimizer_from_string(const std::string& name) {
   if (name == "sgd") return OptimizerKind::sgd;
   if (name == "adamw8bit") return OptimizerKind::adamw8bit;
   if (name == "paged-adamw8bit") return OptimizerKind::paged_adamw8bit;
-  throw InputError("--optimizer '" + name + "': expected adamw, sgd-momentum, sgd, adamw8bit or paged-adamw8bit" +
-                   did_you_mean(name, {"adamw", "sgd-momentum", "sgd", "adamw8bit", "paged-adamw8bit"}));
+  if (name == "cpu-adamw") return OptimizerKind::cpu_adamw;
+  throw InputError("--optimizer '" + name +
+                   "': expected adamw, sgd-momentum, sgd, adamw8bit, paged-adamw8bit or cpu-adamw" +
+                   did_you_mean(name, {"adamw", "sgd-momentum", "sgd", "adamw8bit", "paged-adamw8bit", "cpu-adamw"}));
 }
 
 const char* to_string(OptimizerKind kind) {
@@ -65,6 +67,7 @@ const char* to_string(OptimizerKind kind) {
     case OptimizerKind::sgd: return "sgd";
     case OptimizerKind::adamw8bit: return "adamw8bit";
     case OptimizerKind::paged_adamw8bit: return "paged-adamw8bit";
+    case OptimizerKind::cpu_adamw: return "cpu-adamw";
   }
   return "adamw";
 }
@@ -72,6 +75,7 @@ const char* to_string(OptimizerKind kind) {
 int optimizer_state_count(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::adamw:
+    case OptimizerKind::cpu_adamw:
     case OptimizerKind::adamw8bit:
     case OptimizerKind::paged_adamw8bit: return 2;
     case OptimizerKind::sgd_momentum: return 1;

@@ -50,8 +50,10 @@ std::vector<std::string> precision_recipe_names();
 // device runs out; a plan that fits never pages, so the states are modelled on the device, as AdamW8bit's.
 // The step reads and writes the states, their absmax values, the parameter and the gradient once each, at the GPU's
 // memory bandwidth like the fused fp32 step (compute_cost.cpp optimizer_step_time_s).
-enum class OptimizerKind { adamw, sgd_momentum, sgd, adamw8bit, paged_adamw8bit };
-// "adamw", "sgd-momentum", "sgd", "adamw8bit", "paged-adamw8bit"
+// cpu_adamw: DeepSpeed's CPU-Adam (deepspeed.ops.adam.DeepSpeedCPUAdam) over offloaded fp32 states, AdamW's states
+// and bytes, stepped in host memory only (Note [CPU optimizer step] in host_optimizer.h).
+enum class OptimizerKind { adamw, sgd_momentum, sgd, adamw8bit, paged_adamw8bit, cpu_adamw };
+// "adamw", "sgd-momentum", "sgd", "adamw8bit", "paged-adamw8bit", "cpu-adamw"
 OptimizerKind optimizer_from_string(const std::string& name);
 const char* to_string(OptimizerKind kind);
 int optimizer_state_count(OptimizerKind kind);  // Adam: m and v; SGD with momentum: one buffer; plain SGD: none

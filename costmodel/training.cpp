@@ -172,6 +172,10 @@ void check_search_work(const TrainingConfig& training, const ModelSpec& model, s
 }
 
 void check_optimizer_offload(const TrainingConfig& training, bool offloads, const std::string& flag) {
+  if (training.optimizer == OptimizerKind::cpu_adamw && !offloads) {  // Note [CPU optimizer step]
+    throw InputError("--optimizer cpu-adamw without " + flag + ": DeepSpeed's CPU-Adam steps optimizer states held " +
+                     "in host memory; expected " + flag + ", or --optimizer adamw");
+  }
   if (!offloads || !is_8bit(training.optimizer)) return;
   throw InputError(flag + " with --optimizer " + to_string(training.optimizer) +
                    ": the 8-bit states are modelled on the GPU, and a host step only for fp32 AdamW (DeepSpeed "
@@ -190,10 +194,19 @@ std::string recipe_text(const TrainingConfig& training) {
     text += std::string(text.empty() ? "" : ", ") + "optimizer " + to_string(training.optimizer) +
             " (bitsandbytes: 1-byte m and v, an fp32 absmax per 256 elements)";
   }
+  if (training.optimizer == OptimizerKind::cpu_adamw) {  // Note [CPU optimizer step] (host_optimizer.h)
+    text += std::string(text.empty() ? "" : ", ") +
+            "optimizer cpu-adamw (DeepSpeed CPU-Adam: fp32 states and step in host memory)";
+  }
   if (training.activation_offload) {  // Note [Activation offloading] (planner/activation_offload.h)
     text += std::string(text.empty() ? "" : ", ") +
             "activation offload (torchtune OffloadActivations: kept activations to pinned host memory by layer, "
             "the output head's kept on the GPU)";
+  }
+  if (training.optimizer_in_backward) {  // Note [Optimizer in backward] (planner/optimizer_in_backward.h)
+    text += std::string(text.empty() ? "" : ", ") +
+            "optimizer in backward (torchtune optimizer_in_bwd: each unit stepped after its gradient reduction, "
+            "gradients never held all at once)";
   }
   return text;
 }
@@ -216,6 +229,7 @@ nlohmann::json to_json(const TrainingConfig& training, int data_parallel_ranks) 
   if (training.torch_compile) document["torch_compile"] = true;  // eager runs report as before
   if (training.loss != LossKind::cross_entropy) document["loss"] = to_string(training.loss);  // as before when plain
   if (training.activation_offload) document["activation_offload"] = true;  // as before when off
+  if (training.optimizer_in_backward) document["optimizer_in_backward"] = true;  // as before when off
   return document;
 }
 

@@ -56,6 +56,10 @@ struct TrainingConfig {
   // enable_activation_offloading — each layer's kept activations go to pinned host memory after its forward and come
   // back before its backward. Plan JSON "training": {"activation_offload"}; CLI --activation-offload.
   bool activation_offload = false;
+  // Optimizer in backward (Note [Optimizer in backward] in planner/optimizer_in_backward.h): torchtune's
+  // optimizer_in_bwd — each unit's parameters are stepped as soon as their gradients are reduced, so the gradients are
+  // never held all at once. Plan JSON "training": {"optimizer_in_backward"}; CLI --optimizer-in-backward.
+  bool optimizer_in_backward = false;
 
   // Tokens of the training sequence in one micro-batch: what throughput counts.
   std::int64_t tokens_per_micro_batch() const { return seq_len * micro_batch; }
@@ -106,7 +110,7 @@ void check_search_work(const TrainingConfig& training, const ModelSpec& model, s
 
 // Note [8-bit optimizers] (precision.h): the 8-bit states are modelled on the device; a host step only at DeepSpeed
 // CPU-Adam's fp32 AdamW rate (Note [CPU optimizer step], host_optimizer.h). InputError naming `flag` when `offloads`
-// with an 8-bit optimizer.
+// with an 8-bit optimizer, or when it does not with cpu-adamw (whose states live on the host only).
 void check_optimizer_offload(const TrainingConfig& training, bool offloads, const std::string& flag);
 
 // The fine-tuning recipe settings that are not the defaults, as the plans' and estimates' text prints them ("loss

@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "errors.h"
 #include "indexed_pool.h"
+#include "optimizer_in_backward.h"
 #include "search.h"
 
 namespace shardplan {
@@ -44,6 +45,8 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
       point.limit = "batch";
     }
   }
+  // Note [Optimizer in backward]: no gradient accumulation, so a searched micro-batch takes all of a rank's sequences.
+  sized = one_micro_batch_per_step(sized, options.pins.micro_batch, job.count);
   SearchOptions search_options;
   search_options.with_baselines = false;
   // A sweep of many configurations: prefetch depth by refinement of each best plan, not jointly (Note [Prefetch

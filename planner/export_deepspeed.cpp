@@ -111,6 +111,7 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
   check_export_compile("deepspeed", plan.training);  // Note [Exported compile]: refused
   check_export_recipe("deepspeed", plan.training);   // Note [Exported recipes]: refused
   check_export_activation_offload("deepspeed", plan.training);  // Note [Exported activation offloading]: refused
+  check_export_optimizer_step("deepspeed", plan.training);      // Note [Exported optimizer step]
   const ShardingStrategy strategy = export_detail::uniform_strategy(plan, "deepspeed");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);
   const int stage = zero_stage(strategy.kind);
@@ -200,6 +201,11 @@ ExportedFile export_deepspeed(const Plan& plan, const ModelSpec& model, int worl
   config["gradient_accumulation_steps"] = plan.grad_accumulation_steps;
   config["gradient_clipping"] = 1.0;
   config["zero_allow_untested_optimizer"] = true;
+  if (plan.training.optimizer == OptimizerKind::cpu_adamw) {
+    // Note [Exported optimizer step]: the engine builds DeepSpeedCPUAdam over the offloaded states.
+    config["optimizer"] = {{"type", "AdamW"}, {"params", {{"torch_adam", false}, {"adam_w_mode", true}}}};
+    config["zero_force_ds_cpu_optimizer"] = true;
+  }
   config["bf16"] = {{"enabled", half.bf16}};
   config["fp16"] = {{"enabled", half.fp16}};
   if (half.fp16) {
@@ -245,6 +251,7 @@ std::vector<ExportedFile> export_plan(const std::string& format, const Plan& pla
                                       int world_size, int gpus_per_node) {
   check_export_recipe(format, plan.training);  // Note [Exported recipes]: before any file is built
   check_export_activation_offload(format, plan.training);  // Note [Exported activation offloading]
+  check_export_optimizer_step(format, plan.training);      // Note [Exported optimizer step]
   if (format == "fsdp2") return {export_fsdp2(plan, model, world_size, gpus_per_node)};
   if (format == "fsdp1") return {export_fsdp1(plan, model, world_size, gpus_per_node)};
   if (format == "deepspeed") return {export_deepspeed(plan, model, world_size, gpus_per_node)};

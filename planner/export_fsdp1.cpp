@@ -141,6 +141,7 @@ ExportedFile export_fsdp1(const Plan& plan, const ModelSpec& model, int world_si
   check_export_compile("fsdp1", plan.training);  // Note [Exported compile]
   check_export_recipe("fsdp1", plan.training);   // Note [Exported recipes]: refused
   check_export_activation_offload("fsdp1", plan.training);  // Note [Exported activation offloading]: refused
+  check_export_optimizer_step("fsdp1", plan.training);      // Note [Exported optimizer step]: refused
   const bool compiled = plan.training.torch_compile;
   const ShardingStrategy strategy = uniform_strategy(plan, "fsdp1");
   const ShardingLayout layout = resolve_sharding(strategy, world_size, gpus_per_node);

@@ -162,6 +162,7 @@ std::string python_root_mesh(const RootMesh& root, const std::vector<Fsdp2Shardi
 
 ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   validate_plan(plan, model, world_size, gpus_per_node);
+  check_export_optimizer_step("fsdp2", plan.training);  // Note [Exported optimizer step]: cpu-adamw refused
   // Note [2-D plans] (tensor_parallel_view.h): FSDP shards over the data-parallel ranks of each TP index.
   check_export_support("fsdp2", plan, model);  // Note [Export constrains the search]
   const ParallelDims dims = parallel_dims(plan, world_size);  // Note [ParallelDims]
@@ -222,6 +223,10 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << (plan.training.activation_offload
              ? "# The planned activation offloading: run the forward under activation_offload_context(model).\n"
              : "")
+     << (plan.training.optimizer_in_backward
+             ? "# The planned optimizer in backward: apply_optimizer_in_backward(model, make_optimizer) after "
+               "apply_plan.\n"
+             : "")
      << "# torch is imported inside apply_plan so the tables below can be read without torch installed.\n\n"
      << "# Module paths of each unit, one entry per plan unit in plan order: entry 0 is the root unit (every module\n"
      << "# no other unit covers), applied last as fully_shard(model) because fully_shard must see children first.\n"
@@ -245,6 +250,7 @@ ExportedFile export_fsdp2(const Plan& plan, const ModelSpec& model, int world_si
      << python_module_helpers() << "\n\n" << finetune.functions << (finetuning ? "\n\n" : "")
      << python_recipe_fsdp2(plan.training)  // Note [Exported recipes]: "" for the default loss and optimizer
      << python_activation_offload_fsdp2(plan.training)  // Note [Exported activation offloading]: "" when off
+     << python_optimizer_in_backward_fsdp2(plan.training)  // Note [Exported optimizer step]: "" when off
      << "def _apply_activation_checkpointing(model):\n"
      << "    # Before sharding, as torchtitan does: each wrapper takes its module's place, so fully_shard then shards\n"
      << "    # the wrapper under the same module path.\n"

@@ -307,6 +307,7 @@ ParallelDims torchtitan_degrees(const Plan& plan, int world_size, int gpus_per_n
 ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int world_size, int gpus_per_node) {
   validate_plan(plan, model, world_size, gpus_per_node);
   check_export_support(kFormat, plan, model);  // Note [Export constrains the search]: no EP yet
+  check_export_optimizer_step(kFormat, plan.training);  // Note [Exported optimizer step]: cpu-adamw refused
   check_torchtitan_training(plan.training, model);
   const TorchtitanModel flavor = torchtitan_model(model.name);
   const TorchtitanPrecision precision = torchtitan_precision(plan.training.precision);
@@ -355,7 +356,10 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   // projections' TP collectives stay bf16 — as the cost model prices them (tensor_parallel.cpp has no fp8 collectives).
   if (recipe.uses_fp8()) toml << "converters = [\"quantize.linear.float8\"]\n";
   toml << "\n[optimizer]\n"
-       << "name = \"AdamW\"\n\n";
+       << "name = \"AdamW\"\n";
+  // Note [Exported optimizer step]: torchtitan's OptimizersInBackwardContainer, torchtune's optimizer_in_bwd.
+  if (plan.training.optimizer_in_backward) toml << "early_step_in_backward = true\n";
+  toml << "\n";
   toml << "[training]\n"
        << "local_batch_size = " << local_batch << "\n"
        << "global_batch_size = " << plan.training.micro_batch * plan.grad_accumulation_steps * data_parallel << "\n"

@@ -84,7 +84,8 @@ Fragment extract_fragment(const StepSchedule& schedule, int begin, int end, cons
     for (const MemoryChange& change : op.frees) placed.end_bytes -= counted(change) ? change.bytes : 0;
     // The reduction before it on its stream is outside the fragment: what it held comes in as FragmentInputs.
     placed.takes_held = op.frees_previous_reduction && op.hands_over_from < begin;
-    if (op.kind == OpKind::optimizer_step) fragment.optimizer_op = static_cast<int>(fragment.ops.size());
+    // The step's final optimizer op (a unit's own, Note [Optimizer in backward], is timed as it is).
+    if (op.kind == OpKind::optimizer_step && op.unit < 0) fragment.optimizer_op = static_cast<int>(fragment.ops.size());
     if (slot_unit >= 0 && op.unit == slot_unit && op.stream != StreamKind::compute) {
       fragment.slot.push_back(static_cast<int>(fragment.ops.size()));
     }

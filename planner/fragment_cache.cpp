@@ -50,7 +50,8 @@ bool same_knobs(const Plan& a, const Plan& b) {
          x.precision.name == y.precision.name && x.optimizer == y.optimizer &&
          x.flash_attention == y.flash_attention && x.attention_kernel == y.attention_kernel &&
          x.no_sync_accumulation == y.no_sync_accumulation && x.finetune == y.finetune &&
-         x.expert_parallel_degree == y.expert_parallel_degree && x.torch_compile == y.torch_compile;
+         x.expert_parallel_degree == y.expert_parallel_degree && x.torch_compile == y.torch_compile &&
+         x.optimizer_in_backward == y.optimizer_in_backward;
 }
 
 }  // namespace

@@ -115,6 +115,8 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
       if (training.global_batch % (micro * cluster.world_size()) == 0) micro_batches.push_back(micro);
     }
     if (micro_batches.empty()) micro_batches.push_back(1);  // the global-batch error surfaces in lowering
+    // Note [Optimizer in backward]: no gradient accumulation, so all of a rank's sequences in one micro-batch.
+    if (training.optimizer_in_backward) micro_batches = {std::max<std::int64_t>(1, per_rank)};
   }
   std::vector<std::string> patterns = {"none", "25%", "50%", "75%", "full", "selective-op"};
   if (!training.flash_attention) patterns.push_back("selective");

@@ -28,6 +28,12 @@ inline Op make_op(OpKind kind, StreamKind stream, int unit, int micro) {
   return op;
 }
 
+// Note [Optimizer in backward] (optimizer_in_backward.h): the gradient shard a unit's own step reads, at the
+// gradients' storage width.
+inline std::int64_t in_backward_grad_bytes(const UnitLayout& layout, const Plan& plan) {
+  return layout.grad_shard_elements * plan.training.precision.grad_storage_bytes;
+}
+
 struct Segment {
   int unit;
   std::size_t first_layer;
@@ -105,6 +111,9 @@ class Lowerer {
 
   // --- gradient reductions and the optimizer step (lowering_reductions.cpp) ----------------------------------------
   void reduce(int unit, int micro, std::vector<int>& reductions);
+  // Note [Optimizer in backward] (optimizer_in_backward.h): `unit`'s own optimizer step after its reduction (the op
+  // `reduction`, -1 when none was emitted: after its last backward op); nothing unless the plan steps in backward.
+  void step_in_backward(int unit, int micro, int reduction);
   void optimizer_step(const std::vector<int>& reductions);
 
   const Plan& plan_;
@@ -115,6 +124,7 @@ class Lowerer {
   StepSchedule schedule_;
   std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_, grads_produced_;
   std::vector<int> last_reduction_;  // each unit's latest gradient reduction op (-1: none yet)
+  std::vector<int> unit_steps_;      // Note [Optimizer in backward]: the units' steps in backward, in issue order
   std::vector<int> gather_op_;
   std::vector<int> copied_in_;   // Note [Activation offloading]: each layer's copy back in this backward (-1: none yet)
   std::vector<int> copied_out_;  // and its latest copy out (-1: none)

@@ -189,6 +189,10 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
         // (FSDP makes the compute stream wait for that reduction before backward touches it again).
         grads_produced_[unit] = true;
         if (last_reduction_[unit] >= 0) op.deps.push_back(last_reduction_[unit]);
+        // Note [Optimizer in backward]: a gradient written in place exists from here until the unit's own step.
+        if (plan_.training.optimizer_in_backward && !layout.grad_copies && layout.grad_elements > 0) {
+          op.allocates.push_back({MemoryCategory::sharded_grads, in_backward_grad_bytes(layout, plan_)});
+        }
       }
       if (layout.grad_copies && !grads_allocated_[unit]) {
         op.allocates.push_back({MemoryCategory::unsharded_grads, layout.grad_copy_bytes});
@@ -199,7 +203,11 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
     }
     if (last_segment_of(unit, back, false)) {
       if (gathered_[unit] && reshard) emit_free(unit, micro, true);
-      if (synchronise) reduce(unit, micro, reductions);
+      if (synchronise) {
+        const std::size_t reduced_before = reductions.size();
+        reduce(unit, micro, reductions);
+        step_in_backward(unit, micro, reductions.size() > reduced_before ? reductions.back() : -1);
+      }
     }
   }
   handover_.release_at_ends(schedule_.ops);

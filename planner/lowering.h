@@ -28,7 +28,10 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
 
 // The step's optimizer op over `shard_elements` of this rank's shards (its dependencies are the caller's): the fused
 // optimizer streams every shard byte once, on the device or, when offloaded, in host memory.
+// With the optimizer in backward (Note [Optimizer in backward]) it moves nothing: the units were stepped already.
 Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan);
+// One optimizer step over `shard_elements`, whichever the plan: the fused step's traffic over them.
+Op unit_optimizer_step_op(std::int64_t shard_elements, const Plan& plan);
 
 // Note [Lowering]:
 // - A segment is a maximal run of consecutive layers of one unit; the root unit usually has two (embedding first,

@@ -84,11 +84,33 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
   }
 }
 
+void Lowerer::step_in_backward(int unit, int micro, int reduction) {
+  const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+  if (!plan_.training.optimizer_in_backward || layout.grad_elements == 0) return;
+  Op step = unit_optimizer_step_op(layout.optimizer_shard_elements, plan_);
+  step.unit = unit;
+  step.micro_batch = micro;
+  const MemoryChange grad{MemoryCategory::sharded_grads, in_backward_grad_bytes(layout, plan_)};
+  // Where the gradient was copied (reduced, or cast to its storage dtype) the shard the step reads exists while it
+  // runs; one written in place was allocated at the unit's first backward op (lowering.cpp).
+  if (layout.grad_copies) step.allocates.push_back(grad);
+  step.frees.push_back(grad);
+  if (reduction >= 0 && options_.world_size > 1) {  // FSDP2's post-reduce stream: after the reduction, on its stream
+    step.stream = schedule_.ops[static_cast<std::size_t>(reduction)].stream;
+    step.deps.push_back(reduction);
+  } else {  // one rank: torchtune's single-device hooks run in autograd, on the compute stream
+    step.deps.push_back(last_backward_);
+    if (reduction >= 0) step.deps.push_back(reduction);  // the one-rank gradient cast (all_reduce of one)
+  }
+  unit_steps_.push_back(emit(std::move(step)));
+}
+
 void Lowerer::optimizer_step(const std::vector<int>& reductions) {
   std::int64_t elements = 0;
   for (const auto& layout : layouts_) elements += layout.optimizer_shard_elements;
   Op step = optimizer_step_op(elements, plan_);
-  step.deps = reductions;
+  // Note [Optimizer in backward]: every unit stepped in backward; the final step moves nothing and joins them.
+  step.deps = plan_.training.optimizer_in_backward ? unit_steps_ : reductions;
   const int step_id = emit(std::move(step));
   // Note [Float8 training] (precision.h): with the float8 all-gather, torchao's precompute_float8_dynamic_scale_for_fsdp
   // runs after the optimizer step: one all-reduce (max) of every float8 weight's amax, an fp32 each, over the ranks
@@ -114,6 +136,12 @@ void Lowerer::optimizer_step(const std::vector<int>& reductions) {
 }  // namespace lowering_internal
 
 Op optimizer_step_op(std::int64_t shard_elements, const Plan& plan) {
+  // Note [Optimizer in backward]: the units were stepped in backward (unit_optimizer_step_op); nothing is left.
+  if (plan.training.optimizer_in_backward) shard_elements = 0;
+  return unit_optimizer_step_op(shard_elements, plan);
+}
+
+Op unit_optimizer_step_op(std::int64_t shard_elements, const Plan& plan) {
   Op step;
   step.kind = OpKind::optimizer_step;
   step.optimizer_elements = shard_elements;

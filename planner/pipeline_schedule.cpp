@@ -8,6 +8,7 @@
 
 #include "errors.h"
 #include "lowerer.h"
+#include "optimizer_in_backward.h"
 
 namespace shardplan {
 namespace {
@@ -49,6 +50,7 @@ std::size_t stage_of(const std::vector<LayerRange>& stages, std::size_t layer) {
 PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
                                 const PipelineLayout& layout) {
   check_layout(layout, model);
+  check_optimizer_in_backward(plan);  // Note [Optimizer in backward]: refused with a pipeline
   PipelineSchedule pipeline;
   pipeline.order = pipeline_order(layout.schedule, layout.degree, layout.stages_per_rank, plan.grad_accumulation_steps);
   pipeline.stage_layers = layout.stages;

@@ -3,6 +3,7 @@
 
 #include "errors.h"
 #include "input_limits.h"
+#include "optimizer_in_backward.h"
 #include "stage_partition.h"
 
 namespace shardplan {
@@ -160,6 +161,7 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     throw InputError("plan: torch_compile with tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +
                      ": not yet modelled (expected tensor_parallel_degree 1 or torch_compile false)");
   }
+  check_optimizer_in_backward(plan);  // Note [Optimizer in backward]
   validate_expert_parallel(plan.training, model);
   if (world_size % plan.training.expert_parallel_degree != 0) {
     throw InputError("plan: expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +

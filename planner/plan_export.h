@@ -48,6 +48,11 @@ void check_export_recipe(const std::string& format, const TrainingConfig& traini
 // offloading] in export_activation_offload.cpp): fsdp2 carries it; fsdp1, deepspeed and torchtitan refuse.
 void check_export_activation_offload(const std::string& format, const TrainingConfig& training);
 
+// InputError, one line naming the flag, when `format` cannot carry where the plan's optimizer steps (Note [Exported
+// optimizer step] in export_optimizer_step.cpp): --optimizer-in-backward (fsdp2 and torchtitan carry it) and
+// --optimizer cpu-adamw (deepspeed carries it).
+void check_export_optimizer_step(const std::string& format, const TrainingConfig& training);
+
 // What `format` can write (Note [Export constrains the search] in export_support.cpp): tensor parallelism > 1 and
 // expert parallelism > 1, each with the reason when it cannot.
 struct ExportSupport {
@@ -141,6 +146,9 @@ std::string python_recipe_fsdp2(const TrainingConfig& training);
 // The FSDP2 script's ACTIVATION_OFFLOAD and activation_offload_context(model) (Note [Exported activation
 // offloading]); "" when the plan does not offload activations.
 std::string python_activation_offload_fsdp2(const TrainingConfig& training);
+// The FSDP2 script's OPTIMIZER_IN_BACKWARD and apply_optimizer_in_backward(model, make_optimizer) (Note [Exported
+// optimizer step]); "" when the plan steps after backward.
+std::string python_optimizer_in_backward_fsdp2(const TrainingConfig& training);
 
 // The FSDP2 script's TP_BLOCKS table, _full_length_positions hook and _apply_tensor_parallel(model, tp_mesh)
 // (Note [Exported tensor parallelism] in export_tensor_parallel.cpp); torchao's float8 styles for the blocks'

@@ -42,7 +42,8 @@ ActivationCheckpointing read_ac(const JsonObjectReader& reader, const std::strin
 TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_steps) {
   block.reject_unknown_keys({"seq_len", "micro_batch", "grad_accumulation_steps", "precision", "optimizer",
                              "flash_attention", "attention_kernel", "no_sync", "expert_parallel_degree",
-                             "torch_compile", "loss", "activation_offload"});
+                             "torch_compile", "loss", "activation_offload",
+                             "optimizer_in_backward"});
   TrainingConfig training;
   // Note [Input limits]: in range as read; validate_training and validate_plan check the products.
   training.seq_len = block.int_in_range("seq_len", 1, limits::kMaxSeqLen);
@@ -75,6 +76,8 @@ TrainingConfig read_training(const JsonObjectReader& block, int& accumulation_st
   }
   // Note [Activation offloading] (activation_offload.h); absent: the activations stay on the GPU.
   training.activation_offload = block.boolean("activation_offload", false);
+  // Note [Optimizer in backward] (optimizer_in_backward.h); absent: one optimizer step after backward.
+  training.optimizer_in_backward = block.boolean("optimizer_in_backward", false);
   // Note [Expert parallelism]: absent in plans of models without experts; validate_plan checks it against the model.
   training.expert_parallel_degree = static_cast<int>(
       block.optional_int_in_range("expert_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
@@ -201,6 +204,10 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
                                  " (Note [8-bit optimizers]: the states stay on the GPU)");
     }
   }
+  if (!plan.offload.params && !plan.offload.optimizer && plan.training.optimizer == OptimizerKind::cpu_adamw) {
+    root.fail("offload", "params or optimizer true with training.optimizer cpu-adamw (Note [CPU optimizer step]: "
+                         "DeepSpeed's CPU-Adam steps host-held states)");
+  }
   plan.layer_checkpointing.assign(model.layers.size(), ActivationCheckpointing::none);
   const auto entries = root.array("units");
   for (std::size_t id = 0; id < entries.size(); ++id) {
@@ -268,6 +275,7 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
   if (plan.training.torch_compile) document["training"]["torch_compile"] = true;  // eager plans write as before
   if (plan.training.loss != LossKind::cross_entropy) document["training"]["loss"] = to_string(plan.training.loss);
   if (plan.training.activation_offload) document["training"]["activation_offload"] = true;  // as before when off
+  if (plan.training.optimizer_in_backward) document["training"]["optimizer_in_backward"] = true;
   if (plan.training.expert_parallel_degree > 1) {  // plans without expert parallelism read and write as before
     document["training"]["expert_parallel_degree"] = plan.training.expert_parallel_degree;
   }

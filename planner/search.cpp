@@ -109,8 +109,9 @@ SearchResult search_plans_at(const ModelSpec& model, const Cluster& cluster, con
     result.host_memory = host_memory_use(result.best.plan, model, cluster);
   } else if (!known) {
     // Strategies whose model states alone exceed the cap were never simulated: make sure the leanest plan
-    // (full_shard, full AC, micro-batch 1) is among those the diagnosis compares.
-    KnobSetting lean{ShardingStrategy{}, "full", 1, false};
+    // (full_shard, full AC, micro-batch 1) is among those the diagnosis compares. Note [Optimizer in backward]: with
+    // it, the micro-batch one_micro_batch_per_step gave (no accumulation).
+    KnobSetting lean{ShardingStrategy{}, "full", training.optimizer_in_backward ? training.micro_batch : 1, false};
     searcher.evaluate(plan_for_knobs(model, cluster, training, lean), lean.label() + ", per block");
     // Offload settings whose states no node could hold were skipped (Note [Host memory]): simulate the leanest, so
     // the diagnosis can say whether host memory is what stands in the way.

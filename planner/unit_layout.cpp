@@ -157,7 +157,10 @@ MemoryByCategory persistent_memory(const std::vector<UnitLayout>& layouts, const
     add(MemoryCategory::sharded_params, layout.quant_constant_bytes);
     if (!plan.offload.params) {
       add(MemoryCategory::sharded_params, layout.shard_bytes);
-      add(MemoryCategory::sharded_grads, layout.grad_shard_elements * precision.grad_storage_bytes);
+      // Note [Optimizer in backward] (optimizer_in_backward.h): each unit's gradient lives only until its own step.
+      if (!plan.training.optimizer_in_backward) {
+        add(MemoryCategory::sharded_grads, layout.grad_shard_elements * precision.grad_storage_bytes);
+      }
     }
     if (!plan.offload.params && !plan.offload.optimizer) {
       add(MemoryCategory::optimizer_states,

@@ -101,6 +101,9 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
   if (plan.training.activation_offload) {  // Note [Activation offloading]: the runtimes keep activations on device
     reject("activation_offload is set", support, rank);
   }
+  if (plan.training.optimizer_in_backward) {  // Note [Optimizer in backward]: the runtimes step after backward
+    reject("optimizer_in_backward is set", support, rank);
+  }
   if (plan.offload.params || plan.offload.optimizer) reject("CPU offload is set", support, rank);
   if (plan.tensor_parallel_degree > 1 && !support.tensor_parallel) {
     reject("tensor_parallel_degree " + std::to_string(plan.tensor_parallel_degree) +

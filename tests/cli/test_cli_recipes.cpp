@@ -1,7 +1,7 @@
 // Tests of the fine-tuning recipe flags through the binary (Note [Exported recipes]): --loss and the 8-bit optimizers
 // reach the plan JSON, the plan text and the fsdp2 script; the other exports, tensor parallelism, CPU offload and
 // unknown names refuse in one line, exit 2. --activation-offload likewise (Note [Exported activation offloading]),
-// and `run` refuses it.
+// and `run` refuses it. --optimizer-in-backward and --optimizer cpu-adamw (Note [Exported optimizer step]) too.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -55,6 +55,16 @@ Exported exported(const std::string& name, const std::vector<std::string>& recip
   return out;
 }
 
+// `simulate` of tiny-llama on 4 CPU ranks reading `plan` back from a file: the planned recipe must survive the trip.
+RunResult simulate_plan(const nlohmann::json& plan, const std::string& name) {
+  const auto dir = scratch(name);
+  const std::string plan_file = (dir / "p.json").string();
+  std::ofstream(plan_file) << plan.dump();
+  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  std::filesystem::remove_all(dir);
+  return simulated;
+}
+
 }  // namespace
 
 TEST_CASE("recipes: --loss chunked-ce reaches the plan JSON, the text and the fsdp2 script (torchtune's loss)") {
@@ -96,15 +106,11 @@ TEST_CASE("recipes: --optimizer adamw8bit and paged-adamw8bit reach the plan and
   CHECK(contains(paged.script, "return bnb.optim.PagedAdamW8bit(params, lr=lr)"));
   CHECK(contains(paged.script, "CEWithChunkedOutputLoss(num_output_chunks=8)"));
   // The planned plan, read back by simulate, keeps the recipe.
-  const auto dir = scratch("recipe-simulate");
-  const std::string plan_file = (dir / "p.json").string();
-  std::ofstream(plan_file) << paged.plan.dump();
-  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  const RunResult simulated = simulate_plan(paged.plan, "recipe-simulate");
   INFO(simulated.err);
   CHECK(simulated.exit_status == 0);
   CHECK(contains(simulated.out, "recipe: loss chunked-ce"));
   CHECK(contains(simulated.out, "optimizer paged-adamw8bit"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("recipes: exports that cannot carry them, TP, CPU offload and unknown names refuse in one line") {
@@ -140,21 +146,19 @@ TEST_CASE("recipes: --activation-offload reaches the plan JSON, the text, simula
   const Exported plain = exported("offload-plain", {});
   CHECK_FALSE(plain.plan.at("training").contains("activation_offload"));
   CHECK_FALSE(contains(plain.script, "ACTIVATION_OFFLOAD"));
-  const auto dir = scratch("offload-simulate");
-  const std::string plan_file = (dir / "p.json").string();
-  std::ofstream(plan_file) << out.plan.dump();
-  const RunResult simulated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--plan", plan_file});
+  const RunResult simulated = simulate_plan(out.plan, "offload-simulate");
   INFO(simulated.err);
   CHECK(simulated.exit_status == 0);
   CHECK(contains(simulated.out, "recipe: activation offload"));
   CHECK(contains(simulated.out, "host memory (offloaded states and activations)"));
   if (shardplan_test::mpi_build()) {  // fp32: the CPU executor's precision, so the refusal is the offload's
+    const auto dir = scratch("offload-run");
     const std::string fp32_file = (dir / "fp32.json").string();
     std::ofstream(fp32_file) << exported("offload-fp32", {"--activation-offload", "--precision", "fp32"}).plan.dump();
     expect_input_error({"run", "-m", "tiny-llama", "--plan", fp32_file, "--device", "cpu", "--steps", "1"},
                        {"activation_offload is set"});
+    std::filesystem::remove_all(dir);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("recipes: --activation-offload refuses the other exports and tensor parallelism in one line") {
@@ -169,4 +173,82 @@ TEST_CASE("recipes: --activation-offload refuses the other exports and tensor pa
   std::filesystem::remove_all(dir);
   expect_input_error(plan_command({"--activation-offload", "--tensor-parallel", "2"}),
                      {"--activation-offload with --tensor-parallel 2", "expected --tensor-parallel 1"});
+}
+
+TEST_CASE("recipes: --optimizer-in-backward reaches the plan JSON, the text, simulate and the fsdp2 script") {
+  const Exported out = exported("in-backward", {"--optimizer-in-backward"});
+  CHECK(out.plan.at("training").at("optimizer_in_backward") == true);
+  CHECK(out.plan.at("training").at("grad_accumulation_steps") == 1);
+  CHECK(contains(out.text, "recipe: optimizer in backward (torchtune optimizer_in_bwd"));
+  CHECK(contains(out.script, "OPTIMIZER_IN_BACKWARD = True"));
+  CHECK(contains(out.script, "def apply_optimizer_in_backward(model, make_optimizer):"));
+  CHECK_FALSE(exported("in-backward-plain", {}).plan.at("training").contains("optimizer_in_backward"));
+  const RunResult simulated = simulate_plan(out.plan, "in-backward-simulate");
+  INFO(simulated.err);
+  CHECK(simulated.exit_status == 0);
+  CHECK(contains(simulated.out, "recipe: optimizer in backward"));
+  if (shardplan_test::mpi_build()) {  // fp32: the CPU executor's precision, so the refusal is the flag's
+    const auto dir = scratch("in-backward-run");
+    const std::string fp32_file = (dir / "fp32.json").string();
+    std::ofstream(fp32_file) << exported("in-backward-fp32", {"--optimizer-in-backward", "--precision", "fp32"})
+                                    .plan.dump();
+    expect_input_error({"run", "-m", "tiny-llama", "--plan", fp32_file, "--device", "cpu", "--steps", "1"},
+                       {"optimizer_in_backward is set"});
+    std::filesystem::remove_all(dir);
+  }
+  // A fixed global batch: the search keeps all of a rank's sequences in one micro-batch (no accumulation).
+  const Exported batched = exported("in-backward-batch", {"--optimizer-in-backward", "--global-batch", "8"});
+  CHECK(batched.plan.at("training").at("micro_batch") == 2);
+  CHECK(batched.plan.at("training").at("grad_accumulation_steps") == 1);
+}
+
+TEST_CASE("recipes: --optimizer-in-backward refuses accumulation, CPU offload, TP and other exports in one line") {
+  expect_input_error(plan_command({"--optimizer-in-backward", "--global-batch", "8", "--micro-batch", "1"}),
+                     {"--optimizer-in-backward with 2 micro-batches per step",
+                      "torchtune refuses gradient accumulation", "expected one micro-batch per step"});
+  expect_input_error(plan_command({"--optimizer-in-backward", "--cpu-offload"}),
+                     {"--optimizer-in-backward with --cpu-offload", "expected no CPU offload"});
+  expect_input_error(plan_command({"--optimizer-in-backward", "--tensor-parallel", "2"}),
+                     {"--optimizer-in-backward with --tensor-parallel 2", "expected --tensor-parallel 1"});
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64", "--optimizer-in-backward",
+                      "--cpu-offload"},
+                     {"--optimizer-in-backward with --cpu-offload"});
+  const auto dir = scratch("in-backward-refused");
+  for (const std::string format : {"deepspeed", "fsdp1"}) {
+    expect_input_error(plan_command({"--optimizer-in-backward", "--export", format, "--out-dir", dir.string()}),
+                       {"--export " + format + ": --optimizer-in-backward is carried by fsdp2 and torchtitan exports "
+                        "only", "expected --export fsdp2 or torchtitan"});
+  }
+  CHECK(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("recipes: --optimizer cpu-adamw plans CPU offload and exports DeepSpeed's CPU-Adam config") {
+  const auto dir = scratch("cpu-adam");
+  const RunResult result = run_shardplan(plan_command({"--optimizer", "cpu-adamw", "--export", "deepspeed",
+                                                       "--out-dir", dir.string(), "--out",
+                                                       (dir / "p.json").string()}));
+  INFO(result.err);
+  REQUIRE(result.exit_status == 0);
+  CHECK(contains(result.out, "recipe: optimizer cpu-adamw (DeepSpeed CPU-Adam"));
+  const auto plan = nlohmann::json::parse(read_text_file(dir / "p.json"));
+  CHECK(plan.at("training").at("optimizer") == "cpu-adamw");
+  CHECK(plan.at("offload").at("params") == true);
+  const auto config = nlohmann::json::parse(read_text_file(dir / "ds_config.json"));
+  CHECK(config.at("optimizer").at("type") == "AdamW");
+  CHECK(config.at("optimizer").at("params").at("torch_adam") == false);
+  CHECK(config.at("zero_optimization").at("offload_optimizer").at("device") == "cpu");
+  std::filesystem::remove_all(dir);
+  const auto refused = scratch("cpu-adam-refused");
+  for (const std::string format : {"fsdp2", "fsdp1"}) {
+    expect_input_error(plan_command({"--optimizer", "cpu-adamw", "--export", format, "--out-dir", refused.string()}),
+                       {"--export " + format + ": --optimizer cpu-adamw (DeepSpeed's CPU-Adam) is carried by "
+                        "deepspeed exports only", "expected --export deepspeed, or --optimizer adamw"});
+  }
+  CHECK(std::filesystem::is_empty(refused));
+  std::filesystem::remove_all(refused);
+  expect_input_error(plan_command({"--optimizer", "cpu-adamw", "--cpu-offload=false"}),
+                     {"--optimizer cpu-adamw without --cpu-offload", "expected --cpu-offload, or --optimizer adamw"});
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64", "--optimizer", "cpu-adamw"},
+                     {"--optimizer cpu-adamw without --cpu-offload"});
 }

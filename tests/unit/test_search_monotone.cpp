@@ -40,6 +40,15 @@ SearchResult search_at(const MonotoneCase& c, double cap_gib) {
   return search_plans(c.model, cluster, profile_from_cluster(cluster), training, options);
 }
 
+// The search's JSON on `threads` threads, less its wall time (the one field that may differ between runs).
+nlohmann::json search_json(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                           const TrainingConfig& training, SearchOptions options, std::size_t threads) {
+  options.threads = threads;
+  nlohmann::json document = to_json(search_plans(model, cluster, profile, training, options), model);
+  document["search"].erase("seconds");
+  return document;
+}
+
 // Whether a search claims its plan is the optimum: every setting proven, none of them over partitions only.
 bool proven(const SearchResult& result) {
   return result.heuristic_settings.empty() && result.kept_by_refinement_settings == 0;
@@ -299,11 +308,7 @@ TEST_CASE("search: the plan is the same for 1 and 4 threads over tensor-parallel
   options.tensor_parallel_degrees = {1, 2, 4, 8};
   options.memory_cap_bytes = std::int64_t{8} << 30;  // a TP degree above 1 is planned
   const auto run = [&](std::size_t threads) {
-    SearchOptions with_threads = options;
-    with_threads.threads = threads;
-    nlohmann::json document = to_json(search_plans(model, cluster, profile, training, with_threads), model);
-    document["search"].erase("seconds");
-    return document;
+    return search_json(model, cluster, profile, training, options, threads);
   };
   const nlohmann::json one = run(1), four = run(4);
   REQUIRE(one.contains("plan"));
@@ -327,11 +332,7 @@ TEST_CASE("search: the knob settings' waves give the same plan for 1, 2 and 5 th
   SearchOptions options;
   options.memory_cap_bytes = std::int64_t{12} << 30;
   const auto run = [&](std::size_t threads) {
-    SearchOptions with_threads = options;
-    with_threads.threads = threads;
-    nlohmann::json document = to_json(search_plans(model, cluster, profile, training, with_threads), model);
-    document["search"].erase("seconds");
-    return document;
+    return search_json(model, cluster, profile, training, options, threads);
   };
   const nlohmann::json one = run(1);
   REQUIRE(one.contains("plan"));
