@@ -8,11 +8,13 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "context_parallel_lowering.h"
 #include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
 #include "plan_report.h"
 #include "input_limits.h"
+#include "memory_headroom.h"
 #include "inputs.h"
 #include "model_source.h"
 #include "output_files.h"
@@ -45,6 +47,7 @@ struct PlanFlags {
   std::string export_format;
   std::string out_dir = ".";
   int jobs = 0;  // 0: the machine's cores
+  int context_parallel = 1;
   bool json = false;
 };
 
@@ -134,6 +137,45 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
   std::printf("%s", render_search_proof(result).c_str());
 }
 
+// Note [Fixed context parallel degree]: `plan --context-parallel N` keeps cp = N; without it cp is 1 (a search over
+// the degree is later work). The search runs on one CP rank's share of every sequence (seq_len / cp tokens, the
+// global batch counted in those shares): every per-token cost and the activations are the rank's, but the ring's
+// other cp − 1 attention steps and its K/V exchanges are not priced per candidate. The planned plan and the baselines
+// then get the degree and the whole sequence back and are simulated as CP plans (Note [Context-parallel lowering] in
+// planner/context_parallel_lowering.h), so every figure printed is the CP plan's.
+constexpr const char* kContextParallelNote =
+    "the wrapping search ran on one CP rank's seq/cp tokens; the planned plan and the baselines are simulated with "
+    "the ring (the search over the cp degree is later work: without --context-parallel it stays 1)";
+
+TrainingConfig context_parallel_search_training(const TrainingConfig& training, int degree) {
+  TrainingConfig share = training;
+  share.seq_len = training.seq_len / degree;
+  share.global_batch = training.global_batch * degree;  // 0 stays 0: one micro-batch per rank
+  return share;
+}
+
+void restore_context_parallel(SearchResult& result, const TrainingConfig& training, int degree,
+                              const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile) {
+  const auto restore = [&](PlanCandidate& candidate) {
+    candidate.plan.training.seq_len = training.seq_len;
+    candidate.plan.training.global_batch = training.global_batch;
+    candidate.plan.context_parallel.degree = degree;
+    candidate.summary = analyze_step(model, cluster, profile, candidate.plan, false).simulation.summary;
+    candidate.fits = fits_in_memory(candidate.summary, result.usable_memory_bytes());
+  };
+  if (result.feasible) {
+    restore(result.best);
+    result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
+  }
+  for (BaselineResult& baseline : result.baselines) {
+    try {
+      restore(baseline.candidate);
+    } catch (const InputError&) {
+      baseline.candidate.fits = false;  // a baseline the CP plan cannot take (e.g. DDP's world): not comparable
+    }
+  }
+}
+
 }  // namespace
 
 Action add_plan_command(CLI::App& app, const Output& output) {
@@ -168,6 +210,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                       "threads of the search: tensor-parallel degrees and knob settings searched at once (default: "
                       "the machine's cores); the result does not depend on it")
       ->check(CLI::Range(1, 1024));
+  command->add_option("--context-parallel", flags->context_parallel,
+                      "context-parallel ranks (cp), fixed: ring attention over each sequence split cp ways, FSDP over "
+                      "dp_shard x cp; default 1 (the degree is not searched yet)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [command, flags, output]() {
     const ModelSpec base = load_searchable_model(flags->model_cluster.model, "plan");
@@ -230,14 +277,36 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                                 options.tensor_parallel_degrees, options.expert_parallel_degrees);
       if (flags->export_format == "torchtitan") restrict_search_to_torchtitan(options);
     }
-    const SearchResult result = search_plans(model, cluster, profile, training, options);
+    const int context_parallel = flags->context_parallel;
+    if (context_parallel > 1) {
+      // Note [Fixed context parallel degree].
+      validate_context_parallel(context_parallel, training, model, "--context-parallel");
+      if (cluster.world_size() % context_parallel != 0) {
+        throw InputError("--context-parallel " + std::to_string(context_parallel) + ": expected a divisor of the " +
+                         std::to_string(cluster.world_size()) + " ranks");
+      }
+      if (!flags->export_format.empty() && flags->export_format != "torchtitan") {
+        throw InputError("--context-parallel " + std::to_string(context_parallel) + " with --export " +
+                         flags->export_format + ": only torchtitan's output shards sequences with torch's "
+                         "context_parallel (expected --export torchtitan)");
+      }
+      std::erase_if(options.tensor_parallel_degrees,
+                    [&](int degree) { return cluster.world_size() % (degree * context_parallel) != 0; });
+    }
+    const TrainingConfig searched =
+        context_parallel > 1 ? context_parallel_search_training(training, context_parallel) : training;
+    SearchResult result = search_plans(model, cluster, profile, searched, options);
+    if (context_parallel > 1) restore_context_parallel(result, training, context_parallel, model, cluster, profile);
     if (flags->json) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);
       document["error_band"] = error_band_json(bands, headroom);
+      document["context_parallel_degree"] = context_parallel;
+      if (context_parallel > 1) document["context_parallel_note"] = kContextParallelNote;
       output.json(document);
     } else {
       std::printf("%s", unmeasured_rates_line(profile).c_str());
+      if (context_parallel > 1) std::printf("context parallel %d: %s\n", context_parallel, kContextParallelNote);
       print_text(result, model, cluster, bands, headroom);
     }
     if (!result.feasible) return kExitInfeasible;
