@@ -100,9 +100,13 @@ class Lowerer {
   void emit_all_to_alls(std::size_t layer, int unit, int micro, int after);
 
   // --- context parallelism (lowering_context_parallel.cpp, Note [Context-parallel lowering]) ------------------------
-  // The ring's K/V (and in backward dK/dV) sends of `layer`'s pass `id`, the first ones after `before` (the compute op
-  // before the pass, -1: none); the next compute op waits for the last.
-  void emit_ring_exchanges(std::size_t layer, int unit, int micro, ComputePass pass, int before, int id);
+  // The ring's K/V (and in backward dK/dV) sends of `layer`'s pass, issued before the pass op (so they overlap it)
+  // once `before` (the compute op before the pass, -1: none) has run; the last send's id, -1 when the layer has no
+  // ring. Then, after the pass op `pass_op`, finish_ring: backward's last dK/dV send, and the next compute op waits
+  // for the last send.
+  int emit_ring_sends(std::size_t layer, int unit, int micro, ComputePass pass, int before);
+  void finish_ring(std::size_t layer, int unit, int micro, ComputePass pass, int pass_op, int last_send);
+  Op ring_send(std::size_t layer, int unit, int micro, std::int64_t bytes, int element_bytes, int degree);
   const std::optional<ContextParallelAttention>& ring_attention(std::size_t layer);
 
   // --- activation offloading (lowering_offload.cpp, Note [Activation offloading] in activation_offload.h) ---------

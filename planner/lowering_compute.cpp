@@ -34,7 +34,9 @@ std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, Comput
     // Note [Context-parallel lowering]: pass_kernels on the rank's s/cp tokens gives one ring step's attention; the
     // ring runs cp of them.
     const std::vector<AttentionCall> step = built.attention;
-    for (int more = 1; more < ring_.degree; ++more) built.attention.insert(built.attention.end(), step.begin(), step.end());
+    for (int more = 1; more < ring_.degree; ++more) {
+      built.attention.insert(built.attention.end(), step.begin(), step.end());
+    }
   }
   for (std::size_t back = 1; back <= std::min(kInternedCompared, distinct_kernels_.size()); ++back) {
     const auto& earlier = distinct_kernels_[distinct_kernels_.size() - back];
@@ -69,6 +71,11 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
         tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
                                                : spec.backward_flops_per_token(seq, causal));
   }
+  // Note [Context-parallel lowering]: the ring's sends are issued before the pass they overlap; only a full
+  // recompute runs the ring again (torchtitan's selective-op policy saves SDPA's output).
+  const bool rings = ring_.enabled() &&
+                     (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full);
+  const int ring_sends = rings ? emit_ring_sends(layer, unit, micro, pass, before) : -1;
   if (kind == OpKind::forward) {
     // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
     const std::int64_t workspace = forward_workspace_bytes(plan_, model_, layer);
@@ -80,8 +87,8 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
   // attention-core recompute does not reach the MLP: only full recompute exchanges the tokens again.
   if (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full) {
     emit_all_to_alls(layer, unit, micro, id);
-    if (ring_.enabled()) emit_ring_exchanges(layer, unit, micro, pass, before, id);
   }
+  finish_ring(layer, unit, micro, pass, id, ring_sends);
   return id;
 }
 
