@@ -96,6 +96,28 @@ TEST_CASE("context parallel lowering: the ring's sends and bytes per step are co
   CHECK(schedule.tokens_per_step == 2 * 8192);  // two sequences: one per dp_shard rank
 }
 
+TEST_CASE("context parallel lowering: cp ranks sit after tp, so the ring leaves the node when cp x tp outgrows it") {
+  const ModelSpec model = preset_model("llama3-8b");
+  const LoweringOptions options{16, 8, 0};  // 2 nodes of 8
+  const auto spans = [&](int tp) {
+    Plan plan = cp_plan(model, 8192, 4, 16);
+    plan.tensor_parallel_degree = tp;
+    const StepSchedule schedule = lower_plan(plan, model, options);
+    CHECK(schedule.parallel.tp() == tp);
+    CHECK(schedule.world_size == 16 / tp);  // FSDP over dp_shard x cp
+    bool any = false, all = true;
+    for (const Op& op : schedule.ops) {
+      if (op.kind != OpKind::send) continue;
+      any = any || op.group_spans_nodes;
+      all = all && op.group_spans_nodes;
+    }
+    CHECK(any == all);
+    return any;
+  };
+  CHECK_FALSE(spans(2));  // 4 x 2 = 8 ranks: one node
+  CHECK(spans(4));        // 4 x 4 = 16 ranks: two nodes
+}
+
 TEST_CASE("context parallel lowering: each rank does 1/cp of the compute and keeps 1/cp of the activations") {
   const ModelSpec model = preset_model("llama3.1-8b");  // Llama 3 8B's config names 8192 positions
   const LoweringOptions options{8, 8, 0};
