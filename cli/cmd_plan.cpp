@@ -77,8 +77,10 @@ std::string describe_units(const Plan& plan) {
 // printed beside the planned plan and every baseline so a reader sees they run the same step.
 std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
   const Plan& plan = candidate.plan;
-  const std::int64_t sequences = plan.training.micro_batch * plan.grad_accumulation_steps *
-                                 parallel_dims(plan, world_size).data_parallel_world_size();
+  // CP ranks share each sequence (Note [Context parallel policy] in planner/plan.h): the batch ranks are the rest.
+  const ParallelDims dims = parallel_dims(plan, world_size);
+  const std::int64_t sequences =
+      plan.training.micro_batch * plan.grad_accumulation_steps * dims.data_parallel_world_size() / dims.cp();
   return std::to_string(sequences) + " sequences (" + std::to_string(candidate.summary.tokens_per_step) + " tokens)";
 }
 
@@ -97,10 +99,12 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                 best.summary.peak_op.c_str());
     const std::string recipe = recipe_text(best.plan.training);  // Note [Fine-tuning losses], [8-bit optimizers]
     if (!recipe.empty()) std::printf("  recipe: %s\n", recipe.c_str());
-    std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks\n",
+    const ParallelDims dims = parallel_dims(best.plan, cluster.world_size());
+    std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks%s\n",
                 global_batch_text(best, cluster.world_size()).c_str(),
                 static_cast<long long>(best.plan.training.micro_batch), best.plan.grad_accumulation_steps,
-                parallel_dims(best.plan, cluster.world_size()).data_parallel_world_size());
+                dims.data_parallel_world_size() / dims.cp(),
+                dims.cp() > 1 ? (", each sequence over cp " + std::to_string(dims.cp())).c_str() : "");
     // Note [Memory headroom]: the figure the fits test compares, and the share of the cap it leaves.
     std::printf("  fits: device peak %s (reserved + overhead) = %.1f%% of %s, %g%% headroom kept\n",
                 gib(best.summary.device_peak_bytes).c_str(),

@@ -59,6 +59,9 @@ TEST_CASE("`plan --context-parallel 2`: the planned plan keeps the degree and sa
   REQUIRE(text.exit_status == 0);
   CHECK(text.out.find("context parallel 2: ") != std::string::npos);
   CHECK(text.out.find("CP 2, ") != std::string::npos);
+  // 8 ranks, 2 on each sequence: one sequence on each of 4 batch ranks, 4 × 64 tokens.
+  CHECK(text.out.find("global batch 4 sequences (256 tokens) per step: micro-batch 1 x 1 accumulation x 4 "
+                      "data-parallel ranks, each sequence over cp 2") != std::string::npos);
   const json document = run_json(with(args, {"--json"}));
   CHECK(document.at("context_parallel_degree") == 2);
   CHECK(document.at("plan").at("context_parallel_degree") == 2);
