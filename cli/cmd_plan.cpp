@@ -294,6 +294,9 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                          flags->export_format + ": only torchtitan's output shards sequences with torch's "
                          "context_parallel (expected --export torchtitan)");
       }
+      // The batch divides over the ranks less cp (CP ranks share each sequence); said in the user's numbers here,
+      // not the search's shares.
+      if (training.global_batch > 0) (void)training.grad_accumulation_steps(cluster.world_size() / context_parallel);
       std::erase_if(options.tensor_parallel_degrees,
                     [&](int degree) { return cluster.world_size() % (degree * context_parallel) != 0; });
     }

@@ -73,6 +73,10 @@ TEST_CASE("`--context-parallel`: a sequence torch cannot split, or an export tha
                      {"--context-parallel 4", "multiple of 2 x 4 = 8"});
   expect_input_error({"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "68", "--context-parallel", "4"},
                      {"--context-parallel 4", "multiple of 2 x 4 = 8"});
+  // The batch divides over 8 / cp = 4 ranks, said in the user's numbers (the search runs on the ranks' shares).
+  expect_input_error({"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--context-parallel", "2",
+                      "--global-batch", "3"},
+                     {"--global-batch 3", "= 1 × 4 = 4"});
   expect_input_error({"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--context-parallel", "2",
                       "--no-flash-attention"},
                      {"--context-parallel 2", "flash"});
