@@ -1,8 +1,8 @@
 // Default plans (FSDP's usual wrapping) and plan validation against a model and a world.
 #include "plan.h"
 
-#include "errors.h"
 #include "context_parallel_lowering.h"
+#include "errors.h"
 #include "input_limits.h"
 #include "stage_partition.h"
 
@@ -167,9 +167,9 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
                      ": expected a divisor of the " + std::to_string(world_size) + " ranks");
   }
   // Note [Context-parallel lowering] (context_parallel_lowering.h).
-  validate_context_parallel(plan.context_parallel.degree, plan.training, model, "plan: context_parallel degree");
+  validate_context_parallel(plan.context_parallel.degree, plan.training, model, "plan: context_parallel_degree");
   if (plan.context_parallel.enabled() && plan.pipeline.enabled()) {
-    throw InputError("plan: context_parallel degree " + std::to_string(plan.context_parallel.degree) +
+    throw InputError("plan: context_parallel_degree " + std::to_string(plan.context_parallel.degree) +
                      " with pipeline degree " + std::to_string(plan.pipeline.degree) +
                      ": not yet lowered together (expected one of them 1)");
   }
