@@ -8,11 +8,13 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "context_parallel_lowering.h"
 #include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
 #include "plan_report.h"
 #include "input_limits.h"
+#include "memory_headroom.h"
 #include "inputs.h"
 #include "model_source.h"
 #include "optimizer_in_backward.h"
@@ -47,6 +49,7 @@ struct PlanFlags {
   std::string export_format;
   std::string out_dir = ".";
   int jobs = 0;  // 0: the machine's cores
+  int context_parallel = 1;
   bool json = false;
   PipelinePlanFlags pipeline;
 };
@@ -77,8 +80,10 @@ std::string describe_units(const Plan& plan) {
 // printed beside the planned plan and every baseline so a reader sees they run the same step.
 std::string global_batch_text(const PlanCandidate& candidate, int world_size) {
   const Plan& plan = candidate.plan;
-  const std::int64_t sequences = plan.training.micro_batch * plan.grad_accumulation_steps *
-                                 parallel_dims(plan, world_size).data_parallel_world_size();
+  // CP ranks share each sequence (Note [Context parallel policy] in planner/plan.h): the batch ranks are the rest.
+  const ParallelDims dims = parallel_dims(plan, world_size);
+  const std::int64_t sequences =
+      plan.training.micro_batch * plan.grad_accumulation_steps * dims.data_parallel_world_size() / dims.cp();
   return std::to_string(sequences) + " sequences (" + std::to_string(candidate.summary.tokens_per_step) + " tokens)";
 }
 
@@ -107,10 +112,12 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                 best.summary.peak_op.c_str());
     const std::string recipe = recipe_text(best.plan.training);  // Note [Fine-tuning losses], [8-bit optimizers]
     if (!recipe.empty()) std::printf("  recipe: %s\n", recipe.c_str());
-    std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks\n",
+    const ParallelDims dims = parallel_dims(best.plan, cluster.world_size());
+    std::printf("  global batch %s per step: micro-batch %lld x %d accumulation x %d data-parallel ranks%s\n",
                 global_batch_text(best, cluster.world_size()).c_str(),
                 static_cast<long long>(best.plan.training.micro_batch), best.plan.grad_accumulation_steps,
-                parallel_dims(best.plan, cluster.world_size()).data_parallel_world_size());
+                dims.data_parallel_world_size() / dims.cp(),
+                dims.cp() > 1 ? (", each sequence over cp " + std::to_string(dims.cp())).c_str() : "");
     // Note [Memory headroom]: the figure the fits test compares, and the share of the cap it leaves.
     std::printf("  fits: device peak %s (reserved + overhead) = %.1f%% of %s, %g%% headroom kept\n",
                 gib(best.summary.device_peak_bytes).c_str(),
@@ -150,6 +157,45 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
   std::printf("%s", render_search_proof(result).c_str());
 }
 
+// Note [Fixed context parallel degree]: `plan --context-parallel N` keeps cp = N; without it cp is 1 (a search over
+// the degree is later work). The search runs on one CP rank's share of every sequence (seq_len / cp tokens, the
+// global batch counted in those shares): every per-token cost and the activations are the rank's, but the ring's
+// other cp − 1 attention steps and its K/V exchanges are not priced per candidate. The planned plan and the baselines
+// then get the degree and the whole sequence back and are simulated as CP plans (Note [Context-parallel lowering] in
+// planner/context_parallel_lowering.h), so every figure printed is the CP plan's.
+constexpr const char* kContextParallelNote =
+    "the wrapping search ran on one CP rank's seq/cp tokens; the planned plan and the baselines are simulated with "
+    "the ring (the search over the cp degree is later work: without --context-parallel it stays 1)";
+
+TrainingConfig context_parallel_search_training(const TrainingConfig& training, int degree) {
+  TrainingConfig share = training;
+  share.seq_len = training.seq_len / degree;
+  share.global_batch = training.global_batch * degree;  // 0 stays 0: one micro-batch per rank
+  return share;
+}
+
+void restore_context_parallel(SearchResult& result, const TrainingConfig& training, int degree,
+                              const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile) {
+  const auto restore = [&](PlanCandidate& candidate) {
+    candidate.plan.training.seq_len = training.seq_len;
+    candidate.plan.training.global_batch = training.global_batch;
+    candidate.plan.context_parallel.degree = degree;
+    candidate.summary = analyze_step(model, cluster, profile, candidate.plan, false).simulation.summary;
+    candidate.fits = fits_in_memory(candidate.summary, result.usable_memory_bytes());
+  };
+  if (result.feasible) {
+    restore(result.best);
+    result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
+  }
+  for (BaselineResult& baseline : result.baselines) {
+    try {
+      restore(baseline.candidate);
+    } catch (const InputError&) {
+      baseline.candidate.fits = false;  // a baseline the CP plan cannot take (e.g. DDP's world): not comparable
+    }
+  }
+}
+
 }  // namespace
 
 Action add_plan_command(CLI::App& app, const Output& output) {
@@ -185,6 +231,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                       "the machine's cores); the result does not depend on it")
       ->check(CLI::Range(1, 1024));
   add_pipeline_plan_flags(*command, flags->pipeline);
+  command->add_option("--context-parallel", flags->context_parallel,
+                      "context-parallel ranks (cp), fixed: ring attention over each sequence split cp ways, FSDP over "
+                      "dp_shard x cp; default 1 (the degree is not searched yet)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
   return [command, flags, output]() {
     const ModelSpec base = load_searchable_model(flags->model_cluster.model, "plan");
@@ -251,20 +302,42 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                                 options.tensor_parallel_degrees, options.expert_parallel_degrees);
       if (flags->export_format == "torchtitan") restrict_search_to_torchtitan(options);
     }
+    const int context_parallel = flags->context_parallel;
+    if (context_parallel > 1) {
+      // Note [Fixed context parallel degree].
+      validate_context_parallel(context_parallel, training, model, "--context-parallel");
+      if (cluster.world_size() % context_parallel != 0) {
+        throw InputError("--context-parallel " + std::to_string(context_parallel) + ": expected a divisor of the " +
+                         std::to_string(cluster.world_size()) + " ranks");
+      }
+      if (!flags->export_format.empty() && flags->export_format != "torchtitan") {
+        throw InputError("--context-parallel " + std::to_string(context_parallel) + " with --export " +
+                         flags->export_format + ": only torchtitan's output shards sequences with torch's "
+                         "context_parallel (expected --export torchtitan)");
+      }
+      // The batch divides over the ranks less cp (CP ranks share each sequence); said in the user's numbers here,
+      // not the search's shares.
+      if (training.global_batch > 0) (void)training.grad_accumulation_steps(cluster.world_size() / context_parallel);
+      std::erase_if(options.tensor_parallel_degrees,
+                    [&](int degree) { return cluster.world_size() % (degree * context_parallel) != 0; });
+    }
+    const TrainingConfig searched =
+        context_parallel > 1 ? context_parallel_search_training(training, context_parallel) : training;
     // Note [Pipeline search] (planner/search_pipeline.h): pipeline plans beside FSDP's, pruned by FSDP's best; a
     // pinned degree searches pipeline plans only.
     const MemoryHeadroom usable{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
                                 options.memory_headroom_fraction};
     const PipelineSearchRequest pipeline_request = pipeline_search_request(
-        flags->pipeline, model, cluster, options, flags->export_format,
-        !flags->trace_file.empty() || !flags->report_file.empty(), usable.usable_bytes());
+        flags->pipeline, model, cluster, training, options, flags->export_format,
+        !flags->trace_file.empty() || !flags->report_file.empty(), context_parallel, usable.usable_bytes());
     SearchResult result;
     if (pipeline_request.pinned) {
       result.memory_cap_bytes = usable.cap_bytes;
       result.memory_headroom_fraction = usable.fraction;
       result.memory_headroom_bytes = usable.headroom_bytes();
     } else {
-      result = search_plans(model, cluster, profile, training, options);
+      result = search_plans(model, cluster, profile, searched, options);
+      if (context_parallel > 1) restore_context_parallel(result, training, context_parallel, model, cluster, profile);
     }
     PipelineSearchResult pipeline;
     if (pipeline_request.skipped.empty()) {
@@ -278,6 +351,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);
       document["error_band"] = error_band_json(bands, headroom);
+      document["context_parallel_degree"] = context_parallel;
+      if (context_parallel > 1) document["context_parallel_note"] = kContextParallelNote;
       document["pipeline_search"] = pipeline_search_json(pipeline_request, pipeline, model, usable);
       if (pipeline.feasible) {  // the planned plan is the pipeline's; FSDP's best stays under without_pipeline
         nlohmann::json without;
@@ -293,6 +368,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       output.json(document);
     } else {
       std::printf("%s", unmeasured_rates_line(profile).c_str());
+      if (context_parallel > 1) std::printf("context parallel %d: %s\n", context_parallel, kContextParallelNote);
       const std::string pipeline_text =
           pipeline.feasible ? render_pipeline_plan_text(pipeline, cluster, usable) : std::string();
       if (pipeline_request.pinned) {  // pipeline plans only: no FSDP search, no baselines

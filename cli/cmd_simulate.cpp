@@ -5,6 +5,7 @@
 
 #include "chrome_trace.h"
 #include "commands.h"
+#include "context_parallel_lowering.h"
 #include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
@@ -35,6 +36,7 @@ struct SimulateFlags {
   int pipeline_parallel = 1;
   std::string pipeline_schedule = "1F1B";
   int stages_per_rank = 1;
+  int context_parallel = 1;
   bool json = false;
 };
 
@@ -92,6 +94,11 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
                       "virtual stages per pipeline rank (Interleaved1F1B: 2 or more)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 10));
+  command->add_option("--context-parallel", flags->context_parallel,
+                      "context-parallel ranks (cp) of the default plan: ring attention over each sequence split cp "
+                      "ways, FSDP over dp_shard x cp (Note [Context parallel policy]); --seq-len a multiple of 2 x cp")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print the summary as JSON");
   return [command, flags, output]() {
@@ -101,6 +108,10 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);
     Plan plan;
     if (!flags->plan_file.empty()) {
+      if (flags->context_parallel != 1) {
+        throw InputError("--context-parallel: sets the default plan's degree; a plan file gives its own "
+                         "(context_parallel_degree), expected no --context-parallel with --plan");
+      }
       plan = read_plan_file(flags->plan_file, base);
     } else {
       const TrainingConfig training = resolve_training(flags->training, base);
@@ -112,10 +123,15 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       // The global batch divides over the data-parallel ranks (Note [2-D plans] in planner/tensor_parallel_view.h).
       plan.tensor_parallel_degree = tensor_parallel;
       plan.pipeline.degree = flags->pipeline_parallel;
-      const int data_parallel_ranks = parallel_dims(plan, cluster.world_size()).data_parallel_world_size();
+      plan.context_parallel.degree = flags->context_parallel;
+      validate_context_parallel(flags->context_parallel, training, base, "--context-parallel");
+      // CP ranks split each sequence, not the batch: the batch divides over the data-parallel ranks less cp.
+      const int data_parallel_ranks =
+          parallel_dims(plan, cluster.world_size()).data_parallel_world_size() / flags->context_parallel;
       plan = default_plan(base, training, parse_strategy(flags->strategy), parse_units_policy(flags->units, base),
                           data_parallel_ranks);
       plan.tensor_parallel_degree = tensor_parallel;
+      plan.context_parallel.degree = flags->context_parallel;
       plan.offload.params = flags->cpu_offload;
       check_optimizer_offload(plan.training, plan.offload.params, "--cpu-offload");
       if (flags->pipeline_parallel > 1) {
@@ -193,8 +209,9 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       output.json(document);
     } else {
       std::cout << "model " << model.name << " on " << cluster.describe() << ", plan '" << plan.name << "' ("
-                << plan.units.size() << " units)\n";
-      std::cout << unmeasured_rates_line(profile);
+                << plan.units.size() << " units)";
+      if (plan.context_parallel.enabled()) std::cout << ", " << to_string(parallel_dims(plan, cluster.world_size()));
+      std::cout << "\n" << unmeasured_rates_line(profile);
       const std::string recipe = recipe_text(plan.training);  // Note [Fine-tuning losses], [8-bit optimizers]
       if (!recipe.empty()) std::cout << "recipe: " << recipe << "\n";
       std::cout << render_simulation_text(summary, analysis.schedule, headroom);

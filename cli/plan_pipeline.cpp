@@ -25,9 +25,10 @@ void add_pipeline_plan_flags(CLI::App& command, PipelinePlanFlags& flags) {
 }
 
 PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, const ModelSpec& model,
-                                              const Cluster& cluster, const SearchOptions& search,
+                                              const Cluster& cluster, const TrainingConfig& training,
+                                              const SearchOptions& search,
                                               const std::string& export_format, bool writes_timeline,
-                                              std::int64_t usable_bytes) {
+                                              int context_parallel, std::int64_t usable_bytes) {
   PipelineSearchRequest request;
   request.pinned = flags.pipeline_parallel > 1;
   // Why no pipeline plan can be the answer of this command; a pinned degree refuses it in one line.
@@ -38,6 +39,12 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   }
   if (writes_timeline) conflict = "--trace/--report (not yet written for a pipeline plan)";
   if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
+  if (context_parallel > 1) {
+    conflict = "--context-parallel " + std::to_string(context_parallel) +
+               " (context parallelism under pipeline parallelism is not modelled)";
+  }
+  // Note [Optimizer in backward] (planner/optimizer_in_backward.h): torchtitan refuses it with a pipeline.
+  if (training.optimizer_in_backward) conflict = "--optimizer-in-backward (torchtitan refuses it with a pipeline)";
   const bool experts = std::any_of(model.layers.begin(), model.layers.end(),
                                    [](const LayerSpec& layer) { return layer.moe.has_value(); });
   if (experts) conflict = "a model with experts (expert parallelism under pipeline parallelism is not modelled)";

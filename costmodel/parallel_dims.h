@@ -97,7 +97,8 @@ class ParallelDims {
   int data_parallel_world_size() const { return dp_replicate_ * dp_shard_ * cp_; }
   // Of one node's GPUs, how many are ranks of one data-parallel group: TP is the innermost mesh dim, so a node holds
   // whole TP groups (planner/plan.h Note [Tensor parallel degree] requires tp to divide the node) and one rank of
-  // each per data-parallel index. cp and pp are 1 wherever this is used (Plan's parallel_dims).
+  // each per data-parallel index; the cp ranks, next out, are data-parallel ranks of their own (a CP group of
+  // consecutive ones). pp is 1 wherever this is used (a pipeline plan's stages are placed by lower_pipeline).
   int data_parallel_gpus_per_node(int gpus_per_node) const { return gpus_per_node / tp_; }
   ParallelDegrees degrees() const { return {dp_replicate_, dp_shard_, cp_, tp_, pp_, ep_}; }
 

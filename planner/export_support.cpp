@@ -78,6 +78,12 @@ void check_export_support(const std::string& format, const Plan& plan, const Mod
     throw InputError("--export " + format + ": the plan has a pipeline (pipeline_parallel_degree " +
                      std::to_string(plan.pipeline.degree) + "), but " + why + " (expected --export torchtitan)");
   }
+  if (plan.context_parallel.enabled() && format != "torchtitan") {
+    throw InputError("--export " + format + ": the plan has context_parallel_degree " +
+                     std::to_string(plan.context_parallel.degree) + ", but the " + format +
+                     " output does not shard sequences with torch's context_parallel yet (expected --export "
+                     "torchtitan)");
+  }
   if (plan.training.expert_parallel_degree > 1 && !support.expert_parallel) {
     throw InputError("--export " + format + ": the plan has expert_parallel_degree " +
                      std::to_string(plan.training.expert_parallel_degree) + ", but " + support.expert_parallel_why +

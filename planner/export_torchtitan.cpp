@@ -276,23 +276,35 @@ ParallelDims torchtitan_degrees(const Plan& plan, int world_size, int gpus_per_n
   degrees.cp = plan_dims.cp();
   degrees.pp = plan_dims.pp();
   const int data_parallel = plan_dims.data_parallel_world_size();
+  const int cp = plan_dims.cp();
   const ShardingStrategy strategy = export_detail::uniform_strategy(plan, kFormat);
+  // FSDP shards over dp_shard × cp (Note [ParallelDims]): the plan's shard group holds the cp ranks, torchtitan's
+  // data_parallel_shard_degree does not.
+  const auto shard_without_cp = [&](int shard_group) {
+    if (shard_group % cp != 0) {
+      refuse("a shard group of " + std::to_string(shard_group) + " ranks that context_parallel_degree " +
+             std::to_string(cp) + " does not divide (torchtitan shards over dp_shard x cp)");
+    }
+    return shard_group / cp;
+  };
   switch (strategy.kind) {
     case StrategyKind::full_shard:
     case StrategyKind::zero3:
     case StrategyKind::shard_grad_op:
-      degrees.dp_shard = data_parallel;
+      degrees.dp_shard = shard_without_cp(data_parallel);
       break;
     case StrategyKind::hybrid_shard:
     case StrategyKind::hybrid_shard_zero2: {
       const ShardingLayout layout =
           resolve_sharding(strategy, data_parallel, plan_dims.data_parallel_gpus_per_node(gpus_per_node));
       degrees.dp_replicate = layout.replicas;
-      degrees.dp_shard = layout.param_group;
+      degrees.dp_shard = shard_without_cp(layout.param_group);
       break;
     }
     case StrategyKind::no_shard:
-      if (degrees.tp > 1) refuse("no_shard (DDP) beside tensor parallelism: torchtitan's DDP is 1-D only");
+      if (degrees.tp > 1 || cp > 1) {
+        refuse("no_shard (DDP) beside tensor or context parallelism: torchtitan's DDP is 1-D only");
+      }
       degrees.dp_replicate = data_parallel;
       break;
     case StrategyKind::zero1:
@@ -323,7 +335,7 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   }
   const TorchtitanCheckpointing checkpointing = torchtitan_checkpointing(plan, model);
   const PrecisionRecipe& recipe = plan.training.precision;
-  if (recipe.fp8_all_gather && degrees.dp_shard() == 1) {
+  if (recipe.fp8_all_gather && degrees.fsdp_shard_size() == 1) {  // FSDP shards over dp_shard × cp
     refuse("the float8 all-gather needs FSDP sharding, and this plan has data_parallel_shard_degree 1");
   }
   const int data_parallel = degrees.dp_replicate() * degrees.dp_shard();

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "context_parallel_lowering.h"
 #include "lowering.h"
 #include "pass_kernels.h"
 #include "pipeline_order.h"
@@ -63,6 +65,8 @@ class Lowerer {
   // `actions` gives, a recv before and a send after each pass that crosses a stage boundary, parameters gathered
   // once and kept until each stage's last backward, gradients reduced at it. `boundary_bytes`: the activation (and
   // its gradient) one micro-batch passes between stages. Forward and full-backward actions only.
+  // Note [Context-parallel lowering]: lower as one CP rank of `ring` (the plan given is context_parallel_rank_plan's).
+  void set_ring(const ContextParallelRing& ring) { ring_ = ring; }
   StepSchedule run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
                            std::int64_t boundary_bytes);
 
@@ -101,6 +105,16 @@ class Lowerer {
   int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass);
   void emit_all_to_alls(std::size_t layer, int unit, int micro, int after);
 
+  // --- context parallelism (lowering_context_parallel.cpp, Note [Context-parallel lowering]) ------------------------
+  // The ring's K/V (and in backward dK/dV) sends of `layer`'s pass, issued before the pass op (so they overlap it)
+  // once `before` (the compute op before the pass, -1: none) has run; the last send's id, -1 when the layer has no
+  // ring. Then, after the pass op `pass_op`, finish_ring: backward's last dK/dV send, and the next compute op waits
+  // for the last send.
+  int emit_ring_sends(std::size_t layer, int unit, int micro, ComputePass pass, int before);
+  void finish_ring(std::size_t layer, int unit, int micro, ComputePass pass, int pass_op, int last_send);
+  Op ring_send(std::size_t layer, int unit, int micro, std::int64_t bytes, int element_bytes, int degree);
+  const std::optional<ContextParallelAttention>& ring_attention(std::size_t layer);
+
   // --- activation offloading (lowering_offload.cpp, Note [Activation offloading] in activation_offload.h) ---------
   // After the forward op `forward` of `layer`: its kept activations' copy out to the host, which frees them on the
   // device; -1 when the layer keeps nothing on the host.
@@ -134,6 +148,8 @@ class Lowerer {
   };
   std::vector<LimiterEntry> limiter_sequence_;  // every gather the rate limiter counts, in issue order
   std::deque<int> pending_;                     // gather requests held back by the rate limiter
+  ContextParallelRing ring_;  // Note [Context-parallel lowering]; degree 1: none
+  std::vector<std::optional<std::optional<ContextParallelAttention>>> ring_attention_;  // per layer, when asked
   int current_stage_ = -1;  // the pipeline stage whose pass is being emitted (Op::stage), -1 outside pipelines
   int last_compute_ = -1;
   int compute_waits_for_ = -1;  // an all-to-all the next compute op depends on (-1: none)

@@ -260,6 +260,17 @@ StepSchedule lower_plan(const Plan& plan, const ModelSpec& model, const Lowering
     schedule.parallel = dims;
     return schedule;
   }
+  if (plan.context_parallel.enabled()) {
+    // Note [Context-parallel lowering] (context_parallel_lowering.h): one CP rank's program, its share of each
+    // sequence and the ring's exchanges.
+    const Plan rank_plan = context_parallel_rank_plan(plan);
+    lowering_internal::Lowerer lowerer(rank_plan, model, options);
+    lowerer.set_ring({plan.context_parallel.degree, plan.training.seq_len});
+    StepSchedule schedule = lowerer.run();
+    schedule.parallel = dims;
+    lowering_internal::finish_lowering(schedule, rank_plan, model, options.flatten_memory_effects);
+    return schedule;
+  }
   StepSchedule schedule = lowering_internal::Lowerer(plan, model, options).run();
   schedule.parallel = dims;
   lowering_internal::finish_lowering(schedule, plan, model, options.flatten_memory_effects);

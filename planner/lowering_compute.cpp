@@ -30,6 +30,14 @@ std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, Comput
   auto& kernels = slot[layer];
   if (kernels) return kernels;
   PassKernels built = pass_kernels(model_, layer, plan_.training, pass, mode);
+  if (ring_.enabled()) {
+    // Note [Context-parallel lowering]: pass_kernels on the rank's s/cp tokens gives one ring step's attention; the
+    // ring runs cp of them.
+    const std::vector<AttentionCall> step = built.attention;
+    for (int more = 1; more < ring_.degree; ++more) {
+      built.attention.insert(built.attention.end(), step.begin(), step.end());
+    }
+  }
   for (std::size_t back = 1; back <= std::min(kInternedCompared, distinct_kernels_.size()); ++back) {
     const auto& earlier = distinct_kernels_[distinct_kernels_.size() - back];
     if (*earlier == built) return kernels = earlier;
@@ -40,6 +48,7 @@ std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, Comput
 }
 
 int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
+  const int before = last_compute_;
   Op op;
   op.kind = kind;
   op.unit = unit;
@@ -55,12 +64,18 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
     // Frozen weights skip their weight gradients (LayerSpec::backward_flops_per_token).
     const LayerSpec& spec = model_.layers[layer];
     const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch(spec));
-    const std::int64_t seq = plan_.training.seq_len;
+    // Note [Context-parallel lowering]: the attention spans the whole sequence, not the rank's share of it.
+    const std::int64_t seq = ring_.enabled() ? ring_.seq_len : plan_.training.seq_len;
     const bool causal = plan_.training.flash_attention;
     schedule_.model_flops_per_rank +=
         tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
                                                : spec.backward_flops_per_token(seq, causal));
   }
+  // Note [Context-parallel lowering]: the ring's sends are issued before the pass they overlap; only a full
+  // recompute runs the ring again (torchtitan's selective-op policy saves SDPA's output).
+  const bool rings = ring_.enabled() &&
+                     (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full);
+  const int ring_sends = rings ? emit_ring_sends(layer, unit, micro, pass, before) : -1;
   if (kind == OpKind::forward) {
     // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
     const std::int64_t workspace = forward_workspace_bytes(plan_, model_, layer);
@@ -73,6 +88,7 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
   if (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full) {
     emit_all_to_alls(layer, unit, micro, id);
   }
+  finish_ring(layer, unit, micro, pass, id, ring_sends);
   return id;
 }
 

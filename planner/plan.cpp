@@ -1,6 +1,7 @@
 // Default plans (FSDP's usual wrapping) and plan validation against a model and a world.
 #include "plan.h"
 
+#include "context_parallel_lowering.h"
 #include "errors.h"
 #include "input_limits.h"
 #include "optimizer_in_backward.h"
@@ -167,6 +168,13 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
     throw InputError("plan: expert_parallel_degree " + std::to_string(plan.training.expert_parallel_degree) +
                      ": expected a divisor of the " + std::to_string(world_size) + " ranks");
   }
+  // Note [Context-parallel lowering] (context_parallel_lowering.h).
+  validate_context_parallel(plan.context_parallel.degree, plan.training, model, "plan: context_parallel_degree");
+  if (plan.context_parallel.enabled() && plan.pipeline.enabled()) {
+    throw InputError("plan: context_parallel_degree " + std::to_string(plan.context_parallel.degree) +
+                     " with pipeline degree " + std::to_string(plan.pipeline.degree) +
+                     ": not yet lowered together (expected one of them 1)");
+  }
   // The checks above name the plan's JSON fields; this one validates the degrees together (Note [ParallelDims]).
   const ParallelDims dims = parallel_dims(plan, world_size);
   const int count = static_cast<int>(plan.units.size());
@@ -224,6 +232,7 @@ ParallelDims parallel_dims(const Plan& plan, int world_size) {
   ParallelDegrees degrees;
   degrees.tp = plan.tensor_parallel_degree;
   degrees.pp = plan.pipeline.degree;
+  degrees.cp = plan.context_parallel.degree;
   degrees.ep = plan.training.expert_parallel_degree;
   return ParallelDims(degrees, world_size, "plan");
 }

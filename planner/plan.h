@@ -51,6 +51,16 @@ struct PipelinePolicy {
   bool enabled() const { return degree > 1; }
 };
 
+// Note [Context parallel policy]: context parallelism as torchtitan runs it ([parallelism] context_parallel_degree):
+// the sequence of every micro-batch sharded over `degree` ranks with torch's load-balanced (round-robin) split, ring
+// attention over them (Note [Ring attention] in costmodel/context_parallel.h), FSDP sharding over dp_shard × cp. The
+// cp ranks sit between dp_shard and tp in torchtitan's mesh (Note [ParallelDims]). Such a plan lowers as one CP
+// rank's program (Note [Context-parallel lowering] in planner/context_parallel_lowering.h).
+struct ContextParallelPolicy {
+  int degree = 1;  // cp; 1: no context parallelism
+  bool enabled() const { return degree > 1; }
+};
+
 struct Plan {
   std::string name = "plan";
   std::string model;                // what the plan was made for (informational, checked loosely)
@@ -66,12 +76,13 @@ struct Plan {
   // groups, a rank's slice — comes from parallel_dims(plan, world) below; `> 1` tests and messages still read it.
   int tensor_parallel_degree = 1;
   PipelinePolicy pipeline;
+  ContextParallelPolicy context_parallel;
 };
 
 // Note [ParallelDims] (costmodel/parallel_dims.h): the one place a plan's degrees become the world's ParallelDims —
-// tp from tensor_parallel_degree, pp from pipeline.degree, ep from training.expert_parallel_degree, dp_shard the rest
-// of the world (torchtitan's dp_shard = -1). dp_replicate and cp are 1: HSDP's replicas are still chosen per unit by
-// its strategy (a plan may mix strategies, ShardingLayout::replicas), and context parallelism is not lowered yet.
+// tp from tensor_parallel_degree, pp from pipeline.degree, cp from context_parallel.degree, ep from
+// training.expert_parallel_degree, dp_shard the rest of the world (torchtitan's dp_shard = -1). dp_replicate is 1:
+// HSDP's replicas are still chosen per unit by its strategy (a plan may mix strategies, ShardingLayout::replicas).
 // InputError prefixed "plan" when the degrees do not fit the world.
 ParallelDims parallel_dims(const Plan& plan, int world_size);
 

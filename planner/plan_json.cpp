@@ -167,7 +167,7 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   const JsonObjectReader root(document, origin);
   root.reject_unknown_keys(
       {"schema", "name", "model", "training", "finetune", "max_inflight_all_gathers", "offload", "units",
-       "tensor_parallel_degree", "pipeline"});
+       "tensor_parallel_degree", "pipeline", "context_parallel_degree"});
   if (!root.has("schema") || root.raw().at("schema") != kPlanSchema) {
     root.fail("schema", std::string("\"") + kPlanSchema + "\"");
   }
@@ -194,6 +194,9 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
                                             " (Note [Fine-tuning losses]: modelled on the whole vocabulary)");
   }
   if (root.has("pipeline")) plan.pipeline = read_pipeline(root.object("pipeline"), model);
+  // Note [Context parallel policy] (plan.h); validate_plan checks it against the training and the model.
+  plan.context_parallel.degree = static_cast<int>(
+      root.optional_int_in_range("context_parallel_degree", 1, limits::kMaxWorldSize).value_or(1));
   if (root.has("offload")) {
     const JsonObjectReader offload = root.object("offload");
     offload.reject_unknown_keys({"params", "optimizer"});
@@ -272,6 +275,8 @@ nlohmann::json to_json(const Plan& plan, const ModelSpec& model) {
                             {"stages_per_rank", plan.pipeline.stages_per_rank},
                             {"stages", std::move(stages)}};
   }
+  // Plans without context parallelism read and write as before.
+  if (plan.context_parallel.enabled()) document["context_parallel_degree"] = plan.context_parallel.degree;
   if (plan.training.torch_compile) document["training"]["torch_compile"] = true;  // eager plans write as before
   if (plan.training.loss != LossKind::cross_entropy) document["training"]["loss"] = to_string(plan.training.loss);
   if (plan.training.activation_offload) document["training"]["activation_offload"] = true;  // as before when off

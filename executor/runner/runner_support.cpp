@@ -79,6 +79,11 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
   check_finetune_supported(plan, rank, support);
   check_no_expert_parallel(plan, rank, support);
   check_not_compiled(plan, rank, support);
+  if (plan.context_parallel.enabled()) {  // Note [Context-parallel lowering]: the ring is simulated, not run
+    reject("context_parallel_degree " + std::to_string(plan.context_parallel.degree) +
+               " (ring attention) is planned, simulated and exported to torchtitan, not yet executed",
+           support, rank);
+  }
   const PrecisionRecipe& precision = plan.training.precision;
   if (precision.uses_fp8()) {
     reject("precision '" + precision.name + "' (float8 GEMMs and all-gathers) is planned, simulated and exported, not "

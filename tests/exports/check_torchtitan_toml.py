@@ -202,6 +202,11 @@ def check_document(document, world_size):
         if isinstance(local, int) and isinstance(global_, int) and global_ % (local * data_parallel) != 0:
             problems.append(f"global_batch_size {global_} is not a multiple of local_batch_size {local} x "
                             f"data-parallel degree {data_parallel} (torchtitan's gradient accumulation)")
+        # torch's load-balanced sharding under context parallelism cuts each sequence into 2 x cp equal chunks
+        # (torch/distributed/tensor/experimental/_attention.py _generate_round_robin_indices).
+        seq_len, cp = training.get("seq_len"), degrees[2]
+        if cp > 1 and isinstance(seq_len, int) and seq_len % (2 * cp) != 0:
+            problems.append(f"seq_len {seq_len} is not a multiple of 2 x context_parallel_degree {cp}")
     return problems + pipeline_problems(document)
 
 
@@ -231,6 +236,9 @@ PLANS = [
     ("AC selective-op", "8xH100-80GB", ["--ac", "selective-op"],
      [("activation_checkpoint", "mode", "selective"), ("activation_checkpoint", "selective_ac_option", "op")]),
     ("compile", "8xH100-80GB", ["--compile"], [("compile", "enable", True)]),
+    # torchtitan shards over dp_shard x cp: FSDP's group of 8 is data_parallel_shard_degree 4 x context_parallel 2.
+    ("CP 2", "8xH100-80GB", ["--context-parallel", "2", "--tensor-parallel", "1"],
+     [("parallelism", "context_parallel_degree", 2), ("parallelism", "data_parallel_shard_degree", 4)]),
     ("CPU offload", "8xH100-80GB", ["--cpu-offload", "--tensor-parallel", "1"],
      [("training", "enable_cpu_offload", True)]),
     # Without --precision the export's recipe is bf16-mixed with float32 reduction (cli/cmd_plan.cpp), not a refusal.
@@ -257,6 +265,8 @@ MUTATIONS = [
     ("a Literal value torchtitan lacks", "1-D FSDP", 'mixed_precision_reduce = "float32"',
      'mixed_precision_reduce = "bfloat16"'),
     ("a converter torchtitan lacks", "float8 tensorwise", '"quantize.linear.float8"]', '"float8"]'),
+    ("a shard degree with the cp ranks", "CP 2", "data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8"),
+    ("a sequence cp cannot split", "CP 2", "seq_len = 8192", "seq_len = 8194"),
 ]
 
 # The unit test's pipeline plans (tests/unit/test_torchtitan_pipeline_export.cpp: llama3-8b on 2 x 8 GPUs, pipeline

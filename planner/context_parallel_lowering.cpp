@@ -1,0 +1,72 @@
+// Context parallelism's checks, a CP rank's plan and each layer's ring (Note [Context-parallel lowering]).
+#include "context_parallel_lowering.h"
+
+#include <algorithm>
+
+#include "errors.h"
+
+namespace shardplan {
+
+void validate_context_parallel(int degree, const TrainingConfig& training, const ModelSpec& model,
+                               const std::string& where) {
+  const std::string value = where + " " + std::to_string(degree) + ": ";
+  if (degree < 1) throw InputError(value + "expected a degree >= 1");
+  if (degree == 1) return;
+  if (!training.flash_attention) {
+    throw InputError(value + "expected flash attention (torch's context_parallel runs SDPA's flash and efficient "
+                     "kernels only; drop --no-flash-attention)");
+  }
+  if (!model.architecture) {
+    throw InputError(value + "expected a decoder of known architecture (a preset or a Hugging Face config.json)");
+  }
+  if (model.architecture->mla) {
+    throw InputError(value + "expected 1 for multi-head latent attention (not yet lowered)");
+  }
+  if (training.expert_parallel_degree > 1) {
+    throw InputError(value + "expected 1 beside --expert-parallel " +
+                     std::to_string(training.expert_parallel_degree) + " (not yet lowered together)");
+  }
+  for (const LayerSpec& layer : model.layers) {
+    if (layer.fixed_tokens_per_sample) {
+      throw InputError(value + "expected 1 for a model with layers of their own token count ('" + layer.name +
+                       "': a vision tower; not yet lowered)");
+    }
+    if (layer.flops.attention_window > 0 && layer.flops.attention_window < training.seq_len) {
+      throw InputError(value + "expected 1 for sliding-window or chunked attention ('" + layer.name +
+                       "'): torch's ring attention takes a causal mask only");
+    }
+  }
+  if (training.seq_len % (2 * std::int64_t{degree}) != 0) {
+    // torch's _generate_round_robin_indices (Note [Load-balanced causal sharding] in context_parallel.h).
+    throw InputError(value + "expected --seq-len " + std::to_string(training.seq_len) + " to be a multiple of 2 x " +
+                     std::to_string(degree) + " = " + std::to_string(2 * std::int64_t{degree}) +
+                     " (torch's load-balanced sharding cuts each sequence into 2 x cp equal chunks)");
+  }
+}
+
+Plan context_parallel_rank_plan(const Plan& plan) {
+  Plan rank = plan;
+  rank.training.seq_len = plan.training.seq_len / plan.context_parallel.degree;
+  return rank;
+}
+
+std::optional<ContextParallelAttention> layer_ring_attention(const ModelSpec& model, std::size_t layer,
+                                                             const TrainingConfig& training, int degree) {
+  const LayerSpec& spec = model.layers[layer];
+  if (!spec.kernels || !spec.kernels->attention || !model.architecture) return std::nullopt;
+  const AttentionSpec& attention = *spec.kernels->attention;
+  AttentionShape shape;
+  shape.batch = training.micro_batch;
+  shape.seq_len = training.seq_len;
+  shape.heads = attention.heads;
+  // The TP shard holds kv_heads / tp of them (ColwiseParallel on k and v, Note [Tensor parallel degree]).
+  shape.kv_heads = std::max<std::int64_t>(1, model.architecture->num_kv_heads / spec.kernels->tensor_parallel_degree);
+  shape.head_dim = attention.head_dim;
+  shape.element_bytes = training.precision.param_compute_bytes;
+  shape.causal = attention.causal;
+  ContextParallelOptions options;
+  options.degree = degree;
+  return context_parallel_attention(shape, options);
+}
+
+}  // namespace shardplan
