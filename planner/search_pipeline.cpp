@@ -97,6 +97,21 @@ std::optional<PipelineCandidate> simulate_point(const PipelinePoint& point, cons
 
 }  // namespace
 
+StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages) {
+  StageFloors result;
+  for (const LayerRange& range : stages) {
+    double compute_s = 0;
+    std::int64_t held_bytes = 0;
+    for (std::size_t layer = range.begin; layer < range.end; ++layer) {
+      compute_s += floors.layer_compute_s[layer];
+      held_bytes += floors.layer_held_activation_bytes[layer];
+    }
+    result.compute_s.push_back(compute_s);
+    result.held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
+  }
+  return result;
+}
+
 double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches) {
   SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_compute_s.empty() &&
                       stage_compute_s.size() % static_cast<std::size_t>(pipeline_degree) == 0,
@@ -226,22 +241,11 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
             ++result.refused;  // too few blocks for the stages
             continue;
           }
-          std::vector<double> stage_compute_s;
-          std::vector<std::int64_t> stage_held_bytes;
-          for (const LayerRange& range : point.policy.stages) {
-            double stage_s = 0;
-            std::int64_t held_bytes = 0;
-            for (std::size_t layer = range.begin; layer < range.end; ++layer) {
-              stage_s += floors.layer_compute_s[layer];
-              held_bytes += floors.layer_held_activation_bytes[layer];
-            }
-            stage_compute_s.push_back(stage_s);
-            stage_held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
-          }
-          point.floor_s = pipeline_step_floor_s(stage_compute_s, degree, point.micro_batches);
+          const StageFloors stages = stage_floors(floors, point.policy.stages);
+          point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches);
           std::vector<std::int64_t> rank_bytes;
           try {
-            rank_bytes = pipeline_activation_floor_bytes(stage_held_bytes, degree, schedule, point.micro_batches);
+            rank_bytes = pipeline_activation_floor_bytes(stages.held_bytes, degree, schedule, point.micro_batches);
           } catch (const InputError&) {
             ++result.refused;  // an order torch refuses for this micro-batch count
             continue;

@@ -78,6 +78,14 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
                                            const HardwareProfile& profile, const TrainingConfig& training,
                                            const PipelineSearchOptions& options);
 
+// Note [Pipeline floor]: per stage (layer ranges), its kernels' seconds and the activation bytes it holds per
+// micro-batch, summed from a setting's per-layer floors (setting_floors).
+struct StageFloors {
+  std::vector<double> compute_s;
+  std::vector<std::int64_t> held_bytes;
+};
+StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages);
+
 // Note [Pipeline floor]: the bound for stage floors `stage_compute_s` (one micro-batch each), `stages_per_rank`
 // stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`.
 double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches);

@@ -71,20 +71,10 @@ TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes
         Plan plan = plan_for_knobs(setup.model, setup.cluster.world_size() / degree, training, knobs);
         plan.pipeline = default_pipeline(setup.model, degree, schedule, stages_per_rank);
         const PipelineStepAnalysis analysis = analyze_pipeline_step(setup.model, setup.cluster, setup.profile, plan);
-        const SettingFloors floors = setting_floors(setup.model, setup.cluster, setup.profile, training, knobs);
-        std::vector<double> stage_s;
-        std::vector<std::int64_t> stage_held_bytes;
-        for (const LayerRange& range : plan.pipeline.stages) {
-          double total = 0;
-          std::int64_t held = 0;
-          for (std::size_t layer = range.begin; layer < range.end; ++layer) {
-            total += floors.layer_compute_s[layer];
-            held += floors.layer_held_activation_bytes[layer];
-          }
-          stage_s.push_back(total);
-          stage_held_bytes.push_back(held);
-        }
-        const double floor_s = pipeline_step_floor_s(stage_s, degree, plan.grad_accumulation_steps);
+        const StageFloors stages = stage_floors(
+            setting_floors(setup.model, setup.cluster, setup.profile, training, knobs), plan.pipeline.stages);
+        const std::vector<std::int64_t>& stage_held_bytes = stages.held_bytes;
+        const double floor_s = pipeline_step_floor_s(stages.compute_s, degree, plan.grad_accumulation_steps);
         CHECK(floor_s > 0.5 * analysis.simulation.step_time_s);  // a bound worth its name
         CHECK(floor_s <= analysis.simulation.step_time_s * (1 + 1e-9));
         // The memory floor of Note [Pipeline floor]: never above the fullest rank's simulated device peak.
