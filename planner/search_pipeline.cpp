@@ -128,38 +128,69 @@ double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pip
   return std::max(m * busiest_s, m * rank_compute_s[ranks - 1] + before_last_s);
 }
 
-std::vector<std::int64_t> pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
-                                                          int pipeline_degree, PipelineScheduleKind schedule,
-                                                          int micro_batches) {
+std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                    const PipelineStatesFloor* states, int pipeline_degree,
+                                                    PipelineScheduleKind schedule, int micro_batches) {
   SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_held_bytes.empty() &&
                       stage_held_bytes.size() % static_cast<std::size_t>(pipeline_degree) == 0,
                   "stages are pp x stages per rank");
-  const int stages_per_rank = static_cast<int>(stage_held_bytes.size()) / pipeline_degree;
+  const std::size_t stages = stage_held_bytes.size();
+  SHARDPLAN_CHECK(states == nullptr || (states->stage_gathered_bytes.size() == stages &&
+                                        states->stage_gradient_bytes.size() == stages &&
+                                        states->rank_states_bytes.size() == static_cast<std::size_t>(pipeline_degree)),
+                  "states floor per stage and rank");
+  const int stages_per_rank = static_cast<int>(stages) / pipeline_degree;
   const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
-  // Each rank's actions in its order: a forward adds its stage's bytes once it ends, a backward (full, or the input
-  // gradient's, which frees the activations) releases them; the most held between two actions is a floor.
+  // Each rank's actions in its order: a forward adds its stage's activations once it ends (and, the first time, the
+  // stage's gathered parameters, kept to its last backward); a backward (full, or the input gradient's, which frees
+  // the activations) releases them and, the first time, adds the stage's full-size gradient, reduced and freed with
+  // the parameters at the last micro-batch's. The most live between two actions is a floor.
   std::vector<std::int64_t> fullest_bytes;
-  for (const std::vector<PipelineAction>& actions : order.by_rank) {
-    std::int64_t held_bytes = 0, most_bytes = 0;
-    for (const PipelineAction& action : actions) {
-      const std::int64_t stage_bytes = stage_held_bytes[static_cast<std::size_t>(action.stage)];
+  for (std::size_t rank = 0; rank < order.by_rank.size(); ++rank) {
+    std::vector<int> forwards(stages, 0), backwards(stages, 0);
+    std::int64_t live_bytes = 0, most_bytes = 0;
+    for (const PipelineAction& action : order.by_rank[rank]) {
+      const auto stage = static_cast<std::size_t>(action.stage);
+      const std::int64_t gathered_bytes = states ? states->stage_gathered_bytes[stage] : 0;
+      const std::int64_t gradient_bytes = states ? states->stage_gradient_bytes[stage] : 0;
       if (action.kind == PipelineActionKind::forward) {
-        held_bytes += stage_bytes;
-        most_bytes = std::max(most_bytes, held_bytes);
+        if (forwards[stage]++ == 0) live_bytes += gathered_bytes;
+        live_bytes += stage_held_bytes[stage];
+        most_bytes = std::max(most_bytes, live_bytes);
       } else if (action.kind != PipelineActionKind::backward_weight) {
-        held_bytes -= stage_bytes;
+        live_bytes -= stage_held_bytes[stage];
+        if (backwards[stage]++ == 0) live_bytes += gradient_bytes;
+        most_bytes = std::max(most_bytes, live_bytes);
+        if (backwards[stage] == micro_batches) live_bytes -= gradient_bytes + gathered_bytes;
       }
     }
-    fullest_bytes.push_back(most_bytes);
+    fullest_bytes.push_back(most_bytes + (states ? states->rank_states_bytes[rank] : 0));
   }
   return fullest_bytes;
 }
 
-std::vector<std::int64_t> pipeline_states_floor_bytes(const ModelSpec& view_model, const TrainingConfig& training,
-                                                      const ShardingStrategy& strategy, const PipelinePolicy& policy,
-                                                      int data_parallel_ranks, int gpus_per_node) {
+PipelineStatesFloor pipeline_states_floor(const ModelSpec& view_model, const TrainingConfig& training,
+                                          const ShardingStrategy& strategy, const PipelinePolicy& policy,
+                                          int data_parallel_ranks, int gpus_per_node) {
   const auto ranks = static_cast<std::size_t>(policy.degree);
-  std::vector<std::int64_t> floors(ranks, 0);
+  PipelineStatesFloor floor;
+  floor.rank_states_bytes.assign(ranks, 0);
+  const auto layout_of = [&](const std::vector<std::size_t>& layers) -> std::optional<UnitLayout> {
+    try {
+      return states_floor_layout(strategy, view_model, layers, training, data_parallel_ranks, gpus_per_node);
+    } catch (const InputError&) {
+      return std::nullopt;  // no floor where the layout refuses (the simulation judges the plan)
+    }
+  };
+  for (std::size_t stage = 0; stage < policy.stages.size(); ++stage) {
+    std::vector<std::size_t> layers;
+    for (std::size_t layer = policy.stages[stage].begin; layer < policy.stages[stage].end; ++layer) {
+      layers.push_back(layer);
+    }
+    const std::optional<UnitLayout> layout = layout_of(layers);
+    floor.stage_gathered_bytes.push_back(layout && layout->gathers ? layout->gathered_bytes : 0);
+    floor.stage_gradient_bytes.push_back(layout && layout->grad_copies ? layout->grad_copy_bytes : 0);
+  }
   for (std::size_t rank = 0; rank < ranks; ++rank) {
     std::vector<std::size_t> held;
     for (std::size_t stage = rank; stage < policy.stages.size(); stage += ranks) {
@@ -167,17 +198,15 @@ std::vector<std::int64_t> pipeline_states_floor_bytes(const ModelSpec& view_mode
         held.push_back(layer);
       }
     }
-    try {
-      const UnitLayout layout =
-          states_floor_layout(strategy, view_model, held, training, data_parallel_ranks, gpus_per_node);
+    if (const std::optional<UnitLayout> layout = layout_of(held)) {
       Plan states_only;
       states_only.training = training;
-      for (const std::int64_t bytes : persistent_memory({layout}, states_only, 0)) floors[rank] += bytes;
-    } catch (const InputError&) {
-      floors[rank] = 0;
+      for (const std::int64_t bytes : persistent_memory({*layout}, states_only, 0)) {
+        floor.rank_states_bytes[rank] += bytes;
+      }
     }
   }
-  return floors;
+  return floor;
 }
 
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
@@ -199,7 +228,7 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
   TrainingConfig at_batch = training;
   if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * world;
   std::vector<PipelinePoint> points;
-  std::map<std::string, std::vector<std::int64_t>> states_floors;  // Note [Pipeline floor]: per rank, by layout
+  std::map<std::string, PipelineStatesFloor> states_floors;  // Note [Pipeline floor]: by layout
   for (const int tensor_parallel : options.tensor_parallel_degrees) {
     std::vector<KnobSetting> settings;
     TensorParallelSearchView view{model, cluster};
@@ -243,13 +272,6 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
           }
           const StageFloors stages = stage_floors(floors, point.policy.stages);
           point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches);
-          std::vector<std::int64_t> rank_bytes;
-          try {
-            rank_bytes = pipeline_activation_floor_bytes(stages.held_bytes, degree, schedule, point.micro_batches);
-          } catch (const InputError&) {
-            ++result.refused;  // an order torch refuses for this micro-batch count
-            continue;
-          }
           // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
           const KnobSetting strategy_only{knobs.strategy, "", 0, false};
           const std::string states_key = std::to_string(tensor_parallel) + "/" + std::to_string(degree) + "/" +
@@ -258,15 +280,21 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
           if (states == states_floors.end()) {
             const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
             states = states_floors
-                         .emplace(states_key,
-                                  pipeline_states_floor_bytes(view.model, at_batch, knobs.strategy, point.policy,
-                                                              data_parallel_ranks, view.cluster.gpus_per_node))
+                         .emplace(states_key, pipeline_states_floor(view.model, at_batch, knobs.strategy,
+                                                                    point.policy, data_parallel_ranks,
+                                                                    view.cluster.gpus_per_node))
                          .first;
           }
-          for (std::size_t rank = 0; rank < rank_bytes.size(); ++rank) {
-            point.memory_floor_bytes = std::max(
-                point.memory_floor_bytes, profile.context_overhead_bytes + rank_bytes[rank] + states->second[rank]);
+          std::vector<std::int64_t> rank_bytes;
+          try {
+            rank_bytes = pipeline_live_floor_bytes(stages.held_bytes, &states->second, degree, schedule,
+                                                   point.micro_batches);
+          } catch (const InputError&) {
+            ++result.refused;  // an order torch refuses for this micro-batch count
+            continue;
           }
+          point.memory_floor_bytes =
+              profile.context_overhead_bytes + *std::max_element(rank_bytes.begin(), rank_bytes.end());
           if (point.memory_floor_bytes > options.usable_bytes) {
             ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
             continue;

@@ -36,10 +36,13 @@ namespace shardplan {
 // Both leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
 // bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
 // holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
-// rank's device peak is at least the context overhead plus what its in-flight micro-batches hold at any point of its
-// actions in the schedule's own order (pipeline_order: after each forward, Σ over its stages of in-flight × h_s), plus
-// the model states of its layers as one flat unit over the stage's data-parallel ranks (states_floor_layout, as
-// Searcher::can_fit); a candidate with a rank over the usable bytes is not simulated.
+// rank's device peak is at least the context overhead plus what is live at any point of its actions in the
+// schedule's own order (pipeline_order) — after each pass, Σ over its stages of in-flight × h_s, the gathered
+// parameters of the stages it has run (kept from the first forward, as Note [Pipeline programs] lowers FSDP under
+// PP) and the full-size gradients of those it has run backward — plus the model states of its layers as one flat
+// unit over the stage's data-parallel ranks (states_floor_layout, as Searcher::can_fit). Each is a floor of what the
+// lowering allocates (one flat unit pads no more than per-block units); a candidate with a rank over the usable
+// bytes is not simulated.
 struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
   std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)
@@ -89,17 +92,24 @@ StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRan
 // Note [Pipeline floor]: the bound for stage floors `stage_compute_s` (one micro-batch each), `stages_per_rank`
 // stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`.
 double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches);
-// Note [Pipeline floor]: per pipeline rank, the most activation bytes it holds for stages holding `stage_held_bytes`
-// per micro-batch (pp × stages per rank of them, round robin), walking `schedule`'s order; InputError where the order
-// refuses the shape.
-std::vector<std::int64_t> pipeline_activation_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
-                                                          int pipeline_degree, PipelineScheduleKind schedule,
-                                                          int micro_batches);
-// Note [Pipeline floor]: per pipeline rank, the model states of its layers (`view_model` is one TP rank's) as one flat
-// unit over the stage's `data_parallel_ranks` (states_floor_layout, the floor Searcher::can_fit skips settings by);
-// 0 for a rank where the layout refuses.
-std::vector<std::int64_t> pipeline_states_floor_bytes(const ModelSpec& view_model, const TrainingConfig& training,
-                                                      const ShardingStrategy& strategy, const PipelinePolicy& policy,
-                                                      int data_parallel_ranks, int gpus_per_node);
+// Note [Pipeline floor]: what FSDP holds for a pipeline plan's layers (states_floor_layout on one TP rank's
+// `view_model`, over the stage's `data_parallel_ranks`): per rank its shards, persistent; per stage its gathered
+// parameters, kept from its first forward to its last backward, and its full-size gradient, accumulated from its first
+// backward to the last micro-batch's (Note [Pipeline programs] in pipeline_schedule.h). 0 where the layout refuses.
+struct PipelineStatesFloor {
+  std::vector<std::int64_t> rank_states_bytes;
+  std::vector<std::int64_t> stage_gathered_bytes;
+  std::vector<std::int64_t> stage_gradient_bytes;
+};
+PipelineStatesFloor pipeline_states_floor(const ModelSpec& view_model, const TrainingConfig& training,
+                                          const ShardingStrategy& strategy, const PipelinePolicy& policy,
+                                          int data_parallel_ranks, int gpus_per_node);
+
+// Note [Pipeline floor]: per pipeline rank, the most bytes live at once for stages holding `stage_held_bytes` of
+// activations per micro-batch (pp × stages per rank of them, round robin), walking `schedule`'s order, with `states`
+// (none: activations only); InputError where the order refuses the shape.
+std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                    const PipelineStatesFloor* states, int pipeline_degree,
+                                                    PipelineScheduleKind schedule, int micro_batches);
 
 }  // namespace shardplan
