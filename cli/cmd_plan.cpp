@@ -24,6 +24,7 @@
 #include "plan_export.h"
 #include "precision.h"
 #include "plan_json.h"
+#include "plan_context_parallel.h"
 #include "plan_pipeline.h"
 #include "search.h"
 #include "step_analysis.h"
@@ -157,45 +158,6 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
   std::printf("%s", render_search_proof(result).c_str());
 }
 
-// Note [Fixed context parallel degree]: `plan --context-parallel N` keeps cp = N; without it cp is 1 (a search over
-// the degree is later work). The search runs on one CP rank's share of every sequence (seq_len / cp tokens, the
-// global batch counted in those shares): every per-token cost and the activations are the rank's, but the ring's
-// other cp − 1 attention steps and its K/V exchanges are not priced per candidate. The planned plan and the baselines
-// then get the degree and the whole sequence back and are simulated as CP plans (Note [Context-parallel lowering] in
-// planner/context_parallel_lowering.h), so every figure printed is the CP plan's.
-constexpr const char* kContextParallelNote =
-    "the wrapping search ran on one CP rank's seq/cp tokens; the planned plan and the baselines are simulated with "
-    "the ring (the search over the cp degree is later work: without --context-parallel it stays 1)";
-
-TrainingConfig context_parallel_search_training(const TrainingConfig& training, int degree) {
-  TrainingConfig share = training;
-  share.seq_len = training.seq_len / degree;
-  share.global_batch = training.global_batch * degree;  // 0 stays 0: one micro-batch per rank
-  return share;
-}
-
-void restore_context_parallel(SearchResult& result, const TrainingConfig& training, int degree,
-                              const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile) {
-  const auto restore = [&](PlanCandidate& candidate) {
-    candidate.plan.training.seq_len = training.seq_len;
-    candidate.plan.training.global_batch = training.global_batch;
-    candidate.plan.context_parallel.degree = degree;
-    candidate.summary = analyze_step(model, cluster, profile, candidate.plan, false).simulation.summary;
-    candidate.fits = fits_in_memory(candidate.summary, result.usable_memory_bytes());
-  };
-  if (result.feasible) {
-    restore(result.best);
-    result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
-  }
-  for (BaselineResult& baseline : result.baselines) {
-    try {
-      restore(baseline.candidate);
-    } catch (const InputError&) {
-      baseline.candidate.fits = false;  // a baseline the CP plan cannot take (e.g. DDP's world): not comparable
-    }
-  }
-}
-
 }  // namespace
 
 Action add_plan_command(CLI::App& app, const Output& output) {
@@ -233,7 +195,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
   add_pipeline_plan_flags(*command, flags->pipeline);
   command->add_option("--context-parallel", flags->context_parallel,
                       "context-parallel ranks (cp), fixed: ring attention over each sequence split cp ways, FSDP over "
-                      "dp_shard x cp; default 1 (the degree is not searched yet)")
+                      "dp_shard x cp; 1: none; omitted: 2, 4, 8 searched where one sequence's activations stand in the "
+                      "way (Note [Context-parallel search])")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   command->add_flag("--json", flags->json, "print JSON: plan, predicted, baselines, search");
@@ -321,8 +284,9 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       std::erase_if(options.tensor_parallel_degrees,
                     [&](int degree) { return cluster.world_size() % (degree * context_parallel) != 0; });
     }
-    const TrainingConfig searched =
-        context_parallel > 1 ? context_parallel_search_training(training, context_parallel) : training;
+    // Note [Context-parallel search] (cli/plan_context_parallel.cpp): a given degree is fixed, else searched.
+    const int pinned_context_parallel = command->count("--context-parallel") > 0 ? context_parallel : 0;
+    ContextParallelOutcome context_outcome;
     // Note [Pipeline search] (planner/search_pipeline.h): pipeline plans beside FSDP's, pruned by FSDP's best; a
     // pinned degree searches pipeline plans only.
     const MemoryHeadroom usable{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
@@ -336,8 +300,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       result.memory_headroom_fraction = usable.fraction;
       result.memory_headroom_bytes = usable.headroom_bytes();
     } else {
-      result = search_plans(model, cluster, profile, searched, options);
-      if (context_parallel > 1) restore_context_parallel(result, training, context_parallel, model, cluster, profile);
+      result = search_with_context_parallel(model, cluster, profile, training, options, pinned_context_parallel,
+                                            context_outcome);
     }
     PipelineSearchResult pipeline;
     if (pipeline_request.skipped.empty()) {
@@ -351,8 +315,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);
       document["error_band"] = error_band_json(bands, headroom);
-      document["context_parallel_degree"] = context_parallel;
-      if (context_parallel > 1) document["context_parallel_note"] = kContextParallelNote;
+      document["context_parallel_degree"] = context_outcome.degree;
+      document["context_parallel_search"] = {{"pinned", context_outcome.pinned},
+                                             {"searched", context_outcome.searched},
+                                             {"skipped", context_outcome.skipped},
+                                             {"line", render_context_parallel_line(context_outcome)}};
       document["pipeline_search"] = pipeline_search_json(pipeline_request, pipeline, model, usable);
       if (pipeline.feasible) {  // the planned plan is the pipeline's; FSDP's best stays under without_pipeline
         nlohmann::json without;
@@ -368,7 +335,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       output.json(document);
     } else {
       std::printf("%s", unmeasured_rates_line(profile).c_str());
-      if (context_parallel > 1) std::printf("context parallel %d: %s\n", context_parallel, kContextParallelNote);
+      std::printf("%s", render_context_parallel_line(context_outcome).c_str());
       const std::string pipeline_text =
           pipeline.feasible ? render_pipeline_plan_text(pipeline, cluster, usable) : std::string();
       if (pipeline_request.pinned) {  // pipeline plans only: no FSDP search, no baselines

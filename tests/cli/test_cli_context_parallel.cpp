@@ -51,13 +51,13 @@ TEST_CASE("`simulate --context-parallel 2`: the degree in the text and the JSON;
         doctest::Approx(document.at("step_time_s").get<double>()).epsilon(1e-12));
 }
 
-TEST_CASE("`plan --context-parallel 2`: the planned plan keeps the degree and says the degree is not searched") {
+TEST_CASE("`plan --context-parallel 2`: the planned plan keeps the degree and says it was fixed") {
   const std::vector<std::string> args = {"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64",
                                          "--context-parallel", "2", "-j", "1"};
   const RunResult text = run_shardplan(args);
   INFO(text.err);
   REQUIRE(text.exit_status == 0);
-  CHECK(text.out.find("context parallel 2: ") != std::string::npos);
+  CHECK(text.out.find("context parallel 2: fixed by --context-parallel") != std::string::npos);
   CHECK(text.out.find("CP 2, ") != std::string::npos);
   // 8 ranks, 2 on each sequence: one sequence on each of 4 batch ranks, 4 × 64 tokens.
   CHECK(text.out.find("global batch 4 sequences (256 tokens) per step: micro-batch 1 x 1 accumulation x 4 "
@@ -83,4 +83,30 @@ TEST_CASE("`--context-parallel`: a sequence torch cannot split, or an export tha
   expect_input_error({"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--context-parallel", "2",
                       "--export", "fsdp2"},
                      {"--context-parallel 2", "--export torchtitan"});
+}
+
+// Note [Context-parallel search] (cli/plan_context_parallel.cpp): without --context-parallel, cp 2, 4, 8 are searched
+// where one sequence per micro-batch still needs checkpointing (llama3.1-8b at 32k tokens on 8 H100s), and not on
+// short sequences (llama3-8b at its 8192) or where the best plan needs no checkpointing.
+TEST_CASE("`plan` without --context-parallel: the degree searched where a sequence's activations stand in the way") {
+  const json long_context = run_json({"plan", "-m", "llama3.1-8b", "-c", "8xH100-80GB", "--seq-len", "32768", "--json"});
+  REQUIRE(long_context.at("feasible") == true);
+  CHECK(long_context.at("context_parallel_search").at("searched") == json::array({2, 4, 8}));
+  const int degree = long_context.at("context_parallel_degree");
+  CHECK(degree > 1);
+  CHECK(long_context.at("plan").at("context_parallel_degree") == degree);
+  // Equal global batch (Note [Equal global batch]): 8 sequences, whatever the degree.
+  CHECK(long_context.at("predicted").at("tokens_per_step") == 8 * 32768);
+  // Faster than the best plan of cp 1, pinned.
+  const json without = run_json({"plan", "-m", "llama3.1-8b", "-c", "8xH100-80GB", "--seq-len", "32768",
+                                 "--context-parallel", "1", "--json"});
+  CHECK(long_context.at("predicted").at("step_time_s").get<double>() <
+        without.at("predicted").at("step_time_s").get<double>());
+  const RunResult short_context = run_shardplan({"plan", "-m", "llama3-8b", "-c", "8xH100-80GB"});
+  REQUIRE(short_context.exit_status == 0);
+  CHECK(short_context.out.find("context parallel: not searched (sequences under 16384 tokens") != std::string::npos);
+  const RunResult unneeded = run_shardplan({"plan", "-m", "llama3.1-8b", "-c", "64x8xH100-80GB", "--seq-len",
+                                            "16384", "--tensor-parallel", "8"});
+  REQUIRE(unneeded.exit_status == 0);
+  CHECK(unneeded.out.find("context parallel: not searched (the best plan without it runs") != std::string::npos);
 }

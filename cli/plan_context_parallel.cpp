@@ -1,0 +1,160 @@
+// `plan`'s context parallelism (plan_context_parallel.h): one CP rank's search, the degree restored, the degree search.
+#include "plan_context_parallel.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "context_parallel_lowering.h"
+#include "errors.h"
+#include "step_analysis.h"
+
+namespace shardplan::cli {
+
+namespace {
+
+// Note [Fixed context parallel degree]: `plan --context-parallel N` keeps cp = N. The search runs on one CP rank's
+// share of every sequence (seq_len / cp tokens, the global batch counted in those shares): every per-token cost and
+// the activations are the rank's, but the ring's other cp − 1 attention steps and its K/V exchanges are not priced
+// per candidate. The planned plan and the baselines then get the degree and the whole sequence back and are simulated
+// as CP plans (Note [Context-parallel lowering] in planner/context_parallel_lowering.h), so every figure printed is
+// the CP plan's; a planned plan the ring's buffers push over the cap is no answer.
+TrainingConfig context_parallel_search_training(const TrainingConfig& training, int degree) {
+  TrainingConfig share = training;
+  share.seq_len = training.seq_len / degree;
+  share.global_batch = training.global_batch * degree;  // 0 stays 0: one micro-batch per rank
+  return share;
+}
+
+void restore_context_parallel(SearchResult& result, const TrainingConfig& training, int degree,
+                              const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile) {
+  const auto restore = [&](PlanCandidate& candidate) {
+    candidate.plan.training.seq_len = training.seq_len;
+    candidate.plan.training.global_batch = training.global_batch;
+    candidate.plan.context_parallel.degree = degree;
+    candidate.summary = analyze_step(model, cluster, profile, candidate.plan, false).simulation.summary;
+    candidate.fits = fits_in_memory(candidate.summary, result.usable_memory_bytes());
+  };
+  if (result.feasible) {
+    restore(result.best);
+    result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
+    if (!result.best.fits) {
+      result.feasible = false;
+      result.diagnosis.dominant_term = "the ring's buffers: the best plan of one CP rank's share does not fit with "
+                                       "context parallel " + std::to_string(degree);
+    }
+  }
+  for (BaselineResult& baseline : result.baselines) {
+    try {
+      restore(baseline.candidate);
+    } catch (const InputError&) {
+      baseline.candidate.fits = false;  // a baseline the CP plan cannot take (e.g. DDP's world): not comparable
+    }
+  }
+}
+
+SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                              const TrainingConfig& training, SearchOptions options, int degree) {
+  std::erase_if(options.tensor_parallel_degrees,
+                [&](int tp) { return cluster.world_size() % (tp * degree) != 0; });
+  if (options.tensor_parallel_degrees.empty()) options.tensor_parallel_degrees = {1};
+  SearchResult result =
+      search_plans(model, cluster, profile, context_parallel_search_training(training, degree), options);
+  restore_context_parallel(result, training, degree, model, cluster, profile);
+  return result;
+}
+
+// Note [Context-parallel search]: at a fixed global batch every cp gives each GPU the same tokens (cp ranks share a
+// sequence, and there are cp times fewer data-parallel ranks), so the same kernels and activations per GPU, plus the
+// ring's exchanges. CP pays off only where one sequence's activations are what stands in the way: the best plan
+// without it runs one sequence per micro-batch and still checkpoints activations, or nothing fits. There, cp 2, 4
+// and 8 (dividing the world, the sequence in 2·cp chunks as torch's load balancer needs, the model one CP lowers) are
+// searched, each pruned by the best plan so far (SearchOptions::known_step_s); elsewhere cp stays 1 and the line says
+// why. A bound on the work, not a proof: only sequences of at least kLeastContextParallelTokens, each CP rank keeping
+// at least kLeastTokensPerContextRank of them — torchtitan's CP runs start at 32k tokens (Table 2 of its Llama 3
+// report: 32,768 to 262,144 tokens; its 8k recipes run without CP), and below these a search at cp 8 simulates 8
+// micro-batches per step for every setting, which took `plan` for llama3.1-405b on 2048 H100s from 0.5 s to 30 s.
+constexpr std::int64_t kLeastContextParallelTokens = 16384;
+constexpr std::int64_t kLeastTokensPerContextRank = 4096;
+
+std::string why_not_searched(const SearchResult& result, const SearchOptions& options, const TrainingConfig& training) {
+  if (options.objective != SearchObjective::time) return "--objective memory";
+  if (training.seq_len < kLeastContextParallelTokens) {
+    return "sequences under " + std::to_string(kLeastContextParallelTokens) +
+           " tokens: Note [Context-parallel search] bounds the work there";
+  }
+  if (!result.feasible) return "";
+  const Plan& best = result.best.plan;
+  const bool checkpoints = std::any_of(best.layer_checkpointing.begin(), best.layer_checkpointing.end(),
+                                       [](ActivationCheckpointing mode) { return mode != ActivationCheckpointing::none; });
+  if (best.training.micro_batch > 1 || !checkpoints) {
+    return "the best plan without it runs " + std::to_string(best.training.micro_batch) +
+           " sequence(s) per micro-batch" + (checkpoints ? "" : " without checkpointing") +
+           ": every cp gives a GPU the same tokens, so the ring could only add time";
+  }
+  return "";
+}
+
+}  // namespace
+
+SearchResult search_with_context_parallel(const ModelSpec& model, const Cluster& cluster,
+                                          const HardwareProfile& profile, const TrainingConfig& training,
+                                          const SearchOptions& options, int pinned_degree,
+                                          ContextParallelOutcome& outcome) {
+  if (pinned_degree > 1) {
+    outcome = {pinned_degree, true, {}, ""};
+    return search_at_degree(model, cluster, profile, training, options, pinned_degree);
+  }
+  SearchResult best = search_plans(model, cluster, profile, training, options);
+  outcome = {1, pinned_degree == 1, {}, ""};
+  if (pinned_degree == 1) return best;
+  outcome.skipped = why_not_searched(best, options, training);
+  if (!outcome.skipped.empty()) return best;
+  // Note [Equal global batch]: the batch every degree runs, in whole sequences.
+  TrainingConfig at_batch = training;
+  if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * cluster.world_size();
+  for (const int degree : {2, 4, 8}) {
+    if (cluster.world_size() % degree != 0 || training.seq_len % (2 * degree) != 0) continue;
+    if (training.seq_len / degree < kLeastTokensPerContextRank) continue;
+    try {
+      validate_context_parallel(degree, at_batch, model, "--context-parallel");
+      (void)at_batch.grad_accumulation_steps(cluster.world_size() / degree);
+    } catch (const InputError&) {
+      continue;  // a degree this model or batch cannot take
+    }
+    SearchOptions degree_options = options;
+    if (best.feasible) degree_options.known_step_s = std::min(options.known_step_s, best.best.summary.step_time_s);
+    outcome.searched.push_back(degree);
+    SearchResult found;
+    try {
+      found = search_at_degree(model, cluster, profile, at_batch, degree_options, degree);
+    } catch (const InputError&) {
+      continue;  // e.g. a batch the CP ranks' shares do not divide
+    }
+    if (found.feasible && (!best.feasible || found.best.summary.step_time_s < best.best.summary.step_time_s)) {
+      best = std::move(found);
+      outcome.degree = degree;
+    }
+  }
+  if (outcome.searched.empty()) {
+    outcome.skipped = "no cp of 2, 4, 8 divides this world and sequence (in shares of at least " +
+                      std::to_string(kLeastTokensPerContextRank) + " tokens) for this model";
+  }
+  return best;
+}
+
+std::string render_context_parallel_line(const ContextParallelOutcome& outcome) {
+  if (outcome.pinned) {
+    if (outcome.degree == 1) return "";
+    return "context parallel " + std::to_string(outcome.degree) +
+           ": fixed by --context-parallel; the wrapping search ran on one CP rank's seq/cp tokens; the planned plan "
+           "and the baselines are simulated with the ring\n";
+  }
+  if (!outcome.skipped.empty()) return "context parallel: not searched (" + outcome.skipped + ")\n";
+  std::string degrees;
+  for (const int degree : outcome.searched) degrees += (degrees.empty() ? "" : ", ") + std::to_string(degree);
+  return "context parallel: cp " + degrees + " searched beside cp 1 (Note [Context-parallel search]); planned cp " +
+         std::to_string(outcome.degree) + "\n";
+}
+
+}  // namespace shardplan::cli
