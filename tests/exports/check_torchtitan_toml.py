@@ -3,7 +3,7 @@
 # torchtitan`) for 1-D FSDP, HSDP, TP, float8, AC, compile and offload plans, parsed with tomllib: every key is a field
 # of torchtitan's job config with the right type (and, for Literal fields, an allowed value), and the parallel degrees
 # multiply to the world size. Plans torchtitan cannot run must be refused in one line with nothing written. Pipeline
-# plans (which `plan` does not search yet) come from the unit test that exports them (UNIT_TESTS_BIN, "torchtitan
+# plans come from `plan --pipeline-parallel` and from the unit test that exports them (UNIT_TESTS_BIN, "torchtitan
 # pipeline export"): their schedule, micro-batch size and stage count must be ones torchtitan's pipeline_llm accepts.
 # Mutated files (an unknown key, a wrong type, degrees that do not multiply, a stage count the schedule cannot run)
 # must be caught. Python 3.11+ stdlib only.
@@ -239,6 +239,9 @@ PLANS = [
     # torchtitan shards over dp_shard x cp: FSDP's group of 8 is data_parallel_shard_degree 4 x context_parallel 2.
     ("CP 2", "8xH100-80GB", ["--context-parallel", "2", "--tensor-parallel", "1"],
      [("parallelism", "context_parallel_degree", 2), ("parallelism", "data_parallel_shard_degree", 4)]),
+    # A pipeline plan as `plan` plans it (Note [Pipeline search]): its degree, schedule and stages as torchtitan reads them.
+    ("PP 2 (plan --pipeline-parallel)", "2x8xH100-80GB", ["--pipeline-parallel", "2", "--tensor-parallel", "2"],
+     [("parallelism", "pipeline_parallel_degree", 2), ("parallelism", "tensor_parallel_degree", 2)]),
     ("CPU offload", "8xH100-80GB", ["--cpu-offload", "--tensor-parallel", "1"],
      [("training", "enable_cpu_offload", True)]),
     # Without --precision the export's recipe is bf16-mixed with float32 reduction (cli/cmd_plan.cpp), not a refusal.
