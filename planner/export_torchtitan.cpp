@@ -43,7 +43,9 @@ namespace shardplan {
 // the split default_pipeline gives. So a plan is written with the layers_per_stage that gives its stage count, or
 // without it where torchtitan's default count is the plan's; any other split or count is refused (the export does
 // not write module_fqns_per_model_part). Under a pipeline torchtitan's "default" fsdp_reshard_after_forward keeps
-// blocks gathered (apply_fsdp: `not pp_enabled`), so resharding blocks are written "always".
+// blocks gathered (apply_fsdp: `not pp_enabled`) — what the pipeline lowering simulates (Note [Pipeline programs]:
+// each unit gathered from its stage's first forward to its last backward) — so a pipeline plan is written "default":
+// "always" would run all-gathers and memory the simulated step does not have.
 
 namespace {
 
@@ -325,9 +327,9 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   const TorchtitanPrecision precision = torchtitan_precision(plan.training.precision);
   const ParallelDims degrees = torchtitan_degrees(plan, world_size, gpus_per_node);
   check_wrapping(plan, model);
-  std::string reshard = reshard_policy(plan, reshards_after_forward(plan.units.front().strategy.kind));
+  // Note [Exported pipeline]: "default" keeps a pipeline plan's blocks gathered, as simulated.
+  const std::string reshard = reshard_policy(plan, reshards_after_forward(plan.units.front().strategy.kind));
   const bool pipelined = plan.pipeline.enabled();
-  if (pipelined && reshard == "default") reshard = "always";  // Note [Exported pipeline]
   const int layers_per_stage = pipelined ? torchtitan_layers_per_stage(plan, model) : 0;
   if (plan.offload.optimizer && !plan.offload.params) {
     refuse("the plan offloads optimizer states alone, but torchtitan's enable_cpu_offload offloads parameters, "

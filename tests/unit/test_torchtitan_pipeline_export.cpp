@@ -53,7 +53,7 @@ TEST_CASE("torchtitan pipeline export: degree, schedule, micro-batch and torchti
   const std::string toml = exported(one_f_one_b, model, "1F1B.toml");
   // 32 blocks + embedding + head = 34 effective layers: ceil(34 / 9) = 4 stages, torchtitan's [8, 9, 8, 7] blocks.
   for (const char* line : {"local_batch_size = 16\n", "global_batch_size = 64\n", "data_parallel_shard_degree = 4\n",
-                           "fsdp_reshard_after_forward = \"always\"\n", "pipeline_parallel_degree = 4\n",
+                           "fsdp_reshard_after_forward = \"default\"\n", "pipeline_parallel_degree = 4\n",
                            "pipeline_parallel_schedule = \"1F1B\"\n", "pipeline_parallel_microbatch_size = 2\n",
                            "pipeline_parallel_layers_per_stage = 9\n"}) {
     CAPTURE(line);
