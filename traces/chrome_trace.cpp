@@ -253,12 +253,14 @@ json to_chrome_trace(const Timeline& timeline, const ChromeTraceExtras& extras) 
       const TraceFlow& flow = extras.flows[id];
       const TimelineEvent* from = event_of(flow.from_rank, flow.from_op_id);
       const TimelineEvent* to = event_of(flow.to_rank, flow.to_op_id);
-      events.push_back(json{{"ph", "s"}, {"name", from->kind + " to " + to->kind}, {"cat", "flow"},
-                            {"id", id}, {"ts", from->start_s * kMicrosecondsPerSecond}, {"pid", from->rank},
-                            {"tid", tid_of.at(from->stream)}});
-      events.push_back(json{{"ph", "f"}, {"bp", "e"}, {"name", from->kind + " to " + to->kind}, {"cat", "flow"},
-                            {"id", id}, {"ts", to->start_s * kMicrosecondsPerSecond}, {"pid", to->rank},
-                            {"tid", tid_of.at(to->stream)}});
+      const std::string name = from->kind + " to " + to->kind;
+      const json args = {{"from_op_id", flow.from_op_id}, {"to_op_id", flow.to_op_id}};
+      events.push_back(json{{"ph", "s"}, {"name", name}, {"cat", "flow"}, {"id", id},
+                            {"ts", from->start_s * kMicrosecondsPerSecond}, {"pid", from->rank},
+                            {"tid", tid_of.at(from->stream)}, {"args", args}});
+      events.push_back(json{{"ph", "f"}, {"bp", "e"}, {"name", name}, {"cat", "flow"}, {"id", id},
+                            {"ts", to->start_s * kMicrosecondsPerSecond}, {"pid", to->rank},
+                            {"tid", tid_of.at(to->stream)}, {"args", args}});
     }
   }
   json shardplan = {{"schema", kTraceSchema}, {"source", timeline.source}, {"metadata", timeline.metadata}};
