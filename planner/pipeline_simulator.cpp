@@ -17,20 +17,9 @@ void record_program(const StepSchedule& schedule, const std::vector<double>& sta
                     int rank, std::vector<MemorySample>& samples, Timeline& timeline) {
   timeline.source = "predicted";
   for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
-    const Op& op = schedule.ops[index];
-    TimelineEvent event;
-    event.op_id = op.id;
-    event.name = describe_op(op, schedule, nullptr);
-    event.kind = to_string(op.kind);
-    event.stream = to_string(op.stream);
-    event.rank = rank;
+    TimelineEvent event = timeline_event(schedule.ops[index], schedule, rank);
     event.start_s = start_s[index];
     event.end_s = end_s[index];
-    event.bytes = op.bytes;
-    event.flops = op.flops;
-    event.unit = op.unit;
-    event.layer = op.layer;
-    event.micro_batch = op.micro_batch;
     timeline.events.push_back(std::move(event));
   }
   for (MemorySample& sample : samples) {
