@@ -15,8 +15,8 @@ ChromeTraceExtras pipeline_trace_extras(const PipelineStepAnalysis& analysis) {
   for (const PipelineRankSummary& rank : analysis.simulation.ranks) {
     std::string stages;
     for (int stage : rank.stages) stages += (stages.empty() ? "" : ", ") + std::to_string(stage);
-    extras.process_names[rank.rank] =
-        "pipeline rank " + std::to_string(rank.rank) + " (stage" + (rank.stages.size() == 1 ? " " : "s ") + stages + ")";
+    extras.process_names[rank.rank] = "pipeline rank " + std::to_string(rank.rank) + " (stage" +
+                                      (rank.stages.size() == 1 ? " " : "s ") + stages + ")";
   }
   for (const PipelineSchedule::CrossDependency& dependency : analysis.schedule.cross_dependencies) {
     extras.flows.push_back({dependency.on_program, dependency.on_op, dependency.program, dependency.op});

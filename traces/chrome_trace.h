@@ -28,8 +28,8 @@ struct TraceFlow {
 struct ChromeTraceExtras {
   std::map<int, std::string> process_names;  // by rank, in place of "rank N"
   // Each a flow pair: `ph:"s"` at the start of the from op's slice and `ph:"f"` (`bp:"e"`, bound to the enclosing
-  // slice) at the start of the to op's, with one id per pair and args {from_op_id, to_op_id}. A flow naming an op the timeline lacks is an
-  // InternalError. The reader skips flows (they hold nothing a Timeline does).
+  // slice) at the start of the to op's, with one id per pair and args {from_op_id, to_op_id}. A flow naming an op
+  // the timeline lacks is an InternalError. The reader skips flows (they hold nothing a Timeline does).
   std::vector<TraceFlow> flows;
 };
 nlohmann::json to_chrome_trace(const Timeline& timeline, const ChromeTraceExtras& extras);

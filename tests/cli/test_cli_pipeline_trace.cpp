@@ -27,7 +27,9 @@ TraceShape trace_shape(const TempFile& file) {
   const json trace = json::parse(file.contents());  // throws (fails the test) on invalid JSON
   TraceShape shape;
   for (const json& event : trace.at("traceEvents")) {
-    if (event.at("ph") == "M" && event.at("name") == "process_name") shape.processes.insert(event.at("args").at("name"));
+    if (event.at("ph") == "M" && event.at("name") == "process_name") {
+      shape.processes.insert(event.at("args").at("name").get<std::string>());
+    }
     if (event.at("ph") == "s" || event.at("ph") == "f") ++shape.flow_events;
   }
   return shape;

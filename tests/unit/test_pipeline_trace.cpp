@@ -44,7 +44,9 @@ TEST_CASE("pipeline trace: a process per rank, every op of every program, a flow
     PipelineScheduleKind schedule;
     int pp, v, micro_batches;
   };
-  for (const Case& shape : {Case{PipelineScheduleKind::one_f_one_b, 2, 1, 4}, Case{PipelineScheduleKind::gpipe, 3, 1, 3},
+  // 1F1B, GPipe on an odd number of ranks, interleaved with two stages per rank.
+  for (const Case& shape : {Case{PipelineScheduleKind::one_f_one_b, 2, 1, 4},
+                            Case{PipelineScheduleKind::gpipe, 3, 1, 3},
                             Case{PipelineScheduleKind::interleaved_1f1b, 2, 2, 4}}) {
     CAPTURE(to_string(shape.schedule));
     CAPTURE(shape.pp);
