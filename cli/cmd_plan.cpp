@@ -12,6 +12,7 @@
 #include "error_band_output.h"
 #include "errors.h"
 #include "flag_checks.h"
+#include "pipeline_trace.h"
 #include "plan_report.h"
 #include "input_limits.h"
 #include "memory_headroom.h"
@@ -292,8 +293,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     const MemoryHeadroom usable{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
                                 options.memory_headroom_fraction};
     const PipelineSearchRequest pipeline_request = pipeline_search_request(
-        flags->pipeline, model, cluster, training, options, flags->export_format,
-        !flags->trace_file.empty() || !flags->report_file.empty(), context_parallel, usable.usable_bytes());
+        flags->pipeline, model, cluster, training, options, flags->export_format, context_parallel,
+        usable.usable_bytes());
     SearchResult result;
     if (pipeline_request.pinned) {
       result.memory_cap_bytes = usable.cap_bytes;
@@ -359,7 +360,17 @@ Action add_plan_command(CLI::App& app, const Output& output) {
         outputs.push_back({(std::filesystem::path(flags->out_dir) / file.file_name).string(), file.contents});
       }
     }
-    if (!flags->trace_file.empty() || !flags->report_file.empty()) {
+    if (pipeline.feasible && (!flags->trace_file.empty() || !flags->report_file.empty())) {
+      // Note [Pipeline trace]: the planned pipeline plan simulated again with its timeline kept (the search keeps
+      // none), one process per pipeline rank.
+      const PipelineStepAnalysis analysis = analyze_pipeline_step(model, cluster, profile, pipeline.best.plan, true);
+      for (OutputFile& file : pipeline_output_files(
+               analysis, usable, "shardplan plan: " + model.name + " on " + cluster.describe() + " (" +
+                                     pipeline.best.knobs + ")",
+               flags->trace_file, flags->report_file)) {
+        outputs.push_back(std::move(file));
+      }
+    } else if (!flags->trace_file.empty() || !flags->report_file.empty()) {
       const StepAnalysis analysis = analyze_step(model, cluster, profile, result.best.plan, true);
       if (!flags->trace_file.empty()) {
         outputs.push_back({flags->trace_file, to_chrome_trace(analysis.simulation.timeline)

@@ -14,6 +14,7 @@
 #include "inputs.h"
 #include "model_source.h"
 #include "output_files.h"
+#include "pipeline_trace.h"
 #include "plan_json.h"
 #include "unmeasured_rates.h"
 #include "step_analysis.h"
@@ -143,15 +144,16 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
     // The layers resolved for the plan's fine-tuning (a plan file's was checked against the model as it was read).
     const ModelSpec model = finetuned_for(base, plan.training);
     if (plan.pipeline.enabled()) {
-      if (!flags->trace_file.empty() || !flags->report_file.empty()) {
-        throw InputError("--trace/--report: not yet written for a pipeline plan (one timeline per pipeline rank); "
-                         "expected neither with --pipeline-parallel above 1");
-      }
-      const PipelineStepAnalysis analysis = analyze_pipeline_step(model, cluster, profile, plan);
+      const bool want_timeline = !flags->trace_file.empty() || !flags->report_file.empty();
+      const PipelineStepAnalysis analysis = analyze_pipeline_step(model, cluster, profile, plan, want_timeline);
       const PredictionErrorBands bands = error_bands_for(cluster.gpu.name, run_kind_of(cluster, plan.training));
       const MemoryHeadroomChoice headroom_choice =
           choose_memory_headroom(*command, flags->memory_headroom_percent, bands.memory);
       const MemoryHeadroom headroom{cluster.gpu.memory_bytes, headroom_choice.percent / 100};
+      // Note [Pipeline trace]: one process per pipeline rank, sends to recvs as flow arrows.
+      write_output_files(pipeline_output_files(
+          analysis, headroom, "shardplan: " + model.name + " on " + cluster.describe() + " (" + plan.name + ")",
+          flags->trace_file, flags->report_file));
       if (flags->json) {
         nlohmann::json document = to_json(analysis, headroom);
         document["schema"] = "shardplan.pipeline_simulation/v1";
@@ -168,6 +170,8 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
         std::cout << unmeasured_rates_line(profile);
         std::cout << render_pipeline_text(analysis, headroom);
         std::cout << "memory: " << headroom.describe() << " kept free on each rank's device peak\n";
+        if (!flags->trace_file.empty()) std::cout << "trace written to " << flags->trace_file << "\n";
+        if (!flags->report_file.empty()) std::cout << "report written to " << flags->report_file << "\n";
       }
       return 0;
     }

@@ -27,8 +27,8 @@ void add_pipeline_plan_flags(CLI::App& command, PipelinePlanFlags& flags) {
 PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, const ModelSpec& model,
                                               const Cluster& cluster, const TrainingConfig& training,
                                               const SearchOptions& search,
-                                              const std::string& export_format, bool writes_timeline,
-                                              int context_parallel, std::int64_t usable_bytes) {
+                                              const std::string& export_format, int context_parallel,
+                                              std::int64_t usable_bytes) {
   PipelineSearchRequest request;
   request.pinned = flags.pipeline_parallel > 1;
   // Why no pipeline plan can be the answer of this command; a pinned degree refuses it in one line.
@@ -37,7 +37,6 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   if (!export_format.empty() && export_format != "torchtitan") {
     conflict = "--export " + export_format + " (it writes no pipeline plan; torchtitan does)";
   }
-  if (writes_timeline) conflict = "--trace/--report (not yet written for a pipeline plan)";
   if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
   if (context_parallel > 1) {
     conflict = "--context-parallel " + std::to_string(context_parallel) +

@@ -29,13 +29,13 @@ struct PipelineSearchRequest {
 };
 
 // The request for this command: pinned, searched or skipped (with why). InputError (one line naming the flags) where
-// a pinned degree contradicts another flag: an export or output not written for pipeline plans, --objective memory,
+// a pinned degree contradicts another flag: an export not written for pipeline plans, --objective memory,
 // CPU offload, optimizer in backward, a context-parallel degree, a model with experts.
 PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, const ModelSpec& model,
                                               const Cluster& cluster, const TrainingConfig& training,
                                               const SearchOptions& search,
-                                              const std::string& export_format, bool writes_timeline,
-                                              int context_parallel, std::int64_t usable_bytes);
+                                              const std::string& export_format, int context_parallel,
+                                              std::int64_t usable_bytes);
 
 // The planned pipeline plan: knobs, the per-rank table (render_pipeline_text), the global batch.
 std::string render_pipeline_plan_text(const PipelineSearchResult& result, const Cluster& cluster,

@@ -7,10 +7,31 @@
 #include "memory_walk.h"
 #include "op_durations.h"
 #include "op_placement.h"
+#include "simulator.h"
 
 namespace shardplan {
+namespace {
 
-PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const HardwareProfile& profile) {
+// One program's placed ops and memory samples into the pipeline's timeline, as rank `rank`.
+void record_program(const StepSchedule& schedule, const std::vector<double>& start_s, const std::vector<double>& end_s,
+                    int rank, std::vector<MemorySample>& samples, Timeline& timeline) {
+  timeline.source = "predicted";
+  for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
+    TimelineEvent event = timeline_event(schedule.ops[index], schedule, rank);
+    event.start_s = start_s[index];
+    event.end_s = end_s[index];
+    timeline.events.push_back(std::move(event));
+  }
+  for (MemorySample& sample : samples) {
+    sample.rank = rank;
+    timeline.memory.push_back(sample);
+  }
+}
+
+}  // namespace
+
+PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const HardwareProfile& profile,
+                                     bool record_timeline) {
   const std::size_t programs = pipeline.programs.size();
   struct ProgramWalk {
     std::vector<double> base_s, start_s, end_s;
@@ -77,7 +98,10 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
     rank.compute_busy_s = clocks[program].stream_busy_s[static_cast<std::size_t>(StreamKind::compute)];
     rank.p2p_busy_s = clocks[program].stream_busy_s[static_cast<std::size_t>(StreamKind::p2p)];
     rank.bubble_fraction = result.step_time_s > 0 ? 1.0 - rank.compute_busy_s / result.step_time_s : 0.0;
-    const MemoryWalk memory = walk_memory(schedule, walk.start_s, walk.end_s, profile, nullptr);
+    std::vector<MemorySample> samples;
+    const MemoryWalk memory =
+        walk_memory(schedule, walk.start_s, walk.end_s, profile, record_timeline ? &samples : nullptr);
+    if (record_timeline) record_program(schedule, walk.start_s, walk.end_s, rank.rank, samples, result.timeline);
     rank.peak_memory_bytes = memory.peak_bytes;
     rank.device_peak_bytes = memory.device_peak_bytes;
     // Micro-batches in flight on the rank, over all its stages: a stage's forward of a micro-batch begins one, its

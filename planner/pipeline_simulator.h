@@ -7,6 +7,7 @@
 
 #include "hardware_profile.h"
 #include "pipeline_schedule.h"
+#include "timeline.h"
 
 namespace shardplan {
 
@@ -29,6 +30,9 @@ struct PipelineSimulation {
   std::int64_t tokens_per_step = 0;
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs of every stage over step_time × pp ranks' peak
+  // Empty unless asked for: every program's placed ops and memory samples, TimelineEvent::rank (and
+  // MemorySample::rank) the pipeline rank, op_id the op's id in its program (Note [Pipeline trace]).
+  Timeline timeline;
 };
 
 // Note [Pipeline placement]: each program is walked in its own op order with its own streams (OpWalk, as simulate
@@ -37,6 +41,7 @@ struct PipelineSimulation {
 // the orders (an InternalError: pipeline_order's replay check rules it out for the orders it builds). The overlap
 // slowdown of collectives beside compute (Note [Collective slowdown]) is not iterated here: one pass, as simulate
 // does when the slowdown is 1 (the catalog's).
-PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const HardwareProfile& profile);
+PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const HardwareProfile& profile,
+                                     bool record_timeline = false);
 
 }  // namespace shardplan

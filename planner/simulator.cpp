@@ -27,6 +27,21 @@ std::string describe_op(const Op& op, const StepSchedule& schedule, const std::v
   return name;
 }
 
+TimelineEvent timeline_event(const Op& op, const StepSchedule& schedule, int rank) {
+  TimelineEvent event;
+  event.op_id = op.id;
+  event.name = describe_op(op, schedule, nullptr);
+  event.kind = to_string(op.kind);
+  event.stream = to_string(op.stream);
+  event.rank = rank;
+  event.bytes = op.bytes;
+  event.flops = op.flops;
+  event.unit = op.unit;
+  event.layer = op.layer;
+  event.micro_batch = op.micro_batch;
+  return event;
+}
+
 namespace {
 
 // One pass of the timing walk: every op's start and end, and each stream's busy time.
@@ -154,19 +169,9 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
     result.timeline.source = "predicted";
     result.timeline.events.reserve(count);
     for (std::size_t index = 0; index < count; ++index) {
-      const Op& op = schedule.ops[index];
-      TimelineEvent event;
-      event.op_id = op.id;
-      event.name = describe_op(op, schedule, nullptr);
-      event.kind = to_string(op.kind);
-      event.stream = to_string(op.stream);
+      TimelineEvent event = timeline_event(schedule.ops[index], schedule, 0);
       event.start_s = start[index];
       event.end_s = end[index];
-      event.bytes = op.bytes;
-      event.flops = op.flops;
-      event.unit = op.unit;
-      event.layer = op.layer;
-      event.micro_batch = op.micro_batch;
       result.timeline.events.push_back(std::move(event));
     }
   }

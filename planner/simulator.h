@@ -59,4 +59,8 @@ nlohmann::json to_json(const SimulationSummary& summary);
 // A readable op name for traces and messages: "forward model.layers.3", "all_gather model.layers.3".
 std::string describe_op(const Op& op, const StepSchedule& schedule, const std::vector<std::string>* layer_names);
 
+// An op's TimelineEvent on `rank`, all but its times: id, describe_op's name, kind, stream, payload, flops, unit,
+// layer, micro-batch. The simulators and the runners' measured timelines start from it.
+TimelineEvent timeline_event(const Op& op, const StepSchedule& schedule, int rank);
+
 }  // namespace shardplan

@@ -40,7 +40,8 @@ StepAnalysis analyze_step(const ModelSpec& model, const Cluster& cluster, const 
 }
 
 PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster& cluster,
-                                           const HardwareProfile& profile, const Plan& plan) {
+                                           const HardwareProfile& profile, const Plan& plan,
+                                           bool record_timeline) {
   validate_plan(plan, model, cluster.world_size(), cluster.gpus_per_node);
   const ParallelDims dims = parallel_dims(plan, cluster.world_size());
   const DataParallelView view = data_parallel_view(plan, model, dims, cluster.gpus_per_node);
@@ -56,7 +57,23 @@ PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster
   layout.tensor_parallel = dims.tp();
   PipelineStepAnalysis analysis;
   analysis.schedule = lower_pipeline(view.plan, view.model, options, layout);
-  analysis.simulation = simulate_pipeline(analysis.schedule, profile);
+  analysis.simulation = simulate_pipeline(analysis.schedule, profile, record_timeline);
+  if (record_timeline) {
+    std::vector<std::string> names;
+    for (const auto& layer : view.model.layers) names.push_back(layer.name);
+    Timeline& timeline = analysis.simulation.timeline;
+    for (auto& event : timeline.events) {
+      const StepSchedule& program = analysis.schedule.programs[static_cast<std::size_t>(event.rank)];
+      event.name = describe_op(program.ops[static_cast<std::size_t>(event.op_id)], program, &names);
+    }
+    timeline.metadata = {{"model", model.name},
+                         {"cluster", cluster.describe()},
+                         {"plan", plan.name},
+                         {"fingerprint", trace_fingerprint(model, plan)},
+                         {"pipeline", {{"schedule", to_string(analysis.schedule.order.kind)},
+                                       {"degree", analysis.schedule.order.ranks},
+                                       {"step_time_s", analysis.simulation.step_time_s}}}};
+  }
   return analysis;
 }
 

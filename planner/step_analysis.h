@@ -31,8 +31,11 @@ struct PipelineStepAnalysis {
   PipelineSchedule schedule;
   PipelineSimulation simulation;
 };
+// `record_timeline`: keep the programs' placed ops (Note [Pipeline trace] in pipeline_trace.h), named with the
+// model's layer names, and the trace metadata simulate's has.
 PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster& cluster,
-                                           const HardwareProfile& profile, const Plan& plan);
+                                           const HardwareProfile& profile, const Plan& plan,
+                                           bool record_timeline = false);
 // Its summary: the step, then one line per pipeline rank (stages, their layer indices, compute, bubble, memory,
 // micro-batches in flight), with the memory verdict of Note [Memory headroom] on each rank's device peak.
 std::string render_pipeline_text(const PipelineStepAnalysis& analysis, const MemoryHeadroom& headroom);

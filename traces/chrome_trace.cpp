@@ -188,7 +188,9 @@ std::optional<MemorySample> read_memory_event(const JsonObjectReader& event, con
 
 }  // namespace
 
-json to_chrome_trace(const Timeline& timeline) {
+json to_chrome_trace(const Timeline& timeline) { return to_chrome_trace(timeline, ChromeTraceExtras{}); }
+
+json to_chrome_trace(const Timeline& timeline, const ChromeTraceExtras& extras) {
   // Thread ids are the stream's index in first-seen order, the same on every rank, so a stream is one row per process.
   const std::vector<std::string> streams = timeline.streams();
   std::map<std::string, int> tid_of;
@@ -196,7 +198,9 @@ json to_chrome_trace(const Timeline& timeline) {
 
   json events = json::array();
   for (int rank : timeline.ranks()) {
-    events.push_back(metadata_event(rank, 0, "process_name", json{{"name", "rank " + std::to_string(rank)}}));
+    const auto named = extras.process_names.find(rank);
+    const std::string name = named != extras.process_names.end() ? named->second : "rank " + std::to_string(rank);
+    events.push_back(metadata_event(rank, 0, "process_name", json{{"name", name}}));
     events.push_back(metadata_event(rank, 0, "process_sort_index", json{{"sort_index", rank}}));
   }
   // Name only the threads that carry ops, so a rank without, say, h2d traffic shows no empty row.
@@ -236,6 +240,28 @@ json to_chrome_trace(const Timeline& timeline) {
                           {"pid", sample.rank},
                           {"tid", 0},
                           {"args", std::move(bytes)}});
+  }
+  if (!extras.flows.empty()) {
+    std::map<std::pair<int, int>, const TimelineEvent*> by_op;  // (rank, op_id) → its event
+    for (const auto& event : timeline.events) by_op.emplace(std::make_pair(event.rank, event.op_id), &event);
+    const auto event_of = [&](int rank, int op_id) {
+      const auto found = by_op.find({rank, op_id});
+      SHARDPLAN_CHECK(found != by_op.end(), "a trace flow names an op the timeline lacks");
+      return found->second;
+    };
+    for (std::size_t id = 0; id < extras.flows.size(); ++id) {
+      const TraceFlow& flow = extras.flows[id];
+      const TimelineEvent* from = event_of(flow.from_rank, flow.from_op_id);
+      const TimelineEvent* to = event_of(flow.to_rank, flow.to_op_id);
+      const std::string name = from->kind + " to " + to->kind;
+      const json args = {{"from_op_id", flow.from_op_id}, {"to_op_id", flow.to_op_id}};
+      events.push_back(json{{"ph", "s"}, {"name", name}, {"cat", "flow"}, {"id", id},
+                            {"ts", from->start_s * kMicrosecondsPerSecond}, {"pid", from->rank},
+                            {"tid", tid_of.at(from->stream)}, {"args", args}});
+      events.push_back(json{{"ph", "f"}, {"bp", "e"}, {"name", name}, {"cat", "flow"}, {"id", id},
+                            {"ts", to->start_s * kMicrosecondsPerSecond}, {"pid", to->rank},
+                            {"tid", tid_of.at(to->stream)}, {"args", args}});
+    }
   }
   json shardplan = {{"schema", kTraceSchema}, {"source", timeline.source}, {"metadata", timeline.metadata}};
   return json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"shardplan", std::move(shardplan)}};

@@ -154,18 +154,7 @@ void check_step_batches(const StepSchedule& schedule, std::span<const runtime::B
 }
 
 TimelineEvent measured_event(const Op& op, const StepSchedule& schedule, int rank) {
-  TimelineEvent event;
-  event.op_id = op.id;
-  event.name = describe_op(op, schedule, nullptr);
-  event.kind = to_string(op.kind);
-  event.stream = to_string(op.stream);
-  event.rank = rank;
-  event.bytes = op.bytes;
-  event.flops = op.flops;
-  event.unit = op.unit;
-  event.layer = op.layer;
-  event.micro_batch = op.micro_batch;
-  return event;
+  return timeline_event(op, schedule, rank);
 }
 
 }  // namespace shardplan::runner

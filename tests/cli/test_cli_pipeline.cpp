@@ -77,9 +77,6 @@ TEST_CASE("bad pipeline input: one line naming the flag, exit 2") {
   expect_input_error(schedule, {"--pipeline-schedule"});
   expect_input_error({"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--pipeline-parallel", "3"},
                      {"pp 3"});
-  std::vector<std::string> trace = kTinyPipeline;
-  trace.insert(trace.end(), {"--trace", "/tmp/shardplan-pipeline-trace.json"});
-  expect_input_error(trace, {"--trace/--report"});
 }
 
 // Note [Pipeline search] (planner/search_pipeline.h): `plan` searches pipeline plans beside FSDP's; a pinned degree
