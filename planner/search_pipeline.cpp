@@ -20,6 +20,13 @@ namespace {
 // a wave's later points still prune with what its earlier waves found.
 constexpr std::size_t kPointsPerWave = 4;
 
+// Note [Pipeline search]: a bound on the search's work, not a proof — the degrees searched leave every pipeline rank at
+// least this many blocks. The published pipelines of this size run 8 to 16 blocks per rank (torchtitan's 405B: pp 8,
+// Table 5 of its Llama 3 report; Meta's Llama 3 405B: pp 16, 126 layers), and a deeper one's step simulates hundreds
+// of micro-batches over dozens of programs (llama3.1-405b on 256 H100s: pp 32 and 64 took 0.3 s of a 0.8 s plan and
+// none fitted). --pipeline-parallel reaches any degree.
+constexpr int kLeastBlocksPerPipelineRank = 4;
+
 // One grid point before simulation: what builds its plan and its floor.
 struct PipelinePoint {
   int tensor_parallel = 1;
@@ -212,7 +219,7 @@ PipelineStatesFloor pipeline_states_floor(const ModelSpec& view_model, const Tra
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
   std::vector<int> degrees;
   const auto blocks = static_cast<int>(model.block_count());
-  for (int degree = 2; degree <= blocks && degree <= cluster.world_size(); degree *= 2) {
+  for (int degree = 2; degree * kLeastBlocksPerPipelineRank <= blocks && degree <= cluster.world_size(); degree *= 2) {
     if (cluster.world_size() % degree == 0) degrees.push_back(degree);
   }
   return degrees;

@@ -20,11 +20,11 @@ namespace shardplan {
 // over each stage's data-parallel ranks, one unit per block ([parallelism] fsdp over every TransformerBlock), the
 // stage split of default_pipeline, micro-batch 1 unless pinned, and the user's global batch (Note [Equal global
 // batch] in search_2d.cpp: without --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp
-// ranks runs tp × pp micro-batches per step). Searched: pp (powers of two whose stages each get at least one block
-// and whose ranks divide the world), the schedule (1F1B, and Interleaved1F1B with 2 stages per rank), tp (the search's
-// degrees) and the checkpointing patterns of knob_settings. The wrap, strategy and prefetch knobs of a pipeline plan
-// are torchtitan's, not searched: the answer is the fastest fitting candidate of this grid (exact over the grid, a
-// heuristic over the rest), and the CLI says so.
+// ranks runs tp × pp micro-batches per step). Searched: pp (powers of two whose ranks divide the world and keep at
+// least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, and Interleaved1F1B
+// with 2 stages per rank), tp (the search's degrees) and the checkpointing patterns of knob_settings. The wrap,
+// strategy and prefetch knobs of a pipeline plan are torchtitan's, not searched: the answer is the fastest fitting
+// candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so.
 //
 // Note [Pipeline floor]: a candidate is simulated only when a lower bound of its step is below the best plan known.
 // With c_s the compute-stream kernels of stage s for one micro-batch (the per-layer floor of Note [Compute floor]) and
@@ -73,7 +73,8 @@ struct PipelineSearchResult {
   double seconds = 0;
 };
 
-// Powers of two from 2 whose pp ranks divide the world and whose default stages (one per rank) each get a block.
+// Powers of two from 2 whose pp ranks divide the world, each rank keeping at least 4 blocks (a work bound: Note
+// [Pipeline search] in search_pipeline.cpp).
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster);
 
 // The fastest fitting pipeline plan of the grid of Note [Pipeline search] faster than options.known_step_s.

@@ -147,9 +147,12 @@ TEST_CASE("pipeline search: the fastest fitting candidate, pruned by a known ste
   CHECK_FALSE(search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, tight).feasible);
 }
 
-TEST_CASE("pipeline search: degree candidates divide the world and leave every stage a block") {
+TEST_CASE("pipeline search: degree candidates divide the world and leave every rank 4 blocks") {
   const Setup setup;
-  CHECK(pipeline_degree_candidates(setup.model, setup.cluster) == std::vector<int>{2, 4, 8, 16});
+  // llama3-8b's 32 blocks: up to pp 8 (4 blocks per rank), on 16 GPUs.
+  CHECK(pipeline_degree_candidates(setup.model, setup.cluster) == std::vector<int>{2, 4, 8});
   const Cluster six = parse_cluster("6xH100-80GB", HardwareCatalog::builtin());
   CHECK(pipeline_degree_candidates(setup.model, six) == std::vector<int>{2});
+  const Cluster many = parse_cluster("32x8xH100-80GB", HardwareCatalog::builtin());
+  CHECK(pipeline_degree_candidates(preset_model("llama3.1-405b"), many) == std::vector<int>{2, 4, 8, 16});
 }
