@@ -85,8 +85,9 @@ std::string why_not_searched(const SearchResult& result, const SearchOptions& op
   }
   if (!result.feasible) return "";
   const Plan& best = result.best.plan;
-  const bool checkpoints = std::any_of(best.layer_checkpointing.begin(), best.layer_checkpointing.end(),
-                                       [](ActivationCheckpointing mode) { return mode != ActivationCheckpointing::none; });
+  const bool checkpoints =
+      std::any_of(best.layer_checkpointing.begin(), best.layer_checkpointing.end(),
+                  [](ActivationCheckpointing mode) { return mode != ActivationCheckpointing::none; });
   if (best.training.micro_batch > 1 || !checkpoints) {
     return "the best plan without it runs " + std::to_string(best.training.micro_batch) +
            " sequence(s) per micro-batch" + (checkpoints ? "" : " without checkpointing") +

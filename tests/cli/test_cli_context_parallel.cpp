@@ -89,7 +89,8 @@ TEST_CASE("`--context-parallel`: a sequence torch cannot split, or an export tha
 // where one sequence per micro-batch still needs checkpointing (llama3.1-8b at 32k tokens on 8 H100s), and not on
 // short sequences (llama3-8b at its 8192) or where the best plan needs no checkpointing.
 TEST_CASE("`plan` without --context-parallel: the degree searched where a sequence's activations stand in the way") {
-  const json long_context = run_json({"plan", "-m", "llama3.1-8b", "-c", "8xH100-80GB", "--seq-len", "32768", "--json"});
+  const json long_context =
+      run_json({"plan", "-m", "llama3.1-8b", "-c", "8xH100-80GB", "--seq-len", "32768", "--json"});
   REQUIRE(long_context.at("feasible") == true);
   CHECK(long_context.at("context_parallel_search").at("searched") == json::array({2, 4, 8}));
   const int degree = long_context.at("context_parallel_degree");
