@@ -40,6 +40,7 @@ struct FragmentOp {
   std::int64_t start_bytes = 0;   // memory change at its start: allocations less frees_at_start
   std::int64_t end_bytes = 0;     // at its end: less its frees
   bool takes_held = false;        // frees at its start what the previous reduction of its stream held
+  bool operator==(const FragmentOp&) const = default;
 };
 
 struct Fragment {
@@ -57,6 +58,8 @@ struct Fragment {
   // Per stream, its ops' base durations outside the slot: each stream runs its ops one after another (Note
   // [Schedule order]), so what follows the boundary takes at least that long on it.
   std::array<double, kStreamCount> stream_work_s{};
+  // Equal fragments place alike from equal states (the middle micro-batches of a step: FragmentCache::pair).
+  bool operator==(const Fragment&) const = default;
 };
 
 // The ops [begin, end) of `schedule` as a fragment; `base_s` holds every op's base duration (op_placement.h). Its

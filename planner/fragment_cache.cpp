@@ -274,20 +274,40 @@ const PairFragments& FragmentCache::pair(std::uint64_t left_key, std::uint64_t r
                       (left_kept ? right_unit.backward_below_kept : right_unit.backward).size() == micros &&
                       right_unit.held_at_end.size() == micros,
                   "a pair's units have their fragments");
+  const auto& right_backward = left_kept ? right_unit.backward_below_kept : right_unit.backward;
+  // Whether micro-batch `at` places exactly as the one before it: the same fragments with the same inputs (the
+  // middle micro-batches of a step with gradient accumulation), so its idle placements are that one's.
+  const auto places_as_previous = [&](std::size_t at) {
+    return at > 0 && left_unit.forward[at] == left_unit.forward[at - 1] &&
+           above.forward_gather[at] == above.forward_gather[at - 1] && above.before[at] == above.before[at - 1] &&
+           right_backward[at] == right_backward[at - 1] && below.span[at] == below.span[at - 1] &&
+           (left_kept || below.backward_gather[at] == below.backward_gather[at - 1]);
+  };
   for (std::size_t at = 0; at < micros; ++at) {
     PairFragments::Micro each;
     // left's forward issues right's gather; right was not yet in its forward: it holds its `before`.
     FragmentInputs forward{&above.forward_gather[at], above.before[at]};
     const Fragment& forward_left = left_unit.forward[at];
-    each.forward_left_idle = placer.place(forward_left, idle, forward);
-    each.forward_left_certain = forward_left.certain_peak_bytes + above.before[at];
     // right's backward issues left's backward gather (none when left stays gathered); left holds its span.
-    const Fragment& backward_right = left_kept ? right_unit.backward_below_kept[at] : right_unit.backward[at];
+    const Fragment& backward_right = right_backward[at];
     each.backward_inputs = {left_kept ? nullptr : &below.backward_gather[at], below.span[at]};
-    each.backward_right_idle = placer.place(backward_right, idle, each.backward_inputs);
+    if (places_as_previous(at)) {
+      each.forward_left_idle = pair->micro[at - 1].forward_left_idle;
+      each.backward_right_idle = pair->micro[at - 1].backward_right_idle;
+    } else {
+      each.forward_left_idle = placer.place(forward_left, idle, forward);
+      each.backward_right_idle = placer.place(backward_right, idle, each.backward_inputs);
+    }
+    each.forward_left_certain = forward_left.certain_peak_bytes + above.before[at];
     each.backward_right_certain = backward_right.certain_peak_bytes + below.span[at];
     each.backward_fragment = &backward_right;
     each.right_held = right_unit.held_at_end[at];
+    pair->idle_durations_s.push_back(each.forward_left_idle.duration_s);
+    pair->idle_exact = pair->idle_exact && each.forward_left_idle.exact && each.forward_left_idle.end.idle();
+    if (at + 1 < micros) {
+      pair->idle_durations_s.push_back(each.backward_right_idle.duration_s);
+      pair->idle_exact = pair->idle_exact && each.backward_right_idle.exact && each.backward_right_idle.end.idle();
+    }
     pair->micro.push_back(each);
   }
   return *pairs_.emplace(key, std::move(pair)).first->second;

@@ -40,6 +40,9 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
   least_span_.assign(n + 1, std::vector<std::int64_t>(micros, std::numeric_limits<std::int64_t>::max()));
   least_persistent_[0] = 0;
   std::vector<std::int64_t> least_optimizer_elements(n + 1, std::numeric_limits<std::int64_t>::max());
+  // Note [Memory classes]: every edge and pair a search reads, for the micro-batch classes.
+  std::vector<const EdgeFragments*> edges_read;
+  std::vector<const PairFragments*> pairs_read;
   least_optimizer_elements[0] = 0;
   std::fill(least_span_[0].begin(), least_span_[0].end(), 0);
   for (std::size_t p = 1; p <= n; ++p) {
@@ -47,6 +50,7 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
       if (!fragments.may_share_unit(p - c, c)) continue;  // the floors of the wrappings the front end allows
       for (bool kept : kept_options()) {
         const EdgeFragments& edge = fragments.edge({p - c, c, kept}, key_[state_index({p - c, c, kept})]);
+        edges_read.push_back(&edge);
         least_persistent_[p] = std::min(least_persistent_[p], least_persistent_[p - c] + edge.persistent_bytes);
         least_optimizer_elements[p] =
             std::min(least_optimizer_elements[p], least_optimizer_elements[p - c] + edge.optimizer_elements);
@@ -91,6 +95,7 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
         own_work_[state] = (own.backward.empty() ? own.backward_below_kept : own.backward).back().stream_work_s;
         for_each_left_neighbour(unit, [&](const UnitChoice& left) {
           const PairFragments& pair = fragments.pair(left, unit, key_[state_index(left)], key_[state]);
+          pairs_read.push_back(&pair);
           double forward = forward_rest_[state_index(left)];
           for (std::size_t at = 0; at < micros; ++at) {
             forward += pair.micro[at].forward_left_idle.duration_s +
@@ -104,6 +109,7 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
       }
     }
   }
+  classes_ = wrap_internal::memory_classes(micro_batches_, edges_read, pairs_read);
   for (std::size_t p = 1; p <= n; ++p) {
     left_work_[p].fill(kInf);
     for (std::size_t c = 1; c <= m && c <= p; ++c) {
@@ -134,16 +140,14 @@ std::int64_t WrapContext::memory_term(std::int64_t certain_peak_bytes, const Fra
 }
 
 void WrapContext::add_term(Label& label, int micro, std::int64_t bytes) const {
-  auto& most = label.most_live(static_cast<std::size_t>(micro));
+  auto& most = label.most_live(classes_.class_of[static_cast<std::size_t>(micro)]);
   most = std::max(most, bytes);
 }
 
 Label WrapContext::last_unit(const UnitChoice& unit) {
   const EdgeFragments& edge = fragments.edge(unit);
   Label label;
-  const auto micros = static_cast<std::size_t>(micro_batches_);
-  label.memory.assign(3 * micros, 0);
-  const BoundaryState idle;
+  label.memory.assign(3 * classes_.count(), 0);
   for (int micro = 0; micro < micro_batches_; ++micro) {
     const auto at = static_cast<std::size_t>(micro);
     const FragmentTiming& forward = edge.last_forward_idle[at];
@@ -153,6 +157,7 @@ Label WrapContext::last_unit(const UnitChoice& unit) {
     // of this micro-batch's backward — placed from the idle state too, except the last micro-batch's chain.
     label.exact = label.exact && forward.exact && forward.end.idle() && turn.exact &&
                   (micro + 1 == micro_batches_ || turn.end.idle());
+    if (!classes_.represents(micro)) continue;  // Note [Memory classes]: its class's first micro-batch holds its terms
     add_term(label, micro, memory_term(edge.last_forward[at].certain_peak_bytes, forward, nullptr, 0));
     add_term(label, micro, memory_term(edge.turn[at].certain_peak_bytes, turn, nullptr, 0));
   }
@@ -173,37 +178,41 @@ Label WrapContext::extend(const Label& label, const Transition& step, std::int64
   const EdgeFragments& below = step.below;
   const PairFragments& pair = step.pair;
   Label next = label;
-  const BoundaryState idle;
-  for (int micro = 0; micro < micro_batches_; ++micro) {
+  // Every micro-batch's forward of the left unit and, but the last's, backward of the unit above, from the idle
+  // state, added in time order (PairFragments::idle_durations_s); the last backward is placed below.
+  for (const double duration_s : pair.idle_durations_s) next.cost_s += duration_s;
+  next.exact = next.exact && pair.idle_exact;
+  // Note [Memory classes]: each class's terms from its first micro-batch's figures.
+  for (std::size_t memory_class = 0; memory_class < classes_.count(); ++memory_class) {
+    const int micro = classes_.first_micro[memory_class];
     const auto at = static_cast<std::size_t>(micro);
+    const PairFragments::Micro& figures = pair.micro[at];
     // Note [Wrap floor]: the unit below holds its span beside every fragment placed so far.
-    next.most_live(at) += below.span[at];
-    const FragmentTiming& forward = pair.micro[at].forward_left_idle;
-    next.cost_s += forward.duration_s;
-    next.exact = next.exact && forward.exact && forward.end.idle();
-    add_term(next, micro, memory_term(pair.micro[at].forward_left_certain, forward, nullptr, 0) + label.before_sum(at));
+    next.most_live(memory_class) += below.span[at];
+    add_term(next, micro,
+             memory_term(figures.forward_left_certain, figures.forward_left_idle, nullptr, 0) +
+                 label.before_sum(memory_class));
     if (micro + 1 < micro_batches_) {
-      const FragmentTiming& backward = pair.micro[at].backward_right_idle;
-      next.cost_s += backward.duration_s;
-      next.exact = next.exact && backward.exact && backward.end.idle();
-      add_term(next, micro, memory_term(pair.micro[at].backward_right_certain, backward, nullptr, 0) + label.after_sum(at));
+      add_term(next, micro,
+               memory_term(figures.backward_right_certain, figures.backward_right_idle, nullptr, 0) +
+                   label.after_sum(memory_class));
     } else {
       // From the idle state without held bytes, the placement is the pair's own.
       const bool from_idle = label.busy == 0 && label.state.comm_busy.empty() && held_above_bytes == 0;
       const FragmentTiming placed =
-          from_idle ? pair.micro[at].backward_right_idle
+          from_idle ? figures.backward_right_idle
                     : pair.place_backward_right(micro, label.state, placer_, held_above_bytes, exact_memory);
       next.cost_s += placed.duration_s;
       next.exact = next.exact && placed.exact;
       next.state = placed.end;
       next.busy = busy_streams(next.state);
       add_term(next, micro,
-               memory_term(pair.micro[at].backward_right_certain, pair.micro[at].backward_right_idle,
+               memory_term(figures.backward_right_certain, figures.backward_right_idle,
                            exact_memory ? &placed : nullptr, label.busy) +
-                   label.after_sum(at));
+                   label.after_sum(memory_class));
     }
-    next.before_sum(at) += step.leftmost.before[at];
-    next.after_sum(at) += step.leftmost.after[at];
+    next.before_sum(memory_class) += step.leftmost.before[at];
+    next.after_sum(memory_class) += step.leftmost.after[at];
   }
   next.optimizer_elements += below.optimizer_elements;
   next.persistent_bytes += below.persistent_bytes;
@@ -216,23 +225,29 @@ WrapContext::Closed WrapContext::close(const Label& label, const UnitChoice& fir
   Closed closed;
   closed.step_s = label.cost_s;
   closed.exact = label.exact;
-  std::vector<std::int64_t> most(label.memory.begin(), label.memory.begin() + micro_batches_);
+  const std::size_t classes = classes_.count();
+  InlineVector<std::int64_t, 3> most;
+  for (std::size_t memory_class = 0; memory_class < classes; ++memory_class) {
+    most.push_back(label.most_live(memory_class));
+  }
 
-  const BoundaryState idle;
   for (int micro = 0; micro < micro_batches_; ++micro) {
     const auto at = static_cast<std::size_t>(micro);
-    const auto add = [&](std::int64_t bytes) { most[at] = std::max(most[at], bytes); };
+    // Note [Memory classes]: only a class's first micro-batch adds the class's terms.
+    const bool represents = classes_.represents(micro);
+    const std::size_t memory_class = classes_.class_of[at];
+    const auto add = [&](std::int64_t bytes) { most[memory_class] = std::max(most[memory_class], bytes); };
     for (const auto& [fragment, timing] : {std::pair{&edge.start[at], &edge.start_idle[at]},
                                            std::pair{&edge.head[at], &edge.head_idle[at]}}) {
       closed.step_s += timing->duration_s;
       closed.exact = closed.exact && timing->exact && timing->end.idle();
-      add(memory_term(fragment->certain_peak_bytes, *timing, nullptr, 0) + label.before_sum(at));
+      if (represents) add(memory_term(fragment->certain_peak_bytes, *timing, nullptr, 0) + label.before_sum(memory_class));
     }
     if (micro + 1 < micro_batches_) {
       const FragmentTiming& timing = edge.close_idle[at];
       closed.step_s += timing.duration_s;
       closed.exact = closed.exact && timing.exact && timing.end.idle();
-      add(memory_term(edge.close[at].certain_peak_bytes, timing, nullptr, 0) + label.after_sum(at));
+      if (represents) add(memory_term(edge.close[at].certain_peak_bytes, timing, nullptr, 0) + label.after_sum(memory_class));
       continue;
     }
     const double optimizer_s =
@@ -248,7 +263,7 @@ WrapContext::Closed WrapContext::close(const Label& label, const UnitChoice& fir
     closed.exact = closed.exact && placed.exact;
     add(memory_term(edge.close[at].certain_peak_bytes, edge.close_idle[at], exact_memory ? &placed : nullptr,
                     label.busy) +
-        label.after_sum(at));
+        label.after_sum(memory_class));
   }
   closed.floor_bytes = fragments.constant_bytes() + label.persistent_bytes + *std::max_element(most.begin(), most.end());
   return closed;
@@ -278,8 +293,9 @@ double WrapContext::lower_bound(const UnitChoice& unit, const Label& label) cons
 
 std::int64_t WrapContext::floor_bytes(const UnitChoice& unit, const Label& label) const {
   std::int64_t most = 0;
-  for (std::size_t micro = 0; micro < static_cast<std::size_t>(micro_batches_); ++micro) {
-    most = std::max(most, label.most_live(micro) + least_span_[unit.first_block][micro]);
+  for (std::size_t memory_class = 0; memory_class < classes_.count(); ++memory_class) {
+    const auto micro = static_cast<std::size_t>(classes_.first_micro[memory_class]);
+    most = std::max(most, label.most_live(memory_class) + least_span_[unit.first_block][micro]);
   }
   return fragments.constant_bytes() + label.persistent_bytes + least_persistent_[unit.first_block] + most;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "wrap_fragments.h"
+#include "wrap_micro_classes.h"
 
 namespace shardplan::wrap_internal {
 
@@ -31,16 +32,17 @@ struct Label {
   bool exact = true;      // every placement so far from the state it really starts from
   std::int64_t optimizer_elements = 0;  // the placed units' optimizer shards
   std::int64_t persistent_bytes = 0;    // the placed units' shards
-  // Per micro-batch (Note [Wrap floor]), in one vector of three parts: the largest live bytes of a placed fragment,
-  // with what every placed unit outside its window holds and what the units placed since hold; and what the placed
-  // units right of the leftmost hold before their forward and after their reduction.
-  InlineVector<std::int64_t, 6> memory;
-  std::int64_t& most_live(std::size_t micro) { return memory[micro]; }
-  std::int64_t most_live(std::size_t micro) const { return memory[micro]; }
-  std::int64_t& before_sum(std::size_t micro) { return memory[memory.size() / 3 + micro]; }
-  std::int64_t before_sum(std::size_t micro) const { return memory[memory.size() / 3 + micro]; }
-  std::int64_t& after_sum(std::size_t micro) { return memory[memory.size() / 3 * 2 + micro]; }
-  std::int64_t after_sum(std::size_t micro) const { return memory[memory.size() / 3 * 2 + micro]; }
+  // Per micro-batch class (Note [Wrap floor], Note [Memory classes]), in one vector of three parts: the largest live
+  // bytes of a placed fragment, with what every placed unit outside its window holds and what the units placed since
+  // hold; and what the placed units right of the leftmost hold before their forward and after their reduction. Three
+  // classes (the first, middle and last micro-batches of a step) stay inline.
+  InlineVector<std::int64_t, 9> memory;
+  std::int64_t& most_live(std::size_t memory_class) { return memory[memory_class]; }
+  std::int64_t most_live(std::size_t memory_class) const { return memory[memory_class]; }
+  std::int64_t& before_sum(std::size_t memory_class) { return memory[memory.size() / 3 + memory_class]; }
+  std::int64_t before_sum(std::size_t memory_class) const { return memory[memory.size() / 3 + memory_class]; }
+  std::int64_t& after_sum(std::size_t memory_class) { return memory[memory.size() / 3 * 2 + memory_class]; }
+  std::int64_t after_sum(std::size_t memory_class) const { return memory[memory.size() / 3 * 2 + memory_class]; }
   std::size_t parent_state = kNone, parent_label = kNone;
 };
 
@@ -122,6 +124,8 @@ class WrapContext {
   // The least shards any wrapping of blocks [0, p) holds, and the least bytes their units hold beside other
   // fragments in micro-batch `micro` (Note [Wrap floor]).
   std::int64_t least_persistent(std::size_t p) const { return least_persistent_[p]; }
+  // Note [Memory classes]: the micro-batches whose terms a label keeps once.
+  const MicroClasses& memory_classes() const { return classes_; }
 
   // A fragment's memory term: its placement's live bytes where they are a floor for this state, else its certainly
   // live bytes (Note [Wrap floor]).
@@ -144,6 +148,7 @@ class WrapContext {
   bool regular_ = true;  // placements' memory is a floor: collectives at their own speed, micro-batches end idle
   bool floor_for_any_depth_ = false;
   int micro_batches_ = 1;
+  MicroClasses classes_;  // Note [Memory classes]: the label's memory terms are per class
   FragmentPlacer placer_;
 };
 

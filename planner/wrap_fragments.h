@@ -71,6 +71,11 @@ struct PairFragments {  // `left` right below `right`
     FragmentInputs backward_inputs;
   };
   InlineVector<Micro, 1> micro;
+  // What a label adds for the pair from the idle state, in time order: each micro-batch's forward_left_idle and, but
+  // the last's, backward_right_idle (WrapContext::extend adds them one by one, as it did per micro-batch); and whether
+  // all of them are exact and end idle (Note [Fragments in time order]).
+  std::vector<double> idle_durations_s;
+  bool idle_exact = true;
   // right's backward of a micro-batch placed from `state` (the chain of Note [Fragments in time order]). The label
   // DP places the same fragment from the same few states along many partial wrappings: the timing only (no peak, no
   // held bytes) of the last micro-batch's is remembered by its state.
