@@ -28,6 +28,7 @@
 #include "plan_context_parallel.h"
 #include "plan_pipeline.h"
 #include "search.h"
+#include "setting_floor_cache.h"
 #include "step_analysis.h"
 #include "unmeasured_rates.h"
 
@@ -230,6 +231,8 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     options.memory_headroom_fraction = headroom.percent / 100;
     options.threads = flags->jobs > 0 ? static_cast<std::size_t>(flags->jobs)
                                       : std::max(1u, std::thread::hardware_concurrency());
+    // Note [Shared setting floors]: every search of this command (degrees, context-parallel shares, pipelines).
+    options.floor_cache = std::make_shared<SettingFloorCache>();
     if (flags->objective == "time") {
       options.objective = SearchObjective::time;
     } else if (flags->objective == "memory") {

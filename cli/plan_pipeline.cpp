@@ -79,6 +79,7 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   options.pins = search.pins;
   options.usable_bytes = usable_bytes;
   options.threads = search.threads;
+  options.floor_cache = search.floor_cache;  // Note [Shared setting floors]: FSDP's searches lowered them already
   return request;
 }
 

@@ -11,6 +11,7 @@
 #include "indexed_pool.h"
 #include "optimizer_in_backward.h"
 #include "search.h"
+#include "setting_floor_cache.h"
 
 namespace shardplan {
 namespace {
@@ -21,10 +22,12 @@ struct SweepJob {
   int per_node;
 };
 
-// One (GPU type, count) point: its own cluster and plan search, sharing nothing mutable with other points, so the
-// sweep runs points on several threads (Note [Parallel sweep]).
+// One (GPU type, count) point: its own cluster and plan search, sharing nothing mutable with other points but the
+// floors cache (Note [Shared setting floors], safe between threads), so the sweep runs points on several threads
+// (Note [Parallel sweep]).
 CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog, const TrainingConfig& training,
-                          const CapacityOptions& options, const SweepJob& job) {
+                          const CapacityOptions& options, const SweepJob& job,
+                          const std::shared_ptr<SettingFloorCache>& floor_cache) {
   Cluster cluster;
   cluster.gpu = job.gpu;
   cluster.gpus_per_node = std::min(job.count, job.per_node);
@@ -56,6 +59,7 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
   // sweep's point is priced, not exported; `plan` runs them.
   search_options.tightened_floors = false;
   search_options.memory_headroom_fraction = options.memory_headroom_fraction;
+  search_options.floor_cache = floor_cache;
   if (point.why_not.empty()) {
     // Note [Pinned knobs]: a pinned degree this point cannot take (or pins it cannot combine) is why it does not
     // fit; it is never searched without.
@@ -141,8 +145,10 @@ CapacityResult capacity_sweep(const ModelSpec& model, const HardwareCatalog& cat
   result.points.resize(jobs.size());
   std::size_t done = 0;
   std::mutex progress_mutex;
+  // Note [Shared setting floors]: one model, so every point's searches share one micro-batch's floors.
+  const auto floor_cache = std::make_shared<SettingFloorCache>();
   run_indexed(jobs.size(), options.threads, [&](std::size_t index) {
-    result.points[index] = sweep_point(model, catalog, training, options, jobs[index]);
+    result.points[index] = sweep_point(model, catalog, training, options, jobs[index], floor_cache);
     const std::lock_guard<std::mutex> lock(progress_mutex);
     ++done;
     if (options.progress) options.progress(done, jobs.size());

@@ -31,8 +31,8 @@ namespace shardplan {
 // (the search skips it as it skips settings whose states alone exceed it). Activations allocated by other ops are
 // left out (a lower bound still); if an op off the compute stream freed activations the compute ops allocated, the
 // walk could not see them go, so the floor is 0 there.
-SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                             const TrainingConfig& training, const KnobSetting& knobs) {
+MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                                    const TrainingConfig& training, const KnobSetting& knobs) {
   Plan one_micro_batch = plan_for_knobs(model, cluster, training, knobs);
   const int accumulation = one_micro_batch.grad_accumulation_steps;
   one_micro_batch.grad_accumulation_steps = 1;
@@ -79,15 +79,22 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
     peak_bytes = std::max(peak_bytes, live_bytes);
     live_bytes -= activation_bytes(op.frees);
   }
-  SettingFloors floors;
-  floors.compute_s = (kernels_s * slowdown +
-                     static_cast<double>(dispatched_ops) * profile.op_dispatch_overhead_s) *
-                    static_cast<double>(accumulation);
+  MicroBatchFloors one;
+  SettingFloors& floors = one.floors;
+  floors.compute_s = kernels_s * slowdown + static_cast<double>(dispatched_ops) * profile.op_dispatch_overhead_s;
   floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
   floors.layer_compute_s = std::move(layer_compute_s);
   if (freed_elsewhere) std::fill(layer_held_bytes.begin(), layer_held_bytes.end(), 0);  // as the activation floor
   floors.layer_held_activation_bytes = std::move(layer_held_bytes);
-  return floors;
+  one.accumulation_steps = accumulation;
+  return one;
+}
+
+SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                             const TrainingConfig& training, const KnobSetting& knobs) {
+  MicroBatchFloors one = micro_batch_floors(model, cluster, profile, training, knobs);
+  one.floors.compute_s *= static_cast<double>(one.accumulation_steps);  // every micro-batch runs the same kernels
+  return std::move(one.floors);
 }
 
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,

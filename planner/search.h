@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <limits>
 #include <string>
@@ -25,6 +26,8 @@ enum class SearchObjective { time, memory };
 // (plan, capacity). The CLI records which flags were given (CLI11's count) here, once; the search, the baselines it
 // admits as candidates, and the degrees tried all read it. Precision is not searched: it is always the given recipe
 // (bf16-mixed by default).
+class SettingFloorCache;  // setting_floor_cache.h
+
 struct KnobPins {
   std::optional<ShardingStrategy> strategy;  // --strategy
   bool checkpointing = false;                // --ac / --ac-every: the training's checkpointing on every block it names
@@ -83,6 +86,9 @@ struct SearchOptions {
   // settings (Note [Setting waves] in searcher.cpp); the result does not depend on it. Capacity sweeps, which run
   // points at once, leave it at 1.
   std::size_t threads = 1;
+  // Note [Shared setting floors] (setting_floor_cache.h): one micro-batch's floors, shared with the other searches of
+  // this model (a plan's degrees and pipeline search, a capacity sweep's points); null: search_plans makes one.
+  std::shared_ptr<SettingFloorCache> floor_cache;
 };
 
 struct PlanCandidate {
@@ -217,6 +223,14 @@ struct SettingFloors {
 };
 SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                              const TrainingConfig& training, const KnobSetting& knobs);
+// The same for one micro-batch (compute_s not yet times the step's micro-batches), and the step's micro-batches:
+// what setting_floor_cache.h shares between searches whose global batch or world differ.
+struct MicroBatchFloors {
+  SettingFloors floors;
+  int accumulation_steps = 1;
+};
+MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                                    const TrainingConfig& training, const KnobSetting& knobs);
 // setting_floors(...).compute_s, which the search orders settings by and prunes with.
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                        const TrainingConfig& training, const KnobSetting& knobs);

@@ -14,6 +14,7 @@
 #include "errors.h"
 #include "indexed_pool.h"
 #include "memory_headroom.h"
+#include "setting_floor_cache.h"
 #include "step_analysis.h"
 #include "tensor_parallel_view.h"
 
@@ -94,7 +95,11 @@ double seed_step_s(const DegreeView& view, const HardwareProfile& profile, std::
       KnobSetting kernels_key = knobs;
       kernels_key.strategy = ShardingStrategy{};
       const auto [floor, inserted] = floors.try_emplace(kernels_key.label(), 0.0);
-      if (inserted) floor->second = compute_floor_s(view.model, view.cluster, profile, view.training, knobs);
+      if (inserted) {
+        floor->second = cached_setting_floors(view.options.floor_cache.get(), view.model, view.cluster, profile,
+                                              view.training, knobs)
+                            .compute_s;
+      }
       const auto [entry, first] = by_pattern.try_emplace(knobs.ac, floor->second, knobs);
       if (first) continue;
       entry->second.first = std::min(entry->second.first, floor->second);
@@ -117,7 +122,10 @@ double seed_step_s(const DegreeView& view, const HardwareProfile& profile, std::
 }  // namespace
 
 SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                          const TrainingConfig& training, const SearchOptions& options) {
+                          const TrainingConfig& training, const SearchOptions& options_given) {
+  // Note [Shared setting floors]: the degrees' seeds and searches share one micro-batch's floors.
+  SearchOptions options = options_given;
+  if (!options.floor_cache) options.floor_cache = std::make_shared<SettingFloorCache>();
   std::vector<int> degrees;
   for (int degree : options.tensor_parallel_degrees) {
     if (degree == 1) {

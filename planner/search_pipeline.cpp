@@ -10,6 +10,7 @@
 
 #include "errors.h"
 #include "indexed_pool.h"
+#include "setting_floor_cache.h"
 #include "unit_layout.h"
 
 namespace shardplan {
@@ -251,7 +252,7 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
     for (const KnobSetting& knobs : settings) {
       SettingFloors floors;
       try {
-        floors = setting_floors(view.model, view.cluster, profile, at_batch, knobs);
+        floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, at_batch, knobs);
       } catch (const InputError&) {
         ++result.refused;
         continue;

@@ -53,6 +53,7 @@ struct PipelineSearchOptions {
   std::int64_t usable_bytes = 0;  // the cap less the headroom: every rank's device peak must be within it
   double known_step_s = std::numeric_limits<double>::infinity();  // only plans faster than this are wanted
   std::size_t threads = 1;  // Note [Pipeline waves]: the answer is the same for any count
+  std::shared_ptr<SettingFloorCache> floor_cache;  // Note [Shared setting floors]; null: none shared
 };
 
 struct PipelineCandidate {

@@ -8,6 +8,7 @@
 #include "errors.h"
 #include "indexed_pool.h"
 #include "memory_headroom.h"
+#include "setting_floor_cache.h"
 #include "step_analysis.h"
 #include "unit_layout.h"
 
@@ -65,7 +66,9 @@ const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
   KnobSetting kernels_key = knobs;
   kernels_key.strategy = ShardingStrategy{};
   const auto [known, inserted] = floors_.try_emplace(kernels_key.label());
-  if (inserted) known->second = setting_floors(model_, cluster_, profile_, training_, knobs);
+  if (inserted) {
+    known->second = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs);
+  }
   return known->second;
 }
 
