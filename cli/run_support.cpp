@@ -24,6 +24,14 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
     const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
     runner::check_finetune_supported(plan, -1, {executor, {}, false, flags.device != "gpu"});
     runner::check_no_expert_parallel(plan, -1, {executor, {}});
+    // Note [Pipeline runner] (executor/runner/pipeline_p2p.h): the CPU Runner trains a pipeline plan, but `run`
+    // reads one schedule for its prediction, watchdog, memory comparison, trace and checkpoints, and a pipeline has
+    // a program per pipeline rank that none of those reads yet: refused here rather than half-compared.
+    if (plan.pipeline.enabled()) {
+      throw InputError(flags.plan_file + ": pipeline (degree " + std::to_string(plan.pipeline.degree) + ", " +
+                       to_string(plan.pipeline.schedule) + ") is planned and simulated; `run` does not execute it yet "
+                       "(the CPU runner does, under tests/mpi_runner); use `simulate --plan` for it");
+    }
     try {
       runner::check_not_compiled(plan, -1, {executor, {}});
     } catch (const InputError& error) {
