@@ -54,11 +54,6 @@ TEST_CASE("`simulate --pipeline-parallel 2`: one line per pipeline rank; the pla
   const json again = run_json({"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--plan", plan_file.path(), "--json"});
   CHECK(again.at("step_time_s").get<double>() ==
         doctest::Approx(document.at("step_time_s").get<double>()).epsilon(1e-12));
-  // `run` refuses it in one line (Note [Pipeline runner]: the Runner trains it, `run` does not compare it yet).
-  if (shardplan_test::mpi_build()) {
-    expect_input_error({"run", "-m", "tiny-llama", "--plan", plan_file.path(), "--device", "cpu", "--steps", "1"},
-                       {"pipeline (degree 2, 1F1B)", "`run` does not execute it yet"});
-  }
 }
 
 // torchtitan's Table 5 shape (benchmarks/llama3_h100_202412_torchtitan.md: 405B, FSDP 8 x TP 8 x PP 8, local batch
