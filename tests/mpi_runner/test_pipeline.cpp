@@ -1,6 +1,7 @@
 // Pipeline parallelism × FSDP (PP 2 outer, FSDP 2 over each stage's ranks) trains like the single-process reference
 // under 1F1B and Interleaved1F1B: losses, AdamW's moments (the reduced gradients), final parameters, and per step the
-// collectives equal the rank's program's collective ops and the point-to-point messages its send and recv ops.
+// collectives equal the rank's program's collective ops, the point-to-point messages its send and recv ops, and the
+// tracked model-state memory its bytes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -205,6 +206,22 @@ void check_pipeline(const PipelineCase& c) {
       counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
                 tallies(report.collectives.tallies[kind], expected.tallies[kind]);
     }
+    // The tracked model-state memory is the program's (test_accounting.cpp's categories): each rank holds and
+    // gathers only its stages' units, kept gathered through the step, gradients accumulated unsharded.
+    const MemoryByCategory predicted = predicted_peaks(program);
+    // Activations as test_accounting.cpp compares them, within 2% (measured: +0.1% on both schedules).
+    const auto activations = static_cast<std::size_t>(MemoryCategory::activations);
+    CHECK(static_cast<double>(report.peak_by_category[activations]) ==
+          doctest::Approx(static_cast<double>(predicted[activations])).epsilon(0.02));
+    for (MemoryCategory category : {MemoryCategory::sharded_params, MemoryCategory::sharded_grads,
+                                    MemoryCategory::optimizer_states, MemoryCategory::unsharded_params,
+                                    MemoryCategory::root_unit, MemoryCategory::unsharded_grads,
+                                    MemoryCategory::comm_buffers}) {
+      const auto index = static_cast<std::size_t>(category);
+      INFO("tracked ", to_string(category), " peak ", report.peak_by_category[index], " B, the program's ",
+           predicted[index], " B");
+      CHECK(report.peak_by_category[index] == predicted[index]);
+    }
     CHECK(report.p2p.sends.calls == expected_p2p.sends.calls);
     CHECK(report.p2p.sends.bytes == expected_p2p.sends.bytes);
     CHECK(report.p2p.recvs.calls == expected_p2p.recvs.calls);
@@ -212,7 +229,9 @@ void check_pipeline(const PipelineCase& c) {
     if (world.rank() == 0 || world.rank() == size - 1) {
       MESSAGE(std::string(to_string(c.schedule)), " rank ", world.rank(), " step ", step, ": loss ", report.loss,
               " vs reference ", reference_loss, "; run/program:", counts, "; send ",
-              tallies(report.p2p.sends, expected_p2p.sends), ", recv ", tallies(report.p2p.recvs, expected_p2p.recvs));
+              tallies(report.p2p.sends, expected_p2p.sends), ", recv ", tallies(report.p2p.recvs, expected_p2p.recvs),
+              "; tracked activation peak ", report.peak_by_category[activations], " B, the program's ",
+              predicted[activations], " B");
     }
   }
   // The whole model assembled from every stage: gather_parameters' placement, checked against the shards this rank
