@@ -74,7 +74,8 @@ class Runner {
 
   const StepSchedule& schedule() const { return schedule_; }
   // The layout of the parameters this rank's flat parameters hold: the whole model's, or with tensor parallelism
-  // its TP rank's (runtime::tensor_parallel_rank_model).
+  // its TP rank's (runtime::tensor_parallel_rank_model), or with a pipeline its stages' layers, concatenated in stage
+  // order (pipeline_rank_model).
   const runtime::ModelLayout& model_layout() const { return layout_; }
   int rank() const { return rank_; }
   int tensor_parallel_degree() const { return dims_.tp(); }
