@@ -60,8 +60,9 @@ std::unique_ptr<runtime::ByteTextDataset> plan_dataset(const RunFlags& flags, co
   return std::make_unique<runtime::ByteTextDataset>(data_options);
 }
 
-// Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]) and of a TP rank's slice have not
-// been saved and resumed yet: InputError when `flags` asks for checkpoints of such a plan.
+// Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]), of a TP rank's slice and of a
+// pipeline rank's stages have not been saved and resumed yet: InputError when `flags` asks for checkpoints of such a
+// plan.
 void check_run_checkpoints(const Plan& plan, const RunFlags& flags) {
   if (flags.checkpoint_dir.empty() && !flags.resume) return;
   if (!plan.training.finetune.trains_all()) {
@@ -73,6 +74,10 @@ void check_run_checkpoints(const Plan& plan, const RunFlags& flags) {
     throw InputError("--checkpoint-dir/--resume with tensor_parallel_degree " +
                      std::to_string(plan.tensor_parallel_degree) +
                      ": not yet supported (expected a plan with tensor_parallel_degree 1, or no checkpoints)");
+  }
+  if (plan.pipeline.enabled()) {
+    throw InputError("--checkpoint-dir/--resume with pipeline degree " + std::to_string(plan.pipeline.degree) +
+                     ": not yet supported (expected a plan without a pipeline, or no checkpoints)");
   }
 }
 

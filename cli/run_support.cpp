@@ -24,6 +24,13 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
     const char* executor = flags.device == "gpu" ? "GPU" : flags.device == "cpu" ? "CPU" : "CPU or GPU";
     runner::check_finetune_supported(plan, -1, {executor, {}, false, flags.device != "gpu"});
     runner::check_no_expert_parallel(plan, -1, {executor, {}});
+    // Note [Pipeline runner] (executor/runner/pipeline_p2p.h): the CPU runner executes pipeline plans; the GPU
+    // executor's runner lowers one schedule for every rank and has no point-to-point on NCCL yet.
+    if (plan.pipeline.enabled() && flags.device == "gpu") {
+      throw InputError(flags.plan_file + ": pipeline (degree " + std::to_string(plan.pipeline.degree) + ", " +
+                       to_string(plan.pipeline.schedule) + ") is not yet executed by the GPU executor; run it on CPU "
+                       "ranks (--device cpu)");
+    }
     try {
       runner::check_not_compiled(plan, -1, {executor, {}});
     } catch (const InputError& error) {
@@ -63,6 +70,11 @@ double run_watchdog_timeout_s(const RunFlags& flags, const std::vector<Plan>& pl
   const HardwareProfile profile = profile_from_cluster(machine);
   double slowest_s = 0;
   for (const Plan& plan : plans) {
+    if (plan.pipeline.enabled()) {  // one program per pipeline rank, simulated together (Note [Pipeline programs])
+      const PipelineStepAnalysis pipeline = analyze_pipeline_step(run_model(model, plan), machine, profile, plan, false);
+      slowest_s = std::max(slowest_s, pipeline.simulation.step_time_s);
+      continue;
+    }
     const StepSchedule schedule =
         lower_plan(plan, run_model(model, plan), {machine.world_size(), machine.gpus_per_node, 0});
     slowest_s = std::max(slowest_s, simulate(schedule, profile, false).summary.step_time_s);

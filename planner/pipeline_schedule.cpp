@@ -2,6 +2,7 @@
 // (Note [Pipeline programs] in pipeline_schedule.h).
 #include "pipeline_schedule.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -47,6 +48,58 @@ std::size_t stage_of(const std::vector<LayerRange>& stages, std::size_t layer) {
 
 }  // namespace
 
+PipelineLayout pipeline_layout(const Plan& plan, const ParallelDims& dims) {
+  PipelineLayout layout;
+  layout.schedule = plan.pipeline.schedule;
+  layout.degree = plan.pipeline.degree;
+  layout.stages_per_rank = plan.pipeline.stages_per_rank;
+  layout.stages = plan.pipeline.stages;
+  layout.tensor_parallel = dims.tp();
+  return layout;
+}
+
+PipelineRankModel pipeline_rank_model(const Plan& plan, const ModelSpec& model, const PipelineLayout& layout,
+                                      int rank) {
+  check_layout(layout, model);
+  if (rank < 0 || rank >= layout.degree) {
+    throw InputError("pipeline: rank " + std::to_string(rank) + " outside the " + std::to_string(layout.degree) +
+                     " pipeline ranks");
+  }
+  // The rank's stages (torch's loop placement: r, r + pp, ...), concatenated into one model.
+  PipelineRankModel held;
+  held.model = model;
+  held.model.layers.clear();
+  std::vector<LayerRange> units;
+  const int stage_count = layout.degree * layout.stages_per_rank;
+  for (int stage = rank; stage < stage_count; stage += layout.degree) {
+    const LayerRange& range = layout.stages[static_cast<std::size_t>(stage)];
+    const std::size_t offset = held.model.layers.size();
+    held.stage_starts.push_back(offset);
+    for (std::size_t layer = range.begin; layer < range.end; ++layer) {
+      held.model.layers.push_back(model.layers[layer]);
+      held.whole_layers.push_back(layer);
+    }
+    for (std::size_t unit = 1; unit < plan.units.size(); ++unit) {
+      const LayerRange& unit_range = plan.units[unit].layers;
+      if (unit_range.begin >= range.begin && unit_range.end <= range.end) {
+        units.push_back({unit_range.begin - range.begin + offset, unit_range.end - range.begin + offset});
+      }
+    }
+  }
+  held.plan = plan_with_units(held.model, plan, units, std::vector<bool>(units.size(), true));
+  held.plan.units[0].reshard_after_forward.enabled = false;
+  // plan_with_units gives the root the backward prefetch of the last unit, as a whole model's root holds the head,
+  // whose backward runs first. A rank whose root holds only the embedding (the first stage's, without the last)
+  // runs the root's backward last: prefetching then would gather the last unit again after the stage's final
+  // backward freed it, for nothing, at the end of the step.
+  const std::size_t last_layer = held.model.layers.size() - 1;
+  const bool root_holds_last = std::none_of(units.begin(), units.end(), [&](const LayerRange& range) {
+    return range.begin <= last_layer && last_layer < range.end;
+  });
+  if (!root_holds_last) held.plan.units[0].backward_prefetch.clear();
+  return held;
+}
+
 PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
                                 const PipelineLayout& layout) {
   check_layout(layout, model);
@@ -69,35 +122,24 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
 
   const int stage_count = pipeline.order.stage_count();
   for (int rank = 0; rank < layout.degree; ++rank) {
-    // The rank's stages, concatenated into one model; its plan's units remapped, every one kept gathered.
-    ModelSpec rank_model = model;
-    rank_model.layers.clear();
+    PipelineRankModel held = pipeline_rank_model(plan, model, layout, rank);
     std::vector<lowering_internal::StageSpan> spans;
-    std::vector<std::size_t> stage_starts;
-    std::vector<LayerRange> units;
-    for (int stage = rank; stage < stage_count; stage += layout.degree) {
+    for (std::size_t index = 0; index < held.stage_starts.size(); ++index) {
+      const int stage = rank + static_cast<int>(index) * layout.degree;
       const LayerRange& range = layout.stages[static_cast<std::size_t>(stage)];
-      const std::size_t offset = rank_model.layers.size();
       lowering_internal::StageSpan span;
       span.stage = stage;
-      span.first_layer = offset;
-      span.last_layer = offset + (range.end - range.begin) - 1;
+      span.first_layer = held.stage_starts[index];
+      span.last_layer = held.stage_starts[index] + (range.end - range.begin) - 1;
       span.first = stage == 0;
       span.last = stage + 1 == stage_count;
       span.previous_crosses_nodes = stage > 0 && node_of(stage - 1) != node_of(stage);
       span.next_crosses_nodes = stage + 1 < stage_count && node_of(stage + 1) != node_of(stage);
       spans.push_back(span);
-      stage_starts.push_back(offset);
-      for (std::size_t layer = range.begin; layer < range.end; ++layer) rank_model.layers.push_back(model.layers[layer]);
-      for (std::size_t unit = 1; unit < plan.units.size(); ++unit) {
-        const LayerRange& unit_range = plan.units[unit].layers;
-        if (unit_range.begin >= range.begin && unit_range.end <= range.end) {
-          units.push_back({unit_range.begin - range.begin + offset, unit_range.end - range.begin + offset});
-        }
-      }
     }
-    Plan rank_plan = plan_with_units(rank_model, plan, units, std::vector<bool>(units.size(), true));
-    rank_plan.units[0].reshard_after_forward.enabled = false;
+    const ModelSpec& rank_model = held.model;
+    const Plan& rank_plan = held.plan;
+    const std::vector<std::size_t>& stage_starts = held.stage_starts;
     const std::int64_t boundary_bytes = plan.training.micro_batch * plan.training.seq_len * model.hidden_size *
                                         plan.training.precision.param_compute_bytes;
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);

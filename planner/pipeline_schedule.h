@@ -53,6 +53,23 @@ struct PipelineLayout {
   int tensor_parallel = 1;  // ranks per data-parallel rank (to place the stages' ranks on nodes)
 };
 
+// The pipeline of a plan (Note [Pipeline policy] in plan.h) laid out on `dims` = parallel_dims(plan, world): its
+// schedule, degree, stages and the tensor-parallel ranks per data-parallel rank.
+PipelineLayout pipeline_layout(const Plan& plan, const ParallelDims& dims);
+
+// What pipeline rank `rank` holds (Note [Pipeline programs]): its stages' layers concatenated in stage order, the
+// plan's units remapped onto them (every one kept gathered, the root too: reshard_after_forward is off under PP), and
+// for each of its layers the layer of the whole model it is. Its program is lowered for exactly this model and plan,
+// so a runner builds its layers and FSDP units from it.
+struct PipelineRankModel {
+  ModelSpec model;
+  Plan plan;
+  std::vector<std::size_t> whole_layers;  // per layer of `model`
+  std::vector<std::size_t> stage_starts;  // per held stage: its first layer in `model`
+};
+PipelineRankModel pipeline_rank_model(const Plan& plan, const ModelSpec& model, const PipelineLayout& layout,
+                                      int rank);
+
 // `plan`: a plan of the whole model whose units each lie within one stage; its grad_accumulation_steps is the
 // pipeline's micro-batch count. `options.world_size`: the data-parallel ranks of one stage. InputError naming the
 // field when the layout does not fit the model or the plan, or the schedule's order cannot be lowered.

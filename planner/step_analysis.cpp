@@ -49,12 +49,7 @@ PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster
   options.world_size = view.world_size();
   options.gpus_per_node = view.gpus_per_node;
   options.context_overhead_bytes = profile.context_overhead_bytes;
-  PipelineLayout layout;
-  layout.schedule = plan.pipeline.schedule;
-  layout.degree = plan.pipeline.degree;
-  layout.stages_per_rank = plan.pipeline.stages_per_rank;
-  layout.stages = plan.pipeline.stages;
-  layout.tensor_parallel = dims.tp();
+  const PipelineLayout layout = pipeline_layout(plan, dims);
   PipelineStepAnalysis analysis;
   analysis.schedule = lower_pipeline(view.plan, view.model, options, layout);
   analysis.simulation = simulate_pipeline(analysis.schedule, profile, record_timeline);

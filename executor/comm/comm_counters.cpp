@@ -35,4 +35,11 @@ CommCounters CommCounters::since(const CommCounters& before) const {
   return delta;
 }
 
+P2pCounters P2pCounters::since(const P2pCounters& before) const {
+  P2pCounters delta;
+  delta.sends = {sends.calls - before.sends.calls, sends.bytes - before.sends.bytes};
+  delta.recvs = {recvs.calls - before.recvs.calls, recvs.bytes - before.recvs.bytes};
+  return delta;
+}
+
 }  // namespace shardplan::comm

@@ -34,4 +34,13 @@ struct CommCounters {
   CommCounters since(const CommCounters& before) const;
 };
 
+// Point-to-point messages a communicator posted (pipeline parallelism's activations and their gradients), counted
+// when posted on the calling rank; `bytes` is the message's size. Kept apart from CommCounters so the collective
+// counts a step is asserted against stay exactly the schedule's collective ops.
+struct P2pCounters {
+  CollectiveTally sends;
+  CollectiveTally recvs;
+  P2pCounters since(const P2pCounters& before) const;
+};
+
 }  // namespace shardplan::comm

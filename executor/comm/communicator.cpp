@@ -132,6 +132,41 @@ CommHandle Communicator::broadcast(float* buffer, std::size_t count, int root) {
   return std::move(handle).observed(wait_observer_, std::move(label));
 }
 
+void Communicator::check_p2p(const char* what, const float* buffer, std::size_t count, int peer, int tag) const {
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    fail(std::string(what) + ": peer " + std::to_string(peer) + " is not another rank of a group of " +
+         std::to_string(size()));
+  }
+  if (tag < 0 || tag > kMaxP2pTag) fail(std::string(what) + ": tag " + std::to_string(tag) + " outside [0, 32767]");
+  if (count > 0 && buffer == nullptr) fail(std::string(what) + ": null buffer with a non-zero count");
+}
+
+CommHandle Communicator::send(const float* buffer, std::size_t count, int peer, int tag) {
+  check_p2p("send", buffer, count, peer, tag);
+  std::string label = take_label("send", count);
+  CommHandle handle = start_send(buffer, count, peer, tag);
+  p2p_counters_.sends.calls += 1;
+  p2p_counters_.sends.bytes += static_cast<std::uint64_t>(count) * sizeof(float);
+  return std::move(handle).observed(wait_observer_, std::move(label));
+}
+
+CommHandle Communicator::recv(float* buffer, std::size_t count, int peer, int tag) {
+  check_p2p("recv", buffer, count, peer, tag);
+  std::string label = take_label("recv", count);
+  CommHandle handle = start_recv(buffer, count, peer, tag);
+  p2p_counters_.recvs.calls += 1;
+  p2p_counters_.recvs.bytes += static_cast<std::uint64_t>(count) * sizeof(float);
+  return std::move(handle).observed(wait_observer_, std::move(label));
+}
+
+CommHandle Communicator::start_send(const float*, std::size_t, int, int) {
+  fail(std::string("point-to-point send is not implemented by the ") + backend_name() + " backend");
+}
+
+CommHandle Communicator::start_recv(float*, std::size_t, int, int) {
+  fail(std::string("point-to-point recv is not implemented by the ") + backend_name() + " backend");
+}
+
 void Communicator::barrier() {
   if (wait_observer_) wait_observer_->waiting_on(take_label("barrier", 0));
   try {

@@ -27,6 +27,9 @@ struct Group {
 // apart from bad input (2, refused before anything ran) and an internal error (1). README, "Exit status".
 inline constexpr int kExitAborted = 4;
 
+// The largest point-to-point tag every backend accepts: MPI guarantees MPI_TAG_UB ≥ 32767 (MPI 3.1 §8.1.2).
+inline constexpr int kMaxP2pTag = 32767;
+
 // Every collective is asynchronous: it is issued on return and completes when its CommHandle says so (so the
 // all-gather of the next FSDP unit runs while the current unit computes). Buffers are float, sizes are element
 // counts, and any count is valid, 0 and odd ones included (callers pad flat parameters; the communicator doesn't
@@ -55,6 +58,11 @@ class Communicator {
   CommHandle all_reduce(float* buffer, std::size_t count, ReduceOp op = ReduceOp::sum);
   // buffer = buffer_of_rank_root on every rank.
   CommHandle broadcast(float* buffer, std::size_t count, int root);
+  // Point-to-point, asynchronous like the collectives: `count` floats to (from) the group's rank `peer`, matched by
+  // (peer, tag) as MPI matches them (MPI 3.1 §3.5: messages of one sender and tag arrive in the order sent). Unlike
+  // collectives they need no common order over the group; tag in [0, kMaxP2pTag]. Counted in p2p_counters().
+  CommHandle send(const float* buffer, std::size_t count, int peer, int tag);
+  CommHandle recv(float* buffer, std::size_t count, int peer, int tag);
   // Blocks until every rank of the group reached it.
   void barrier();
   // Collective over this group: ranks with the same colour (>= 0) form one new group, ordered by (key, rank) as
@@ -65,7 +73,11 @@ class Communicator {
   [[noreturn]] virtual void abort(const std::string& message) = 0;
 
   const CommCounters& counters() const { return counters_; }
-  void reset_counters() { counters_ = CommCounters{}; }
+  const P2pCounters& p2p_counters() const { return p2p_counters_; }
+  void reset_counters() {
+    counters_ = CommCounters{};
+    p2p_counters_ = P2pCounters{};
+  }
 
   // Note [Step watchdog] (step_watchdog.h): told what this rank blocks on in each wait of a collective started here
   // or on a communicator split from this one afterwards. Null: nobody is told.
@@ -84,6 +96,9 @@ class Communicator {
   virtual CommHandle start_broadcast(float* buffer, std::size_t count, int root) = 0;
   virtual void run_barrier() = 0;
   virtual std::unique_ptr<Communicator> make_split(int color, int key) = 0;
+  // Point-to-point hooks; a backend without them (NCCL's, until a runner needs it there) refuses with InternalError.
+  virtual CommHandle start_send(const float* buffer, std::size_t count, int peer, int tag);
+  virtual CommHandle start_recv(float* buffer, std::size_t count, int peer, int tag);
 
   // Counts a collective a backend issued through its own typed entry point (NCCL's bf16 collectives), with its
   // message size in bytes, so the counters hold every collective whatever its element type.
@@ -102,7 +117,9 @@ class Communicator {
  private:
   void count(Collective kind, std::size_t elements);
 
+  void check_p2p(const char* what, const float* buffer, std::size_t count, int peer, int tag) const;
   CommCounters counters_;
+  P2pCounters p2p_counters_;
   std::shared_ptr<WaitObserver> wait_observer_;
   std::string next_label_;
 };

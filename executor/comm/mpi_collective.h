@@ -26,6 +26,8 @@ MpiCollectiveCall mpi_all_gather(const float* send, std::size_t count_per_rank, 
 MpiCollectiveCall mpi_reduce_scatter(const float* send, float* recv, std::size_t count, ReduceOp op);
 MpiCollectiveCall mpi_all_reduce(float* buffer, std::size_t count, ReduceOp op);
 MpiCollectiveCall mpi_broadcast(float* buffer, std::size_t count, int root);
+MpiCollectiveCall mpi_send(const float* buffer, std::size_t count, int peer, int tag);
+MpiCollectiveCall mpi_recv(float* buffer, std::size_t count, int peer, int tag);
 
 // MPI 3.1's C bindings take int counts (the large-count _c variants arrived in MPI 4.0): larger counts throw.
 int mpi_count(std::size_t count, const char* collective);

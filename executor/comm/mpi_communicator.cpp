@@ -118,6 +118,21 @@ CommHandle MpiCommunicator::start_broadcast(float* buffer, std::size_t count, in
   return launch(mpi_broadcast(buffer, count, root));
 }
 
+// Point-to-point is always started non-blocking from the caller's thread, whatever the mechanism: a comm thread runs
+// its queue in order, so a blocking send queued before the recv its peer waits on would deadlock two ranks that
+// exchange in both directions (1F1B's forward activations one way, gradients the other).
+CommHandle MpiCommunicator::start_send(const float* buffer, std::size_t count, int peer, int tag) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi_send(buffer, count, peer, tag).start(comm_, &request);
+  return CommHandle(std::make_unique<MpiRequest>(request));
+}
+
+CommHandle MpiCommunicator::start_recv(float* buffer, std::size_t count, int peer, int tag) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi_recv(buffer, count, peer, tag).start(comm_, &request);
+  return CommHandle(std::make_unique<MpiRequest>(request));
+}
+
 // Barrier and split are collectives on the same communicator, so with a comm thread they queue behind what was issued
 // before (CommThread's FIFO keeps the order MPI requires) instead of racing it from the caller's thread.
 void MpiCommunicator::run_barrier() {

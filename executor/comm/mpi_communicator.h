@@ -63,6 +63,8 @@ class MpiCommunicator final : public Communicator {
   CommHandle start_broadcast(float* buffer, std::size_t count, int root) override;
   void run_barrier() override;
   std::unique_ptr<Communicator> make_split(int color, int key) override;
+  CommHandle start_send(const float* buffer, std::size_t count, int peer, int tag) override;
+  CommHandle start_recv(float* buffer, std::size_t count, int peer, int tag) override;
 
  private:
   struct Adopt {};

@@ -1,11 +1,13 @@
 // Runner: set-up (lowering, checks, groups, sharded init), gathering the model back, expected collective counts.
 #include "runner.h"
 
+#include <algorithm>
 #include <source_location>
 #include <string>
 
 #include "errors.h"
 #include "lowering.h"
+#include "pipeline_schedule.h"
 #include "runner_support.h"
 #include "tensor_parallel_group.h"
 #include "tensor_parallel_model.h"
@@ -21,6 +23,19 @@ std::vector<std::vector<std::size_t>> unit_layers(const Plan& plan, const ModelS
   std::vector<std::vector<std::size_t>> layers;
   for (const UnitInfo& unit : plan_units(plan, model)) layers.push_back(unit.layers);
   return layers;
+}
+
+// The layers `whole_layers` of a whole-model buffer (`whole` laid out as `whole_layout`), concatenated as `part`
+// lays them out: a pipeline rank's stages' share of the reference init (Note [Pipeline runner]).
+std::vector<float> layers_of(const runtime::ModelLayout& whole_layout, const runtime::ModelLayout& part,
+                             const std::vector<std::size_t>& whole_layers, const std::vector<float>& whole) {
+  std::vector<float> out(static_cast<std::size_t>(part.element_count), 0.0f);
+  for (std::size_t layer = 0; layer < whole_layers.size(); ++layer) {
+    const std::int64_t count = part.layers[layer].element_count;
+    const auto from = whole.begin() + whole_layout.layer_offsets_elements[whole_layers[layer]];
+    std::copy(from, from + count, out.begin() + part.layer_offsets_elements[layer]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -60,10 +75,35 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
       lowered_plan_ = view.plan;
       lowered_gpus_per_node = view.gpus_per_node;
     }
-    layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size(), lowered_gpus_per_node);
-    check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
-    // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
-    schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
+    if (dims_.pp() > 1) {
+      // Note [Pipeline runner]: this pipeline rank's program, over its stages' layers and units.
+      if (tp > 1) throw InputError("plan: pipeline parallelism with tensor parallelism is not yet executed");
+      if (!plan_.training.finetune.trains_all()) {
+        throw InputError("plan: fine-tuning with pipeline parallelism is not yet executed");
+      }
+      for (const LayerSpec& layer : model_.layers) {
+        // torchtitan refuses it too: a tied head on the last stage reads the first stage's embedding.
+        if (layer.tied_to_layer) throw InputError("plan: tied embeddings with pipeline parallelism are not executed");
+      }
+      validate_plan(plan_, model_, world_size_, gpus_per_node);
+      const DataParallelView view = data_parallel_view(plan_, model_, dims_, gpus_per_node);
+      const PipelineLayout pipeline = pipeline_layout(plan_, dims_);
+      const PipelineSchedule programs =
+          lower_pipeline(view.plan, view.model, {view.world_size(), view.gpus_per_node, 0}, pipeline);
+      PipelineRankModel held = pipeline_rank_model(view.plan, view.model, pipeline, pipeline_rank());
+      rank_model_ = std::move(held.model);
+      lowered_plan_ = std::move(held.plan);
+      whole_layers_ = std::move(held.whole_layers);
+      schedule_ = programs.programs.at(static_cast<std::size_t>(pipeline_rank()));
+      layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size(), view.gpus_per_node);
+      check_executable(lowered_plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
+    } else {
+      for (std::size_t layer = 0; layer < model_.layers.size(); ++layer) whole_layers_.push_back(layer);
+      layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size(), lowered_gpus_per_node);
+      check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
+      // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
+      schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
+    }
     const std::int64_t whole_tokens = schedule_.sequences_per_micro_batch * schedule_.seq_len;
     if (whole_tokens % tp != 0) {
       throw InputError("plan: a micro-batch of " + std::to_string(whole_tokens) + " tokens does not split over " +
@@ -73,12 +113,16 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     whole_layout_ = runtime::model_layout(model_);
     (void)runtime::decoder_dims(model_);  // InputError for a model the CPU kernels cannot run
     if (tp == 1) {
-      for (std::size_t index = 0; index < model_.layers.size(); ++index) {
-        kernels_.push_back(runtime::make_layer_kernel(model_, index));
-      }
+      for (std::size_t layer : whole_layers_) kernels_.push_back(runtime::make_layer_kernel(model_, layer));
     }
   });
   groups_ = std::make_unique<RunnerGroups>(world, layouts, placement_.groups);
+  if (dims_.pp() > 1) {
+    with_rank([&] {
+      pipeline_ = std::make_unique<PipelineP2p>(*groups_->pipeline(), dims_.pp() * plan_.pipeline.stages_per_rank,
+                                                schedule_.micro_batches);
+    });
+  }
   if (dims_.tp() > 1) {
     tensor_parallel_ = std::make_unique<CommTensorParallelGroup>(*groups_->tensor_parallel());
     const runtime::AttentionShape whole{static_cast<int>(schedule_.sequences_per_micro_batch),
@@ -94,7 +138,10 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
   // With tensor parallelism every rank starts from its slice of the whole model's init, so the TP ranks together hold
   // exactly the reference's parameters (Note [Sharded init] holds per whole-model element, not per slice element).
   std::vector<float> rank_init;
-  if (dims_.tp() > 1) {
+  if (pipeline_) {
+    // Its stages' share of the whole model's init, so the stages together start from the reference's parameters.
+    rank_init = layers_of(whole_layout_, layout_, whole_layers_, runtime::init_model_parameters(whole_layout_, init));
+  } else if (dims_.tp() > 1) {
     const std::vector<float> whole = runtime::init_model_parameters(whole_layout_, init);
     rank_init.resize(static_cast<std::size_t>(layout_.element_count));
     runtime::extract_tensor_parallel_rank(whole_layout_, layout_, dims_.tp(), tensor_parallel_rank(),
@@ -135,6 +182,20 @@ std::vector<float> Runner::gather_parameters() {
         .wait();
     param->gathered_to_unit_order(gathered);
     param->scatter_into_model(layout_, gathered, model_flat);
+  }
+  if (pipeline_) {
+    // Every stage's layers at their whole-model offsets: one data-parallel rank of each stage contributes (the others
+    // hold the same gathered layers), summed over the world on the control group (not a schedule collective).
+    std::vector<float> whole(static_cast<std::size_t>(whole_layout_.element_count), 0.0f);
+    if (data_parallel_rank() == 0) {
+      for (std::size_t layer = 0; layer < whole_layers_.size(); ++layer) {
+        const auto from = model_flat.begin() + layout_.layer_offsets_elements[layer];
+        std::copy(from, from + layout_.layers[layer].element_count,
+                  whole.begin() + whole_layout_.layer_offsets_elements[whole_layers_[layer]]);
+      }
+    }
+    groups_->control().all_reduce(whole.data(), whole.size()).wait();
+    return whole;
   }
   if (!tensor_parallel_) return model_flat;
   // Every TP rank's slice, then each placed at its whole-model offsets (Note [Tensor-parallel split]).

@@ -12,6 +12,7 @@
 #include "flat_param.h"
 #include "layer_kernel.h"
 #include "param_group.h"
+#include "pipeline_p2p.h"
 #include "plan.h"
 #include "runner_groups.h"
 #include "schedule.h"
@@ -32,13 +33,14 @@ struct RunnerOptions {
 // What one step measured on this rank (loss and step time are agreed over all ranks).
 struct StepReport {
   double loss = 0;          // mean over every rank's micro-batches: the loss of the global batch
-  double local_loss = 0;    // this rank's micro-batches only
+  double local_loss = 0;    // this rank's micro-batches only (0 on a pipeline rank without the last stage)
   double step_time_s = 0;   // the slowest rank's time from the starting barrier to the end of its last op
   std::int64_t tokens = 0;  // tokens in the global batch (schedule.tokens_per_step)
   long long peak_bytes = 0;            // tracked peak of the step, all categories together
   MemoryByCategory memory_at_peak{};   // the breakdown at that peak
   MemoryByCategory peak_by_category{}; // each category's own maximum in the step
   comm::CommCounters collectives;      // collectives the step's schedule issued on this rank
+  comm::P2pCounters p2p;               // pipeline messages its send and recv ops posted (Note [Pipeline runner])
   long long allocator_peak_bytes = 0;  // GPU executor: the device pool's own high-water mark (0 on the CPU)
   Timeline timeline;                   // source "measured": one event per op, the memory series
 };
@@ -53,8 +55,10 @@ struct StepReport {
 // exactly where the plan's lowering put the all-gathers.
 class Runner {
  public:
-  // Lowers `plan` for world.size() ranks (with plan.tensor_parallel_degree > 1: Note [2-D mesh]), checks the runner can execute it (check_executable), creates the groups
-  // (collective over `world`) and initialises this rank's shards. InputError/InternalError carry this rank.
+  // Lowers `plan` for world.size() ranks (with plan.tensor_parallel_degree > 1: Note [2-D mesh]; with a pipeline:
+  // this rank's pipeline program, Note [Pipeline runner]), checks the runner can execute it (check_executable),
+  // creates the groups (collective over `world`) and initialises this rank's shards. InputError/InternalError carry
+  // this rank.
   Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options = {});
   ~Runner();
   Runner(const Runner&) = delete;
@@ -65,12 +69,13 @@ class Runner {
   StepReport step(std::span<const runtime::Batch> micro_batches);
 
   // The full model's parameters in the whole model's layout order, gathered from the shards (and, with tensor
-  // parallelism, from every TP rank's slice; collective over the world).
+  // parallelism, from every TP rank's slice; with a pipeline, from every stage; collective over the world).
   std::vector<float> gather_parameters();
 
   const StepSchedule& schedule() const { return schedule_; }
   // The layout of the parameters this rank's flat parameters hold: the whole model's, or with tensor parallelism
-  // its TP rank's (runtime::tensor_parallel_rank_model).
+  // its TP rank's (runtime::tensor_parallel_rank_model), or with a pipeline its stages' layers, concatenated in stage
+  // order (pipeline_rank_model).
   const runtime::ModelLayout& model_layout() const { return layout_; }
   int rank() const { return rank_; }
   int tensor_parallel_degree() const { return dims_.tp(); }
@@ -79,6 +84,12 @@ class Runner {
   // the TP ranks of one DP rank take the same ones. world size and rank without tensor parallelism.
   int data_parallel_size() const { return dims_.data_parallel_world_size(); }
   int data_parallel_rank() const { return placement_.data_parallel_rank; }
+  // Note [Pipeline runner]: the pipeline ranks and this rank's (1 and 0 without a pipeline); schedule() is then this
+  // pipeline rank's program and model_layout() the layout of its stages' layers.
+  int pipeline_degree() const { return dims_.pp(); }
+  int pipeline_rank() const { return placement_.coordinates.pp; }
+  // The pipeline messages one step posts on this rank: its program's send and recv ops (zero without a pipeline).
+  comm::P2pCounters expected_step_p2p() const { return PipelineP2p::expected(schedule_); }
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
   // The same for this runner's step: the schedule's collective ops, plus the TP collectives in its passes' kernels
@@ -108,7 +119,9 @@ class Runner {
   ParallelDims dims_;
   RankPlacement placement_;
   ModelSpec rank_model_;        // model_, or its TP rank's slice
-  Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh])
+  Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh]), or its pipeline rank's
+  // Per layer of rank_model_: its layer in model_ (the identity unless a pipeline leaves this rank some stages).
+  std::vector<std::size_t> whole_layers_;
   StepSchedule schedule_;
   runtime::ModelLayout layout_;        // of rank_model_
   runtime::ModelLayout whole_layout_;  // of model_
@@ -117,6 +130,7 @@ class Runner {
   TrackingAllocator tracker_;
   std::unique_ptr<RunnerGroups> groups_;
   std::unique_ptr<CommTensorParallelGroup> tensor_parallel_;  // null without tensor parallelism
+  std::unique_ptr<PipelineP2p> pipeline_;                     // null without pipeline parallelism
   std::vector<std::unique_ptr<FlatParam>> params_;
   std::vector<ParamGroup> param_groups_;
   std::int64_t optimizer_steps_ = 0;

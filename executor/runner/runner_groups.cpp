@@ -13,9 +13,11 @@ RunnerGroups::RunnerGroups(comm::Communicator& world, const std::vector<UnitLayo
                            const RankGroups& mesh) {
   control_ = world.split(0, world.rank());
   comm::Communicator* data_parallel = &world;
-  if (mesh.tp.size() > 1) {  // Note [2-D mesh]: TP inner, DP outer
-    // Each group's lowest rank names it (the split's color); ranks keep their order inside it.
-    tensor_parallel_ = world.split(mesh.tp.front(), world.rank());
+  if (mesh.tp.size() > 1 || mesh.pp.size() > 1) {  // Note [2-D mesh]: TP inner, DP outer; PP outermost
+    // Each group's lowest rank names it (the split's color); ranks keep their order inside it, so a PP group's rank
+    // is its pipeline rank (pp is the outermost mesh dimension, Note [ParallelDims]).
+    if (mesh.tp.size() > 1) tensor_parallel_ = world.split(mesh.tp.front(), world.rank());
+    if (mesh.pp.size() > 1) pipeline_ = world.split(mesh.pp.front(), world.rank());
     data_parallel_ = world.split(mesh.data_parallel.front(), world.rank());
     data_parallel = data_parallel_.get();
   }
@@ -54,6 +56,10 @@ comm::CommCounters RunnerGroups::data_counters() const {
   for (const auto& [size, group] : replica_) add(group->counters());
   if (tensor_parallel_) add(tensor_parallel_->counters());
   return total;
+}
+
+comm::P2pCounters RunnerGroups::p2p_counters() const {
+  return pipeline_ ? pipeline_->p2p_counters() : comm::P2pCounters{};
 }
 
 }  // namespace shardplan::runner

@@ -15,8 +15,9 @@ namespace shardplan::runner {
 // every rank (creation is collective). `world` is a private duplicate for GroupKind::world all-reduces, and `control`
 // one for the runner's own barrier and loss/step-time reductions, so the data communicators' counters hold exactly
 // the schedule's collectives (asserted per step by the tests). With tensor parallelism (Note [2-D mesh] in
-// tensor_parallel_runner.h) the schedule's groups live inside this rank's DP group — `world` is then the DP group —
-// and `tensor_parallel` is its TP group; `control` spans every rank either way.
+// tensor_parallel_runner.h) or pipeline parallelism (Note [Pipeline runner] in pipeline_p2p.h) the schedule's groups
+// live inside this rank's DP group — `world` is then the DP group — `tensor_parallel` is its TP group and `pipeline`
+// its PP group (one rank per stage, ordered by pipeline rank); `control` spans every rank either way.
 class RunnerGroups {
  public:
   // `mesh`: this rank's groups (ParallelDims::placement, Note [ParallelDims]); a TP group of one rank or none (the
@@ -26,16 +27,20 @@ class RunnerGroups {
   comm::Communicator& control() { return *control_; }
   comm::Communicator& world() { return *world_; }
   comm::Communicator* tensor_parallel() { return tensor_parallel_.get(); }  // null without tensor parallelism
+  comm::Communicator* pipeline() { return pipeline_.get(); }                // null without pipeline parallelism
   comm::Communicator& shard(int group_size);    // consecutive ranks (make_shard_group)
   comm::Communicator& replica(int group_size);  // ranks holding the same shard of a `group_size` shard group
 
   // The collectives issued on the data communicators (world, shard, replica, tensor_parallel) since they were created.
   comm::CommCounters data_counters() const;
+  // The point-to-point messages posted on the pipeline group since it was created (zero without one).
+  comm::P2pCounters p2p_counters() const;
 
  private:
   std::unique_ptr<comm::Communicator> control_;
   std::unique_ptr<comm::Communicator> world_;
   std::unique_ptr<comm::Communicator> tensor_parallel_;
+  std::unique_ptr<comm::Communicator> pipeline_;
   std::unique_ptr<comm::Communicator> data_parallel_;  // only split from
   std::map<int, std::unique_ptr<comm::Communicator>> shard_;
   std::map<int, std::unique_ptr<comm::Communicator>> replica_;

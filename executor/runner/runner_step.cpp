@@ -16,7 +16,8 @@ class Runner::StepWalker {
  public:
   StepWalker(Runner& runner, std::span<const runtime::Batch> batches)
       : r_(runner), ops_(runner.schedule_.ops), batches_(batches), done_(ops_.size(), false),
-        events_(ops_.size()), saved_(runner.model_.layers.size()), saved_bytes_(runner.model_.layers.size(), 0),
+        events_(ops_.size()), layers_(runner.kernels_.size()), saved_(layers_ * batches.size()),
+        saved_bytes_(layers_ * batches.size(), 0),
         reduction_of_(runner.params_.size(), -1) {
     // Note [Progress hook]: the kernels poll the in-flight collectives between the parts of a layer.
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook([this] { progress(); });
@@ -40,6 +41,10 @@ class Runner::StepWalker {
       progress();
       if (is_collective(op)) {
         request(op);
+      } else if (op.kind == OpKind::send) {  // on the p2p stream: completes on its own (Note [Pipeline runner])
+        for (int dep : op.deps) complete(dep);
+        begin(op);
+        post_send(op);
       } else {
         for (int dep : op.deps) complete(dep);
         begin(op);
@@ -125,6 +130,7 @@ class Runner::StepWalker {
   void finish(InFlight& flight) {
     const Op& op = ops_[static_cast<std::size_t>(flight.op)];
     end(op);
+    if (op.kind == OpKind::send) r_.pipeline_->sent(op.id);
     // Gathers free nothing at their end on CPU ranks (fp32 without offload: no cast or copy buffers, check_executable);
     // with frozen tensors the gathered shards are put in the unit's order (Note [Frozen shards] in flat_param.h).
     if (op.kind == OpKind::all_gather) r_.params_.at(static_cast<std::size_t>(op.unit))->finish_unshard();
@@ -188,6 +194,7 @@ class Runner::StepWalker {
       case OpKind::backward: backward(op); break;
       case OpKind::free_unsharded: r_.param_groups_.at(static_cast<std::size_t>(op.unit)).reshard(); break;
       case OpKind::optimizer_step: optimizer_step(); break;
+      case OpKind::recv: receive(op); break;
       default: fail(std::string("op kind '") + to_string(op.kind) + "' is not supported by the CPU runner");
     }
   }
@@ -206,37 +213,78 @@ class Runner::StepWalker {
     return runtime::bind_unit_layer(r_.layout_, param.unit_layout(), layer, param.compute_params());
   }
 
-  void keep(std::size_t layer, runtime::SavedActivations saved) {
-    const std::int64_t bytes = saved.bytes();
-    if (bytes > saved_bytes_[layer]) r_.tracker_.allocate(MemoryCategory::activations, bytes - saved_bytes_[layer]);
-    if (bytes < saved_bytes_[layer]) r_.tracker_.release(MemoryCategory::activations, saved_bytes_[layer] - bytes);
-    saved_bytes_[layer] = bytes;
-    saved_[layer] = std::move(saved);
+  // What a layer keeps for its backward, per (micro-batch, layer): a pipeline runs several micro-batches' forwards
+  // before their backwards (1F1B's warm-up), so one micro-batch's activations must not replace another's.
+  std::size_t slot(const Op& op) const {
+    return static_cast<std::size_t>(op.micro_batch) * layers_ + static_cast<std::size_t>(op.layer);
   }
+
+  void keep(std::size_t at, runtime::SavedActivations saved) {
+    const std::int64_t bytes = saved.bytes();
+    if (bytes > saved_bytes_[at]) r_.tracker_.allocate(MemoryCategory::activations, bytes - saved_bytes_[at]);
+    if (bytes < saved_bytes_[at]) r_.tracker_.release(MemoryCategory::activations, saved_bytes_[at] - bytes);
+    saved_bytes_[at] = bytes;
+    saved_[at] = std::move(saved);
+  }
+
+  // --- pipeline messages (Note [Pipeline runner]) -----------------------------------------------------------------
+
+  // A forward's message is the hidden state its stage's last layer produced, a backward's the gradient its stage's
+  // first layer produced: the pass of the same micro-batch and stage that the walker ran last.
+  void post_send(const Op& op) {
+    if (!r_.pipeline_) fail("a send op in a schedule without a pipeline");
+    const bool forward = op.peer_stage > op.stage;
+    const Op* pass = last_compute_ >= 0 ? &ops_[static_cast<std::size_t>(last_compute_)] : nullptr;
+    if (!pass || pass->micro_batch != op.micro_batch || pass->stage != op.stage ||
+        (pass->kind == OpKind::backward) == forward) {
+      fail("send op " + std::to_string(op.id) + " does not follow the pass whose output it sends");
+    }
+    const runtime::Activations& tensor = forward ? hidden_ : grad_;
+    in_flight_.push_back({op.id, r_.pipeline_->send(op, tensor.values)});
+  }
+
+  // Blocks the compute stream until the micro-batch's tensor arrived, polling the collectives meanwhile (a DP peer
+  // may wait on one this rank has parked).
+  void receive(const Op& op) {
+    if (!r_.pipeline_) fail("a recv op in a schedule without a pipeline");
+    const runtime::Batch& b = batch(op);
+    runtime::Activations& tensor = op.peer_stage < op.stage ? hidden_ : grad_;
+    tensor = runtime::Activations::zeros(b.micro_batch, b.seq_len, r_.model_.hidden_size);
+    comm::CommHandle handle = r_.pipeline_->recv(op, tensor.values);
+    while (!handle.test()) progress();
+  }
+
+  // Whether the rank's layer is the whole model's first (the embedding) or last (the head and loss): with a
+  // pipeline, the first and last stage's (Note [Pipeline runner]).
+  bool first_of_model(std::size_t layer) const { return r_.whole_layers_[layer] == 0; }
+  bool last_of_model(std::size_t layer) const { return r_.whole_layers_[layer] + 1 == r_.model_.layers.size(); }
 
   void forward(const Op& op) {
     const auto layer = static_cast<std::size_t>(op.layer);
-    if (layer == 0) hidden_ = runtime::Activations{};
+    last_compute_ = op.id;
+    if (first_of_model(layer)) hidden_ = runtime::Activations{};
     runtime::LayerForward result =
         r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, op.checkpointing);
     hidden_ = std::move(result.output);
-    keep(layer, std::move(result.saved));
+    keep(slot(op), std::move(result.saved));
     // What the forward held beside what it kept, charged where it was alive (Note [Workspaces]).
     if (result.workspace_bytes > 0) {
       r_.tracker_.allocate(MemoryCategory::activations, result.workspace_bytes);
       r_.tracker_.release(MemoryCategory::activations, result.workspace_bytes);
     }
-    if (layer + 1 == r_.kernels_.size()) loss_sum_ += hidden_.values.at(0);
+    if (last_of_model(layer)) loss_sum_ += hidden_.values.at(0);
   }
 
   void recompute(const Op& op) {
     const auto layer = static_cast<std::size_t>(op.layer);
-    keep(layer, r_.kernels_[layer]->recompute(params_of(op, false), saved_[layer]));
+    last_compute_ = op.id;
+    keep(slot(op), r_.kernels_[layer]->recompute(params_of(op, false), saved_[slot(op)]));
   }
 
   void backward(const Op& op) {
     const auto layer = static_cast<std::size_t>(op.layer);
-    if (layer + 1 == r_.kernels_.size()) {
+    last_compute_ = op.id;
+    if (last_of_model(layer)) {
       // dL/dloss of one micro-batch's mean loss when k are accumulated into one step (Note [Gradient mean]); with
       // tensor parallelism every TP rank's loss-parallel head computes the whole micro-batch's mean (Note
       // [Vocabulary-parallel layers]).
@@ -256,19 +304,19 @@ class Runner::StepWalker {
     // (LayerFinetune::backward_needed; the embedding under LoRA). Its op still ends the pass where the schedule says.
     const auto& finetune = r_.model_.layers[layer].finetune;
     if (finetune && !finetune->backward_needed) {
-      keep(layer, runtime::SavedActivations{});
+      keep(slot(op), runtime::SavedActivations{});
       return;
     }
     const runtime::LayerParams params = params_of(op, false);
     const runtime::LayerParams grads = params_of(op, true);
-    const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[layer]);
+    const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[slot(op)]);
     if (workspace > 0) r_.tracker_.allocate(MemoryCategory::activations, workspace);
     std::optional<ReplicatedGradients> replicated;  // Note [Replicated gradients]
     if (r_.tensor_parallel_) replicated.emplace(grads, r_.rank_model_.layers[layer]);
-    grad_ = r_.kernels_[layer]->backward(params, saved_[layer], grad_, grads);
+    grad_ = r_.kernels_[layer]->backward(params, saved_[slot(op)], grad_, grads);
     if (replicated) replicated->sum_over(*r_.tensor_parallel_);
     if (workspace > 0) r_.tracker_.release(MemoryCategory::activations, workspace);
-    keep(layer, runtime::SavedActivations{});
+    keep(slot(op), runtime::SavedActivations{});
   }
 
   void optimizer_step() {
@@ -290,8 +338,10 @@ class Runner::StepWalker {
   std::vector<TimelineEvent> events_;
   std::vector<InFlight> in_flight_;
   std::deque<int> parked_;
-  std::vector<runtime::SavedActivations> saved_;
+  std::size_t layers_;                            // this rank's layers (its stages' with a pipeline)
+  std::vector<runtime::SavedActivations> saved_;  // per slot(op)
   std::vector<std::int64_t> saved_bytes_;
+  int last_compute_ = -1;                         // the forward, recompute or backward op run last
   runtime::Activations hidden_;
   runtime::Activations grad_;
   double loss_sum_ = 0;
@@ -303,6 +353,7 @@ StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
   StepReport report;
   comm::Communicator& control = groups_->control();
   const comm::CommCounters before = groups_->data_counters();
+  const comm::P2pCounters p2p_before = groups_->p2p_counters();
   control.barrier();  // Note [One clock]
   clock_.restart();
   tracker_.start_window();
@@ -310,6 +361,7 @@ StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
   report.local_loss = walker.run();
   const double local_time = clock_.now_s();
   report.collectives = groups_->data_counters().since(before);
+  report.p2p = groups_->p2p_counters().since(p2p_before);
   report.peak_bytes = tracker_.peak_total();
   report.memory_at_peak = tracker_.at_peak();
   report.peak_by_category = tracker_.peak_by_category();
@@ -322,7 +374,8 @@ StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
   float agreed[2] = {static_cast<float>(report.local_loss), static_cast<float>(local_time)};
   control.all_reduce(&agreed[0], 1, comm::ReduceOp::sum).wait();
   control.all_reduce(&agreed[1], 1, comm::ReduceOp::max).wait();
-  report.loss = agreed[0] / static_cast<double>(world_size_);
+  // With a pipeline only the last stage's ranks computed a loss (the others' local loss is 0).
+  report.loss = agreed[0] / static_cast<double>(world_size_ / dims_.pp());
   report.step_time_s = agreed[1];
   return report;
 }

@@ -241,3 +241,39 @@ TEST_CASE("`run` of a tensor_parallel_degree 2 plan on 4 ranks trains like its F
   CHECK(refused.exit_status == 2);
   CHECK(refused.err.find("tensor_parallel_degree 2: not yet supported") != std::string::npos);
 }
+
+// Note [Pipeline runner] (executor/runner/pipeline_p2p.h): PP 2 × FSDP 2, 1F1B over 4 micro-batches — both pipeline
+// ranks of a data-parallel rank train on its batches, so the losses are those of the same plan without the pipeline
+// on world / pp ranks; checkpoints of it are refused in one line.
+TEST_CASE("`run` of a pipeline plan on 4 ranks trains like its FSDP plan on 2" * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
+  const auto run_plan = [](const char* ranks, const std::string& plan, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--oversubscribe", "-np", ranks, shardplan_test::shardplan_binary(), "run",
+                                     "--device", "cpu", "--plan", plan, "--steps", "3", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_program("mpirun", args);
+  };
+  json without_pipeline = json::parse(std::ifstream("examples/plans/tiny-llama-pp2.json"));
+  REQUIRE(without_pipeline.contains("pipeline"));
+  without_pipeline.erase("pipeline");
+  const shardplan_test::TempFile fsdp_plan("tiny-llama-without-pipeline", without_pipeline.dump());
+  const RunResult pp = run_plan("4", "examples/plans/tiny-llama-pp2.json");
+  const RunResult fsdp = run_plan("2", fsdp_plan.path());
+  INFO(pp.err, fsdp.err);
+  REQUIRE(pp.exit_status == 0);
+  REQUIRE(fsdp.exit_status == 0);
+  const json with_pp = json::parse(pp.out), without = json::parse(fsdp.out);
+  CHECK(with_pp.at("world_size") == 4);
+  CHECK(with_pp.at("plan").at("pipeline").at("degree") == 2);
+  REQUIRE(with_pp.at("steps").size() == 3);
+  REQUIRE(without.at("steps").size() == 3);
+  for (std::size_t step = 0; step < 3; ++step) {
+    const double a = with_pp.at("steps")[step].at("loss").get<double>();
+    const double b = without.at("steps")[step].at("loss").get<double>();
+    CAPTURE(step);
+    CHECK(a == doctest::Approx(b).epsilon(1e-5));
+  }
+  const RunResult refused = run_plan("4", "examples/plans/tiny-llama-pp2.json", {"--checkpoint-dir", "/nonexistent"});
+  CHECK(refused.exit_status == 2);
+  CHECK(refused.err.find("pipeline degree 2: not yet supported") != std::string::npos);
+}

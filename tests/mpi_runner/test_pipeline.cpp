@@ -1,0 +1,265 @@
+// Pipeline parallelism × FSDP (PP 2 outer, FSDP 2 over each stage's ranks) trains like the single-process reference
+// under 1F1B and Interleaved1F1B: losses, AdamW's moments (the reduced gradients), final parameters, and per step the
+// collectives equal the rank's program's collective ops, the point-to-point messages its send and recv ops, and the
+// tracked model-state memory its bytes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "case_skip.h"
+#include "model_presets.h"
+#include "mpi_communicator.h"
+#include "runner.h"
+#include "runner_fixtures.h"
+
+namespace shardplan::runner::testing {
+
+namespace {
+
+constexpr int kPipeline = 2;
+
+ModelSpec tiny_llama() {
+  const auto preset = find_model_preset("tiny-llama");
+  REQUIRE(preset.has_value());
+  return build_decoder(preset->name, preset->architecture, "preset");
+}
+
+struct PipelineCase {
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int stages_per_rank = 1;
+  int micro_batches = 4;  // per step on each data-parallel rank
+  // Steps whose AdamW moments are compared, and after the last of which the parameters are (Note [Ill-conditioned
+  // first step] in test_tensor_parallel.cpp); losses and message counts are compared at every step.
+  int compared_steps = 3;
+};
+
+// The whole-model layers pipeline rank `rank` holds, from the plan's stages by torch's loop placement (stage s on
+// rank s mod pp) — written here from Note [Pipeline programs], not read from the runner.
+std::vector<std::size_t> held_layers(const PipelinePolicy& pipeline, int rank) {
+  std::vector<std::size_t> layers;
+  for (std::size_t stage = static_cast<std::size_t>(rank); stage < pipeline.stages.size();
+       stage += static_cast<std::size_t>(pipeline.degree)) {
+    for (std::size_t layer = pipeline.stages[stage].begin; layer < pipeline.stages[stage].end; ++layer) {
+      layers.push_back(layer);
+    }
+  }
+  return layers;
+}
+
+// This rank's shard of every unit, cut from a whole-model buffer of the reference: its stages' layers, then each
+// unit's FSDP shard of them (unit_slice, from the layout definitions).
+struct StageShards {
+  runtime::ModelLayout whole;
+  std::vector<std::size_t> layers;
+  Runner& runner;
+
+  std::vector<std::vector<float>> of(const std::vector<float>& whole_flat) const {
+    const runtime::ModelLayout& mine = runner.model_layout();
+    REQUIRE(mine.layers.size() == layers.size());
+    std::vector<float> part(static_cast<std::size_t>(mine.element_count));
+    for (std::size_t layer = 0; layer < layers.size(); ++layer) {
+      REQUIRE(mine.layers[layer].element_count == whole.layers[layers[layer]].element_count);
+      const auto from = whole_flat.begin() + whole.layer_offsets_elements[layers[layer]];
+      std::copy(from, from + mine.layers[layer].element_count, part.begin() + mine.layer_offsets_elements[layer]);
+    }
+    std::vector<std::vector<float>> shards;
+    for (FlatParam* param : runner.flat_params()) {
+      const std::int64_t first = static_cast<std::int64_t>(param->shard_index()) * param->sizes().shard_elements;
+      shards.push_back(unit_slice(mine, param->unit_layout(), part, first, param->shard().size()));
+    }
+    return shards;
+  }
+};
+
+std::string where(Runner& runner, FlatParam& param) {
+  return "pipeline rank " + std::to_string(runner.pipeline_rank()) + ", unit '" + param.sizes().name + "' shard " +
+         std::to_string(param.shard_index());
+}
+
+// Note [Gradient check] (test_equivalence.cpp): the moments show the reduced gradient itself, scale included — a
+// stage that lost a micro-batch's gradient, or the 1/k of its loss, trains to nearly the same parameters.
+void check_moments(Runner& runner, const StageShards& shards, const ReferenceRun& reference, int step) {
+  const auto s = static_cast<std::size_t>(step);
+  const auto m_ref = shards.of(reference.exp_avg[s]);
+  const auto v_ref = shards.of(reference.exp_avg_sq[s]);
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    FlatParam& param = *params[unit];
+    const std::vector<float> m(param.exp_avg().begin(), param.exp_avg().end());
+    const std::vector<float> v(param.exp_avg_sq().begin(), param.exp_avg_sq().end());
+    const double m_distance = relative_distance(m, m_ref[unit]);
+    const double v_distance = relative_distance(v, v_ref[unit]);
+    INFO("step ", step, ", ", where(runner, param), ": ‖m − m_ref‖/‖m_ref‖ = ", m_distance,
+         ", ‖v − v_ref‖/‖v_ref‖ = ", v_distance);
+    CHECK(m_distance <= 1e-5);  // test_equivalence.cpp's tolerance
+    CHECK(v_distance <= 1e-5);
+  }
+}
+
+// The final parameters of the rank's shards: test_tensor_parallel.cpp's check for tiny-llama (Note [Ill-conditioned
+// first step] there): by movement, over the elements whose reference step-0 gradient is ≥ 100ε; the elementwise
+// differences are reported. Measured: ‖Δp − Δp_ref‖/‖Δp_ref‖ ≤ 7.0e-6 per shard, and under Interleaved1F1B 2 of
+// the remaining elements of one block outside the elementwise 1e-5 (worst 2.7e-5) after 3 steps — the gradient
+// summed per micro-batch and over the stage's 2 ranks, not in the reference's one GEMM — while every step's moments
+// stay within 1e-5 (check_moments), which is what shows the gradients equal.
+void check_parameters(Runner& runner, const StageShards& shards, const ReferenceRun& reference,
+                      const runtime::AdamWOptions& adamw) {
+  const auto final_ref = shards.of(reference.final_params);
+  const auto initial_ref = shards.of(reference.initial_params);
+  const auto m0_ref = shards.of(reference.exp_avg[0]);  // (1 − β₁)·g₀
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    FlatParam& param = *params[unit];
+    const std::vector<float> mine(param.shard().begin(), param.shard().end());
+    std::vector<float> moved_mine, moved_ref, kept_initial;
+    std::size_t mismatches = 0, left_out = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const double g0 = std::abs(static_cast<double>(m0_ref[unit][i])) / (1 - adamw.beta1);
+      if (g0 > 0 && g0 < 100 * adamw.eps) {  // padding (g₀ = 0) stays compared
+        ++left_out;
+        continue;
+      }
+      const double a = mine[i], b = final_ref[unit][i];
+      if (!close(a, b, 1e-5, 0.1)) ++mismatches;
+      worst = std::max(worst, std::abs(a - b) / std::max({std::abs(a), std::abs(b), 0.1}));
+      moved_mine.push_back(mine[i]);
+      moved_ref.push_back(final_ref[unit][i]);
+      kept_initial.push_back(initial_ref[unit][i]);
+    }
+    const double moved = movement_distance(moved_mine, kept_initial, moved_ref);
+    INFO(where(runner, param), ": worst relative parameter difference ", worst, ", ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", moved,
+         ", ", mismatches, " outside 1e-5, ", left_out, " of ", mine.size(), " elements left out");
+    CHECK(mismatches * 1000 <= mine.size());  // elementwise: at most 0.1% outside 1e-5
+    CHECK(moved <= 1e-5);
+    CHECK(left_out * 100 <= mine.size());
+  }
+}
+
+std::string tallies(const comm::CollectiveTally& run, const comm::CollectiveTally& expected) {
+  return std::to_string(run.calls) + "/" + std::to_string(expected.calls) + " calls " + std::to_string(run.bytes) +
+         "/" + std::to_string(expected.bytes) + " B";
+}
+
+void check_pipeline(const PipelineCase& c) {
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  if (size % kPipeline != 0 || size < 2 * kPipeline) {
+    SKIP_CASE("PP " + std::to_string(kPipeline) + " × FSDP needs a multiple of " + std::to_string(2 * kPipeline) +
+              " ranks, got " + std::to_string(size) + " (runs at 4)");
+  }
+  const ModelSpec model = tiny_llama();
+  const int data_parallel = size / kPipeline;
+  const int micro_batch = 2, seq_len = 16, steps = 3;
+  const TrainingConfig training =
+      fp32_training(seq_len, micro_batch, static_cast<std::int64_t>(micro_batch) * c.micro_batches * data_parallel);
+  // FSDP over each stage's `data_parallel` ranks; the pipeline as `plan --pipeline-parallel` makes it.
+  Plan plan = strategy_plan(model, training, "full_shard", data_parallel);
+  plan.pipeline = default_pipeline(model, kPipeline, c.schedule, c.stages_per_rank);
+  REQUIRE(plan.grad_accumulation_steps == c.micro_batches);
+  RunnerOptions options;
+  options.seed = 11;
+  Runner runner(model, plan, world, options);
+  // torchtitan's mesh order [pp, dp_shard] (Note [ParallelDims]): pp outermost.
+  CHECK(runner.pipeline_degree() == kPipeline);
+  CHECK(runner.pipeline_rank() == world.rank() / data_parallel);
+  CHECK(runner.data_parallel_rank() == world.rank() % data_parallel);
+  const int k = runner.schedule().micro_batches;
+  REQUIRE(k == c.micro_batches);
+  const auto data = test_data(micro_batch, seq_len);
+  const ReferenceRun reference = reference_training(model, data, steps, k, data_parallel, options.seed, options.adamw);
+  const StageShards shards{runtime::model_layout(model), held_layers(plan.pipeline, runner.pipeline_rank()), runner};
+
+  // What one step must post, read from this rank's program: its collective ops (FSDP's, over the stage's ranks) and
+  // one message per send and per recv op, of the op's bytes.
+  const StepSchedule& program = runner.schedule();
+  const comm::CommCounters expected = Runner::expected_collectives(program);
+  comm::P2pCounters expected_p2p;
+  for (const Op& op : program.ops) {
+    if (op.kind == OpKind::send) expected_p2p.sends = {expected_p2p.sends.calls + 1,
+                                                       expected_p2p.sends.bytes + static_cast<std::uint64_t>(op.bytes)};
+    if (op.kind == OpKind::recv) expected_p2p.recvs = {expected_p2p.recvs.calls + 1,
+                                                       expected_p2p.recvs.bytes + static_cast<std::uint64_t>(op.bytes)};
+  }
+  // Every stage boundary a micro-batch crosses: one activation and one gradient each way per held boundary.
+  CHECK(expected_p2p.sends.calls > 0);
+  CHECK(expected_p2p.sends.calls + expected_p2p.recvs.calls ==
+        static_cast<std::uint64_t>(k) * 2 * (2 * c.stages_per_rank * kPipeline - 2) / kPipeline);
+  CHECK(expected_p2p.sends.bytes == expected_p2p.sends.calls * micro_batch * seq_len * model.hidden_size * 4);
+
+  for (int step = 0; step < steps; ++step) {
+    const auto batches = rank_micro_batches(data, step, k, data_parallel, runner.data_parallel_rank());
+    const StepReport report = runner.step(batches);
+    const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
+    INFO(std::string(to_string(c.schedule)), ", step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
+    CHECK(close(report.loss, reference_loss, 1e-5));
+    if (step < c.compared_steps) check_moments(runner, shards, reference, step);
+    if (step + 1 == c.compared_steps) check_parameters(runner, shards, reference, options.adamw);
+    std::string counts;
+    for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
+      INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
+      CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
+      CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
+      counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
+                tallies(report.collectives.tallies[kind], expected.tallies[kind]);
+    }
+    // The tracked model-state memory is the program's (test_accounting.cpp's categories): each rank holds and
+    // gathers only its stages' units, kept gathered through the step, gradients accumulated unsharded.
+    const MemoryByCategory predicted = predicted_peaks(program);
+    // Activations as test_accounting.cpp compares them, within 2% (measured: +0.1% on both schedules).
+    const auto activations = static_cast<std::size_t>(MemoryCategory::activations);
+    CHECK(static_cast<double>(report.peak_by_category[activations]) ==
+          doctest::Approx(static_cast<double>(predicted[activations])).epsilon(0.02));
+    for (MemoryCategory category : {MemoryCategory::sharded_params, MemoryCategory::sharded_grads,
+                                    MemoryCategory::optimizer_states, MemoryCategory::unsharded_params,
+                                    MemoryCategory::root_unit, MemoryCategory::unsharded_grads,
+                                    MemoryCategory::comm_buffers}) {
+      const auto index = static_cast<std::size_t>(category);
+      INFO("tracked ", to_string(category), " peak ", report.peak_by_category[index], " B, the program's ",
+           predicted[index], " B");
+      CHECK(report.peak_by_category[index] == predicted[index]);
+    }
+    CHECK(report.p2p.sends.calls == expected_p2p.sends.calls);
+    CHECK(report.p2p.sends.bytes == expected_p2p.sends.bytes);
+    CHECK(report.p2p.recvs.calls == expected_p2p.recvs.calls);
+    CHECK(report.p2p.recvs.bytes == expected_p2p.recvs.bytes);
+    if (world.rank() == 0 || world.rank() == size - 1) {
+      MESSAGE(std::string(to_string(c.schedule)), " rank ", world.rank(), " step ", step, ": loss ", report.loss,
+              " vs reference ", reference_loss, "; run/program:", counts, "; send ",
+              tallies(report.p2p.sends, expected_p2p.sends), ", recv ", tallies(report.p2p.recvs, expected_p2p.recvs),
+              "; tracked activation peak ", report.peak_by_category[activations], " B, the program's ",
+              predicted[activations], " B");
+    }
+  }
+  // The whole model assembled from every stage: gather_parameters' placement, checked against the shards this rank
+  // just compared (so only the placement is tested here).
+  const std::vector<float> whole = runner.gather_parameters();
+  REQUIRE(whole.size() == reference.final_params.size());
+  const auto gathered = shards.of(whole);
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
+    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), gathered[unit].begin()));
+  }
+}
+
+}  // namespace
+
+// The must-show case of issue 33: mpirun -np 4, PP 2 × FSDP 2 (full_shard) on tiny-llama, 4 micro-batches a step.
+// Mutations tried (each rebuilt and run on both cases; every one fails both):
+// - PipelineP2p::recv matching micro-batch m ^ 1's message (micro-batches paired out of order): losses off from step 0
+//   (5.56109 vs 5.56375), moments off in every unit;
+// - saved activations kept per layer only, not per (micro-batch, layer): 1F1B's second forward replaces the first's,
+//   whose backward then finds none (InternalError in the head's backward on the last stage).
+TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 trains tiny-llama like the reference") {
+  check_pipeline({PipelineScheduleKind::one_f_one_b, 1});
+}
+
+TEST_CASE("runner: pipeline Interleaved1F1B 2 × 2 stages × full_shard 2 trains tiny-llama like the reference") {
+  check_pipeline({PipelineScheduleKind::interleaved_1f1b, 2});
+}
+
+}  // namespace shardplan::runner::testing
