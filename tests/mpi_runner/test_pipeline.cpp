@@ -13,6 +13,7 @@
 #include "model_presets.h"
 #include "mpi_communicator.h"
 #include "runner.h"
+#include "moment_check.h"
 #include "runner_fixtures.h"
 
 namespace shardplan::runner::testing {
@@ -77,26 +78,6 @@ struct StageShards {
 std::string where(Runner& runner, FlatParam& param) {
   return "pipeline rank " + std::to_string(runner.pipeline_rank()) + ", unit '" + param.sizes().name + "' shard " +
          std::to_string(param.shard_index());
-}
-
-// Note [Gradient check] (test_equivalence.cpp): the moments show the reduced gradient itself, scale included — a
-// stage that lost a micro-batch's gradient, or the 1/k of its loss, trains to nearly the same parameters.
-void check_moments(Runner& runner, const StageShards& shards, const ReferenceRun& reference, int step) {
-  const auto s = static_cast<std::size_t>(step);
-  const auto m_ref = shards.of(reference.exp_avg[s]);
-  const auto v_ref = shards.of(reference.exp_avg_sq[s]);
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    FlatParam& param = *params[unit];
-    const std::vector<float> m(param.exp_avg().begin(), param.exp_avg().end());
-    const std::vector<float> v(param.exp_avg_sq().begin(), param.exp_avg_sq().end());
-    const double m_distance = relative_distance(m, m_ref[unit]);
-    const double v_distance = relative_distance(v, v_ref[unit]);
-    INFO("step ", step, ", ", where(runner, param), ": ‖m − m_ref‖/‖m_ref‖ = ", m_distance,
-         ", ‖v − v_ref‖/‖v_ref‖ = ", v_distance);
-    CHECK(m_distance <= 1e-5);  // test_equivalence.cpp's tolerance
-    CHECK(v_distance <= 1e-5);
-  }
 }
 
 // The final parameters of the rank's shards: test_tensor_parallel.cpp's check for tiny-llama (Note [Ill-conditioned
@@ -196,7 +177,7 @@ void check_pipeline(const PipelineCase& c) {
     const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
     INFO(std::string(to_string(c.schedule)), ", step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
     CHECK(close(report.loss, reference_loss, 1e-5));
-    if (step < c.compared_steps) check_moments(runner, shards, reference, step);
+    if (step < c.compared_steps) check_moments(runner, shards, reference, step, where);
     if (step + 1 == c.compared_steps) check_parameters(runner, shards, reference, options.adamw);
     std::string counts;
     for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {

@@ -12,6 +12,7 @@
 #include "model_presets.h"
 #include "mpi_communicator.h"
 #include "runner.h"
+#include "moment_check.h"
 #include "runner_fixtures.h"
 #include "tensor_parallel_model.h"
 
@@ -68,27 +69,6 @@ struct ReferenceShards {
 std::string where(Runner& runner, FlatParam& param) {
   return "TP rank " + std::to_string(runner.tensor_parallel_rank()) + ", unit '" + param.sizes().name + "' shard " +
          std::to_string(param.shard_index());
-}
-
-// Note [Gradient check] (test_equivalence.cpp): AdamW's update is blind to a common gradient scale, its moments are
-// not — a TP run that forgot the 1/tp of its loss share, or summed a replicated gradient twice, trains to the same
-// losses. The moments hold every element's gradient, so this also covers the elements check_parameters leaves out.
-void check_moments(Runner& runner, const ReferenceShards& reference_shards, const ReferenceRun& reference, int step) {
-  const auto s = static_cast<std::size_t>(step);
-  const auto m_ref = reference_shards.of(reference.exp_avg[s]);
-  const auto v_ref = reference_shards.of(reference.exp_avg_sq[s]);
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    FlatParam& param = *params[unit];
-    const std::vector<float> m(param.exp_avg().begin(), param.exp_avg().end());
-    const std::vector<float> v(param.exp_avg_sq().begin(), param.exp_avg_sq().end());
-    const double m_distance = relative_distance(m, m_ref[unit]);
-    const double v_distance = relative_distance(v, v_ref[unit]);
-    INFO("step ", step, ", ", where(runner, param), ": ‖m − m_ref‖/‖m_ref‖ = ", m_distance,
-         ", ‖v − v_ref‖/‖v_ref‖ = ", v_distance);
-    CHECK(m_distance <= 1e-5);  // test_equivalence.cpp's tolerance
-    CHECK(v_distance <= 1e-5);
-  }
 }
 
 // Note [Ill-conditioned first step]: AdamW's first update is lr·g/(|g| + ε) (m̂ = g, √v̂ = |g|), whose derivative
@@ -197,7 +177,7 @@ void check_tensor_parallel(const TensorParallelCase& c) {
     const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
     INFO(c.model.name, ", ", c.strategy, ", step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
     CHECK(close(report.loss, reference_loss, 1e-5));
-    if (step < c.compared_steps) check_moments(runner, reference_shards, reference, step);
+    if (step < c.compared_steps) check_moments(runner, reference_shards, reference, step, where);
     if (step + 1 == c.compared_steps) {
       const ReferenceRun until = step + 1 == steps ? reference
                                                    : reference_training(c.model, data, step + 1, k, data_parallel,
