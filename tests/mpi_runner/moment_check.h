@@ -1,16 +1,28 @@
-// check_moments: every unit's AdamW moments on this rank against the single-process reference's, cut to the rank's
-// shards by the test's own layout (a TP slice, a pipeline stage) — the gradient check the TP and pipeline tests share.
+// What the TP and pipeline tests share: the rank's unit shards of a reference buffer (rank_unit_shards) and the
+// gradient check (check_moments), every unit's AdamW moments against the single-process reference's.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "runner.h"
 #include "runner_fixtures.h"
 
 namespace shardplan::runner::testing {
+
+// This rank's shard of every unit, cut from `rank_flat` — a whole-model buffer already cut to this rank's model (its
+// TP slice, its pipeline stages) — by each unit's FSDP layout (unit_slice, from the layout definitions).
+inline std::vector<std::vector<float>> rank_unit_shards(Runner& runner, const std::vector<float>& rank_flat) {
+  std::vector<std::vector<float>> shards;
+  for (FlatParam* param : runner.flat_params()) {
+    const std::int64_t first = static_cast<std::int64_t>(param->shard_index()) * param->sizes().shard_elements;
+    shards.push_back(unit_slice(runner.model_layout(), param->unit_layout(), rank_flat, first, param->shard().size()));
+  }
+  return shards;
+}
 
 // Note [Gradient check] (test_equivalence.cpp): AdamW's update is blind to a common gradient scale, its moments are
 // not — a run that forgot the 1/tp of its loss share, lost a micro-batch's gradient or summed a replicated gradient

@@ -66,12 +66,7 @@ struct StageShards {
       const auto from = whole_flat.begin() + whole.layer_offsets_elements[layers[layer]];
       std::copy(from, from + mine.layers[layer].element_count, part.begin() + mine.layer_offsets_elements[layer]);
     }
-    std::vector<std::vector<float>> shards;
-    for (FlatParam* param : runner.flat_params()) {
-      const std::int64_t first = static_cast<std::int64_t>(param->shard_index()) * param->sizes().shard_elements;
-      shards.push_back(unit_slice(mine, param->unit_layout(), part, first, param->shard().size()));
-    }
-    return shards;
+    return rank_unit_shards(runner, part);
   }
 };
 

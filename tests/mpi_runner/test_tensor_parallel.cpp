@@ -57,12 +57,7 @@ struct ReferenceShards {
     std::vector<float> slice(static_cast<std::size_t>(mine.element_count));
     runtime::extract_tensor_parallel_rank(whole, mine, runner.tensor_parallel_degree(), runner.tensor_parallel_rank(),
                                           whole_flat, slice);
-    std::vector<std::vector<float>> shards;
-    for (FlatParam* param : runner.flat_params()) {
-      const std::int64_t first = static_cast<std::int64_t>(param->shard_index()) * param->sizes().shard_elements;
-      shards.push_back(unit_slice(mine, param->unit_layout(), slice, first, param->shard().size()));
-    }
-    return shards;
+    return rank_unit_shards(runner, slice);
   }
 };
 
