@@ -1,7 +1,9 @@
 // Note [Compute floor] and Note [Activation floor]: the lower bounds of a knob setting's step time and peak memory
 // that the plan search orders settings by and prunes with (search.cpp), from one small lowering.
 #include <algorithm>
+#include <array>
 
+#include "communication_floor.h"
 #include "compute_cost.h"
 #include "lowering.h"
 #include "op_placement.h"
@@ -55,9 +57,14 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   std::vector<std::int64_t> layer_held_bytes(model.layers.size(), 0);
   std::int64_t live_bytes = 0, peak_bytes = 0;
   bool freed_elsewhere = false;
+  std::array<double, kStreamCount> floors_stream_s{};
   for (const Op& op : schedule.ops) {
     const bool pass = op.stream == StreamKind::compute &&
                       (op.kind == OpKind::forward || op.kind == OpKind::recompute || op.kind == OpKind::backward);
+    if (runs_per_micro_batch(op.stream)) {
+      floors_stream_s[static_cast<std::size_t>(op.stream)] +=
+          base_duration_s(op, schedule.compute_element_bytes, profile);
+    }
     if (!pass) {
       freed_elsewhere = freed_elsewhere || activation_bytes(op.frees) > 0 || activation_bytes(op.frees_at_start) > 0;
       continue;
@@ -81,7 +88,10 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   }
   MicroBatchFloors one;
   SettingFloors& floors = one.floors;
-  floors.compute_s = kernels_s * slowdown + static_cast<double>(dispatched_ops) * profile.op_dispatch_overhead_s;
+  floors.kernels_s = kernels_s;
+  floors.dispatch_s = static_cast<double>(dispatched_ops) * profile.op_dispatch_overhead_s;
+  floors.compute_s = kernels_s * slowdown + floors.dispatch_s;
+  floors.micro_batch_stream_s = floors_stream_s;
   floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
   floors.layer_compute_s = std::move(layer_compute_s);
   if (freed_elsewhere) std::fill(layer_held_bytes.begin(), layer_held_bytes.end(), 0);  // as the activation floor
@@ -90,10 +100,18 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   return one;
 }
 
+void scale_to_micro_batches(SettingFloors& floors, int micro_batches) {
+  const auto count = static_cast<double>(micro_batches);
+  floors.compute_s *= count;
+  floors.kernels_s *= count;
+  floors.dispatch_s *= count;
+  for (double& stream_s : floors.micro_batch_stream_s) stream_s *= count;
+}
+
 SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                              const TrainingConfig& training, const KnobSetting& knobs) {
   MicroBatchFloors one = micro_batch_floors(model, cluster, profile, training, knobs);
-  one.floors.compute_s *= static_cast<double>(one.accumulation_steps);  // every micro-batch runs the same kernels
+  scale_to_micro_batches(one.floors, one.accumulation_steps);  // every micro-batch runs the same kernels
   return std::move(one.floors);
 }
 

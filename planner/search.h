@@ -2,6 +2,7 @@
 // every candidate re-simulated; baselines (FSDP's auto-wrap policies, DDP) and a diagnosis when nothing fits.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -211,6 +212,12 @@ struct SettingFloors {
   // Note [Compute floor]: of the simulated step — the compute stream's forward, recompute and backward kernels of all
   // its micro-batches.
   double compute_s = 0;
+  // Its parts (Note [Step floor] in communication_floor.h): the kernels' time unstretched, and the dispatch overheads.
+  double kernels_s = 0;
+  double dispatch_s = 0;
+  // Note [Communication floor] (communication_floor.h): by stream, the ops a layer's passes carry whatever the
+  // wrapping (runs_per_micro_batch's streams), of all the step's micro-batches.
+  std::array<double, kStreamCount> micro_batch_stream_s{};
   // Note [Activation floor]: of the allocated peak less the persistent memory — the most activation bytes the passes
   // of one micro-batch hold at once.
   std::int64_t activation_peak_bytes = 0;
@@ -231,6 +238,8 @@ struct MicroBatchFloors {
 };
 MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                                     const TrainingConfig& training, const KnobSetting& knobs);
+// One micro-batch's floors made the step's: its compute times `micro_batches` (the activation floors stay).
+void scale_to_micro_batches(SettingFloors& floors, int micro_batches);
 // setting_floors(...).compute_s, which the search orders settings by and prunes with.
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                        const TrainingConfig& training, const KnobSetting& knobs);

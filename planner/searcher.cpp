@@ -21,7 +21,7 @@ namespace {
 // plans), and the wave's results are merged in setting order. The waves do not depend on the thread count, so
 // neither does the result (a test says so); a wave's later settings miss what its earlier ones find, so they prune a
 // little less than one at a time would — which this fixed width bounds. The one-ahead pass starts with a wave of one
-// setting (the smallest compute floor), whose answer the others prune with. Width 4, measured on the 2-core reference
+// setting (the smallest step floor), whose answer the others prune with. Width 4, measured on the 2-core reference
 // machine (2026-12-05): a capacity sweep, whose points each search on one thread, spends 10.1 / 10.5 / 11.9 CPU s at
 // widths 1 / 4 / 8 (llama2-7b, 4M-token batch, 8..512 GPUs), while `plan` for llama3-70b on 2048 H100s takes about
 // 1.9 s wall at 4 or 8 on two threads against 2.1 s at 2.
@@ -72,8 +72,23 @@ const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
   return known->second;
 }
 
+double Searcher::step_floor(const KnobSetting& knobs) {
+  const auto [known, inserted] = step_floors_.try_emplace(knobs.label(), 0.0);
+  if (inserted) {
+    // Note [Communication floor]: its per-step collectives depend on the strategy and offload only.
+    KnobSetting collectives_key = knobs;
+    collectives_key.ac = "none";
+    collectives_key.ac_given = false;
+    collectives_key.micro_batch = 1;
+    auto [communication, first] = communication_floors_.try_emplace(collectives_key.label());
+    if (first) communication->second = communication_floor(model_, cluster_, profile_, training_, knobs);
+    known->second = step_floor_s(floors(knobs), communication->second, least_overlap_compute_slowdown(profile_));
+  }
+  return known->second;
+}
+
 void Searcher::run(bool offload) {
-  // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing compute floor, so the
+  // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing step floor, so the
   // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
   // what keeps a fixed global batch of many micro-batches per rank (capacity --global-batch-tokens) to seconds.
   // Ties keep the settings' enumeration order (stable sort), so the same inputs give the same plan.
@@ -83,7 +98,7 @@ void Searcher::run(bool offload) {
       ++memory_floor_settings_;  // proven: no plan of it fits
       continue;
     }
-    ordered.emplace_back(options_.objective == SearchObjective::time ? compute_floor(knobs) : 0.0, knobs);
+    ordered.emplace_back(options_.objective == SearchObjective::time ? step_floor(knobs) : 0.0, knobs);
   }
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -112,7 +127,7 @@ void Searcher::run(bool offload) {
       std::vector<SettingRun> wave;
       for (; next < later.size() && wave.size() < kSettingsPerWave; ++next) {
         const auto& [knobs, refused_peak_bytes] = later[next];
-        if (beaten_by_incumbent(compute_floor(knobs))) continue;
+        if (beaten_by_incumbent(step_floor(knobs))) continue;
         wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
       }
       run_wave(wave);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "communication_floor.h"
 #include "fragment_cache.h"
 #include "search.h"
 #include "wrap_dp.h"
@@ -62,9 +63,10 @@ class Searcher {
   // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
   // (the kernels and activations do not depend on the sharding strategy, which changes collectives and shards only).
   const SettingFloors& floors(const KnobSetting& knobs);
-  double compute_floor(const KnobSetting& knobs) { return floors(knobs).compute_s; }
+  // Note [Step floor] (communication_floor.h): the setting's compute floor with its communication floor, by label.
+  double step_floor(const KnobSetting& knobs);
 
-  // True when no plan of a setting whose compute floor is `floor_s` can beat the best fitting plan so far (by time;
+  // True when no plan of a setting whose step floor is `floor_s` can beat the best fitting plan so far (by time;
   // an equal time could still win on peak, so only a strictly larger floor skips).
   bool beaten_by_incumbent(double floor_s) const {
     return options_.objective == SearchObjective::time && floor_s > incumbent_s();
@@ -108,7 +110,7 @@ class Searcher {
   // Of the exact ones, those whose kept-gathered suffix was left to the refinements (the joint search's labels
   // outgrew their budget, on long models): exact over partitions only.
   std::size_t kept_by_refinement_settings() const { return kept_by_refinement_settings_; }
-  // Of the exact ones, those proven by their compute floor alone (Note [Compute floor]).
+  // Of the exact ones, those proven by their step floor alone (Note [Step floor] in communication_floor.h).
   std::size_t beaten_by_floor_settings() const { return beaten_by_floor_settings_; }
   // Settings no plan of which fits: their states and activations floor exceeds the cap (can_fit).
   std::size_t memory_floor_settings() const { return memory_floor_settings_; }
@@ -153,6 +155,8 @@ class Searcher {
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
   std::map<std::string, SettingFloors> floors_;  // by the setting's label without its strategy
+  std::map<std::string, double> step_floors_;    // by the setting's label
+  std::map<std::string, CommunicationFloor> communication_floors_;  // by strategy and offload (Searcher::step_floor)
   std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
   // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
   std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;

@@ -35,7 +35,7 @@ SettingFloors SettingFloorCache::floors(const ModelSpec& model, const Cluster& c
   }
   SettingFloors floors = *known;
   // As setting_floors: one micro-batch's compute times this step's micro-batches.
-  floors.compute_s *= static_cast<double>(plan_for_knobs(model, cluster, training, knobs).grad_accumulation_steps);
+  scale_to_micro_batches(floors, plan_for_knobs(model, cluster, training, knobs).grad_accumulation_steps);
   return floors;
 }
 

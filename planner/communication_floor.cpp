@@ -1,0 +1,70 @@
+// Note [Communication floor] and Note [Step floor] (communication_floor.h): the busiest communication stream of the
+// whole model as one unit, and the step floor the search prunes knob settings with.
+#include "communication_floor.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+#include "lowering.h"
+#include "op_placement.h"
+
+namespace shardplan {
+
+namespace {
+
+// Ops counted once per unit and step: a unit resharded after forward repeats them in backward, a kept one does not.
+bool once_per_unit(OpKind kind) { return kind == OpKind::all_gather || kind == OpKind::host_to_device; }
+
+}  // namespace
+
+bool runs_per_micro_batch(StreamKind stream) {
+  return stream == StreamKind::all_to_all || stream == StreamKind::p2p;
+}
+
+CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                                       const TrainingConfig& training, const KnobSetting& knobs) {
+  const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
+  Plan whole = plan_with_units(model, per_block, wrap_whole(model).units);
+  whole.grad_accumulation_steps = 1;  // one micro-batch: it synchronises, so its reductions are the step's
+  LoweringOptions lowering;
+  lowering.world_size = cluster.world_size();
+  lowering.gpus_per_node = cluster.gpus_per_node;
+  lowering.flatten_memory_effects = false;  // read op by op, never simulated
+  const StepSchedule schedule = lower_plan(whole, model, lowering);
+  std::set<std::pair<OpKind, int>> counted;  // (kind, unit) of the once-per-unit ops seen
+  CommunicationFloor floor;
+  for (const Op& op : schedule.ops) {
+    if (op.stream == StreamKind::compute) {
+      if (op.kind == OpKind::optimizer_step) {
+        floor.optimizer_step_s += base_duration_s(op, schedule.compute_element_bytes, profile);
+      }
+      continue;
+    }
+    if (runs_per_micro_batch(op.stream)) continue;
+    if (once_per_unit(op.kind) && !counted.insert({op.kind, op.unit}).second) continue;
+    floor.step_stream_s[static_cast<std::size_t>(op.stream)] +=
+        base_duration_s(op, schedule.compute_element_bytes, profile);
+  }
+  return floor;
+}
+
+double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors) {
+  double busiest_s = 0;
+  for (std::size_t stream = 0; stream < kStreamCount; ++stream) {
+    busiest_s = std::max(busiest_s, communication.step_stream_s[stream] + floors.micro_batch_stream_s[stream]);
+  }
+  return busiest_s;
+}
+
+double least_overlap_compute_slowdown(const HardwareProfile& profile) { return profile.overlap_compute_slowdown; }
+
+double step_floor_s(const SettingFloors& floors, const CommunicationFloor& communication, double least_slowdown) {
+  const double kernels_s = floors.kernels_s, dispatch_s = floors.dispatch_s + communication.optimizer_step_s;
+  const double communication_busy_s = communication_busy_floor_s(communication, floors);
+  if (least_slowdown < 1.0) return std::max(communication_busy_s, least_slowdown * kernels_s + dispatch_s);
+  const double stretched_s = (1.0 - 1.0 / least_slowdown) * std::max(0.0, communication_busy_s - dispatch_s);
+  return std::max(communication_busy_s, kernels_s + dispatch_s + stretched_s);
+}
+
+}  // namespace shardplan

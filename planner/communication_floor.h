@@ -1,0 +1,63 @@
+// Note [Communication floor] and Note [Step floor]: a lower bound of the time a knob setting's communication streams
+// are busy in one step, and the step-time floor the plan search orders and prunes settings by, from it and the
+// compute floor (compute_floor.cpp).
+#pragma once
+
+#include <array>
+
+#include "cluster.h"
+#include "hardware_profile.h"
+#include "model_spec.h"
+#include "schedule.h"
+#include "search.h"
+
+namespace shardplan {
+
+// Note [Communication floor]: every plan of a knob setting, whatever its wrapping, kept units or prefetch depth,
+// runs at least these collectives and copies in a step, each stream one op at a time:
+//  - per step, every parameter gathered once (the forward's all-gather of each unit; a unit resharded after forward
+//    gathers again in backward, a kept one does not), and its offloaded shard copied in once; every gradient reduced
+//    once (the reduce-scatter, HSDP's all-reduce across replicas or the replicated all-reduce, the offloaded copy
+//    out) — the micro-batches that do not synchronise reduce nothing;
+//  - per micro-batch, the ops a layer's passes carry whatever the units (MoE all-to-alls, context parallelism's ring
+//    sends), times the step's micro-batches.
+// Of the per-step ops, the whole model as the root unit alone (wrap_whole) moves the fewest bytes in the fewest
+// collectives: its one flat parameter is padded once (Σ ceil(Ψ_i / g) >= ceil(Ψ / g); FSDP2 pads per parameter, the
+// same in every wrapping), and a collective's cost, α + β·S in every tier (collective_cost.cpp: the latency plus the
+// bus time of S + S½; a calibrated cell's α-β fit; a host copy's S / bandwidth), is subadditive in S. So the stream
+// sums of that plan's one micro-batch lowering are at most any wrapping's, and the busiest stream's sum is at most
+// the union of the communication streams' busy time (Note [Communication busy time] in op_placement.h), which
+// collective slowdowns only lengthen. The same lowering's optimizer step on the compute stream (the step's update after
+// its reductions; in host memory when offloaded, where it is most of a step) is likewise at most any wrapping's: its
+// time is linear in the shard bytes it streams, least when padded once.
+struct CommunicationFloor {
+  // Per step, by stream: the ops every wrapping runs at least once a step (the per-micro-batch streams' ops are
+  // SettingFloors::micro_batch_stream_s, from the compute floor's lowering).
+  std::array<double, kStreamCount> step_stream_s{};
+  double optimizer_step_s = 0;  // the compute stream's optimizer step (0 with the optimizer in backward)
+};
+// The per-step part depends on the strategy and offload only: the search keys it so (Searcher::step_floor).
+CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                                       const TrainingConfig& training, const KnobSetting& knobs);
+// Streams whose ops a layer's passes carry, the same in every wrapping, once per micro-batch (MoE all-to-alls,
+// context parallelism's ring sends).
+bool runs_per_micro_batch(StreamKind stream);
+// U: the busiest stream's per-step ops plus its per-micro-batch ops of the whole step.
+double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors);
+
+// The least slowdown a compute op beside communication runs at (Note [Communication busy time]).
+double least_overlap_compute_slowdown(const HardwareProfile& profile);
+
+// Note [Step floor]: a lower bound of the simulated step of every plan of a setting, from its compute floor's kernels
+// K and dispatch overheads D (SettingFloors), with the optimizer step counted in D (the compute stream runs it too;
+// taking it as unstretched only lowers the bound), and a lower bound U of its communication busy time, with s the
+// least overlap slowdown. The walk (OpWalk::place) stretches a compute op by (s − 1)·o, o the part of its kernels' interval
+// that communication overlaps; communication may also overlap that stretch and the dispatch overhead without cost, and
+// is exposed elsewhere. With Y = Σ s·o the time compute runs stretched:
+//   step >= K + D + (1 − 1/s)·Y + max(0, U − Y − D) >= K + D + (1 − 1/s)·max(0, U − D)
+// (the second for Y below and above U − D alike), and step >= U, the streams' own busy time. So for s >= 1
+//   floor = max(U, K + D + (1 − 1/s)·max(0, U − D));
+// a calibrated s < 1 (overlap speeds compute up) gives max(U, s·K + D), the compute floor's own.
+double step_floor_s(const SettingFloors& floors, const CommunicationFloor& communication, double least_slowdown);
+
+}  // namespace shardplan

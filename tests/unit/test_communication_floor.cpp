@@ -1,0 +1,143 @@
+// Note [Communication floor] and Note [Step floor] (planner/communication_floor.h): the step floor the plan search
+// prunes knob settings with is below the simulated step of every plan of its setting, and above the compute floor
+// where communication dominates.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cluster.h"
+#include "decoder_builder.h"
+#include "hf_example_models.h"
+#include "communication_floor.h"
+#include "llama_blocks.h"
+#include "search.h"
+#include "step_analysis.h"
+
+using namespace shardplan;
+using namespace shardplan::testing;
+
+namespace {
+
+// Every wrapping shape the search builds: per block, two and four blocks per unit, the last units kept gathered, and
+// no or two-ahead prefetch.
+std::vector<Plan> plans_of_setting(const ModelSpec& model, const Plan& per_block) {
+  const std::size_t blocks = per_block.units.size() - 1;
+  std::vector<bool> last_two_kept(blocks, false);
+  std::fill(last_two_kept.end() - 2, last_two_kept.end(), true);
+  return {per_block,
+          with_prefetch_depth(per_block, 0),
+          with_prefetch_depth(per_block, 2),
+          plan_with_units(model, per_block, wrap_blocks(model, 2).units),
+          plan_with_units(model, per_block, wrap_blocks(model, blocks).units),
+          plan_with_units(model, per_block, wrap_per_block(model).units, last_two_kept)};
+}
+
+struct FloorCase {
+  const char* cluster;
+  double slowdown;
+};
+
+
+// Every setting's step floor against every wrapping shape of it; returns how many settings were checked and how many
+// of them communication (or the host's optimizer step) dominates.
+std::pair<std::size_t, std::size_t> check_step_floors(const ModelSpec& model, const Cluster& cluster,
+                                                      const HardwareProfile& profile, const TrainingConfig& training,
+                                                      bool offload) {
+  std::size_t settings = 0, communication_bound = 0;
+  for (const KnobSetting& knobs : knob_settings(cluster, training, offload)) {
+    const SettingFloors floors = setting_floors(model, cluster, profile, training, knobs);
+    const CommunicationFloor communication = communication_floor(model, cluster, profile, training, knobs);
+    const double busy_s = communication_busy_floor_s(communication, floors);
+    const double floor_s = step_floor_s(floors, communication, least_overlap_compute_slowdown(profile));
+    CHECK(floor_s >= floors.compute_s);  // never weaker than the compute floor alone
+    const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
+    double fastest_s = 1e300;
+    for (const Plan& plan : plans_of_setting(model, per_block)) {
+      const double step_s = analyze_step(model, cluster, profile, plan, false).simulation.summary.step_time_s;
+      INFO(cluster.gpu.name << " " << knobs.label() << ": floor " << floor_s << " s (compute " << floors.compute_s
+                            << ", communication busy " << busy_s << "), plan " << step_s << " s");
+      CHECK(floor_s <= step_s);
+      fastest_s = std::min(fastest_s, step_s);
+    }
+    // Not vacuous: where communication (or the host's optimizer step) dominates, the floor is well above the compute
+    // floor and near the plans (backward regathers and per-micro-batch reductions are left out).
+    if (busy_s + communication.optimizer_step_s > 2 * floors.compute_s) {
+      ++communication_bound;
+      CHECK(floor_s >= 1.5 * floors.compute_s);
+      CHECK(floor_s >= 0.35 * fastest_s);
+    }
+    ++settings;
+  }
+  return {settings, communication_bound};
+}
+
+}  // namespace
+
+TEST_CASE("communication floor: the step floor is below every plan of its setting and counts communication") {
+  const ModelSpec model = llama_blocks(4);
+  // Short sequences on many nodes: the collectives are most of a step, so the floor must count them to be tight.
+  // The slowdowns: the catalog's, and a calibrated profile's larger one (Note [Step floor]'s stretch term).
+  for (const FloorCase c : {FloorCase{"4x8xA100-40GB", 0.0}, FloorCase{"4x8xA100-40GB", 1.8},
+                            FloorCase{"2x8xH100-80GB", 0.0}}) {
+    const Cluster cluster = parse_cluster(c.cluster, HardwareCatalog::builtin());
+    HardwareProfile profile = profile_from_cluster(cluster);
+    if (c.slowdown > 0) profile.overlap_compute_slowdown = c.slowdown;
+    TrainingConfig training;
+    training.seq_len = 256;
+    training.global_batch = 2 * cluster.world_size();  // micro-batches 1 and 2
+    std::size_t settings = 0, communication_bound = 0;
+    for (const bool offload : {false, true}) {
+      const auto [checked, bound] = check_step_floors(model, cluster, profile, training, offload);
+      settings += checked;
+      communication_bound += bound;
+    }
+    CHECK(settings > 10);
+    CHECK(communication_bound > 0);
+  }
+}
+
+// The per-micro-batch streams (Note [Communication floor]): a mixture of experts' all-to-alls, counted once per
+// micro-batch from the compute floor's lowering.
+TEST_CASE("communication floor: a mixture of experts' all-to-alls per micro-batch") {
+  DecoderArchitecture arch = hf_model("mixtral-8x7b").architecture.value();
+  arch.num_layers = 4;
+  const ModelSpec model = build_decoder("mixtral-4-layers", arch, "test");
+  const Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  TrainingConfig training;
+  training.seq_len = 512;
+  training.expert_parallel_degree = 8;
+  training.global_batch = 2 * cluster.world_size();
+  const KnobSetting first = knob_settings(cluster, training, false).front();
+  REQUIRE(setting_floors(model, cluster, profile, training, first)
+              .micro_batch_stream_s[static_cast<std::size_t>(StreamKind::all_to_all)] > 0);
+  const auto [settings, communication_bound] = check_step_floors(model, cluster, profile, training, false);
+  CHECK(settings > 5);
+  (void)communication_bound;
+}
+
+TEST_CASE("step floor: the stretch term by hand") {
+  SettingFloors floors;
+  floors.kernels_s = 10.0;
+  floors.dispatch_s = 1.0;
+  floors.compute_s = 11.0;
+  const auto communication = [](double busy_s, double optimizer_step_s) {
+    CommunicationFloor floor;
+    floor.step_stream_s[static_cast<std::size_t>(StreamKind::all_gather)] = busy_s;
+    floor.optimizer_step_s = optimizer_step_s;
+    return floor;
+  };
+  // U = 5 s of communication, s = 2: K + D + (1 − 1/2)·(5 − 1) = 13 s.
+  CHECK(step_floor_s(floors, communication(5.0, 0.0), 2.0) == doctest::Approx(13.0));
+  // No slowdown: the compute floor; communication beyond it: the streams' own time.
+  CHECK(step_floor_s(floors, communication(5.0, 0.0), 1.0) == doctest::Approx(11.0));
+  CHECK(step_floor_s(floors, communication(30.0, 0.0), 2.0) == doctest::Approx(30.0));
+  // Communication that fits in the dispatch overheads stretches nothing.
+  CHECK(step_floor_s(floors, communication(0.5, 0.0), 2.0) == doctest::Approx(11.0));
+  // The optimizer step adds to the compute stream and, like dispatch, hosts communication unstretched:
+  // 10 + 3 + (1 − 1/2)·(5 − 3) = 14 s.
+  CHECK(step_floor_s(floors, communication(5.0, 2.0), 2.0) == doctest::Approx(14.0));
+  // A calibrated speed-up beside communication (s < 1): s·K + D.
+  CHECK(step_floor_s(floors, communication(5.0, 0.0), 0.5) == doctest::Approx(6.0));
+}
