@@ -58,14 +58,14 @@ void lower_and_simulate_405b(benchmark::State& state) {
 void place_fragments_405b(benchmark::State& state) {
   const Setup setup;
   const StepSchedule schedule = lower_plan(setup.plan, setup.model, setup.options);
-  const std::vector<double> base_s = base_durations_s(schedule, setup.profile);
+  const OpDurations durations = op_durations(schedule, setup.profile);
   const MemoryCertainty certainty(schedule);
   std::vector<Fragment> fragments;
   std::size_t ops = 0;
   for (std::size_t mark = 0; mark < schedule.fragments.size(); ++mark) {
     const int end = mark + 1 < schedule.fragments.size() ? schedule.fragments[mark + 1].first_op
                                                           : static_cast<int>(schedule.ops.size());
-    fragments.push_back(extract_fragment(schedule, schedule.fragments[mark].first_op, end, base_s, certainty));
+    fragments.push_back(extract_fragment(schedule, schedule.fragments[mark].first_op, end, durations, certainty));
     ops += fragments.back().ops.size();
   }
   FragmentPlacer placer(setup.profile);

@@ -293,7 +293,9 @@ Calibration calibrate(const HardwareProfile& base, const CalibrationSamples& sam
         calibration.compute.attention_per_s > 0 ? calibration.compute.attention_per_s : calibration.compute.per_s;
     profile.attention_forward_efficiency = profile.attention_backward_efficiency =
         std::min(1.0, attention_rate / calibration.compute.per_s);
-    if (calibration.compute.overlap_fitted) profile.overlap_compute_slowdown = calibration.compute.overlap_slowdown;
+    // One fitted slowdown: the samples' passes mix every kernel kind, so it is each kind's (Note [Overlap slowdown by
+    // kernel kind] in overlap_slowdown.h).
+    if (calibration.compute.overlap_fitted) profile.set_overlap_slowdown(calibration.compute.overlap_slowdown);
     // Memory-bound kernels at their fitted rate; when the samples had them and their column was dropped, they cost
     // nothing measurable beside the GEMMs on this machine, as the fit assumed: the fastest rate a profile takes.
     const bool had_memory = std::any_of(compute_samples.begin(), compute_samples.end(),

@@ -96,8 +96,9 @@ struct RateFit {
   double attention_per_s = 0;        // compute only: flash attention's plateau rate, 0 when not separated
   double memory_per_s = 0;           // compute only: the layer passes' memory-bound bytes per second, 0 when unseen
   // Compute only: t = (f + f½) / R + (s − 1) · overlap, the simulator's stretch of the part of an op that overlaps a
-  // collective (HardwareProfile::overlap_compute_slowdown). Fitted when the samples' overlaps differ (1 when the fit
-  // finds overlap no slower; overlap_fitted still, since the rate assumes it); not fitted when they do not (a sweep).
+  // collective (HardwareProfile's overlap slowdowns: every kernel kind's). Fitted when the samples' overlaps differ (1
+  // when the fit finds overlap no slower; overlap_fitted still, since the rate assumes it); not fitted when they do
+  // not (a sweep).
   double overlap_slowdown = 1.0;
   bool overlap_fitted = false;
   double rms_relative_residual = 0;

@@ -7,13 +7,13 @@ namespace shardplan {
 std::vector<ErrorBandGroup> published_error_band_groups() {
   // metric, GPU class ("": any), run kind ("": any), runs, median |error|, largest underestimate
   return {
-      {ErrorMetric::step_time, "A100", "multi-node pre-training", 25, 0.1106, 0.3489},
-      {ErrorMetric::step_time, "A100", "single-node pre-training", 18, 0.0700, 0.1584},
-      {ErrorMetric::step_time, "H100", "multi-node pre-training", 13, 0.1138, 0.2055},
-      {ErrorMetric::step_time, "H100", "single-node pre-training", 12, 0.1136, 0.2020},
-      {ErrorMetric::step_time, "A100", "", 43, 0.0931, 0.3489},
-      {ErrorMetric::step_time, "H100", "", 25, 0.1138, 0.2055},
-      {ErrorMetric::step_time, "", "", 68, 0.0982, 0.3489},
+      {ErrorMetric::step_time, "A100", "multi-node pre-training", 25, 0.0619, 0.2950},
+      {ErrorMetric::step_time, "A100", "single-node pre-training", 18, 0.0643, 0.1360},
+      {ErrorMetric::step_time, "H100", "multi-node pre-training", 13, 0.1326, 0.2474},
+      {ErrorMetric::step_time, "H100", "single-node pre-training", 12, 0.0829, 0.2342},
+      {ErrorMetric::step_time, "A100", "", 43, 0.0628, 0.2950},
+      {ErrorMetric::step_time, "H100", "", 25, 0.1253, 0.2474},
+      {ErrorMetric::step_time, "", "", 68, 0.0672, 0.2950},
       {ErrorMetric::memory, "H100", "multi-node pre-training", 4, 0.0077, 0.0213},
       {ErrorMetric::memory, "H100", "single-node pre-training", 3, 0.0048, 0.0189},
       {ErrorMetric::memory, "H100", "", 7, 0.0058, 0.0213},

@@ -46,6 +46,14 @@ void add_nvidia_ampere(HardwareCatalog& catalog) {
   a100_40.max_compute_efficiency = 0.82;
   a100_40.half_efficiency_flops = 10e-6 * 0.82 * 312e12;
   a100_40.clock_fraction = 1.0;
+  // Compute beside an NCCL all-gather (Note [Overlap slowdown by kernel kind] in overlap_slowdown.h), one Nsight trace
+  // of GPT training on A100-SXM4-80GB (https://github.com/NVIDIA/nccl/issues/1428): a GEMM 2.08 ms against 1.18 ms
+  // alone, flash attention 0.33 against 0.18. An elementwise kernel went 0.02 → 0.05 ms at the trace's 0.01 ms
+  // resolution, which admits 1.8 to 3.7: 1.8, the least it admits (2.0 broke tests/unit test_search_monotone on a
+  // heuristic answer for llama2-13b on 8 × A100-40GB; Note [Monotone walk] holds only up to 2).
+  a100_40.overlap_gemm_slowdown = 2.08 / 1.18;
+  a100_40.overlap_attention_slowdown = 0.33 / 0.18;
+  a100_40.overlap_memory_slowdown = 1.8;
   // FlashAttention-2 on A100 80GB, forward + backward, causal, head dim 64 (FlashAttention-2 paper Fig. 4c: 88, 119,
   // 140, 156, 165, 171 TFLOP/s at 512 ... 16k): 197 TFLOP/s (0.63) at head dim 128 and s½ = 500 fit them within 1%.
   a100_40.attention_forward_efficiency = 0.63;
@@ -96,12 +104,21 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.price_per_gpu_hour = 2.99;       // Note [Prices]
   h100.context_overhead_bytes = kGpuContextOverheadBytes;
   // Kernel rates (docs/research/kernel_rates.md, xla_gemm_table.md): GEMMs 0.80 of peak at the best shape (Bekman's
-  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%); both from short
-  // runs, while an SXM part at 700 W sustains ≈ 1,500-1,575 of its 1,830 MHz under tensor load (tile-ai/TileOPs#1588,
-  // deepseek-ai/DeepGEMM#120): clock_fraction 0.85.
+  // MAMF table: 794.5 TFLOP/s), 6 µs fixed per GEMM (XLA's measured sm_90 table, fitted: rms 6%). clock_fraction 1:
+  // MAMF's rate is measured after warm-up, at the clock the GPU holds (https://github.com/stas00/ml-engineering/pull/59:
+  // 813 TFLOP/s without warm-up, which the maintainer calls "not sustainable", against 794.5 with it), and sustained
+  // against short GEMM runs differ by 2-7 %. The 0.85 once here came from a CI clock-lock target and an inference
+  // throttling report (tile-ai/TileOPs#1588, deepseek-ai/DeepGEMM#120), not from training GEMMs.
   h100.max_compute_efficiency = 0.80;
   h100.half_efficiency_flops = 4.8e9;
-  h100.clock_fraction = 0.85;
+  h100.clock_fraction = 1.0;
+  // Compute beside a collective (Note [Overlap slowdown by kernel kind]): a GEMM of exactly 132 CTAs beside a 24-CTA
+  // ncclAllGather spilled into a second wave, its MFU falling from 80 % to 47 % (https://forums.developer.nvidia.com/
+  // t/compute-communication-overlap-causes-severe-gemm-performance-degradation-because-of-tail-effect/337991). No H100
+  // trace of attention or memory-bound kernels beside NCCL was found: A100's (NVIDIA/nccl#1428), as a100_40 above.
+  h100.overlap_gemm_slowdown = 80.0 / 47.0;
+  h100.overlap_attention_slowdown = 0.33 / 0.18;
+  h100.overlap_memory_slowdown = 1.8;
   // FlashAttention-2 (what SDPA runs on Hopper) at the locked 1,830 MHz (FlashAttention-3 paper, Figs. 5-6, head dim
   // 128): forward causal 191 ... 335 TFLOP/s and backward 214 ... 322 from 512 to 16k, fitted by 350 and 328 TFLOP/s
   // plateaus with s½ 400 and 270 (rms 2%, 0.4%).
@@ -129,7 +146,8 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h200.hbm_bytes_per_s = 4.8e12;    // datasheet, HBM3e
   h200.price_per_gpu_hour = 3.79;   // Note [Prices]
   h200.memory_efficiency = 0.86;    // BabelStream Triad 4,150 of 4,800 GB/s (Azure ND H200 v5 results)
-  h200.clock_fraction = 1500.0 / 1830.0;  // 700 W cannot hold 1,830 MHz under load; 1,500 sustained (TileOPs#1588)
+  // clock_fraction and the overlap slowdowns as H100's (the same GH100 compute): TileOPs#1588's 1,500 MHz is the clock
+  // its CI locks to, not one measured under training load.
   h200.host_memory_bytes_per_node = tib(2);  // DGX H200 datasheet: System Memory 2TB
   catalog.add_gpu(h200);
 
@@ -160,6 +178,8 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   b200.max_compute_efficiency = 0.776;
   b200.half_efficiency_flops = 9e9;
   b200.clock_fraction = 1.0;
+  // No trace of kernels beside NCCL on Blackwell: the profile's population average for every kind, not H100's.
+  b200.overlap_gemm_slowdown = b200.overlap_attention_slowdown = b200.overlap_memory_slowdown = 0;
   b200.attention_forward_efficiency = 375.0 / 2250.0;
   b200.attention_backward_efficiency = 375.0 / 2250.0;
   b200.attention_half_seq_len = 150;

@@ -165,6 +165,16 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   entry.update("triton_attention_efficiency", spec.triton_attention_efficiency, limits::kFraction);
   entry.update("memory_efficiency", spec.memory_efficiency, limits::kFraction);
   entry.update("clock_fraction", spec.clock_fraction, limits::kFraction);
+  // Overlap slowdowns: below 1 a collective would speed compute up. The single key first, a kind's own wins.
+  const limits::Range slowdowns{1, limits::kMostSlowdown};
+  double every_kind = 0;
+  entry.update("overlap_compute_slowdown", every_kind, slowdowns);
+  if (every_kind > 0) {
+    spec.overlap_gemm_slowdown = spec.overlap_attention_slowdown = spec.overlap_memory_slowdown = every_kind;
+  }
+  entry.update("overlap_gemm_slowdown", spec.overlap_gemm_slowdown, slowdowns);
+  entry.update("overlap_attention_slowdown", spec.overlap_attention_slowdown, slowdowns);
+  entry.update("overlap_memory_slowdown", spec.overlap_memory_slowdown, slowdowns);
   entry.update("kernel_dispatch_s", spec.kernel_dispatch_s, limits::kOverheadS);
   entry.update("intra_node_bus_efficiency", spec.intra_node_bus_efficiency, limits::kFraction);
   entry.update("nvls_bus_bytes_per_s", spec.nvls_bus_bytes_per_s, limits::kBytesPerS);
@@ -214,7 +224,8 @@ std::vector<std::string> gpu_keys() {
           "intra_node_transport", "pcie_generation", "pcie_lanes", "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
           "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "attention_forward_efficiency",
           "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
-          "clock_fraction", "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s",
+          "clock_fraction", "overlap_compute_slowdown", "overlap_gemm_slowdown", "overlap_attention_slowdown",
+          "overlap_memory_slowdown", "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s",
           "collective_base_latency_s", "comm_half_efficiency_bytes", "host_memory_bytes_per_node",
           "host_memory_gib_per_node", "host_memory_bytes_per_s_per_node"};
 }
@@ -347,6 +358,9 @@ nlohmann::json to_json(const GpuSpec& gpu) {
       {"triton_attention_efficiency", gpu.triton_attention_efficiency},
       {"memory_efficiency", gpu.memory_efficiency},
       {"clock_fraction", gpu.clock_fraction},
+      {"overlap_gemm_slowdown", gpu.overlap_gemm_slowdown},
+      {"overlap_attention_slowdown", gpu.overlap_attention_slowdown},
+      {"overlap_memory_slowdown", gpu.overlap_memory_slowdown},
       {"intra_node_bus_efficiency", gpu.intra_node_bus_efficiency},
       {"nvls_bus_bytes_per_s", gpu.nvls_bus_bytes_per_s},
       {"collective_base_latency_s", gpu.collective_base_latency_s},

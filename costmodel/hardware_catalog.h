@@ -43,6 +43,11 @@ struct GpuSpec {
   double triton_attention_efficiency = 0;    // the Triton FlashAttention kernel's plateau (0: 0.44 of the flash one)
   double memory_efficiency = 0;              // memory-bound kernels: fraction of hbm_bytes_per_s (STREAM Triad)
   double clock_fraction = 0;                 // sustained tensor clock under training load / the peak's clock
+  // Compute beside a collective, by kernel kind (Note [Overlap slowdown by kernel kind] in overlap_slowdown.h): time
+  // overlapped / time alone. A catalog file's single "overlap_compute_slowdown" sets all three.
+  double overlap_gemm_slowdown = 0;
+  double overlap_attention_slowdown = 0;
+  double overlap_memory_slowdown = 0;
   double kernel_dispatch_s = -1;             // host time per eager kernel launch; -1 keeps the default
   double intra_node_bus_efficiency = 0;      // nccl-tests busbw / intra_node_bytes_per_s for ring collectives
   double nvls_bus_bytes_per_s = 0;           // NVLink SHARP all-reduce busbw within a node (0: no NVLS)

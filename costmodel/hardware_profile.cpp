@@ -1,6 +1,7 @@
 // HardwareProfile: the catalog defaults for a cluster, and `shardplan.profile/v1` JSON output and overrides.
 #include "hardware_profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string_view>
@@ -147,6 +148,13 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
                                             : 0.44 * profile.attention_forward_efficiency;
   set_if_given(gpu.memory_efficiency, profile.memory_efficiency);
   set_if_given(gpu.clock_fraction, profile.clock_fraction);
+  // Note [Overlap slowdown by kernel kind]: the entry's measured kinds, the population average for the rest.
+  double gemm = profile.overlap_gemm_slowdown, attention = profile.overlap_attention_slowdown,
+         memory = profile.overlap_memory_slowdown;
+  set_if_given(gpu.overlap_gemm_slowdown, gemm);
+  set_if_given(gpu.overlap_attention_slowdown, attention);
+  set_if_given(gpu.overlap_memory_slowdown, memory);
+  profile.set_overlap_slowdowns(gemm, attention, memory);
   if (gpu.kernel_dispatch_s >= 0) profile.kernel_dispatch_s = gpu.kernel_dispatch_s;
   profile.nvls_bus_bytes_per_s = gpu.nvls_bus_bytes_per_s;
   profile.collective_base_latency_s = gpu.collective_base_latency_s;
@@ -194,12 +202,21 @@ nlohmann::json to_json(const HardwareProfile& profile) {
         {"comm_half_efficiency_bytes", profile.comm_half_efficiency_bytes},
         {"collective_base_latency_s", profile.collective_base_latency_s},
         {"nvls_bus_bytes_per_s", profile.nvls_bus_bytes_per_s}}},
-      {"overlap_compute_slowdown", profile.overlap_compute_slowdown},
+      {"overlap_gemm_slowdown", profile.overlap_gemm_slowdown},
+      {"overlap_attention_slowdown", profile.overlap_attention_slowdown},
+      {"overlap_memory_slowdown", profile.overlap_memory_slowdown},
       {"overlap_collective_slowdown", profile.overlap_collective_slowdown},
       {"context_overhead_bytes", profile.context_overhead_bytes},
       {"op_dispatch_overhead_s", profile.op_dispatch_overhead_s},
       {"collective_issue_overhead_s", profile.collective_issue_overhead_s},
   };
+}
+
+void HardwareProfile::set_overlap_slowdowns(double gemm, double attention, double memory) {
+  overlap_gemm_slowdown = gemm;
+  overlap_attention_slowdown = attention;
+  overlap_memory_slowdown = memory;
+  overlap_compute_slowdown = std::min({gemm, attention, memory});
 }
 
 const HardwareProfile::CollectiveFit* HardwareProfile::find_collective_fit(std::string_view collective, int ranks,
@@ -218,7 +235,8 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     root.fail("schema", "\"" + std::string(kProfileSchema) + "\"");
   }
   reject_unknown(root, {"schema", "source", "device", "gpus_per_node", "nodes", "compute", "communication",
-                        "overlap_compute_slowdown", "overlap_collective_slowdown", "context_overhead_bytes",
+                        "overlap_compute_slowdown", "overlap_gemm_slowdown", "overlap_attention_slowdown",
+                        "overlap_memory_slowdown", "overlap_collective_slowdown", "context_overhead_bytes",
                         "op_dispatch_overhead_s", "collective_issue_overhead_s"});
 
   HardwareProfile profile = std::move(base);
@@ -276,18 +294,27 @@ HardwareProfile apply_profile_json(HardwareProfile base, const nlohmann::json& d
     communication.update("nvls_bus_bytes_per_s", profile.nvls_bus_bytes_per_s, {0, limits::kBytesPerS.most});
   }
 
-  // A slowdown below 1 would make compute or a collective faster while the other runs beside it.
-  for (const auto& [key, slowdown] : {std::pair<const char*, double*>{"overlap_compute_slowdown",
-                                                                      &profile.overlap_compute_slowdown},
-                                      std::pair<const char*, double*>{"overlap_collective_slowdown",
-                                                                      &profile.overlap_collective_slowdown}}) {
-    if (!root.has(key)) continue;
+  // A slowdown below 1 would make compute or a collective faster while the other runs beside it. The single
+  // "overlap_compute_slowdown" of older profiles (and of calibrated ones: one fitted value) is every kernel kind's;
+  // a kind's own key wins (Note [Overlap slowdown by kernel kind]).
+  const auto read_slowdown = [&](const char* key, double& slowdown) {
+    if (!root.has(key)) return;
     const auto& value = root.raw().at(key);
     if (!value.is_number() || !(value.get<double>() >= 1.0) || !(value.get<double>() <= limits::kMostSlowdown)) {
       root.fail(key, "a number in [1, 100]");
     }
-    *slowdown = value.get<double>();
-  }
+    slowdown = value.get<double>();
+  };
+  double every_kind = 0;
+  read_slowdown("overlap_compute_slowdown", every_kind);
+  if (every_kind > 0) profile.set_overlap_slowdown(every_kind);
+  double gemm = profile.overlap_gemm_slowdown, attention = profile.overlap_attention_slowdown,
+         memory = profile.overlap_memory_slowdown;
+  read_slowdown("overlap_gemm_slowdown", gemm);
+  read_slowdown("overlap_attention_slowdown", attention);
+  read_slowdown("overlap_memory_slowdown", memory);
+  profile.set_overlap_slowdowns(gemm, attention, memory);
+  read_slowdown("overlap_collective_slowdown", profile.overlap_collective_slowdown);
   profile.context_overhead_bytes = root.optional_int_in_range("context_overhead_bytes", 0, limits::kMostMemoryBytes)
                                        .value_or(profile.context_overhead_bytes);
   // Note [Input limits]: every physical number of a profile in its range, as the catalog's.

@@ -69,11 +69,21 @@ struct HardwareProfile {
   double collective_base_latency_s = 0;  // per collective call (NCCL's baseLat), before the per-hop latencies
   double nvls_bus_bytes_per_s = 0;       // NVLink SHARP all-reduce within a node (0: none)
 
-  // Overlap: compute runs this much slower while a collective runs beside it: NCCL's kernels hold 16-32 of an H100's
-  // 132 SMs (one CTA per channel) and take HBM bandwidth; measured over GPT and Llama training kernels on A100, H100,
-  // MI250 and MI210, overlapped compute took 18.9% longer on average (Lee et al. 2025, "Characterizing
-  // Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114).
+  // Overlap (Note [Overlap slowdown by kernel kind] in overlap_slowdown.h): compute runs slower while a collective runs
+  // beside it — NCCL's kernels hold 16-32 of an H100's 132 SMs (one CTA per channel) and take HBM bandwidth — by how
+  // much depending on the kernel: a GEMM, flash attention, or memory-bound work (elementwise kernels, zero-fills,
+  // tensor parallelism's collectives on the compute stream, the optimizer step). The catalog sets them per GPU from
+  // kernel-level traces; elsewhere all three are the average Lee et al. measured over GPT and Llama training kernels on
+  // A100, H100, MI250 and MI210, overlapped compute taking 18.9% longer ("Characterizing Compute-Communication Overlap
+  // in GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114).
+  double overlap_gemm_slowdown = 1.189;
+  double overlap_attention_slowdown = 1.189;
+  double overlap_memory_slowdown = 1.189;
+  // The least of the three: what a lower bound may assume of any compute op beside a collective (planner/
+  // compute_floor.cpp). set_overlap_slowdowns keeps it so; a profile file's single legacy key sets all four.
   double overlap_compute_slowdown = 1.189;
+  void set_overlap_slowdowns(double gemm, double attention, double memory);
+  void set_overlap_slowdown(double every_kind) { set_overlap_slowdowns(every_kind, every_kind, every_kind); }
   // And a collective progresses this much slower while its rank computes (Note [Collective slowdown] in
   // planner/simulator.cpp). 1 in the catalog: NCCL's slowdown under overlap depends on the kernels beside it; fitted
   // by `calibrate --trace` (on 2 CPU ranks sharing 2 cores, measured collectives ran 2-7x slower beside compute).

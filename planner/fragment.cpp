@@ -37,7 +37,7 @@ bool BoundaryState::operator==(const BoundaryState& other) const {
   return true;
 }
 
-Fragment extract_fragment(const StepSchedule& schedule, int begin, int end, const std::vector<double>& base_s,
+Fragment extract_fragment(const StepSchedule& schedule, int begin, int end, const OpDurations& durations,
                           const MemoryCertainty& certainty, int slot_unit, unsigned excluded) {
   SHARDPLAN_CHECK(0 <= begin && begin <= end && end <= static_cast<int>(schedule.ops.size()), "fragment out of range");
   Fragment fragment;
@@ -52,7 +52,8 @@ Fragment extract_fragment(const StepSchedule& schedule, int begin, int end, cons
     FragmentOp placed;
     placed.kind = op.kind;
     placed.stream = op.stream;
-    placed.base_s = base_s[static_cast<std::size_t>(index)];
+    placed.base_s = durations.base_s[static_cast<std::size_t>(index)];
+    placed.overlap_slowdown = durations.overlap_slowdown[static_cast<std::size_t>(index)];
     placed.first_dep = static_cast<int>(fragment.deps.size());
     for (int dep : op.deps) {
       if (dep >= begin) {
@@ -132,7 +133,7 @@ FragmentTiming FragmentPlacer::place(const Fragment& fragment, const BoundarySta
     const double base = static_cast<int>(index) == fragment.optimizer_op && inputs.optimizer_base_s >= 0
                             ? inputs.optimizer_base_s
                             : relaxation_.applied(op.kind, chosen->base_s);
-    placed_[index] = walk_.place(op.kind, op.stream, base, deps_end, nullptr, relaxation_);
+    placed_[index] = walk_.place(op.kind, op.stream, base, chosen->overlap_slowdown, deps_end, nullptr, relaxation_);
     if (!inputs.with_peak) continue;
     const std::int64_t at_start = chosen->start_bytes - (op.takes_held ? inputs.held_bytes : 0);
     const int op_id = static_cast<int>(index);

@@ -10,6 +10,7 @@
 #include "hardware_profile.h"
 #include "memory_certainty.h"
 #include "memory_walk.h"
+#include "op_durations.h"
 #include "op_placement.h"
 #include "schedule.h"
 
@@ -34,6 +35,7 @@ struct FragmentOp {
   OpKind kind = OpKind::forward;
   StreamKind stream = StreamKind::compute;
   double base_s = 0;
+  double overlap_slowdown = 1;  // op_durations.h: read for compute work beside communication
   int first_dep = 0;          // its dependencies inside the fragment: Fragment::deps[first_dep, first_dep + dep_count)
   int dep_count = 0;
   unsigned boundary_streams = 0;  // bit s: it waits for the last op of stream s before the fragment
@@ -62,10 +64,10 @@ struct Fragment {
   bool operator==(const Fragment&) const = default;
 };
 
-// The ops [begin, end) of `schedule` as a fragment; `base_s` holds every op's base duration (op_placement.h). Its
+// The ops [begin, end) of `schedule` as a fragment; `durations` holds every op's (op_durations.h). Its
 // memory counts every unit's buffers but those of the units in `excluded` (bit u: unit u; `certainty` must leave out
 // the same). The non-compute ops of `slot_unit` (-1: none) are the fragment's slot.
-Fragment extract_fragment(const StepSchedule& schedule, int begin, int end, const std::vector<double>& base_s,
+Fragment extract_fragment(const StepSchedule& schedule, int begin, int end, const OpDurations& durations,
                           const MemoryCertainty& certainty, int slot_unit = -1, unsigned excluded = 0);
 
 // What a placement takes besides the state: the neighbour's ops for the fragment's slot, the bytes its window did not

@@ -165,9 +165,9 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   options.gpus_per_node = gpus_per_node_;
   options.flatten_memory_effects = false;  // fragments are placed from the ops (fragment.h), never walk_memory'd
   StepSchedule schedule = lower_plan(plan, window, options);
-  std::vector<double> base_s = base_durations_s(schedule, profile_);  // Note [Durations by shape]
+  OpDurations durations = op_durations(schedule, profile_);  // Note [Durations by shape]
   MemoryCertainty certainty(schedule, -1, excluded);
-  return Window{std::move(schedule), std::move(base_s), std::move(certainty), excluded};
+  return Window{std::move(schedule), std::move(durations), std::move(certainty), excluded};
 }
 
 const EdgeFragments& FragmentCache::edge(std::uint64_t key, unsigned relaxation_code,

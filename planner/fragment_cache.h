@@ -17,10 +17,10 @@
 
 namespace shardplan {
 
-// A lowered window: its schedule, each op's base duration, what is certainly live in it.
+// A lowered window: its schedule, each op's base duration and overlap slowdown, what is certainly live in it.
 struct Window {
   StepSchedule schedule;
-  std::vector<double> base_s;
+  OpDurations durations;
   MemoryCertainty certainty;  // every unit's buffers but the excluded units'
   unsigned excluded = 0;      // bit u: window unit u's buffers are accounted outside the window (its neighbours)
 
@@ -46,7 +46,7 @@ struct Window {
   }
   Fragment fragment(int micro, FragmentPass pass, int unit, int slot = -1) const {
     const std::size_t at = mark(micro, pass, unit);
-    return extract_fragment(schedule, begin(at), end(at), base_s, certainty, slot, excluded);
+    return extract_fragment(schedule, begin(at), end(at), durations, certainty, slot, excluded);
   }
 };
 

@@ -6,6 +6,7 @@
 #include "collective_cost.h"
 #include "compute_cost.h"
 #include "host_optimizer.h"
+#include "overlap_slowdown.h"
 #include "point_to_point.h"
 
 namespace shardplan {
@@ -49,6 +50,13 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
 
 double layer_pass_duration_s(double kernels_s, std::int64_t zeroed_bytes, const HardwareProfile& profile) {
   return kernels_s + buffer_fill_time_s(zeroed_bytes, profile);
+}
+
+double overlap_slowdown(const Op& op, int compute_element_bytes, const HardwareProfile& profile) {
+  if (op.kind == OpKind::optimizer_step) return profile.overlap_memory_slowdown;
+  if (!is_layer_pass(op.kind)) return 1.0;
+  const PassTime time = op.kernels ? pass_time(*op.kernels, compute_element_bytes, profile) : PassTime{};
+  return pass_overlap_slowdown(time, buffer_fill_time_s(op.zeroed_bytes, profile), profile);
 }
 
 void CommBusy::add(double start_s, double end_s) {
@@ -110,7 +118,7 @@ double slowed_end_s(double start_s, double duration_s, const std::vector<TimeInt
 
 }  // namespace
 
-TimeInterval OpWalk::place(OpKind kind, StreamKind stream, double base_s, double deps_end_s,
+TimeInterval OpWalk::place(OpKind kind, StreamKind stream, double base_s, double slowdown, double deps_end_s,
                            const std::vector<TimeInterval>* compute_busy, const TimingRelaxation& relaxation) {
   const auto on = static_cast<std::size_t>(stream);
   constexpr auto host = static_cast<std::size_t>(StreamKind::compute);
@@ -131,7 +139,7 @@ TimeInterval OpWalk::place(OpKind kind, StreamKind stream, double base_s, double
   const bool works = stream == StreamKind::compute && does_compute_work(kind);
   if (works && duration > 0) {
     // Note [Communication busy time]: measured against the base interval; the slowdown stretches the overlapped part.
-    duration += (profile_.overlap_compute_slowdown - 1.0) * comm_busy.overlap_s(ready, ready + duration);
+    duration += (slowdown - 1.0) * comm_busy.overlap_s(ready, ready + duration);
   } else if (stream != StreamKind::compute) {
     if (is_collective(kind) && profile_.overlap_collective_slowdown > 1.0 && compute_busy != nullptr &&
         !compute_busy->empty()) {

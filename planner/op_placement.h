@@ -50,8 +50,12 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
 // A layer pass's duration from its kernels' time (pass_time_s of Op::kernels, 0 without): the kernels, then the
 // zero-fill of a fresh gradient buffer (Op::zeroed_bytes). base_duration_s's, and base_durations_s's (op_durations.h).
 double layer_pass_duration_s(double kernels_s, std::int64_t zeroed_bytes, const HardwareProfile& profile);
+// How much slower the op runs for the part of it beside communication (Note [Overlap slowdown by kernel kind] in
+// overlap_slowdown.h): a layer pass by its kernels, the optimizer step as memory-bound work; 1 for ops that do no
+// compute work (does_compute_work), which are never stretched.
+double overlap_slowdown(const Op& op, int compute_element_bytes, const HardwareProfile& profile);
 
-// Note [Communication busy time]: a compute op runs HardwareProfile::overlap_compute_slowdown times slower for the
+// Note [Communication busy time]: a compute op runs its overlap slowdown (overlap_slowdown above) times slower for the
 // part of it during which any communication stream is busy — the union of their busy intervals. (The union, not the
 // busiest single stream: compute shares the GPU with every collective in flight, and the union grows whenever any
 // stream's busy time grows, which keeps the walk monotone: Note [Monotone walk].) CommBusy keeps that union as
@@ -79,9 +83,10 @@ class CommBusy {
 // start moves by δ (its overlapped part changes by at most δ, stretched by s − 1 ≤ 1); a larger communication busy
 // set only stretches compute more; a communication op's interval only moves later, and its stream's busy set stays
 // contiguous up to it (it starts where the op before it on its stream ended or at its dependencies' end, which the
-// compute stream also waited for). So for an overlap slowdown s ≤ 2, later or longer anything before an op never makes
-// it end earlier. The searches rely on this twice: a state that is at least as free (every stream free no later, busy
-// time a subset) never leads to a slower rest of the step, and a relaxation only shortens it.
+// compute stream also waited for). So for overlap slowdowns s ≤ 2 (each op's own: the catalog's are at most 1.84),
+// later or longer anything before an op never makes it end earlier. The searches rely on this twice: a state that is
+// at least as free (every stream free no later, busy time a subset) never leads to a slower rest of the step, and a
+// relaxation only shortens it.
 
 // The walk's clocks: each stream's free time, the host's (the compute stream's), and communication busy time.
 class OpWalk {
@@ -94,12 +99,13 @@ class OpWalk {
     comm_busy.clear();
   }
 
-  // Places an op of `kind` on `stream` with base duration `base_s`, whose dependencies end by `deps_end_s`: it starts
+  // Places an op of `kind` on `stream` with base duration `base_s` and overlap slowdown `slowdown` (overlap_slowdown
+  // of the op; read only for compute work), whose dependencies end by `deps_end_s`: it starts
   // when its stream is free and its dependencies have ended (for a collective, also once the host has issued it:
   // HardwareProfile::collective_issue_overhead_s, charged to the compute stream where the schedule issues it).
   // `compute_busy`: the compute stream's working intervals of a previous pass, against which collectives slow down
   // (Note [Collective slowdown] in simulator.cpp); nullptr: they do not.
-  TimeInterval place(OpKind kind, StreamKind stream, double base_s, double deps_end_s,
+  TimeInterval place(OpKind kind, StreamKind stream, double base_s, double slowdown, double deps_end_s,
                      const std::vector<TimeInterval>* compute_busy, const TimingRelaxation& relaxation = {});
 
   std::array<double, kStreamCount> stream_free_s{};  // when each stream's last op ends

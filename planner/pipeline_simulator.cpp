@@ -34,7 +34,8 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
                                      bool record_timeline) {
   const std::size_t programs = pipeline.programs.size();
   struct ProgramWalk {
-    std::vector<double> base_s, start_s, end_s;
+    OpDurations durations;
+    std::vector<double> start_s, end_s;
     std::vector<int> waits_on_program, waits_on_op;  // per op: its cross dependency (-1: none)
     std::size_t next = 0;
   };
@@ -43,7 +44,7 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
   for (std::size_t program = 0; program < programs; ++program) {
     const StepSchedule& schedule = pipeline.programs[program];
     ProgramWalk& walk = walks[program];
-    walk.base_s = base_durations_s(schedule, profile);  // Note [Durations by shape]
+    walk.durations = op_durations(schedule, profile);  // Note [Durations by shape]
     walk.start_s.assign(schedule.ops.size(), 0.0);
     walk.end_s.assign(schedule.ops.size(), 0.0);
     walk.waits_on_program.assign(schedule.ops.size(), -1);
@@ -74,7 +75,8 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
           deps_end = other.end_s[on_op];
         }
         for (int dep : op.deps) deps_end = std::max(deps_end, walk.end_s[static_cast<std::size_t>(dep)]);
-        const TimeInterval placed = clocks[program].place(op.kind, op.stream, walk.base_s[index], deps_end, nullptr);
+        const TimeInterval placed = clocks[program].place(op.kind, op.stream, walk.durations.base_s[index],
+                                                            walk.durations.overlap_slowdown[index], deps_end, nullptr);
         walk.start_s[index] = placed.start_s;
         walk.end_s[index] = placed.end_s;
         result.step_time_s = std::max(result.step_time_s, placed.end_s);

@@ -60,7 +60,7 @@ struct Placement {
 constexpr int kMaxCollectivePasses = 8;
 
 // `compute_busy`: the previous pass's compute intervals, against which collectives slow down (empty: none do).
-Placement place_ops(const StepSchedule& schedule, const HardwareProfile& profile, const std::vector<double>& base_s,
+Placement place_ops(const StepSchedule& schedule, const HardwareProfile& profile, const OpDurations& durations,
                     const std::vector<TimeInterval>& compute_busy) {
   const std::size_t count = schedule.ops.size();
   Placement placement;
@@ -75,7 +75,8 @@ Placement place_ops(const StepSchedule& schedule, const HardwareProfile& profile
       SHARDPLAN_CHECK(dep >= 0 && dep < op.id, "dependencies must point to earlier ops (Note [Schedule order])");
       deps_end = std::max(deps_end, placement.end[static_cast<std::size_t>(dep)]);
     }
-    const TimeInterval placed = walk.place(op.kind, op.stream, base_s[index], deps_end, &compute_busy);
+    const TimeInterval placed = walk.place(op.kind, op.stream, durations.base_s[index],
+                                                durations.overlap_slowdown[index], deps_end, &compute_busy);
     placement.start[index] = placed.start_s;
     placement.end[index] = placed.end_s;
     placement.step_time_s = std::max(placement.step_time_s, placed.end_s);
@@ -104,11 +105,11 @@ SimulationResult simulate(const StepSchedule& schedule, const HardwareProfile& p
   SimulationResult result;
   SimulationSummary& summary = result.summary;
   summary.op_count = count;
-  const std::vector<double> base_s = base_durations_s(schedule, profile);  // Note [Durations by shape]
-  Placement placement = place_ops(schedule, profile, base_s, {});
+  const OpDurations durations = op_durations(schedule, profile);  // Note [Durations by shape]
+  Placement placement = place_ops(schedule, profile, durations, {});
   if (profile.overlap_collective_slowdown > 1.0) {  // Note [Collective slowdown]
     for (int pass = 1; pass < kMaxCollectivePasses; ++pass) {
-      Placement next = place_ops(schedule, profile, base_s, compute_intervals(schedule, placement));
+      Placement next = place_ops(schedule, profile, durations, compute_intervals(schedule, placement));
       const bool settled = std::abs(next.step_time_s - placement.step_time_s) <= 1e-9 * placement.step_time_s;
       placement = std::move(next);
       if (settled) break;

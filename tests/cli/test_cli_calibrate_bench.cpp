@@ -165,7 +165,10 @@ void check_simulator_uses_fits(const std::string& profile, const json& document)
   copy.at("compute").at("hbm_bytes_per_s") = 1e15;
   copy.at("compute").at("elementwise_bytes_per_s") = 1e15;
   copy.at("compute").at("half_efficiency_flops") = 1.0;
-  copy.at("overlap_compute_slowdown") = 1.0;  // and no block stretched by a collective beside it
+  // and no block stretched by a collective beside it (every kernel kind's slowdown)
+  for (const char* kind : {"overlap_gemm_slowdown", "overlap_attention_slowdown", "overlap_memory_slowdown"}) {
+    copy.at(kind) = 1.0;
+  }
   std::ofstream(compute_bound) << copy.dump();
   const RunResult calibrated = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan",
                                               "examples/plans/tiny-llama-per-block.json", "--json", "--profile",

@@ -41,7 +41,7 @@ inline HardwareProfile round_profile() {
   profile.intra_node = {"link", 0.0, 1e6, 1.0};
   profile.inter_node = {"fabric", 0.0, 1e6, 1.0};
   profile.comm_half_efficiency_bytes = 0.0;
-  profile.overlap_compute_slowdown = 1.0;
+  profile.set_overlap_slowdown(1.0);
   profile.context_overhead_bytes = 0;
   return profile;
 }

@@ -119,7 +119,10 @@ TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap 
   calibration_samples.compute = samples;
   const Calibration calibration = calibrate(profile_from_cluster(parse_cluster("1xcpu", HardwareCatalog::builtin())),
                                             calibration_samples, "test");
-  CHECK(calibration.profile.overlap_compute_slowdown == doctest::Approx(slowdown).epsilon(0.02));
+  // One fitted value is every kernel kind's (Note [Overlap slowdown by kernel kind]).
+  CHECK(calibration.profile.overlap_gemm_slowdown == doctest::Approx(slowdown).epsilon(0.02));
+  CHECK(calibration.profile.overlap_attention_slowdown == calibration.profile.overlap_gemm_slowdown);
+  CHECK(calibration.profile.overlap_memory_slowdown == calibration.profile.overlap_gemm_slowdown);
   // Without overlaps that differ (a sweep) the slowdown is not fitted and the profile keeps its value.
   for (auto& sample : samples) sample.overlap_s = 0;
   CHECK_FALSE(fit_compute_rate(samples).overlap_fitted);
@@ -137,7 +140,10 @@ TEST_CASE("calibration: the overlap slowdown is recovered from ops that overlap 
   calibration_samples.compute = unaffected;
   const HardwareProfile catalog = profile_from_cluster(parse_cluster("1xcpu", HardwareCatalog::builtin()));
   REQUIRE(catalog.overlap_compute_slowdown > 1.0);
-  CHECK(calibrate(catalog, calibration_samples, "test").profile.overlap_compute_slowdown == 1.0);
+  const HardwareProfile calibrated = calibrate(catalog, calibration_samples, "test").profile;
+  CHECK(calibrated.overlap_gemm_slowdown == 1.0);
+  CHECK(calibrated.overlap_attention_slowdown == 1.0);
+  CHECK(calibrated.overlap_memory_slowdown == 1.0);
 }
 
 TEST_CASE("calibration: the collective issue overhead is recovered from gaps between compute ops") {

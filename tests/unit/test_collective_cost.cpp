@@ -191,7 +191,7 @@ TEST_CASE("collective: profile_from_cluster takes the GPU's link for intra-node 
 TEST_CASE("collective: profile JSON round-trips through to_json and apply_profile_json") {
   const auto cluster = shardplan::parse_cluster("2x8xH100-80GB", shardplan::HardwareCatalog::builtin());
   auto original = shardplan::profile_from_cluster(cluster);
-  original.overlap_compute_slowdown = 1.25;
+  original.set_overlap_slowdowns(1.25, 1.5, 1.75);
   original.overlap_collective_slowdown = 2.5;
   const auto document = shardplan::to_json(original);
   CHECK(document.at("schema") == "shardplan.profile/v1");
@@ -225,6 +225,9 @@ TEST_CASE("collective: profile JSON round-trips through to_json and apply_profil
   CHECK(back.attention_half_seq_len == original.attention_half_seq_len);
   CHECK(back.triton_attention_efficiency == original.triton_attention_efficiency);
   CHECK(back.kernel_dispatch_s == original.kernel_dispatch_s);
+  CHECK(back.overlap_gemm_slowdown == 1.25);
+  CHECK(back.overlap_attention_slowdown == 1.5);
+  CHECK(back.overlap_memory_slowdown == 1.75);
   CHECK(back.overlap_compute_slowdown == 1.25);
   CHECK(back.overlap_collective_slowdown == 2.5);
   CHECK(back.context_overhead_bytes == original.context_overhead_bytes);

@@ -44,16 +44,19 @@ std::vector<StepSchedule> varied_schedules() {
 
 }  // namespace
 
-TEST_CASE("durations by shape: every op's duration is base_duration_s's, bit for bit") {
+TEST_CASE("durations by shape: every op's duration and overlap slowdown are base_duration_s's and overlap_slowdown's") {
   const HardwareProfile profile = profile_from_cluster(parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin()));
   for (const StepSchedule& schedule : varied_schedules()) {
-    const std::vector<double> durations = base_durations_s(schedule, profile);
-    REQUIRE(durations.size() == schedule.ops.size());
+    const OpDurations durations = op_durations(schedule, profile);
+    REQUIRE(durations.base_s.size() == schedule.ops.size());
+    REQUIRE(durations.overlap_slowdown.size() == schedule.ops.size());
+    CHECK(base_durations_s(schedule, profile) == durations.base_s);
     std::set<OpKind> kinds;
     for (std::size_t index = 0; index < schedule.ops.size(); ++index) {
       const Op& op = schedule.ops[index];
       kinds.insert(op.kind);
-      CHECK(durations[index] == base_duration_s(op, schedule.compute_element_bytes, profile));
+      CHECK(durations.base_s[index] == base_duration_s(op, schedule.compute_element_bytes, profile));
+      CHECK(durations.overlap_slowdown[index] == overlap_slowdown(op, schedule.compute_element_bytes, profile));
     }
     CHECK(kinds.size() >= 7);  // gathers, waits, passes, frees, reductions, the optimizer step
   }

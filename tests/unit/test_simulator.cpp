@@ -110,7 +110,7 @@ TEST_CASE("simulator: overlap slows compute by its factor, and collectives by th
   const ModelSpec model = toy_blocks(2);
   const StepSchedule schedule = lower_plan(toy_plan(model, 2), model, toy_options(2));
   HardwareProfile profile = round_profile();
-  profile.overlap_compute_slowdown = 1.5;
+  profile.set_overlap_slowdown(1.5);
   const SimulationResult compute_slowed = simulate(schedule, profile);
   // fwd1 (4 ms) overlaps AG2 for 2 ms → 4 + 0.5 × 2 = 5 ms.
   for (const auto& event : compute_slowed.timeline.events) {
@@ -118,7 +118,7 @@ TEST_CASE("simulator: overlap slows compute by its factor, and collectives by th
     if (event.kind == "forward" && event.unit == 2) CHECK(event.duration_s() == doctest::Approx(4 * ms));
   }
 
-  profile.overlap_compute_slowdown = 1.0;
+  profile.set_overlap_slowdown(1.0);
   profile.overlap_collective_slowdown = 3.0;
   const SimulationResult result = simulate(schedule, profile);
   // AG2 (2 ms of work) is issued at 2 ms beside fwd1 (2-6 ms): 4 ms at a third of the speed do 4/3 ms of it; fwd2

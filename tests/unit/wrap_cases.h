@@ -158,7 +158,7 @@ inline WrapSetup wrap_setup(const WrapCase& c) {
   WrapSetup setup{finetuned_model(wrap_case_model(c), finetune, FinetuneFieldNames::cli()),
                   parse_cluster(c.cluster, HardwareCatalog::builtin()), {}, {}};
   setup.profile = profile_from_cluster(setup.cluster);
-  if (c.slowdown > 0) setup.profile.overlap_compute_slowdown = c.slowdown;
+  if (c.slowdown > 0) setup.profile.set_overlap_slowdown(c.slowdown);
   setup.profile.op_dispatch_overhead_s = c.dispatch_s;
   setup.profile.collective_issue_overhead_s = c.issue_s;
   setup.profile.overlap_collective_slowdown = c.collective_slowdown;
