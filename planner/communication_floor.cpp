@@ -34,6 +34,10 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
   const StepSchedule schedule = lower_plan(whole, model, lowering);
   std::set<std::pair<OpKind, int>> counted;  // (kind, unit) of the once-per-unit ops seen
   CommunicationFloor floor;
+  floor.compute_element_bytes = schedule.compute_element_bytes;
+  const bool partial_copies = std::any_of(per_block.units.begin(), per_block.units.end(), [](const PlanUnit& unit) {
+    return unit.reshard_after_forward.keeps_partial_copy();
+  });
   for (const Op& op : schedule.ops) {
     if (op.stream == StreamKind::compute) {
       if (op.kind == OpKind::optimizer_step) {
@@ -43,25 +47,35 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
     }
     if (runs_per_micro_batch(op.stream)) continue;
     if (once_per_unit(op.kind) && !counted.insert({op.kind, op.unit}).second) continue;
+    if (op.kind == OpKind::all_gather && !partial_copies && floor.whole_gather.bytes == 0) floor.whole_gather = op;
     floor.step_stream_s[static_cast<std::size_t>(op.stream)] +=
         base_duration_s(op, schedule.compute_element_bytes, profile);
   }
   return floor;
 }
 
-double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors) {
+double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
+                                  std::int64_t keepable_bytes, const HardwareProfile& profile) {
+  std::array<double, kStreamCount> stream_s = communication.step_stream_s;
+  // Note [Regather floor]
+  if (keepable_bytes >= 0 && communication.whole_gather.bytes > keepable_bytes) {
+    Op regather = communication.whole_gather;
+    regather.bytes -= keepable_bytes;
+    stream_s[static_cast<std::size_t>(StreamKind::all_gather)] +=
+        base_duration_s(regather, communication.compute_element_bytes, profile);
+  }
   double busiest_s = 0;
   for (std::size_t stream = 0; stream < kStreamCount; ++stream) {
-    busiest_s = std::max(busiest_s, communication.step_stream_s[stream] + floors.micro_batch_stream_s[stream]);
+    busiest_s = std::max(busiest_s, stream_s[stream] + floors.micro_batch_stream_s[stream]);
   }
   return busiest_s;
 }
 
 double least_overlap_compute_slowdown(const HardwareProfile& profile) { return profile.overlap_compute_slowdown; }
 
-double step_floor_s(const SettingFloors& floors, const CommunicationFloor& communication, double least_slowdown) {
-  const double kernels_s = floors.kernels_s, dispatch_s = floors.dispatch_s + communication.optimizer_step_s;
-  const double communication_busy_s = communication_busy_floor_s(communication, floors);
+double step_floor_s(const SettingFloors& floors, double communication_busy_s, double optimizer_step_s,
+                    double least_slowdown) {
+  const double kernels_s = floors.kernels_s, dispatch_s = floors.dispatch_s + optimizer_step_s;
   if (least_slowdown < 1.0) return std::max(communication_busy_s, least_slowdown * kernels_s + dispatch_s);
   const double stretched_s = (1.0 - 1.0 / least_slowdown) * std::max(0.0, communication_busy_s - dispatch_s);
   return std::max(communication_busy_s, kernels_s + dispatch_s + stretched_s);

@@ -30,11 +30,23 @@ namespace shardplan {
 // collective slowdowns only lengthen. The same lowering's optimizer step on the compute stream (the step's update after
 // its reductions; in host memory when offloaded, where it is most of a step) is likewise at most any wrapping's: its
 // time is linear in the shard bytes it streams, least when padded once.
+//
+// Note [Regather floor]: a unit kept gathered after forward (FSDP2's reshard_after_forward=False, the root, every
+// unit of a ZeRO-2 strategy) holds its gathered parameters until its backward, so where the last micro-batch's first
+// backward op starts, every kept unit is gathered at once, beside the model states and the activations forward saved.
+// A fitting plan's allocated bytes there are within the cap, so the units it keeps hold at most
+//   keepable = cap − states floor − those activations (SettingFloors::turnaround_activation_bytes),
+// and the rest of the model's gathered bytes, at least B − keepable with B the whole model's (padded once), is gathered
+// again in backward over the same shard group — a second collective on the all-gather stream, subadditive as above.
+// A setting whose units reshard to a partial copy (a smaller group's gather) gets no such term.
 struct CommunicationFloor {
   // Per step, by stream: the ops every wrapping runs at least once a step (the per-micro-batch streams' ops are
   // SettingFloors::micro_batch_stream_s, from the compute floor's lowering).
   std::array<double, kStreamCount> step_stream_s{};
   double optimizer_step_s = 0;  // the compute stream's optimizer step (0 with the optimizer in backward)
+  // Note [Regather floor]: the whole model's forward all-gather (bytes 0: none, or a partial copy regathers).
+  Op whole_gather;
+  int compute_element_bytes = 2;
 };
 // The per-step part depends on the strategy and offload only: the search keys it so (Searcher::step_floor).
 CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
@@ -42,8 +54,11 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
 // Streams whose ops a layer's passes carry, the same in every wrapping, once per micro-batch (MoE all-to-alls,
 // context parallelism's ring sends).
 bool runs_per_micro_batch(StreamKind stream);
-// U: the busiest stream's per-step ops plus its per-micro-batch ops of the whole step.
-double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors);
+// U: the busiest stream's per-step ops plus its per-micro-batch ops of the whole step, the all-gather stream with the
+// backward regather of what `keepable_bytes` cannot keep gathered (Note [Regather floor]; negative: none fits, so any
+// bound holds — none is added).
+double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
+                                  std::int64_t keepable_bytes, const HardwareProfile& profile);
 
 // The least slowdown a compute op beside communication runs at (Note [Communication busy time]).
 double least_overlap_compute_slowdown(const HardwareProfile& profile);
@@ -58,6 +73,7 @@ double least_overlap_compute_slowdown(const HardwareProfile& profile);
 // (the second for Y below and above U − D alike), and step >= U, the streams' own busy time. So for s >= 1
 //   floor = max(U, K + D + (1 − 1/s)·max(0, U − D));
 // a calibrated s < 1 (overlap speeds compute up) gives max(U, s·K + D), the compute floor's own.
-double step_floor_s(const SettingFloors& floors, const CommunicationFloor& communication, double least_slowdown);
+double step_floor_s(const SettingFloors& floors, double communication_busy_s, double optimizer_step_s,
+                    double least_slowdown);
 
 }  // namespace shardplan

@@ -8,6 +8,7 @@
 #include "lowering.h"
 #include "op_placement.h"
 #include "search.h"
+#include "unit_layout.h"
 
 namespace shardplan {
 
@@ -32,7 +33,9 @@ namespace shardplan {
 // plus this is at most any wrapping's device peak, and a setting whose sum exceeds the cap has no plan that fits
 // (the search skips it as it skips settings whose states alone exceed it). Activations allocated by other ops are
 // left out (a lower bound still); if an op off the compute stream freed activations the compute ops allocated, the
-// walk could not see them go, so the floor is 0 there.
+// walk could not see them go, so the floor is 0 there. The same walk gives the activations live where the
+// micro-batch's first backward-side op starts (SettingFloors::turnaround_activation_bytes): what forward saved, live
+// beside every unit kept gathered (Note [Regather floor] in communication_floor.h).
 MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                                     const TrainingConfig& training, const KnobSetting& knobs) {
   Plan one_micro_batch = plan_for_knobs(model, cluster, training, knobs);
@@ -55,7 +58,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   const double slowdown = std::min(1.0, profile.overlap_compute_slowdown);
   std::vector<double> layer_compute_s(model.layers.size(), 0.0);
   std::vector<std::int64_t> layer_held_bytes(model.layers.size(), 0);
-  std::int64_t live_bytes = 0, peak_bytes = 0;
+  std::int64_t live_bytes = 0, peak_bytes = 0, turnaround_bytes = -1;
   bool freed_elsewhere = false;
   std::array<double, kStreamCount> floors_stream_s{};
   for (const Op& op : schedule.ops) {
@@ -82,6 +85,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
       }
     }
     live_bytes -= activation_bytes(op.frees_at_start);
+    if (op.kind != OpKind::forward && turnaround_bytes < 0) turnaround_bytes = live_bytes;  // the first backward op
     live_bytes += activation_bytes(op.allocates);
     peak_bytes = std::max(peak_bytes, live_bytes);
     live_bytes -= activation_bytes(op.frees);
@@ -93,6 +97,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   floors.compute_s = kernels_s * slowdown + floors.dispatch_s;
   floors.micro_batch_stream_s = floors_stream_s;
   floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
+  floors.turnaround_activation_bytes = freed_elsewhere ? 0 : std::max<std::int64_t>(0, turnaround_bytes);
   floors.layer_compute_s = std::move(layer_compute_s);
   if (freed_elsewhere) std::fill(layer_held_bytes.begin(), layer_held_bytes.end(), 0);  // as the activation floor
   floors.layer_held_activation_bytes = std::move(layer_held_bytes);
@@ -113,6 +118,19 @@ SettingFloors setting_floors(const ModelSpec& model, const Cluster& cluster, con
   MicroBatchFloors one = micro_batch_floors(model, cluster, profile, training, knobs);
   scale_to_micro_batches(one.floors, one.accumulation_steps);  // every micro-batch runs the same kernels
   return std::move(one.floors);
+}
+
+std::int64_t states_floor_bytes(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                                const TrainingConfig& training, const KnobSetting& knobs) {
+  const UnitLayout layout =
+      states_floor_layout(knobs.strategy, model, training, cluster.world_size(), cluster.gpus_per_node);
+  Plan states_only;
+  states_only.training = training;
+  states_only.offload.params = knobs.offload;
+  const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile.context_overhead_bytes);
+  std::int64_t bytes = 0;
+  for (const std::int64_t category_bytes : persistent) bytes += category_bytes;
+  return bytes;
 }
 
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,

@@ -221,6 +221,9 @@ struct SettingFloors {
   // Note [Activation floor]: of the allocated peak less the persistent memory — the most activation bytes the passes
   // of one micro-batch hold at once.
   std::int64_t activation_peak_bytes = 0;
+  // The activations one micro-batch holds where its first backward-side op starts (Note [Regather floor] in
+  // communication_floor.h).
+  std::int64_t turnaround_activation_bytes = 0;
   // The same kernels of one micro-batch by model layer (the layer's forward, recompute and backward): the pipeline
   // search's floor of a stage (Note [Pipeline floor] in search_pipeline.h).
   std::vector<double> layer_compute_s;
@@ -240,6 +243,10 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
                                     const TrainingConfig& training, const KnobSetting& knobs);
 // One micro-batch's floors made the step's: its compute times `micro_batches` (the activation floors stay).
 void scale_to_micro_batches(SettingFloors& floors, int micro_batches);
+// A floor of the model states of every plan of a setting: the whole model's persistent memory (states_floor_layout,
+// padded once) with the overhead, as the search's fit test counts it (Searcher::can_fit).
+std::int64_t states_floor_bytes(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                                const TrainingConfig& training, const KnobSetting& knobs);
 // setting_floors(...).compute_s, which the search orders settings by and prunes with.
 double compute_floor_s(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                        const TrainingConfig& training, const KnobSetting& knobs);

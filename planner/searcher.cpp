@@ -48,16 +48,13 @@ bool Searcher::can_fit(const KnobSetting& knobs) {
           cluster_.host_memory_bytes_per_node) {
     return false;
   }
-  const UnitLayout layout =
-      states_floor_layout(knobs.strategy, model_, training_, cluster_.world_size(), cluster_.gpus_per_node);
-  Plan states_only;
-  states_only.training = training_;
-  states_only.offload.params = knobs.offload;
-  const MemoryByCategory persistent = persistent_memory({layout}, states_only, profile_.context_overhead_bytes);
-  std::int64_t bytes = 0;
-  for (const std::int64_t category_bytes : persistent) bytes += category_bytes;
+  const std::int64_t bytes = states_floor_bytes(knobs);
   // The states alone first: where they exceed the cap, the activation floor's lowering is not needed.
   return bytes <= cap_ && bytes + floors(knobs).activation_peak_bytes <= cap_;
+}
+
+std::int64_t Searcher::states_floor_bytes(const KnobSetting& knobs) const {
+  return shardplan::states_floor_bytes(model_, cluster_, profile_, training_, knobs);
 }
 
 // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
@@ -82,7 +79,12 @@ double Searcher::step_floor(const KnobSetting& knobs) {
     collectives_key.micro_batch = 1;
     auto [communication, first] = communication_floors_.try_emplace(collectives_key.label());
     if (first) communication->second = communication_floor(model_, cluster_, profile_, training_, knobs);
-    known->second = step_floor_s(floors(knobs), communication->second, least_overlap_compute_slowdown(profile_));
+    // Note [Regather floor]: what a fitting plan's kept units can hold where backward starts.
+    const SettingFloors& setting = floors(knobs);
+    const std::int64_t keepable_bytes = cap_ - states_floor_bytes(knobs) - setting.turnaround_activation_bytes;
+    const double busy_s = communication_busy_floor_s(communication->second, setting, keepable_bytes, profile_);
+    known->second = step_floor_s(setting, busy_s, communication->second.optimizer_step_s,
+                                 least_overlap_compute_slowdown(profile_));
   }
   return known->second;
 }

@@ -59,6 +59,8 @@ class Searcher {
   // pruning). Offloading, the same floor of the host memory a node needs (Note [Host memory]) skips settings whose
   // states no node here could hold.
   bool can_fit(const KnobSetting& knobs);
+  // The states part of that bound: the whole model's persistent memory, padded once, with the overhead.
+  std::int64_t states_floor_bytes(const KnobSetting& knobs) const;
 
   // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
   // (the kernels and activations do not depend on the sharding strategy, which changes collectives and shards only).

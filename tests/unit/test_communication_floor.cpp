@@ -40,36 +40,60 @@ struct FloorCase {
 
 
 // Every setting's step floor against every wrapping shape of it; returns how many settings were checked and how many
-// of them communication (or the host's optimizer step) dominates.
-std::pair<std::size_t, std::size_t> check_step_floors(const ModelSpec& model, const Cluster& cluster,
-                                                      const HardwareProfile& profile, const TrainingConfig& training,
-                                                      bool offload) {
-  std::size_t settings = 0, communication_bound = 0;
+// of them communication (or the host's optimizer step) dominates. Each setting twice: without a memory cap, and under
+// the least peak of its shapes (Note [Regather floor]), against the shapes that fit that.
+struct FloorCounts {
+  std::size_t settings = 0, communication_bound = 0, fitting_under_tight_cap = 0, regather_raised = 0;
+};
+FloorCounts check_step_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
+                              const TrainingConfig& training, bool offload) {
+  FloorCounts counts;
+  const double slowdown = least_overlap_compute_slowdown(profile);
   for (const KnobSetting& knobs : knob_settings(cluster, training, offload)) {
     const SettingFloors floors = setting_floors(model, cluster, profile, training, knobs);
     const CommunicationFloor communication = communication_floor(model, cluster, profile, training, knobs);
-    const double busy_s = communication_busy_floor_s(communication, floors);
-    const double floor_s = step_floor_s(floors, communication, least_overlap_compute_slowdown(profile));
-    CHECK(floor_s >= floors.compute_s);  // never weaker than the compute floor alone
+    const double busy_s = communication_busy_floor_s(communication, floors, -1, profile);
+    const double floor_s = step_floor_s(floors, busy_s, communication.optimizer_step_s, slowdown);
     const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
-    double fastest_s = 1e300;
+    std::vector<SimulationSummary> summaries;
     for (const Plan& plan : plans_of_setting(model, per_block)) {
-      const double step_s = analyze_step(model, cluster, profile, plan, false).simulation.summary.step_time_s;
+      summaries.push_back(analyze_step(model, cluster, profile, plan, false).simulation.summary);
+    }
+    // The tightest cap some shape fits: what the others may keep gathered beside the states and saved activations.
+    std::int64_t tight_cap_bytes = summaries.front().peak_memory_bytes;
+    for (const SimulationSummary& summary : summaries) {
+      tight_cap_bytes = std::min(tight_cap_bytes, summary.peak_memory_bytes);
+    }
+    const std::int64_t keepable_bytes = tight_cap_bytes -
+                                        states_floor_bytes(model, cluster, profile, training, knobs) -
+                                        floors.turnaround_activation_bytes;
+    const double tight_busy_s = communication_busy_floor_s(communication, floors, keepable_bytes, profile);
+    const double tight_floor_s = step_floor_s(floors, tight_busy_s, communication.optimizer_step_s, slowdown);
+    CHECK(floor_s >= floors.compute_s);  // never weaker than the compute floor alone
+    CHECK(tight_floor_s >= floor_s);
+    if (tight_floor_s > floor_s) ++counts.regather_raised;
+    double fastest_s = 1e300;
+    for (const SimulationSummary& summary : summaries) {
       INFO(cluster.gpu.name << " " << knobs.label() << ": floor " << floor_s << " s (compute " << floors.compute_s
-                            << ", communication busy " << busy_s << "), plan " << step_s << " s");
-      CHECK(floor_s <= step_s);
-      fastest_s = std::min(fastest_s, step_s);
+                            << ", communication busy " << busy_s << "), under the tight cap " << tight_floor_s
+                            << " s; plan " << summary.step_time_s << " s at " << summary.peak_memory_bytes << " B");
+      CHECK(floor_s <= summary.step_time_s);
+      if (summary.peak_memory_bytes <= tight_cap_bytes) {
+        ++counts.fitting_under_tight_cap;
+        CHECK(tight_floor_s <= summary.step_time_s);
+      }
+      fastest_s = std::min(fastest_s, summary.step_time_s);
     }
     // Not vacuous: where communication (or the host's optimizer step) dominates, the floor is well above the compute
     // floor and near the plans (backward regathers and per-micro-batch reductions are left out).
     if (busy_s + communication.optimizer_step_s > 2 * floors.compute_s) {
-      ++communication_bound;
+      ++counts.communication_bound;
       CHECK(floor_s >= 1.5 * floors.compute_s);
       CHECK(floor_s >= 0.35 * fastest_s);
     }
-    ++settings;
+    ++counts.settings;
   }
-  return {settings, communication_bound};
+  return counts;
 }
 
 }  // namespace
@@ -86,14 +110,18 @@ TEST_CASE("communication floor: the step floor is below every plan of its settin
     TrainingConfig training;
     training.seq_len = 256;
     training.global_batch = 2 * cluster.world_size();  // micro-batches 1 and 2
-    std::size_t settings = 0, communication_bound = 0;
+    FloorCounts counts;
     for (const bool offload : {false, true}) {
-      const auto [checked, bound] = check_step_floors(model, cluster, profile, training, offload);
-      settings += checked;
-      communication_bound += bound;
+      const FloorCounts some = check_step_floors(model, cluster, profile, training, offload);
+      counts.settings += some.settings;
+      counts.communication_bound += some.communication_bound;
+      counts.fitting_under_tight_cap += some.fitting_under_tight_cap;
+      counts.regather_raised += some.regather_raised;
     }
-    CHECK(settings > 10);
-    CHECK(communication_bound > 0);
+    CHECK(counts.settings > 10);
+    CHECK(counts.communication_bound > 0);
+    CHECK(counts.fitting_under_tight_cap > 0);
+    CHECK(counts.regather_raised > 0);
   }
 }
 
@@ -112,9 +140,7 @@ TEST_CASE("communication floor: a mixture of experts' all-to-alls per micro-batc
   const KnobSetting first = knob_settings(cluster, training, false).front();
   REQUIRE(setting_floors(model, cluster, profile, training, first)
               .micro_batch_stream_s[static_cast<std::size_t>(StreamKind::all_to_all)] > 0);
-  const auto [settings, communication_bound] = check_step_floors(model, cluster, profile, training, false);
-  CHECK(settings > 5);
-  (void)communication_bound;
+  CHECK(check_step_floors(model, cluster, profile, training, false).settings > 5);
 }
 
 TEST_CASE("step floor: the stretch term by hand") {
@@ -122,22 +148,16 @@ TEST_CASE("step floor: the stretch term by hand") {
   floors.kernels_s = 10.0;
   floors.dispatch_s = 1.0;
   floors.compute_s = 11.0;
-  const auto communication = [](double busy_s, double optimizer_step_s) {
-    CommunicationFloor floor;
-    floor.step_stream_s[static_cast<std::size_t>(StreamKind::all_gather)] = busy_s;
-    floor.optimizer_step_s = optimizer_step_s;
-    return floor;
-  };
   // U = 5 s of communication, s = 2: K + D + (1 − 1/2)·(5 − 1) = 13 s.
-  CHECK(step_floor_s(floors, communication(5.0, 0.0), 2.0) == doctest::Approx(13.0));
+  CHECK(step_floor_s(floors, 5.0, 0.0, 2.0) == doctest::Approx(13.0));
   // No slowdown: the compute floor; communication beyond it: the streams' own time.
-  CHECK(step_floor_s(floors, communication(5.0, 0.0), 1.0) == doctest::Approx(11.0));
-  CHECK(step_floor_s(floors, communication(30.0, 0.0), 2.0) == doctest::Approx(30.0));
+  CHECK(step_floor_s(floors, 5.0, 0.0, 1.0) == doctest::Approx(11.0));
+  CHECK(step_floor_s(floors, 30.0, 0.0, 2.0) == doctest::Approx(30.0));
   // Communication that fits in the dispatch overheads stretches nothing.
-  CHECK(step_floor_s(floors, communication(0.5, 0.0), 2.0) == doctest::Approx(11.0));
+  CHECK(step_floor_s(floors, 0.5, 0.0, 2.0) == doctest::Approx(11.0));
   // The optimizer step adds to the compute stream and, like dispatch, hosts communication unstretched:
   // 10 + 3 + (1 − 1/2)·(5 − 3) = 14 s.
-  CHECK(step_floor_s(floors, communication(5.0, 2.0), 2.0) == doctest::Approx(14.0));
+  CHECK(step_floor_s(floors, 5.0, 2.0, 2.0) == doctest::Approx(14.0));
   // A calibrated speed-up beside communication (s < 1): s·K + D.
-  CHECK(step_floor_s(floors, communication(5.0, 0.0), 0.5) == doctest::Approx(6.0));
+  CHECK(step_floor_s(floors, 5.0, 0.0, 0.5) == doctest::Approx(6.0));
 }
