@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <source_location>
 #include <span>
 #include <system_error>
 #include <vector>
@@ -206,22 +205,8 @@ std::uint64_t fnv1a64(std::string_view bytes) {
   return hash;
 }
 
-namespace {
-
-// Every rank refuses alike, before any collective: a CP run's checkpoints are not tested yet (Note [Context-parallel
-// runner]).
-void refuse_context_parallel(const Runner& runner) {
-  if (runner.plan().context_parallel.enabled()) {
-    throw InputError("checkpoints of a context-parallel plan are not yet supported", std::source_location::current(),
-                     runner.rank());
-  }
-}
-
-}  // namespace
-
 CheckpointInfo save_checkpoint(Runner& runner, comm::Communicator& world, const std::string& dir,
                                std::uint64_t data_position, const CheckpointData& data) {
-  refuse_context_parallel(runner);
   const int rank = runner.rank();
   const int index = world.rank(), size = world.size();
   CheckpointInfo info;
@@ -387,7 +372,6 @@ Staged read_and_verify(Runner& runner, int index, int size, const std::string& d
 
 CheckpointInfo load_checkpoint(Runner& runner, comm::Communicator& world, const std::string& dir,
                                const CheckpointData& data) {
-  refuse_context_parallel(runner);
   Staged staged;
   std::string error;
   try {

@@ -28,8 +28,9 @@ namespace shardplan::runner {
 // the agreed loss, the mean over ranks, is the whole sequences' mean; the gradient of every rank's loss reaches the
 // keys' owners through the dK/dV ring, and FSDP's reduction over the dp_shard × cp ranks (the planner's shard group,
 // the lowered schedule's collectives) averages it, as torchtitan's FSDP over "dp_shard_cp" does.
-// Not executed (refused up front, one line each): CP with tensor or pipeline parallelism, fine-tuning, checkpoints,
-// and on the GPU executor.
+// Not executed (refused up front, one line each): CP with tensor or pipeline parallelism or fine-tuning, and on the
+// GPU executor (check_executable in runner_support.cpp), and checkpoints of a CP run (`run`'s check_run_checkpoints
+// in cli/cmd_run.cpp).
 
 // The runner's CP group: ring steps as sends to rank + 1 and receives from rank − 1 on its CP communicator, waits that
 // keep polling `progress` (so the asynchronous FSDP collectives move on, as CommTensorParallelGroup's do).
