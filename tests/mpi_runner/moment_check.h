@@ -108,6 +108,20 @@ void check_parameters(Runner& runner, const Shards& shards, const ReferenceRun& 
   }
 }
 
+// The whole model gather_parameters assembles (from every shard, and TP rank or stage) cut back into this rank's
+// shards equals the shards the caller just compared with the reference: so only its placement is tested here.
+template <class Shards, class Where>
+void check_gathered(Runner& runner, const Shards& shards, const ReferenceRun& reference, Where where) {
+  const std::vector<float> whole = runner.gather_parameters();
+  REQUIRE(whole.size() == reference.final_params.size());
+  const auto gathered = shards.of(whole);
+  const std::vector<FlatParam*> params = runner.flat_params();
+  for (std::size_t unit = 0; unit < params.size(); ++unit) {
+    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
+    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), gathered[unit].begin()));
+  }
+}
+
 // "calls/expected calls bytes/expected B": a run's tally beside its program's, for messages.
 inline std::string tallies(const comm::CollectiveTally& run, const comm::CollectiveTally& expected) {
   return std::to_string(run.calls) + "/" + std::to_string(expected.calls) + " calls " + std::to_string(run.bytes) +

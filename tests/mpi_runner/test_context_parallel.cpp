@@ -142,15 +142,7 @@ void check_context_parallel(const ContextParallelCase& c) {
             "; run/program:", counts, "; send ", tallies(report.p2p.sends, expected_p2p.sends), ", recv ",
             tallies(report.p2p.recvs, expected_p2p.recvs));
   }
-  // The whole model gathered back equals the shards just compared (gather_parameters over the 4-rank shard group).
-  const std::vector<float> whole = runner.gather_parameters();
-  REQUIRE(whole.size() == reference.final_params.size());
-  const auto gathered = shards.of(whole);
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
-    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), gathered[unit].begin()));
-  }
+  check_gathered(runner, shards, reference, where);
 }
 
 }  // namespace

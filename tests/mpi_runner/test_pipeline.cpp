@@ -159,16 +159,7 @@ void check_pipeline(const PipelineCase& c) {
               predicted[activations], " B");
     }
   }
-  // The whole model assembled from every stage: gather_parameters' placement, checked against the shards this rank
-  // just compared (so only the placement is tested here).
-  const std::vector<float> whole = runner.gather_parameters();
-  REQUIRE(whole.size() == reference.final_params.size());
-  const auto gathered = shards.of(whole);
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
-    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), gathered[unit].begin()));
-  }
+  check_gathered(runner, shards, reference, where);
 }
 
 }  // namespace

@@ -151,16 +151,7 @@ void check_tensor_parallel(const TensorParallelCase& c) {
               "; run/schedule:", counts);
     }
   }
-  // The whole model assembled from every TP rank's and FSDP shard's pieces: gather_parameters' placement, checked
-  // against the shards this rank just compared (so only the placement is tested here).
-  const std::vector<float> whole = runner.gather_parameters();
-  REQUIRE(whole.size() == reference.final_params.size());
-  const auto shards = reference_shards.of(whole);
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
-    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), shards[unit].begin()));
-  }
+  check_gathered(runner, reference_shards, reference, where);
 }
 
 }  // namespace
