@@ -128,4 +128,26 @@ inline std::string tallies(const comm::CollectiveTally& run, const comm::Collect
          "/" + std::to_string(expected.bytes) + " B";
 }
 
+// A step's collectives equal its program's, every kind's calls and bytes; returns them side by side, for a message.
+inline std::string check_collectives(const comm::CommCounters& run, const comm::CommCounters& expected) {
+  std::string counts;
+  for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
+    INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
+    CHECK(run.tallies[kind].calls == expected.tallies[kind].calls);
+    CHECK(run.tallies[kind].bytes == expected.tallies[kind].bytes);
+    counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
+              tallies(run.tallies[kind], expected.tallies[kind]);
+  }
+  return counts;
+}
+
+// A step's point-to-point messages equal its program's, sends and receives; returns them, for a message.
+inline std::string check_p2p(const comm::P2pCounters& run, const comm::P2pCounters& expected) {
+  CHECK(run.sends.calls == expected.sends.calls);
+  CHECK(run.sends.bytes == expected.sends.bytes);
+  CHECK(run.recvs.calls == expected.recvs.calls);
+  CHECK(run.recvs.bytes == expected.recvs.bytes);
+  return "send " + tallies(run.sends, expected.sends) + ", recv " + tallies(run.recvs, expected.recvs);
+}
+
 }  // namespace shardplan::runner::testing

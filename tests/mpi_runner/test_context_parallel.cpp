@@ -126,21 +126,10 @@ void check_context_parallel(const ContextParallelCase& c) {
     CHECK(close(report.loss, reference_loss, 1e-5));
     check_moments(runner, shards, reference, step, where);
     if (step + 1 == steps) check_parameters(runner, shards, reference, options.adamw, where, c.parameters);
-    std::string counts;
-    for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
-      INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
-      CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
-      CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
-      counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
-                tallies(report.collectives.tallies[kind], expected.tallies[kind]);
-    }
-    CHECK(report.p2p.sends.calls == expected_p2p.sends.calls);
-    CHECK(report.p2p.sends.bytes == expected_p2p.sends.bytes);
-    CHECK(report.p2p.recvs.calls == expected_p2p.recvs.calls);
-    CHECK(report.p2p.recvs.bytes == expected_p2p.recvs.bytes);
+    const std::string counts = check_collectives(report.collectives, expected);
+    const std::string messages = check_p2p(report.p2p, expected_p2p);
     MESSAGE("rank ", world.rank(), " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
-            "; run/program:", counts, "; send ", tallies(report.p2p.sends, expected_p2p.sends), ", recv ",
-            tallies(report.p2p.recvs, expected_p2p.recvs));
+            "; run/program:", counts, "; ", messages);
   }
   check_gathered(runner, shards, reference, where);
 }

@@ -123,14 +123,7 @@ void check_pipeline(const PipelineCase& c) {
     CHECK(close(report.loss, reference_loss, 1e-5));
     if (step < c.compared_steps) check_moments(runner, shards, reference, step, where);
     if (step + 1 == c.compared_steps) check_parameters(runner, shards, reference, options.adamw, where);
-    std::string counts;
-    for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
-      INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
-      CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
-      CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
-      counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
-                tallies(report.collectives.tallies[kind], expected.tallies[kind]);
-    }
+    const std::string counts = check_collectives(report.collectives, expected);
     // The tracked model-state memory is the program's (test_accounting.cpp's categories): each rank holds and
     // gathers only its stages' units, kept gathered through the step, gradients accumulated unsharded.
     const MemoryByCategory predicted = predicted_peaks(program);
@@ -147,14 +140,10 @@ void check_pipeline(const PipelineCase& c) {
            predicted[index], " B");
       CHECK(report.peak_by_category[index] == predicted[index]);
     }
-    CHECK(report.p2p.sends.calls == expected_p2p.sends.calls);
-    CHECK(report.p2p.sends.bytes == expected_p2p.sends.bytes);
-    CHECK(report.p2p.recvs.calls == expected_p2p.recvs.calls);
-    CHECK(report.p2p.recvs.bytes == expected_p2p.recvs.bytes);
+    const std::string messages = check_p2p(report.p2p, expected_p2p);
     if (world.rank() == 0 || world.rank() == size - 1) {
       MESSAGE(std::string(to_string(c.schedule)), " rank ", world.rank(), " step ", step, ": loss ", report.loss,
-              " vs reference ", reference_loss, "; run/program:", counts, "; send ",
-              tallies(report.p2p.sends, expected_p2p.sends), ", recv ", tallies(report.p2p.recvs, expected_p2p.recvs),
+              " vs reference ", reference_loss, "; run/program:", counts, "; ", messages,
               "; tracked activation peak ", report.peak_by_category[activations], " B, the program's ",
               predicted[activations], " B");
     }

@@ -135,17 +135,7 @@ void check_tensor_parallel(const TensorParallelCase& c) {
                                                                         options.seed, options.adamw);
       check_parameters(runner, reference_shards, until, options.adamw, where, c.parameters);
     }
-    std::string counts;
-    for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
-      INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
-      CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
-      CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
-      counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
-                std::to_string(report.collectives.tallies[kind].calls) + "/" +
-                std::to_string(expected.tallies[kind].calls) + " calls " +
-                std::to_string(report.collectives.tallies[kind].bytes) + "/" +
-                std::to_string(expected.tallies[kind].bytes) + " B";
-    }
+    const std::string counts = check_collectives(report.collectives, expected);
     if (world.rank() == 0) {
       MESSAGE(c.model.name, " ", c.strategy, " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
               "; run/schedule:", counts);
