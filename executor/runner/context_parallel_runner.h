@@ -24,7 +24,8 @@ namespace shardplan::runner {
 // micro_batch × seq/cp tokens (fp32 on CPU ranks, so dK/dV's fp32 is the same size). The program's send ops are
 // markers on the p2p stream — the exchanges happen inside the pass after them, in torch's order within the pass —
 // and every step is one send and one receive, so a step's messages per rank are the program's send ops, calls and
-// bytes, each way (StepReport::p2p). Each rank's loss is the mean over its tokens (equally many on every rank), so
+// bytes, each way (StepReport::p2p); their receive buffers are tracked where the schedule places them (comm_buffers
+// from a pass's first send op to its last), so the tracked memory is the program's. Each rank's loss is the mean over its tokens (equally many on every rank), so
 // the agreed loss, the mean over ranks, is the whole sequences' mean; the gradient of every rank's loss reaches the
 // keys' owners through the dK/dV ring, and FSDP's reduction over the dp_shard × cp ranks (the planner's shard group,
 // the lowered schedule's collectives) averages it, as torchtitan's FSDP over "dp_shard_cp" does.

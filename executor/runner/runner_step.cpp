@@ -50,8 +50,11 @@ class Runner::StepWalker {
       if (is_collective(op)) {
         request(op);
       } else if (op.kind == OpKind::send && r_.context_parallel_) {
-        // A ring step: posted by the attention of the pass after it (Note [Context-parallel runner]).
+        // A ring step: posted by the attention of the pass after it (Note [Context-parallel runner]). Its receive
+        // buffer lives inside that pass; it is tracked where the schedule places it, from the first send to the last.
         begin(op);
+        for (const MemoryChange& change : op.allocates) r_.tracker_.allocate(change.category, change.bytes);
+        for (const MemoryChange& change : op.frees) r_.tracker_.release(change.category, change.bytes);
         end(op);
       } else if (op.kind == OpKind::send) {  // on the p2p stream: completes on its own (Note [Pipeline runner])
         for (int dep : op.deps) complete(dep);

@@ -150,4 +150,24 @@ inline std::string check_p2p(const comm::P2pCounters& run, const comm::P2pCounte
   return "send " + tallies(run.sends, expected.sends) + ", recv " + tallies(run.recvs, expected.recvs);
 }
 
+// The step's tracked memory is its program's (test_accounting.cpp's categories): every model-state category's peak
+// exactly, activations within 2%, as test_accounting.cpp compares them; returns the activation peaks, for a message.
+inline std::string check_tracked_memory(const StepReport& report, const StepSchedule& program) {
+  const MemoryByCategory predicted = predicted_peaks(program);
+  const auto activations = static_cast<std::size_t>(MemoryCategory::activations);
+  CHECK(static_cast<double>(report.peak_by_category[activations]) ==
+        doctest::Approx(static_cast<double>(predicted[activations])).epsilon(0.02));
+  for (MemoryCategory category : {MemoryCategory::sharded_params, MemoryCategory::sharded_grads,
+                                  MemoryCategory::optimizer_states, MemoryCategory::unsharded_params,
+                                  MemoryCategory::root_unit, MemoryCategory::unsharded_grads,
+                                  MemoryCategory::comm_buffers}) {
+    const auto index = static_cast<std::size_t>(category);
+    INFO("tracked ", to_string(category), " peak ", report.peak_by_category[index], " B, the program's ",
+         predicted[index], " B");
+    CHECK(report.peak_by_category[index] == predicted[index]);
+  }
+  return "tracked activation peak " + std::to_string(report.peak_by_category[activations]) + " B, the program's " +
+         std::to_string(predicted[activations]) + " B";
+}
+
 }  // namespace shardplan::runner::testing
