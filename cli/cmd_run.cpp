@@ -60,8 +60,8 @@ std::unique_ptr<runtime::ByteTextDataset> plan_dataset(const RunFlags& flags, co
   return std::make_unique<runtime::ByteTextDataset>(data_options);
 }
 
-// Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]), of a TP rank's slice and of a
-// pipeline rank's stages have not been saved and resumed yet: InputError when `flags` asks for checkpoints of such a
+// Checkpoints of fine-tuning runs (shards with frozen parts, Note [Frozen shards]), of a TP rank's slice, of a
+// pipeline rank's stages and of a CP run have not been saved and resumed yet: InputError when `flags` asks for checkpoints of such a
 // plan.
 void check_run_checkpoints(const Plan& plan, const RunFlags& flags) {
   if (flags.checkpoint_dir.empty() && !flags.resume) return;
@@ -78,6 +78,11 @@ void check_run_checkpoints(const Plan& plan, const RunFlags& flags) {
   if (plan.pipeline.enabled()) {
     throw InputError("--checkpoint-dir/--resume with pipeline degree " + std::to_string(plan.pipeline.degree) +
                      ": not yet supported (expected a plan without a pipeline, or no checkpoints)");
+  }
+  if (plan.context_parallel.enabled()) {  // Note [Context-parallel runner]
+    throw InputError("--checkpoint-dir/--resume with context_parallel_degree " +
+                     std::to_string(plan.context_parallel.degree) +
+                     ": not yet supported (expected a plan without context parallelism, or no checkpoints)");
   }
 }
 

@@ -128,6 +128,7 @@ RankPlacement ParallelDims::placement(int rank) const {
   placement.groups.fsdp_shard = group(fixed_except({kDpShard, kCp}));
   placement.groups.dp_replicate = group(fixed_except({kDpReplicate}));
   placement.groups.tp = group(fixed_except({kTp}));
+  placement.groups.cp = group(fixed_except({kCp}));
   placement.groups.pp = group(fixed_except({kPp}));
   placement.groups.data_parallel = group(fixed_except({kDpReplicate, kDpShard, kCp}));
   placement.data_parallel_rank = (index[kDpReplicate] * dp_shard_ + index[kDpShard]) * cp_ + index[kCp];

@@ -53,6 +53,7 @@ struct RankGroups {
   std::vector<int> fsdp_shard;    // dp_shard × cp: FSDP's all-gather / reduce-scatter ("dp_shard_cp")
   std::vector<int> dp_replicate;  // HSDP's all-reduce across replicas
   std::vector<int> tp;            // tensor parallel
+  std::vector<int> cp;            // context parallel: the ring of one sequence's shares
   std::vector<int> ep;            // expert parallel: dp_shard_in_ep × cp (Note [ParallelDims])
   std::vector<int> pp;            // one rank of every pipeline stage
   // dp_replicate × dp_shard × cp: the ranks of one TP slice and stage (torchtitan's "dp_cp", the loss all-reduce),

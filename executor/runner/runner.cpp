@@ -95,12 +95,12 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
       lowered_plan_ = std::move(held.plan);
       whole_layers_ = std::move(held.whole_layers);
       schedule_ = programs.programs.at(static_cast<std::size_t>(pipeline_rank()));
-      layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size(), view.gpus_per_node);
-      check_executable(lowered_plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
+      layouts = unit_layouts(lowered_plan_, rank_model_, dims_.data_parallel_world_size(), view.gpus_per_node);
+      check_executable(lowered_plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true, true});
     } else {
       for (std::size_t layer = 0; layer < model_.layers.size(); ++layer) whole_layers_.push_back(layer);
-      layouts = unit_layouts(lowered_plan_, rank_model_, data_parallel_size(), lowered_gpus_per_node);
-      check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true});
+      layouts = unit_layouts(lowered_plan_, rank_model_, dims_.data_parallel_world_size(), lowered_gpus_per_node);
+      check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true, true});
       // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
       schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
     }
@@ -112,7 +112,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     layout_ = runtime::model_layout(rank_model_);
     whole_layout_ = runtime::model_layout(model_);
     (void)runtime::decoder_dims(model_);  // InputError for a model the CPU kernels cannot run
-    if (tp == 1) {
+    if (tp == 1 && dims_.cp() == 1) {
       for (std::size_t layer : whole_layers_) kernels_.push_back(runtime::make_layer_kernel(model_, layer));
     }
   });
@@ -121,6 +121,14 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     with_rank([&] {
       pipeline_ = std::make_unique<PipelineP2p>(*groups_->pipeline(), dims_.pp() * plan_.pipeline.stages_per_rank,
                                                 schedule_.micro_batches);
+    });
+  }
+  if (dims_.cp() > 1) {  // Note [Context-parallel runner]
+    context_parallel_ = std::make_unique<CommContextParallelGroup>(*groups_->context_parallel());
+    with_rank([&] {
+      for (std::size_t layer : whole_layers_) {
+        kernels_.push_back(runtime::make_context_parallel_layer_kernel(model_, layer, *context_parallel_));
+      }
     });
   }
   if (dims_.tp() > 1) {
@@ -163,7 +171,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
                                  static_cast<std::int64_t>(shard_index) * param.sizes().shard_elements, param.shard());
     }
   }
-  for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, data_parallel_size());
+  for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, dims_.data_parallel_world_size());
 }
 
 Runner::~Runner() = default;
@@ -187,7 +195,7 @@ std::vector<float> Runner::gather_parameters() {
     // Every stage's layers at their whole-model offsets: one data-parallel rank of each stage contributes (the others
     // hold the same gathered layers), summed over the world on the control group (not a schedule collective).
     std::vector<float> whole(static_cast<std::size_t>(whole_layout_.element_count), 0.0f);
-    if (data_parallel_rank() == 0) {
+    if (placement_.data_parallel_rank == 0) {
       for (std::size_t layer = 0; layer < whole_layers_.size(); ++layer) {
         const auto from = model_flat.begin() + layout_.layer_offsets_elements[layer];
         std::copy(from, from + layout_.layers[layer].element_count,
@@ -234,6 +242,12 @@ comm::CommCounters Runner::expected_collectives(const StepSchedule& schedule) {
     expected[kind].calls += 1;
     expected[kind].bytes += static_cast<std::uint64_t>(op.bytes);
   }
+  return expected;
+}
+
+comm::P2pCounters Runner::expected_step_p2p() const {
+  comm::P2pCounters expected = PipelineP2p::expected(schedule_);
+  if (context_parallel_) expected.recvs = expected.sends;  // every ring step receives what it sends
   return expected;
 }
 

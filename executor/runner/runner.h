@@ -9,6 +9,7 @@
 #include "adamw.h"
 #include "comm_counters.h"
 #include "communicator.h"
+#include "context_parallel_runner.h"
 #include "flat_param.h"
 #include "layer_kernel.h"
 #include "param_group.h"
@@ -40,7 +41,9 @@ struct StepReport {
   MemoryByCategory memory_at_peak{};   // the breakdown at that peak
   MemoryByCategory peak_by_category{}; // each category's own maximum in the step
   comm::CommCounters collectives;      // collectives the step's schedule issued on this rank
-  comm::P2pCounters p2p;               // pipeline messages its send and recv ops posted (Note [Pipeline runner])
+  // Pipeline messages its send and recv ops posted (Note [Pipeline runner]), or the CP ring's steps (Note
+  // [Context-parallel runner]).
+  comm::P2pCounters p2p;
   long long allocator_peak_bytes = 0;  // GPU executor: the device pool's own high-water mark (0 on the CPU)
   Timeline timeline;                   // source "measured": one event per op, the memory series
 };
@@ -56,7 +59,8 @@ struct StepReport {
 class Runner {
  public:
   // Lowers `plan` for world.size() ranks (with plan.tensor_parallel_degree > 1: Note [2-D mesh]; with a pipeline:
-  // this rank's pipeline program, Note [Pipeline runner]), checks the runner can execute it (check_executable),
+  // this rank's pipeline program, Note [Pipeline runner]; with context parallelism: a CP rank's program, Note
+  // [Context-parallel runner]), checks the runner can execute it (check_executable),
   // creates the groups (collective over `world`) and initialises this rank's shards. InputError/InternalError carry
   // this rank.
   Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options = {});
@@ -65,7 +69,7 @@ class Runner {
   Runner& operator=(const Runner&) = delete;
 
   // One training step: `micro_batches` holds this rank's schedule.micro_batches batches, each of the plan's
-  // micro-batch × seq_len. Collective over the world.
+  // micro-batch × seq_len (whole sequences also under context parallelism). Collective over the world.
   StepReport step(std::span<const runtime::Batch> micro_batches);
 
   // The full model's parameters in the whole model's layout order, gathered from the shards (and, with tensor
@@ -81,15 +85,21 @@ class Runner {
   int tensor_parallel_degree() const { return dims_.tp(); }
   int tensor_parallel_rank() const { return placement_.slice.tp_rank; }
   // The data-parallel ranks and this rank's index among them (Note [2-D mesh]): which micro-batches step() takes —
-  // the TP ranks of one DP rank take the same ones. world size and rank without tensor parallelism.
-  int data_parallel_size() const { return dims_.data_parallel_world_size(); }
-  int data_parallel_rank() const { return placement_.data_parallel_rank; }
+  // the TP ranks of one DP rank take the same ones, and so do the CP ranks of one CP group (Note [Context-parallel
+  // runner]: the data-parallel ranks over cp, torchtitan's batch "dp"). world size and rank without either.
+  int data_parallel_size() const { return dims_.data_parallel_world_size() / dims_.cp(); }
+  int data_parallel_rank() const { return placement_.data_parallel_rank / dims_.cp(); }
+  // Note [Context-parallel runner]: the CP ranks and this rank's (1 and 0 without context parallelism); step() then
+  // takes whole sequences and trains on this rank's share of each.
+  int context_parallel_degree() const { return dims_.cp(); }
+  int context_parallel_rank() const { return placement_.coordinates.cp; }
   // Note [Pipeline runner]: the pipeline ranks and this rank's (1 and 0 without a pipeline); schedule() is then this
   // pipeline rank's program and model_layout() the layout of its stages' layers.
   int pipeline_degree() const { return dims_.pp(); }
   int pipeline_rank() const { return placement_.coordinates.pp; }
-  // The pipeline messages one step posts on this rank: its program's send and recv ops (zero without a pipeline).
-  comm::P2pCounters expected_step_p2p() const { return PipelineP2p::expected(schedule_); }
+  // The pipeline messages one step posts on this rank: its program's send and recv ops (zero without a pipeline);
+  // with context parallelism the ring's steps, one send and one receive per send op of the program.
+  comm::P2pCounters expected_step_p2p() const;
   // Collective counts one step issues on each rank, from the schedule (what StepReport::collectives must equal).
   static comm::CommCounters expected_collectives(const StepSchedule& schedule);
   // The same for this runner's step: the schedule's collective ops, plus the TP collectives in its passes' kernels
@@ -131,6 +141,7 @@ class Runner {
   std::unique_ptr<RunnerGroups> groups_;
   std::unique_ptr<CommTensorParallelGroup> tensor_parallel_;  // null without tensor parallelism
   std::unique_ptr<PipelineP2p> pipeline_;                     // null without pipeline parallelism
+  std::unique_ptr<CommContextParallelGroup> context_parallel_;  // null without context parallelism
   std::vector<std::unique_ptr<FlatParam>> params_;
   std::vector<ParamGroup> param_groups_;
   std::int64_t optimizer_steps_ = 0;

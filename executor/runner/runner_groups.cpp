@@ -21,6 +21,8 @@ RunnerGroups::RunnerGroups(comm::Communicator& world, const std::vector<UnitLayo
     data_parallel_ = world.split(mesh.data_parallel.front(), world.rank());
     data_parallel = data_parallel_.get();
   }
+  // A CP group is cp consecutive ranks of the DP group (Note [ParallelDims]), in CP rank order.
+  if (mesh.cp.size() > 1) context_parallel_ = world.split(mesh.cp.front(), world.rank());
   world_ = data_parallel->split(0, data_parallel->rank());
   std::set<int> sizes;  // ordered, so every rank creates the groups in the same order
   for (const auto& layout : layouts) {
@@ -59,7 +61,14 @@ comm::CommCounters RunnerGroups::data_counters() const {
 }
 
 comm::P2pCounters RunnerGroups::p2p_counters() const {
-  return pipeline_ ? pipeline_->p2p_counters() : comm::P2pCounters{};
+  comm::P2pCounters total;
+  for (const auto* group : {pipeline_.get(), context_parallel_.get()}) {
+    if (!group) continue;
+    const comm::P2pCounters& counters = group->p2p_counters();
+    total.sends = {total.sends.calls + counters.sends.calls, total.sends.bytes + counters.sends.bytes};
+    total.recvs = {total.recvs.calls + counters.recvs.calls, total.recvs.bytes + counters.recvs.bytes};
+  }
+  return total;
 }
 
 }  // namespace shardplan::runner

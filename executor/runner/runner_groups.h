@@ -17,7 +17,9 @@ namespace shardplan::runner {
 // the schedule's collectives (asserted per step by the tests). With tensor parallelism (Note [2-D mesh] in
 // tensor_parallel_runner.h) or pipeline parallelism (Note [Pipeline runner] in pipeline_p2p.h) the schedule's groups
 // live inside this rank's DP group — `world` is then the DP group — `tensor_parallel` is its TP group and `pipeline`
-// its PP group (one rank per stage, ordered by pipeline rank); `control` spans every rank either way.
+// its PP group (one rank per stage, ordered by pipeline rank); `control` spans every rank either way. With context
+// parallelism (Note [Context-parallel runner] in context_parallel_runner.h) `context_parallel` is its CP group, whose
+// ring steps are the point-to-point messages counted besides the pipeline's.
 class RunnerGroups {
  public:
   // `mesh`: this rank's groups (ParallelDims::placement, Note [ParallelDims]); a TP group of one rank or none (the
@@ -28,12 +30,13 @@ class RunnerGroups {
   comm::Communicator& world() { return *world_; }
   comm::Communicator* tensor_parallel() { return tensor_parallel_.get(); }  // null without tensor parallelism
   comm::Communicator* pipeline() { return pipeline_.get(); }                // null without pipeline parallelism
+  comm::Communicator* context_parallel() { return context_parallel_.get(); }  // null without context parallelism
   comm::Communicator& shard(int group_size);    // consecutive ranks (make_shard_group)
   comm::Communicator& replica(int group_size);  // ranks holding the same shard of a `group_size` shard group
 
   // The collectives issued on the data communicators (world, shard, replica, tensor_parallel) since they were created.
   comm::CommCounters data_counters() const;
-  // The point-to-point messages posted on the pipeline group since it was created (zero without one).
+  // The point-to-point messages posted on the pipeline and CP groups since they were created (zero without them).
   comm::P2pCounters p2p_counters() const;
 
  private:
@@ -41,6 +44,7 @@ class RunnerGroups {
   std::unique_ptr<comm::Communicator> world_;
   std::unique_ptr<comm::Communicator> tensor_parallel_;
   std::unique_ptr<comm::Communicator> pipeline_;
+  std::unique_ptr<comm::Communicator> context_parallel_;
   std::unique_ptr<comm::Communicator> data_parallel_;  // only split from
   std::map<int, std::unique_ptr<comm::Communicator>> shard_;
   std::map<int, std::unique_ptr<comm::Communicator>> replica_;

@@ -28,10 +28,18 @@ class Runner::StepWalker {
       }
       r_.tensor_parallel_->set_progress([this] { progress(); });
     }
+    if (r_.context_parallel_) {
+      // Note [Context-parallel runner]: the layers see this CP rank's share of each sequence.
+      for (const runtime::Batch& whole : batches_) {
+        shares_.push_back(context_parallel_share(whole, r_.dims_.cp(), r_.context_parallel_rank()));
+      }
+      r_.context_parallel_->set_progress([this] { progress(); });
+    }
   }
   ~StepWalker() {
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook({});
     if (r_.tensor_parallel_) r_.tensor_parallel_->set_progress({});
+    if (r_.context_parallel_) r_.context_parallel_->set_progress({});
   }
   StepWalker(const StepWalker&) = delete;
   StepWalker& operator=(const StepWalker&) = delete;
@@ -41,6 +49,13 @@ class Runner::StepWalker {
       progress();
       if (is_collective(op)) {
         request(op);
+      } else if (op.kind == OpKind::send && r_.context_parallel_) {
+        // A ring step: posted by the attention of the pass after it (Note [Context-parallel runner]). Its receive
+        // buffer lives inside that pass; it is tracked where the schedule places it, from the first send to the last.
+        begin(op);
+        for (const MemoryChange& change : op.allocates) r_.tracker_.allocate(change.category, change.bytes);
+        for (const MemoryChange& change : op.frees) r_.tracker_.release(change.category, change.bytes);
+        end(op);
       } else if (op.kind == OpKind::send) {  // on the p2p stream: completes on its own (Note [Pipeline runner])
         for (int dep : op.deps) complete(dep);
         begin(op);
@@ -333,7 +348,7 @@ class Runner::StepWalker {
   Runner& r_;
   const std::vector<Op>& ops_;
   std::span<const runtime::Batch> batches_;
-  std::vector<runtime::Batch> shares_;  // this TP rank's share of each micro-batch; empty without TP
+  std::vector<runtime::Batch> shares_;  // this TP or CP rank's share of each micro-batch; empty without either
   std::vector<bool> done_;
   std::vector<TimelineEvent> events_;
   std::vector<InFlight> in_flight_;
@@ -349,7 +364,7 @@ class Runner::StepWalker {
 };
 
 StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {
-  check_step_batches(schedule_, micro_batches, rank_);
+  check_step_batches(schedule_, micro_batches, rank_, dims_.cp());
   StepReport report;
   comm::Communicator& control = groups_->control();
   const comm::CommCounters before = groups_->data_counters();

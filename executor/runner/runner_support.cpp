@@ -79,10 +79,15 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
   check_finetune_supported(plan, rank, support);
   check_no_expert_parallel(plan, rank, support);
   check_not_compiled(plan, rank, support);
-  if (plan.context_parallel.enabled()) {  // Note [Context-parallel lowering]: the ring is simulated, not run
-    reject("context_parallel_degree " + std::to_string(plan.context_parallel.degree) +
-               " (ring attention) is planned, simulated and exported to torchtitan, not yet executed",
-           support, rank);
+  if (plan.context_parallel.enabled()) {  // Note [Context-parallel runner]: what the CPU runner's ring runs
+    const std::string cp = "context_parallel_degree " + std::to_string(plan.context_parallel.degree);
+    if (!support.context_parallel) {
+      reject(cp + " (ring attention) is planned, simulated and exported, not yet executed here; run it on CPU ranks "
+                  "(--device cpu)", support, rank);
+    }
+    if (plan.tensor_parallel_degree > 1) reject(cp + " with tensor parallelism is not yet executed", support, rank);
+    if (plan.pipeline.enabled()) reject(cp + " with pipeline parallelism is not yet executed", support, rank);
+    if (!plan.training.finetune.trains_all()) reject(cp + " with fine-tuning is not yet executed", support, rank);
   }
   const PrecisionRecipe& precision = plan.training.precision;
   if (precision.uses_fp8()) {
@@ -137,17 +142,19 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
   }
 }
 
-void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank) {
+void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank,
+                        int context_parallel) {
+  const std::int64_t seq_len = schedule.seq_len * context_parallel;
   if (static_cast<int>(micro_batches.size()) != schedule.micro_batches) {
     throw InputError("step: " + std::to_string(micro_batches.size()) + " micro-batches given, the schedule has " +
                          std::to_string(schedule.micro_batches),
                      std::source_location::current(), rank);
   }
   for (const auto& batch : micro_batches) {
-    if (batch.micro_batch != schedule.sequences_per_micro_batch || batch.seq_len != schedule.seq_len) {
+    if (batch.micro_batch != schedule.sequences_per_micro_batch || batch.seq_len != seq_len) {
       throw InputError("step: a batch of " + std::to_string(batch.micro_batch) + "×" + std::to_string(batch.seq_len) +
                            ", the plan trains on " + std::to_string(schedule.sequences_per_micro_batch) + "×" +
-                           std::to_string(schedule.seq_len),
+                           std::to_string(seq_len),
                        std::source_location::current(), rank);
     }
   }

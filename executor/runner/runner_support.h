@@ -22,6 +22,9 @@ struct ExecutorSupport {
   // Runs fine-tuning plans with frozen parameters and LoRA adapters over full-precision base weights (the CPU
   // runner: Note [Frozen shards] in flat_param.h); QLoRA's 4-bit storage is executed by neither runner.
   bool finetune = false;
+  // Runs plans with context_parallel.degree > 1 (the CPU runner: Note [Context-parallel runner]), without tensor or
+  // pipeline parallelism or fine-tuning.
+  bool context_parallel = false;
 };
 
 // InputError (carrying `rank`) unless the plan is one this executor runs exactly as scheduled:
@@ -47,8 +50,11 @@ void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport&
 void check_not_compiled(const Plan& plan, int rank, const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
-// each of the schedule's sequences per micro-batch × seq_len. Shared by the CPU and GPU runners' step().
-void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank);
+// each of the schedule's sequences per micro-batch × seq_len — × context_parallel: a CP rank's schedule is on its
+// share of each sequence, its step() takes whole ones (Note [Context-parallel runner]). Shared by the CPU and GPU
+// runners' step().
+void check_step_batches(const StepSchedule& schedule, std::span<const runtime::Batch> micro_batches, int rank,
+                        int context_parallel = 1);
 
 // The measured Timeline's event for `op` on `rank`: name, kind, stream and sizes as the simulator writes them; the
 // caller sets the start and end it measured. Shared by the CPU and GPU runners, so both traces read alike.

@@ -4,6 +4,7 @@
 #include "errors.h"
 #include "layer_kernel.h"
 #include "mlp.h"
+#include "ring_attention.h"
 #include "rmsnorm.h"
 #include "tensor_parallel_group.h"
 
@@ -27,15 +28,20 @@ namespace {
 // this backward, Note [Replicated gradients] in executor/runner/tensor_parallel_runner.h). Forward keeps both
 // gathered inputs, as DTensor's linear saves its redistributed input (Megatron re-gathers them in backward to save
 // memory); so backward needs no third all-gather per half. Without a TP group g and ḡ are identities and the halves
-// work on the block's own buffers: the same code is the whole block, bit for bit.
+// work on the block's own buffers: the same code is the whole block, bit for bit. With a CP `ring` the block runs on a
+// CP rank's share of each sequence and its attention core is ring attention over the CP group (Note [Context-parallel
+// runner] in executor/runner/context_parallel_runner.h); everything else is per token and runs unchanged.
 class DecoderBlock final : public LayerKernel {
  public:
   // `group` null: the whole block on `dims`. Otherwise one TP rank's (dims: tensor_parallel_dims) on its share of
-  // the `whole` micro-batch.
-  DecoderBlock(const DecoderDims& dims, const AttentionShape& whole, TensorParallelGroup* group)
-      : dims_(dims), whole_(whole), group_(group) {}
+  // the `whole` micro-batch. `ring`: the CP group (not together with `group`).
+  DecoderBlock(const DecoderDims& dims, const AttentionShape& whole, TensorParallelGroup* group,
+               ContextParallelGroup* ring = nullptr)
+      : dims_(dims), whole_(whole), group_(group), ring_(ring) {}
   LayerKind kind() const override { return LayerKind::transformer_block; }
-  const char* kernel_name() const override { return group_ ? "sequence_parallel_decoder_block" : "decoder_block"; }
+  const char* kernel_name() const override {
+    return group_ ? "sequence_parallel_decoder_block" : ring_ ? "context_parallel_decoder_block" : "decoder_block";
+  }
   std::int64_t output_width() const override { return dims_.hidden_size; }
 
  protected:
@@ -55,7 +61,7 @@ class DecoderBlock final : public LayerKernel {
     std::vector<float> partial(group_ ? static_cast<std::size_t>(region.tokens * h) : 0);  // ḡ's input
     const bool keep_probs = checkpointing != ActivationCheckpointing::selective;
     attention_forward(dims_, params, region.shape, gather(normed1, "attn_norm", saved), keep_probs, saved,
-                      group_ ? partial.data() : residual.data(), progress_hook());
+                      group_ ? partial.data() : residual.data(), progress_hook(), ring_);
     if (group_) group_->reduce_scatter(partial, residual);
     MatrixView(residual.data(), t, h) += ConstMatrixView(x, t, h);
     poll(progress_hook());  // Note [Progress hook]
@@ -96,7 +102,7 @@ class DecoderBlock final : public LayerKernel {
                      grads.tensor("post_attention_layernorm.weight"));
     // h = x + attn(norm₁(x)): dL/dx = dh + norm₁ᵀ(attnᵀ(dh)).
     attention_backward(dims_, params, region.shape, half_input(saved, "attn_norm"), saved, gathered_grad(d_residual),
-                       grads, group_ ? d_partial.data() : d_normed.data(), progress_hook());
+                       grads, group_ ? d_partial.data() : d_normed.data(), progress_hook(), ring_);
     if (group_) group_->reduce_scatter(d_partial, d_normed);
     Activations grad_input{saved.micro_batch, saved.seq_len, h, std::move(d_residual)};
     rmsnorm_backward(saved.input.data(), saved.get("attn_norm.inv_rms").data(),
@@ -134,6 +140,7 @@ class DecoderBlock final : public LayerKernel {
   DecoderDims dims_;
   AttentionShape whole_;
   TensorParallelGroup* group_;
+  ContextParallelGroup* ring_;
 };
 
 }  // namespace
@@ -145,6 +152,10 @@ std::unique_ptr<LayerKernel> make_decoder_block(const DecoderDims& dims) {
 std::unique_ptr<LayerKernel> make_sequence_parallel_block(const DecoderDims& rank_dims, const AttentionShape& whole,
                                                           TensorParallelGroup& group) {
   return std::make_unique<DecoderBlock>(rank_dims, whole, &group);
+}
+
+std::unique_ptr<LayerKernel> make_context_parallel_block(const DecoderDims& dims, ContextParallelGroup& ring) {
+  return std::make_unique<DecoderBlock>(dims, AttentionShape{}, nullptr, &ring);
 }
 
 }  // namespace shardplan::runtime

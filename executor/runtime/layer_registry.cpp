@@ -3,6 +3,7 @@
 
 #include "errors.h"
 #include "layer_kernel.h"
+#include "ring_attention.h"
 #include "tensor_parallel_group.h"
 #include "tensor_parallel_model.h"
 
@@ -106,6 +107,13 @@ std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& 
     case LayerKind::other: break;
   }
   return make_layer_kernel(rank_model, index);  // InputError for a kind the runtime has no kernel for
+}
+
+std::unique_ptr<LayerKernel> make_context_parallel_layer_kernel(const ModelSpec& model, std::size_t index,
+                                                                ContextParallelGroup& ring) {
+  std::unique_ptr<LayerKernel> kernel = make_layer_kernel(model, index);  // its checks
+  if (kernel->kind() != LayerKind::transformer_block) return kernel;
+  return make_context_parallel_block(decoder_dims(model), ring);
 }
 
 }  // namespace shardplan::runtime

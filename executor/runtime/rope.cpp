@@ -27,14 +27,19 @@ RopeTable rope_table(std::int64_t seq_len, std::int64_t head_dim, double theta) 
   return table;
 }
 
-void rope_rotate(const RopeTable& table, float* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
-                 bool inverse) {
+namespace {
+
+// Rotates token t of x by the angles of position_of(t).
+template <typename PositionOf>
+void rotate(const RopeTable& table, float* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+            bool inverse, PositionOf position_of) {
   SHARDPLAN_CHECK(head_dim == 2 * table.half_dim, "RoPE table built for another head_dim");
   const std::int64_t half = table.half_dim;
   const float sign = inverse ? -1.0f : 1.0f;
   Eigen::ArrayXf first(half);
   for (std::int64_t t = 0; t < tokens; ++t) {
-    const std::int64_t position = t % table.seq_len;
+    const std::int64_t position = position_of(t);
+    SHARDPLAN_CHECK(position >= 0 && position < table.seq_len, "RoPE position outside the table");
     const auto c = Eigen::Map<const Eigen::ArrayXf>(table.cos.data() + position * half, half);
     const Eigen::ArrayXf s = sign * Eigen::Map<const Eigen::ArrayXf>(table.sin.data() + position * half, half);
     for (std::int64_t h = 0; h < heads; ++h) {
@@ -45,6 +50,21 @@ void rope_rotate(const RopeTable& table, float* x, std::int64_t tokens, std::int
       x2 = x2 * c + first * s;
     }
   }
+}
+
+}  // namespace
+
+void rope_rotate(const RopeTable& table, float* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                 bool inverse) {
+  rotate(table, x, tokens, heads, head_dim, inverse, [&table](std::int64_t t) { return t % table.seq_len; });
+}
+
+void rope_rotate_at(const RopeTable& table, float* x, std::int64_t tokens, std::span<const std::int64_t> positions,
+                    std::int64_t heads, std::int64_t head_dim, bool inverse) {
+  SHARDPLAN_CHECK(!positions.empty(), "RoPE positions: none given");
+  const auto count = static_cast<std::int64_t>(positions.size());
+  rotate(table, x, tokens, heads, head_dim, inverse,
+         [&](std::int64_t t) { return positions[static_cast<std::size_t>(t % count)]; });
 }
 
 }  // namespace shardplan::runtime

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace shardplan::runtime {
@@ -22,5 +23,10 @@ RopeTable rope_table(std::int64_t seq_len, std::int64_t head_dim, double theta);
 // inverse turns by −angle: the transpose of the rotation, which is its backward.
 void rope_rotate(const RopeTable& table, float* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
                  bool inverse);
+// The same with token t at position positions[t mod positions.size()] (< table.seq_len): a context-parallel rank's
+// tokens, which are not a prefix of their sequence (Note [Context-parallel runner] in
+// executor/runner/context_parallel_runner.h).
+void rope_rotate_at(const RopeTable& table, float* x, std::int64_t tokens, std::span<const std::int64_t> positions,
+                    std::int64_t heads, std::int64_t head_dim, bool inverse);
 
 }  // namespace shardplan::runtime

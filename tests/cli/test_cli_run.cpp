@@ -207,39 +207,53 @@ TEST_CASE("`run` with several --plan interleaves them: each trains and peaks exa
   std::filesystem::remove_all(dir);
 }
 
-// Note [2-D mesh] (executor/runner/tensor_parallel_runner.h): a plan with tensor_parallel_degree 2 on 4 ranks is FSDP
-// over 2 DP ranks of each TP rank's half of the heads and FFN, both TP ranks of a DP rank training on its batches; so
-// it trains on the same data, to the same losses, as the same plan without TP on 2 ranks. The printed losses (6
-// decimals, --json's doubles compared at 1e-5 as tests/mpi_runner's reference checks do) must agree step for step.
-// Checkpoints of a TP run are refused as not yet supported (exit 2, one line). Mutation tried: cmd_run.cpp feeding
-// each of the 4 ranks its own batches (world size and rank instead of the runner's DP size and rank) fails this.
-TEST_CASE("`run` of a tensor_parallel_degree 2 plan on 4 ranks trains like its FSDP plan on 2"
-          * doctest::test_suite("can-skip")) {
-  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
-  const auto run_plan = [](const char* ranks, const std::string& plan, std::vector<std::string> extra = {}) {
+namespace {
+
+// `run` of `plan` on 4 ranks against `fsdp_plan` — the same plan without its second parallel dimension — on 2: the
+// 4-rank run's data-parallel ranks train on the same batches as the 2 ranks, so the printed losses (--json's doubles
+// compared at 1e-5 as tests/mpi_runner's reference checks do) agree step for step; checkpoints of `plan` are refused
+// in one line containing `refusal` (exit 2). Returns the 4-rank run's JSON.
+json check_runs_like_fsdp(const std::string& plan, const std::string& fsdp_plan, int steps,
+                          const std::string& refusal) {
+  const auto run_plan = [steps](const char* ranks, const std::string& file, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--oversubscribe", "-np", ranks, shardplan_test::shardplan_binary(), "run",
-                                     "--device", "cpu", "--plan", plan, "--steps", "4", "--json"};
+                                     "--device", "cpu", "--plan", file, "--steps", std::to_string(steps), "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_program("mpirun", args);
   };
-  const RunResult tp = run_plan("4", "examples/plans/tiny-llama-tp2.json");
-  const RunResult fsdp = run_plan("2", "examples/plans/tiny-llama-per-block.json");
-  INFO(tp.err, fsdp.err);
-  REQUIRE(tp.exit_status == 0);
+  const RunResult parallel = run_plan("4", plan);
+  const RunResult fsdp = run_plan("2", fsdp_plan);
+  INFO(parallel.err, fsdp.err);
+  REQUIRE(parallel.exit_status == 0);
   REQUIRE(fsdp.exit_status == 0);
-  const json with_tp = json::parse(tp.out), without = json::parse(fsdp.out);
-  CHECK(with_tp.at("world_size") == 4);
-  REQUIRE(with_tp.at("steps").size() == 4);
-  REQUIRE(without.at("steps").size() == 4);
-  for (std::size_t step = 0; step < 4; ++step) {
-    const double a = with_tp.at("steps")[step].at("loss").get<double>();
+  const json with = json::parse(parallel.out), without = json::parse(fsdp.out);
+  CHECK(with.at("world_size") == 4);
+  REQUIRE(with.at("steps").size() == static_cast<std::size_t>(steps));
+  REQUIRE(without.at("steps").size() == static_cast<std::size_t>(steps));
+  for (std::size_t step = 0; step < static_cast<std::size_t>(steps); ++step) {
+    const double a = with.at("steps")[step].at("loss").get<double>();
     const double b = without.at("steps")[step].at("loss").get<double>();
     CAPTURE(step);
     CHECK(a == doctest::Approx(b).epsilon(1e-5));
   }
-  const RunResult refused = run_plan("4", "examples/plans/tiny-llama-tp2.json", {"--checkpoint-dir", "/nonexistent"});
+  const RunResult refused = run_plan("4", plan, {"--checkpoint-dir", "/nonexistent"});
   CHECK(refused.exit_status == 2);
-  CHECK(refused.err.find("tensor_parallel_degree 2: not yet supported") != std::string::npos);
+  CHECK(refused.err.find(refusal) != std::string::npos);
+  return with;
+}
+
+}  // namespace
+
+// Note [2-D mesh] (executor/runner/tensor_parallel_runner.h): a plan with tensor_parallel_degree 2 on 4 ranks is FSDP
+// over 2 DP ranks of each TP rank's half of the heads and FFN, both TP ranks of a DP rank training on its batches; so
+// it trains on the same data, to the same losses, as the same plan without TP on 2 ranks. Checkpoints of a TP run are
+// refused as not yet supported. Mutation tried: cmd_run.cpp feeding each of the 4 ranks its own batches (world size
+// and rank instead of the runner's DP size and rank) fails this.
+TEST_CASE("`run` of a tensor_parallel_degree 2 plan on 4 ranks trains like its FSDP plan on 2"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
+  check_runs_like_fsdp("examples/plans/tiny-llama-tp2.json", "examples/plans/tiny-llama-per-block.json", 4,
+                       "tensor_parallel_degree 2: not yet supported");
 }
 
 // Note [Pipeline runner] (executor/runner/pipeline_p2p.h): PP 2 × FSDP 2, 1F1B over 4 micro-batches — both pipeline
@@ -247,33 +261,21 @@ TEST_CASE("`run` of a tensor_parallel_degree 2 plan on 4 ranks trains like its F
 // on world / pp ranks; checkpoints of it are refused in one line.
 TEST_CASE("`run` of a pipeline plan on 4 ranks trains like its FSDP plan on 2" * doctest::test_suite("can-skip")) {
   if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
-  const auto run_plan = [](const char* ranks, const std::string& plan, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--oversubscribe", "-np", ranks, shardplan_test::shardplan_binary(), "run",
-                                     "--device", "cpu", "--plan", plan, "--steps", "3", "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return run_program("mpirun", args);
-  };
   json without_pipeline = json::parse(std::ifstream("examples/plans/tiny-llama-pp2.json"));
   REQUIRE(without_pipeline.contains("pipeline"));
   without_pipeline.erase("pipeline");
   const shardplan_test::TempFile fsdp_plan("tiny-llama-without-pipeline", without_pipeline.dump());
-  const RunResult pp = run_plan("4", "examples/plans/tiny-llama-pp2.json");
-  const RunResult fsdp = run_plan("2", fsdp_plan.path());
-  INFO(pp.err, fsdp.err);
-  REQUIRE(pp.exit_status == 0);
-  REQUIRE(fsdp.exit_status == 0);
-  const json with_pp = json::parse(pp.out), without = json::parse(fsdp.out);
-  CHECK(with_pp.at("world_size") == 4);
+  const json with_pp = check_runs_like_fsdp("examples/plans/tiny-llama-pp2.json", fsdp_plan.path(), 3,
+                                            "pipeline degree 2: not yet supported");
   CHECK(with_pp.at("plan").at("pipeline").at("degree") == 2);
-  REQUIRE(with_pp.at("steps").size() == 3);
-  REQUIRE(without.at("steps").size() == 3);
-  for (std::size_t step = 0; step < 3; ++step) {
-    const double a = with_pp.at("steps")[step].at("loss").get<double>();
-    const double b = without.at("steps")[step].at("loss").get<double>();
-    CAPTURE(step);
-    CHECK(a == doctest::Approx(b).epsilon(1e-5));
-  }
-  const RunResult refused = run_plan("4", "examples/plans/tiny-llama-pp2.json", {"--checkpoint-dir", "/nonexistent"});
-  CHECK(refused.exit_status == 2);
-  CHECK(refused.err.find("pipeline degree 2: not yet supported") != std::string::npos);
+}
+
+// Note [Context-parallel runner] (executor/runner/context_parallel_runner.h): CP 2 × FSDP 2 — both CP ranks of a
+// group train on the same sequences, each on its load-balanced half with ring attention, so the losses are those of
+// the same plan without CP on world / cp ranks; checkpoints of it are refused in one line.
+TEST_CASE("`run` of a context_parallel_degree 2 plan on 4 ranks trains like its FSDP plan on 2"
+          * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
+  check_runs_like_fsdp("examples/plans/tiny-llama-cp2.json", "examples/plans/tiny-llama-per-block.json", 3,
+                       "context_parallel_degree 2: not yet supported");
 }

@@ -12,6 +12,8 @@
 #include "byte_text_dataset.h"
 #include "data_parallel_batches.h"
 #include "decoder_builder.h"
+#include "errors.h"
+#include "model_presets.h"
 #include "model_runtime.h"
 #include "param_layout.h"
 #include "plan.h"
@@ -31,6 +33,13 @@ inline ModelSpec small_llama() {
   arch.num_kv_heads = 2;
   arch.max_position_embeddings = 64;
   return build_decoder("small-llama", arch, "test");
+}
+
+// The executor's toy preset (model_presets.cpp) as `--model tiny-llama` builds it: the TP, pipeline and CP tests'.
+inline ModelSpec tiny_llama() {
+  const auto preset = find_model_preset("tiny-llama");
+  if (!preset) throw InternalError("no model preset 'tiny-llama'");
+  return build_decoder(preset->name, preset->architecture, "preset");
 }
 
 inline TrainingConfig fp32_training(std::int64_t seq_len, std::int64_t micro_batch, std::int64_t global_batch = 0,

@@ -22,24 +22,14 @@ namespace {
 
 constexpr int kTensorParallel = 2;
 
-ModelSpec tiny_llama() {
-  const auto preset = find_model_preset("tiny-llama");
-  REQUIRE(preset.has_value());
-  return build_decoder(preset->name, preset->architecture, "preset");
-}
-
-// How check_parameters compares the final parameters (Note [Ill-conditioned first step]).
-struct ParameterCheck {
-  bool elementwise = true;        // test_equivalence.cpp's elementwise check, every element
-  bool well_conditioned = false;  // only elements with |g₀| ≥ 100ε (and padding), movement check only
-};
-
 struct TensorParallelCase {
   ModelSpec model;
   std::string strategy = "full_shard";
   std::int64_t sequences_per_rank = 0;  // global batch per DP rank; 0: one micro-batch per DP rank
   ActivationCheckpointing ac = ActivationCheckpointing::none;
-  ParameterCheck parameters{};
+  // How check_parameters (moment_check.h) compares the final parameters (Note [Ill-conditioned first step]): by
+  // default test_equivalence.cpp's elementwise check of every element.
+  ParameterCheck parameters{false, 0.0};
   // Steps whose AdamW moments are compared, and after the last of which the parameters are (Note [Ill-conditioned
   // first step]); losses and collective counts are compared at every step.
   int compared_steps = 3;
@@ -84,40 +74,6 @@ std::string where(Runner& runner, FlatParam& param) {
 // every unit — also with loss parallel's sum of exponentials exchanged to double precision, so not that sum's fp32
 // rounding. So tiny-llama compares the moments and the parameters after its first step (3 steps of losses and
 // collective counts), and small-llama every element after 3 steps.
-void check_parameters(Runner& runner, const ReferenceShards& reference_shards, const ReferenceRun& reference,
-                      const runtime::AdamWOptions& adamw, const ParameterCheck& check) {
-  const auto final_ref = reference_shards.of(reference.final_params);
-  const auto initial_ref = reference_shards.of(reference.initial_params);
-  const auto m0_ref = reference_shards.of(reference.exp_avg[0]);  // (1 − β₁)·g₀
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    FlatParam& param = *params[unit];
-    const std::vector<float> mine(param.shard().begin(), param.shard().end());
-    std::vector<float> moved_mine, moved_ref, kept_initial;
-    std::size_t mismatches = 0, left_out = 0;
-    double worst = 0;
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      const double g0 = std::abs(static_cast<double>(m0_ref[unit][i])) / (1 - adamw.beta1);
-      if (check.well_conditioned && g0 > 0 && g0 < 100 * adamw.eps) {  // padding (g₀ = 0) stays compared
-        ++left_out;
-        continue;
-      }
-      const double a = mine[i], b = final_ref[unit][i];
-      if (!close(a, b, 1e-5, 0.1)) ++mismatches;  // test_equivalence.cpp's tolerance and floor
-      worst = std::max(worst, std::abs(a - b) / std::max({std::abs(a), std::abs(b), 0.1}));
-      moved_mine.push_back(mine[i]);
-      moved_ref.push_back(final_ref[unit][i]);
-      kept_initial.push_back(initial_ref[unit][i]);
-    }
-    const double moved = movement_distance(moved_mine, kept_initial, moved_ref);
-    INFO(where(runner, param), ": worst relative parameter difference ", worst, ", ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", moved,
-         ", ", left_out, " of ", mine.size(), " elements left out");
-    if (check.elementwise) CHECK(mismatches == 0);
-    CHECK(moved <= 1e-5);  // test_equivalence.cpp's movement check: 1 for an optimizer that never stepped
-    CHECK(left_out * 100 <= mine.size());  // sanity: measured at most 0.7% of a tiny-llama shard
-  }
-}
-
 void check_tensor_parallel(const TensorParallelCase& c) {
   comm::MpiCommunicator world(MPI_COMM_WORLD);
   const int size = world.size();
@@ -177,34 +133,15 @@ void check_tensor_parallel(const TensorParallelCase& c) {
       const ReferenceRun until = step + 1 == steps ? reference
                                                    : reference_training(c.model, data, step + 1, k, data_parallel,
                                                                         options.seed, options.adamw);
-      check_parameters(runner, reference_shards, until, options.adamw, c.parameters);
+      check_parameters(runner, reference_shards, until, options.adamw, where, c.parameters);
     }
-    std::string counts;
-    for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
-      INFO("collective ", comm::to_string(static_cast<comm::Collective>(kind)));
-      CHECK(report.collectives.tallies[kind].calls == expected.tallies[kind].calls);
-      CHECK(report.collectives.tallies[kind].bytes == expected.tallies[kind].bytes);
-      counts += std::string(" ") + comm::to_string(static_cast<comm::Collective>(kind)) + " " +
-                std::to_string(report.collectives.tallies[kind].calls) + "/" +
-                std::to_string(expected.tallies[kind].calls) + " calls " +
-                std::to_string(report.collectives.tallies[kind].bytes) + "/" +
-                std::to_string(expected.tallies[kind].bytes) + " B";
-    }
+    const std::string counts = check_collectives(report.collectives, expected);
     if (world.rank() == 0) {
       MESSAGE(c.model.name, " ", c.strategy, " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
               "; run/schedule:", counts);
     }
   }
-  // The whole model assembled from every TP rank's and FSDP shard's pieces: gather_parameters' placement, checked
-  // against the shards this rank just compared (so only the placement is tested here).
-  const std::vector<float> whole = runner.gather_parameters();
-  REQUIRE(whole.size() == reference.final_params.size());
-  const auto shards = reference_shards.of(whole);
-  const std::vector<FlatParam*> params = runner.flat_params();
-  for (std::size_t unit = 0; unit < params.size(); ++unit) {
-    INFO(where(runner, *params[unit]), ": gathered parameters differ from the shard");
-    CHECK(std::equal(params[unit]->shard().begin(), params[unit]->shard().end(), shards[unit].begin()));
-  }
+  check_gathered(runner, reference_shards, reference, where);
 }
 
 }  // namespace
@@ -218,7 +155,7 @@ void check_tensor_parallel(const TensorParallelCase& c) {
 //   every unit from step 0; extract_tensor_parallel_rank giving every TP rank the first rows of the column-parallel
 //   weights: losses off from step 0 (5.6225 vs 5.64419).
 TEST_CASE("runner: tensor_parallel 2 × full_shard 2 trains tiny-llama like the reference") {
-  check_tensor_parallel({tiny_llama(), "full_shard", 0, ActivationCheckpointing::none, {false, true}, 1});
+  check_tensor_parallel({tiny_llama(), "full_shard", 0, ActivationCheckpointing::none, {true, -1}, 1});
 }
 
 // small-llama, test_equivalence.cpp's model: every parameter within its elementwise tolerance (Note [Ill-conditioned

@@ -59,6 +59,7 @@ TEST_CASE("parallel dims: a 2x2x2x2x2 world is torchtitan's mesh [pp, dp_replica
   CHECK(r13.groups.fsdp_shard == std::vector<int>{9, 11, 13, 15});  // dp_shard x cp ("dp_shard_cp")
   CHECK(r13.groups.dp_replicate == std::vector<int>{5, 13});
   CHECK(r13.groups.tp == std::vector<int>{12, 13});
+  CHECK(r13.groups.cp == std::vector<int>{13, 15});  // the CP ring: cp next out from tp
   CHECK(r13.groups.pp == std::vector<int>{13, 29});
   CHECK(r13.groups.data_parallel == std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15});  // "dp_cp"
   CHECK(r13.groups.ep == std::vector<int>{13});  // no EP: the rank alone
@@ -68,18 +69,20 @@ TEST_CASE("parallel dims: a 2x2x2x2x2 world is torchtitan's mesh [pp, dp_replica
   CHECK(r22.groups.fsdp_shard == std::vector<int>{16, 18, 20, 22});
   CHECK(r22.groups.dp_replicate == std::vector<int>{22, 30});
   CHECK(r22.groups.tp == std::vector<int>{22, 23});
+  CHECK(r22.groups.cp == std::vector<int>{20, 22});
   CHECK(r22.groups.pp == std::vector<int>{6, 22});
   CHECK(r22.slice == RankSlice{0, 1});
   // Every group of every rank holds the rank, and all ranks of a group agree on it.
   for (int rank = 0; rank < 32; ++rank) {
     const RankGroups groups = dims.placement(rank).groups;
-    for (const std::vector<int>* group : {&groups.fsdp_shard, &groups.dp_replicate, &groups.tp, &groups.pp,
-                                          &groups.data_parallel}) {
+    for (const std::vector<int>* group : {&groups.fsdp_shard, &groups.dp_replicate, &groups.tp, &groups.cp,
+                                          &groups.pp, &groups.data_parallel}) {
       for (int member : *group) {
         const RankGroups other = dims.placement(member).groups;
         CHECK((group == &groups.fsdp_shard ? other.fsdp_shard
                : group == &groups.dp_replicate ? other.dp_replicate
                : group == &groups.tp ? other.tp
+               : group == &groups.cp ? other.cp
                : group == &groups.pp ? other.pp
                                      : other.data_parallel) == *group);
       }

@@ -1,0 +1,166 @@
+// Context parallelism × FSDP (CP 2 inner, FSDP over dp_shard 2 × cp 2) trains like the single-process reference:
+// each rank's share of the sequences is torch's load-balanced chunks, losses, AdamW's moments (the reduced
+// gradients) and final parameters equal the reference's, and per step the ring's messages equal the rank's program's
+// send ops, the collectives its collective ops and the tracked memory its bytes.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "case_skip.h"
+#include "context_parallel_runner.h"
+#include "model_presets.h"
+#include "moment_check.h"
+#include "mpi_communicator.h"
+#include "runner.h"
+#include "runner_fixtures.h"
+
+namespace shardplan::runner::testing {
+
+namespace {
+
+constexpr int kContextParallel = 2;
+
+// The whole model on every rank: its units' shards of a whole-model buffer.
+struct WholeShards {
+  Runner& runner;
+  std::vector<std::vector<float>> of(const std::vector<float>& whole_flat) const {
+    return rank_unit_shards(runner, whole_flat);
+  }
+};
+
+std::string where(Runner& runner, FlatParam& param) {
+  return "CP rank " + std::to_string(runner.context_parallel_rank()) + ", unit '" + param.sizes().name + "' shard " +
+         std::to_string(param.shard_index());
+}
+
+// Written from torch's _generate_round_robin_indices (Note [Load-balanced positions]), not read from the runner:
+// rank r of cp holds chunks r and 2cp − 1 − r of the 2cp chunks of every sequence.
+void check_share(const runtime::Batch& whole, int rank) {
+  const runtime::Batch share = context_parallel_share(whole, kContextParallel, rank);
+  const int chunk = whole.seq_len / (2 * kContextParallel);
+  REQUIRE(share.seq_len == whole.seq_len / kContextParallel);
+  REQUIRE(share.micro_batch == whole.micro_batch);
+  for (int sequence = 0; sequence < whole.micro_batch; ++sequence) {
+    for (int i = 0; i < share.seq_len; ++i) {
+      const int owned = i < chunk ? rank : 2 * kContextParallel - 1 - rank;
+      const auto from = static_cast<std::size_t>(sequence * whole.seq_len + owned * chunk + i % chunk);
+      const auto to = static_cast<std::size_t>(sequence * share.seq_len + i);
+      INFO("sequence ", sequence, ", token ", i, " of CP rank ", rank);
+      CHECK(share.tokens[to] == whole.tokens[from]);
+      CHECK(share.targets[to] == whole.targets[from]);
+    }
+  }
+}
+
+struct ContextParallelCase {
+  ModelSpec model;
+  int micro_batches = 4;  // per step on each batch rank
+  ParameterCheck parameters{false, 0.0};  // by default every element within test_equivalence.cpp's 1e-5
+};
+
+void check_context_parallel(const ContextParallelCase& c) {
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  if (size != 2 * kContextParallel) {
+    SKIP_CASE("CP " + std::to_string(kContextParallel) + " × FSDP 2 runs on " + std::to_string(2 * kContextParallel) +
+              " ranks, got " + std::to_string(size));
+  }
+  const ModelSpec& model = c.model;
+  const int batch_ranks = size / kContextParallel;
+  const int micro_batch = 2, seq_len = 16, micro_batches = c.micro_batches, steps = 3;
+  TrainingConfig training =
+      fp32_training(seq_len, micro_batch, static_cast<std::int64_t>(micro_batch) * micro_batches * batch_ranks);
+  // torch's context_parallel runs SDPA's flash and efficient kernels only (validate_context_parallel); the CPU ring
+  // keeps no probabilities either (Note [Ring attention core]).
+  training.flash_attention = true;
+  // FSDP over all 4 ranks (dp_shard × cp), as `plan --context-parallel 2` on 4 ranks makes it; the accumulation is
+  // over the batch ranks (cli/cmd_plan.cpp: global batch / (micro-batch × world / cp)).
+  Plan plan = strategy_plan(model, training, "full_shard", size);
+  plan.context_parallel.degree = kContextParallel;
+  plan.grad_accumulation_steps = micro_batches;
+  RunnerOptions options;
+  options.seed = 11;
+  Runner runner(model, plan, world, options);
+  // torchtitan's mesh order [dp_shard, cp]: the CP ranks of a group are consecutive.
+  CHECK(runner.context_parallel_degree() == kContextParallel);
+  CHECK(runner.context_parallel_rank() == world.rank() % kContextParallel);
+  CHECK(runner.data_parallel_size() == batch_ranks);
+  CHECK(runner.data_parallel_rank() == world.rank() / kContextParallel);
+  const int k = runner.schedule().micro_batches;
+  REQUIRE(k == micro_batches);
+  const auto data = test_data(micro_batch, seq_len);
+  const ReferenceRun reference = reference_training(model, data, steps, k, batch_ranks, options.seed, options.adamw);
+  const WholeShards shards{runner};
+
+  // What one step must post, read from this rank's program: its collective ops (FSDP's over the 4 ranks), and per
+  // ring `send` op one message sent and one received of the op's bytes.
+  const StepSchedule& program = runner.schedule();
+  const comm::CommCounters expected = Runner::expected_collectives(program);
+  comm::P2pCounters expected_p2p;
+  for (const Op& op : program.ops) {
+    if (op.kind != OpKind::send) continue;
+    expected_p2p.sends.calls += 1;
+    expected_p2p.sends.bytes += static_cast<std::uint64_t>(op.bytes);
+  }
+  expected_p2p.recvs = expected_p2p.sends;
+  // Note [Ring attention]: per block and micro-batch, forward cp − 1 K/V steps, backward cp − 1 K/V and cp dK/dV,
+  // each K and V of micro_batch × seq/cp tokens × kv_dim fp32 floats.
+  const auto& arch = *model.architecture;
+  const std::uint64_t blocks = static_cast<std::uint64_t>(arch.num_layers);
+  const std::uint64_t ring_buffer = 2ull * micro_batch * (seq_len / kContextParallel) * arch.num_kv_heads *
+                                    (arch.hidden_size / arch.num_heads) * 4;
+  CHECK(expected_p2p.sends.calls ==
+        static_cast<std::uint64_t>(k) * blocks * (2 * (kContextParallel - 1) + kContextParallel));
+  CHECK(expected_p2p.sends.bytes == expected_p2p.sends.calls * ring_buffer);
+  CHECK(runner.expected_step_p2p().sends.calls == expected_p2p.sends.calls);
+
+  for (int step = 0; step < steps; ++step) {
+    const auto batches = rank_micro_batches(data, step, k, batch_ranks, runner.data_parallel_rank());
+    if (step == 0) {
+      for (const runtime::Batch& batch : batches) check_share(batch, runner.context_parallel_rank());
+    }
+    const StepReport report = runner.step(batches);
+    const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
+    INFO("step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
+    CHECK(close(report.loss, reference_loss, 1e-5));
+    check_moments(runner, shards, reference, step, where);
+    if (step + 1 == steps) check_parameters(runner, shards, reference, options.adamw, where, c.parameters);
+    const std::string counts = check_collectives(report.collectives, expected);
+    const std::string messages = check_p2p(report.p2p, expected_p2p);
+    // The program's activations are the flash-attention plan's (no probabilities) on seq / cp tokens: the ring keeps
+    // q, k, v, the context and the log-sum-exp, as the flash kernel does (measured: +0.1% and +0.4%).
+    const std::string memory = check_tracked_memory(report, program);
+    MESSAGE("rank ", world.rank(), " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
+            "; run/program:", counts, "; ", messages, "; ", memory);
+  }
+  check_gathered(runner, shards, reference, where);
+}
+
+}  // namespace
+
+// The must-show case of issue 33, its context-parallel half: mpirun -np 4, CP 2 × FSDP 2 (full_shard over the 4
+// dp_shard × cp ranks) on tiny-llama, 4 micro-batches of 2 sequences of 16 tokens a step on each of the 2 batch ranks
+// (the pipeline test's global batch). The final parameters are compared as the pipeline test compares them (Note
+// [Ill-conditioned first step] in test_tensor_parallel.cpp) with a movement bound of 2e-5 and a left-out bound of 2%:
+// measured, the same plan without CP (FSDP over 4 ranks, the same global batch) already gives ‖Δp − Δp_ref‖/‖Δp_ref‖
+// 1.02e-5 in a shard of model.layers.3, where the filter leaves out 771 of 46144 elements (1.7%: 4-way shards are
+// small); with CP the worst shard is 1.47e-5. The gradients themselves — AdamW's moments, every step — are within
+// 1e-5, and small-llama below meets the elementwise check of every element.
+// Mutations tried (each rebuilt and run on this case; every one fails it):
+// - load_balanced_positions giving rank r the contiguous chunks 2r and 2r + 1: the losses, moments and parameters
+//   still equal the reference's (any split the tokens, RoPE and mask agree on is exact attention), and check_share
+//   fails on every token of every rank — which is why the share is checked against torch's chunks on its own;
+// - the dK/dV ring's result dropped (each rank keeping the gradients it accumulated for its neighbour's keys): m and
+//   v off from step 0 in every block unit (‖m − m_ref‖/‖m_ref‖ 0.12..0.66);
+// - RoPE at CP rank 0's positions on every rank: losses off from step 0 (5.56345 vs 5.56375).
+TEST_CASE("runner: context_parallel 2 × full_shard 2 trains tiny-llama like the reference") {
+  check_context_parallel({tiny_llama(), 4, {true, 0.001, 2e-5, 0.02}});
+}
+
+// small-llama, test_equivalence.cpp's model: every parameter within its elementwise tolerance after 3 steps.
+TEST_CASE("runner: context_parallel 2 × full_shard 2 trains small-llama like the reference") {
+  check_context_parallel({small_llama(), 2});
+}
+
+}  // namespace shardplan::runner::testing
