@@ -412,6 +412,7 @@ ModelSpec llama4_model_from_hf_config(const nlohmann::json& document, const std:
   }
   // The architecture stays off the model: its module names are Qwen-MoE's until renamed, and the runtime and tensor
   // parallelism build blocks from it (both refuse MoE blocks today).
+  decoder.max_positions = decoder.max_trainable_positions();  // Note [Long context], kept past the architecture
   decoder.architecture.reset();
   if (!multimodal) {
     validate_model(decoder, origin);

@@ -231,12 +231,13 @@ ModelSpec model_from_json(const nlohmann::json& document, const std::string& ori
   // "params", "source", "wrap_candidates" and "module_tree" are what the torch bridge records of the module it read;
   // "params", when given, must be the sum of the layers' tensors (the bridge's count, torch's own).
   root.reject_unknown_keys({"schema", "name", "layers", "hidden_size", "num_heads", "vocab_size", "default_seq_len",
-                            "params", "source", "wrap_candidates", "module_tree"});
+                            "params", "source", "wrap_candidates", "module_tree", "max_positions"});
   // Note [Input limits]: the same ranges as an architecture block (2^63 - 1 printed a negative memory bound).
   model.hidden_size = root.int_in_range("hidden_size", 1, limits::kMaxHiddenSize);
   model.num_heads = root.int_in_range("num_heads", 1, limits::kMaxHeads);
   model.vocab_size = root.optional_int_in_range("vocab_size", 1, limits::kMaxVocabSize).value_or(0);
   model.default_seq_len = root.optional_int_in_range("default_seq_len", 1, limits::kMaxSeqLen).value_or(2048);
+  model.max_positions = root.optional_int_in_range("max_positions", 1, limits::kMaxPositions).value_or(0);
   read_explicit_layers(root, model);
   validate_model(model, origin);
   if (root.has("params") && root.positive_int("params") != model.param_count()) {
@@ -268,6 +269,8 @@ nlohmann::json to_json(const ModelSpec& model) {
                              {"default_seq_len", model.default_seq_len},
                              {"layers", std::move(layers)}};
   if (model.vocab_size > 0) document["vocab_size"] = model.vocab_size;  // absent: the reader's 0
+  // Note [Long context]: the --seq-len bound the architecture gave, which the written model no longer has.
+  if (model.max_trainable_positions() > 0) document["max_positions"] = model.max_trainable_positions();
   return document;
 }
 
