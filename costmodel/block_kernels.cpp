@@ -105,7 +105,10 @@ LayerKernelSpec llama_block_kernels(const DecoderArchitecture& arch) {
   if (kv < q) spec.elementwise.push_back(op("repeat_kv", 2.0 * (qd + kvd), 0.0, 2));
   if (arch.attention_sinks) {
     // gpt-oss: each head's sink logit joins the softmax's denominator (one value per head per token, read in the
-    // kernel); backward sums each head's sink gradient over the tokens, one fp32 per head per token.
+    // kernel); backward sums each head's sink gradient over the tokens, one fp32 per head per token. transformers'
+    // eager_attention_forward (models/gpt_oss/modeling_gpt_oss.py) concatenates module.sinks, expanded to every query
+    // row, to the scores, softmaxes, and drops that column: one more exp and add per row of s, under 1/s of the
+    // attention core's FLOPs, so the attention FLOPs stay 4·s·q (test_hf_block_kernels.cpp).
     const double heads = static_cast<double>(arch.num_heads);
     ElementwiseSpec sinks;
     sinks.name = "attention sinks";

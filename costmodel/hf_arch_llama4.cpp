@@ -9,6 +9,7 @@
 
 #include "block_kernels.h"
 #include "decoder_builder.h"
+#include "hf_arch_llama4_attention.h"
 #include "input_limits.h"
 #include "json_input.h"
 #include "vision_splice.h"
@@ -28,8 +29,8 @@ bool names_class(const nlohmann::json& document, std::string_view class_name, st
 
 // Llama4TextConfig (transformers/models/llama4/configuration_llama4.py) and modeling_llama4.py:
 //   - Llama4TextAttention: q/k/v/o_proj with bias=config.attention_bias (false), head_dim (128); its qk_norm is
-//     Llama4TextL2Norm — no weight — on the RoPE layers (use_qk_norm): no parameter, and its few memory-bound
-//     kernels are not counted. no_rope_layers (a 0 every no_rope_layer_interval-th layer) drops RoPE there: no tensor.
+//     Llama4TextL2Norm — no weight — on the RoPE layers (use_qk_norm): no parameter. no_rope_layers (a 0 every
+//     no_rope_layer_interval-th layer) drops RoPE there: no tensor. Their kernels: Note [Llama 4 attention kernels].
 //   - Llama4TextDecoderLayer: input_layernorm and post_attention_layernorm (RMSNorm); feed_forward is Llama4TextMoe
 //     on the layers of moe_layers (default: every interleave_moe_layer_step-th, range(step − 1, L, step)), else a
 //     Llama4TextMLP of intermediate_size_mlp (gate, up, down; SwiGLU).
@@ -96,57 +97,8 @@ DecoderArchitecture text_architecture(const JsonObjectReader& text) {
   }
   arch.moe = moe;
   // Read for their ranges only (see above): a malformed value is refused rather than ignored.
-  (void)text.boolean("use_qk_norm", true);
   (void)text.non_negative_number("router_aux_loss_coef", 0.001);
   return arch;
-}
-
-// Each decoder layer's attention chunk (0: the layer attends to every earlier position), as Llama4TextConfig's
-// __post_init__ derives layer_types (configuration_llama4.py): no_rope_layers (1: RoPE, 0: NoPE; None or empty: a
-// NoPE layer every no_rope_layer_interval-th, default 4: int((i + 1) % interval != 0)) gives "chunked_attention" to
-// the RoPE layers and "full_attention" to the rest, unless layer_types lists them. Llama4TextModel.forward hands the
-// chunked layers create_chunked_causal_mask's mask over attention_chunk_size (default 8192) positions (Note [Chunked
-// attention]); that mask needs a chunk size, so a null one with chunked layers is refused.
-std::vector<std::int64_t> chunk_sizes(const JsonObjectReader& text, std::int64_t layers) {
-  std::vector<bool> chunked;
-  if (text.has("layer_types") && !text.raw().at("layer_types").is_null()) {
-    for (const nlohmann::json& type : text.array("layer_types")) {
-      if (!type.is_string() || (type != "chunked_attention" && type != "full_attention")) {
-        text.fail("layer_types", "a list of 'chunked_attention' and 'full_attention'");
-      }
-      chunked.push_back(type == "chunked_attention");
-    }
-  } else {
-    std::vector<nlohmann::json> flags;
-    if (text.has("no_rope_layers") && !text.raw().at("no_rope_layers").is_null()) {
-      flags = text.array("no_rope_layers", true);
-    }
-    const std::int64_t interval =
-        text.optional_int_in_range("no_rope_layer_interval", 1, limits::kMaxLayers).value_or(4);
-    for (std::int64_t i = 0; i < layers; ++i) chunked.push_back((i + 1) % interval != 0);
-    if (!flags.empty() && static_cast<std::int64_t>(flags.size()) < layers) {
-      text.fail("no_rope_layers", "one flag per layer (" + std::to_string(layers) + ")");
-    }
-    for (std::size_t i = 0; i < flags.size(); ++i) {
-      if (!JsonObjectReader::integer_in(flags[i], 0, 1)) text.fail("no_rope_layers", "a list of 0 (NoPE) and 1 (RoPE)");
-      if (i < chunked.size()) chunked[i] = flags[i] == 1;
-    }
-  }
-  if (static_cast<std::int64_t>(chunked.size()) != layers) {
-    text.fail("layer_types", "one entry per layer (" + std::to_string(layers) + ")");
-  }
-  std::int64_t chunk = 8192;
-  if (text.has("attention_chunk_size")) {
-    chunk = text.raw().at("attention_chunk_size").is_null()
-                ? 0
-                : text.int_in_range("attention_chunk_size", 1, limits::kMaxPositions);
-  }
-  std::vector<std::int64_t> sizes;
-  for (const bool slides : chunked) {
-    if (slides && chunk == 0) text.fail("attention_chunk_size", "a chunk size for the chunked_attention layers");
-    sizes.push_back(slides ? chunk : 0);
-  }
-  return sizes;
 }
 
 // Note [Llama 4 names]: the decoder builder lays out the MoE block under Qwen-MoE's module names (mlp.gate,
@@ -356,11 +308,14 @@ ModelSpec llama4_model_from_hf_config(const nlohmann::json& document, const std:
   const JsonObjectReader text = multimodal ? config.object("text_config") : config;
   const DecoderArchitecture arch = text_architecture(text);
   const std::vector<std::int64_t> chunks = chunk_sizes(text, arch.num_layers);
+  const std::vector<bool> rope = rope_layers(text, arch.num_layers);
+  const bool qk_l2_norm = text.boolean("use_qk_norm", true), temperature = temperature_tuning(text);
   ModelSpec decoder = build_decoder(name, arch, origin);
   std::size_t block = 0;
   for (LayerSpec& layer : decoder.layers) {
     if (layer.kind != LayerKind::transformer_block) continue;
     rename_feed_forward(layer, arch.moe->num_experts, arch.hidden_size, arch.moe->expert_intermediate_size);
+    if (layer.kernels) llama4_attention_kernels(*layer.kernels, arch, rope[block], qk_l2_norm, temperature);
     if (const std::int64_t chunk = chunks[block++]; chunk > 0) {  // Note [Chunked attention]
       layer.flops.attention_window = chunk;
       layer.flops.attention_chunked = true;
@@ -372,6 +327,7 @@ ModelSpec llama4_model_from_hf_config(const nlohmann::json& document, const std:
   }
   // The architecture stays off the model: its module names are Qwen-MoE's until renamed, and the runtime and tensor
   // parallelism build blocks from it (both refuse MoE blocks today).
+  decoder.max_positions = decoder.max_trainable_positions();  // Note [Long context], kept past the architecture
   decoder.architecture.reset();
   if (!multimodal) {
     validate_model(decoder, origin);

@@ -184,7 +184,13 @@ void read_head_dim(const JsonObjectReader& config, DecoderArchitecture& arch) {
 // "original_max_position_embeddings": O}) stretches the positions the model was trained on by F: it names
 // F × O (O defaulting to max_position_embeddings) as the reach. Llama 3.1's llama3 scaling names 8 × 8192, which its
 // max_position_embeddings already says; Qwen2.5's YaRN (factor 4 over 32,768) reaches 131,072 past it. A scaling
-// without a factor (longrope's lists), or "default", names nothing beyond max_position_embeddings.
+// without a factor (longrope's lists), or "default", names nothing beyond max_position_embeddings. Linear scaling
+// (positional interpolation, Chen et al. 2023) names no original length: transformers' linear rope parameters only
+// divide the frequencies by F (modeling_rope_utils.py, _compute_linear_scaling_rope_parameters), and the configs
+// that use it publish the interpolated length as max_position_embeddings — Gemma 3 4B/12B/27B's text_config names
+// 131,072 with {"rope_type": "linear", "factor": 8.0} for its global layers (google/gemma-3-4b-it config.json,
+// examples/hf/gemma3-4b-it.json; the model card's 128K context), not 8 × 131,072. So linear scaling reaches F × O
+// only where the config names O (original_max_position_embeddings), else max_position_embeddings.
 void read_rope_scaling(const JsonObjectReader& config, DecoderArchitecture& arch) {
   for (const std::string_view key : {"rope_scaling", "rope_parameters"}) {
     if (!config.has(key) || config.raw().at(std::string(key)).is_null()) continue;
@@ -193,6 +199,7 @@ void read_rope_scaling(const JsonObjectReader& config, DecoderArchitecture& arch
     if (type && *type == "default") continue;
     const auto factor = scaling.optional_number_in_range("factor", 1.0, 1e6);
     if (!factor) continue;
+    if (type && *type == "linear" && !scaling.has("original_max_position_embeddings")) continue;
     const std::int64_t original =
         scaling.optional_int_in_range("original_max_position_embeddings", 1, limits::kMaxPositions)
             .value_or(arch.max_position_embeddings);
@@ -213,9 +220,12 @@ DecoderArchitecture llama_family(const JsonObjectReader& config, HfKind kind) {
   arch.num_heads = size_field(config, "num_attention_heads", limits::kMaxHeads);
   // transformers' LlamaConfig: num_key_value_heads None → num_attention_heads (plain multi-head attention).
   arch.num_kv_heads = optional_nullable_int(config, "num_key_value_heads", limits::kMaxHeads).value_or(arch.num_heads);
-  // 2048 is LlamaConfig's default; it only bounds the sequence length, not the parameter count.
+  // 2048 is LlamaConfig's default, 8192 Gemma2Config's and 131072 Gemma3TextConfig's (configuration_gemma2.py,
+  // configuration_gemma3.py); it only bounds the sequence length, not the parameter count.
+  const std::int64_t default_positions =
+      kind == HfKind::gemma3_text ? 131'072 : kind == HfKind::gemma2 ? 8192 : 2048;
   arch.max_position_embeddings =
-      config.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(2048);
+      config.optional_int_in_range("max_position_embeddings", 1, limits::kMaxPositions).value_or(default_positions);
   // Gemma2Config and Gemma3TextConfig tie by default (their configs omit the key); the llama family does not.
   const bool gemma = kind == HfKind::gemma2 || kind == HfKind::gemma3_text;
   // So do CohereConfig (tie_word_embeddings=True) and Starcoder2Config (no key of its own: PretrainedConfig's True).

@@ -9,6 +9,7 @@
 #include "errors.h"
 #include "input_limits.h"
 #include "json_input.h"
+#include "layer_json.h"
 #include "name_suggest.h"
 #include "pass_kernels.h"
 
@@ -92,7 +93,8 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
                                "attention_flops_per_token_per_position", "activation_elements_per_token",
                                "activation_score_elements_per_token_per_position", "activation_mask_bytes_per_token",
                                "activation_score_mask_bytes_per_token_per_position", "checkpoint_elements_per_token",
-                               "causal", "class", "attention_heads", "measured", "tokens_per_sample"});
+                               "causal", "class", "attention_heads", "measured", "tokens_per_sample", "flops",
+                               "activations", "kernels", "moe"});
     // "" names the root module, whose own parameters (ViT's class_token) a bridge-written file lists as a layer: the
     // exports' get_submodule("") is the model itself.
     const bool root_module = entry.has("name") && entry.raw().at("name") == "";
@@ -193,6 +195,7 @@ void read_explicit_layers(const JsonObjectReader& root, ModelSpec& model) {
           std::min(layer.activations.elements_per_token,
                    selective_op_kept_elements(effective_kernel_spec(model, layer), model.hidden_size));
     }
+    read_layer_detail(entry, layer);  // Note [Exact layers] (layer_json.h): what a written model carries, over the above
 
     const std::int64_t repeat = entry.optional_int_in_range("repeat", 1, limits::kMaxLayers).value_or(1);
     if (model.layers.size() + static_cast<std::size_t>(repeat) > static_cast<std::size_t>(limits::kMaxLayers)) {
@@ -228,12 +231,13 @@ ModelSpec model_from_json(const nlohmann::json& document, const std::string& ori
   // "params", "source", "wrap_candidates" and "module_tree" are what the torch bridge records of the module it read;
   // "params", when given, must be the sum of the layers' tensors (the bridge's count, torch's own).
   root.reject_unknown_keys({"schema", "name", "layers", "hidden_size", "num_heads", "vocab_size", "default_seq_len",
-                            "params", "source", "wrap_candidates", "module_tree"});
+                            "params", "source", "wrap_candidates", "module_tree", "max_positions"});
   // Note [Input limits]: the same ranges as an architecture block (2^63 - 1 printed a negative memory bound).
   model.hidden_size = root.int_in_range("hidden_size", 1, limits::kMaxHiddenSize);
   model.num_heads = root.int_in_range("num_heads", 1, limits::kMaxHeads);
   model.vocab_size = root.optional_int_in_range("vocab_size", 1, limits::kMaxVocabSize).value_or(0);
   model.default_seq_len = root.optional_int_in_range("default_seq_len", 1, limits::kMaxSeqLen).value_or(2048);
+  model.max_positions = root.optional_int_in_range("max_positions", 1, limits::kMaxPositions).value_or(0);
   read_explicit_layers(root, model);
   validate_model(model, origin);
   if (root.has("params") && root.positive_int("params") != model.param_count()) {
@@ -245,19 +249,29 @@ ModelSpec model_from_json(const nlohmann::json& document, const std::string& ori
 nlohmann::json to_json(const ModelSpec& model) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& layer : model.layers) {
-    nlohmann::json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}, {"params", layer.param_count()}};
-    if (layer.tied_to_layer) entry["tied_to"] = model.layers[*layer.tied_to_layer].name;
+    nlohmann::json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}};
+    if (layer.tied_to_layer) {
+      entry["tied_to"] = model.layers[*layer.tied_to_layer].name;
+    } else {
+      nlohmann::json tensors = nlohmann::json::array();
+      for (const TensorSpec& tensor : layer.tensors) tensors.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
+      entry["tensors"] = std::move(tensors);
+    }
     if (layer.fixed_tokens_per_sample) entry["tokens_per_sample"] = *layer.fixed_tokens_per_sample;
+    entry.update(layer_detail_to_json(layer));  // Note [Exact layers]
     layers.push_back(std::move(entry));
   }
-  return {{"schema", "shardplan.model/v1"},
-          {"name", model.name},
-          {"params", model.param_count()},
-          {"blocks", model.block_count()},
-          {"hidden_size", model.hidden_size},
-          {"vocab_size", model.vocab_size},
-          {"default_seq_len", model.default_seq_len},
-          {"layers", std::move(layers)}};
+  nlohmann::json document = {{"schema", "shardplan.model/v1"},
+                             {"name", model.name},
+                             {"params", model.param_count()},
+                             {"hidden_size", model.hidden_size},
+                             {"num_heads", model.num_heads},
+                             {"default_seq_len", model.default_seq_len},
+                             {"layers", std::move(layers)}};
+  if (model.vocab_size > 0) document["vocab_size"] = model.vocab_size;  // absent: the reader's 0
+  // Note [Long context]: the --seq-len bound the architecture gave, which the written model no longer has.
+  if (model.max_trainable_positions() > 0) document["max_positions"] = model.max_trainable_positions();
+  return document;
 }
 
 }  // namespace shardplan

@@ -278,12 +278,20 @@ struct ModelSpec {
   std::int64_t num_heads = 0;
   std::int64_t default_seq_len = 2048;
   std::optional<DecoderArchitecture> architecture;  // absent for models given as an explicit layer list
+  // Note [Long context]: the longest --seq-len a model without an architecture trains at, kept from the decoder it
+  // was built from when a splice or a rename drops the architecture (Gemma 3 multimodal, Qwen2-VL, LLaVA, Llama 4)
+  // and written with the model (model_json.h); 0: unchecked (hand-written layer lists).
+  std::int64_t max_positions = 0;
   // The fine-tuning its layers' LayerFinetune were resolved for (finetuned_model); a plan lowers only against the
   // model resolved for its own TrainingConfig::finetune (validate_plan).
   FinetuneConfig finetune;
 
   std::int64_t param_count() const;
   std::size_t block_count() const;  // transformer blocks
+  // The architecture's reach where there is one, else max_positions (0: unchecked).
+  std::int64_t max_trainable_positions() const {
+    return architecture ? architecture->max_trainable_positions() : max_positions;
+  }
   // Model FLOPs of the forward pass per token of the training sequence at this length (no recompute): the MFU
   // numerator / 3. A layer with its own token count (Note [Tokens per sample]) adds its work per sample over seq_len.
   double forward_flops_per_token(std::int64_t seq_len, bool causal_skip) const;

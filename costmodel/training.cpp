@@ -92,6 +92,10 @@ void validate_training(const TrainingConfig& training, const ModelSpec& model) {
     throw InputError("attention_kernel eager: expected flash_attention false (eager attention materialises the scores)");
   }
   // Note [Long context] (model_spec.h): a config that names RoPE scaling may train past max_position_embeddings.
+  if (!model.architecture && model.max_positions > 0 && training.seq_len > model.max_positions) {
+    throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +
+                     std::to_string(model.max_positions) + " positions (its decoder's, with any RoPE scaling)");
+  }
   if (model.architecture && training.seq_len > model.architecture->max_trainable_positions()) {
     const DecoderArchitecture& arch = *model.architecture;
     throw InputError("--seq-len " + std::to_string(training.seq_len) + ": expected at most the model's " +

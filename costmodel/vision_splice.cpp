@@ -9,6 +9,7 @@ ModelSpec splice_vision_after_embedding(ModelSpec decoder, std::vector<LayerSpec
                                         const std::string& decoder_prefix, const std::string& origin) {
   std::vector<LayerSpec> text = std::move(decoder.layers);
   ModelSpec model = std::move(decoder);  // its name, widths and default sequence length
+  model.max_positions = model.max_trainable_positions();  // the decoder's, kept past the architecture
   model.architecture.reset();
   model.layers.clear();
   model.layers.reserve(text.size() + vision.size());

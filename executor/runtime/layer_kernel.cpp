@@ -10,6 +10,17 @@ namespace shardplan::runtime {
 DecoderDims decoder_dims(const ModelSpec& model) {
   const std::string origin = "model '" + model.name + "'";
   if (!model.architecture) {
+    // Models built from a Hugging Face config keep no architecture when their layers are not one decoder's: a
+    // vision tower spliced before the decoder (vision_splice.h) or Llama 4's renamed MoE blocks. Say which.
+    const auto any = [&](auto has) { return std::any_of(model.layers.begin(), model.layers.end(), has); };
+    if (any([](const LayerSpec& layer) { return layer.fixed_tokens_per_sample.has_value(); })) {
+      throw InputError(origin + ": vision towers (LLaVA, Qwen2-VL / Qwen2.5-VL, Gemma 3 multimodal, Llama 4) are not "
+                       "supported by the runtime yet");
+    }
+    if (any([](const LayerSpec& layer) { return layer.moe.has_value(); })) {
+      throw InputError(origin + ": mixture-of-experts blocks (Llama 4 and its chunked attention) are not supported by "
+                       "the runtime yet");
+    }
     throw InputError(origin + ": the CPU runtime needs a decoder architecture (a preset or a Hugging Face config), "
                      "not an explicit layer list");
   }
@@ -33,11 +44,16 @@ DecoderDims decoder_dims(const ModelSpec& model) {
     throw InputError(origin + ": DeepSeek's multi-head latent attention (DeepSeek-V2/V3) is not supported by the "
                      "runtime yet");
   }
-  if (arch.moe) throw InputError(origin + ": mixture-of-experts blocks are not supported by the runtime yet");
-  if (arch.sandwich_norms || arch.final_logit_softcap > 0) {
-    throw InputError(origin + ": Gemma's sandwich norms and logit soft-capping are not supported by the runtime yet");
+  if (arch.moe) {
+    throw InputError(origin + ": mixture-of-experts blocks (Mixtral, Qwen-MoE, GraniteMoE, Phi-3.5-MoE, gpt-oss) are "
+                     "not supported by the runtime yet");
   }
-  if (arch.fused_projections) throw InputError(origin + ": fused qkv/gate_up projections are not supported by the runtime yet");
+  if (arch.sandwich_norms || arch.final_logit_softcap > 0) {
+    throw InputError(origin + ": Gemma 2/3's sandwich norms and logit soft-capping are not supported by the runtime yet");
+  }
+  if (arch.fused_projections) {
+    throw InputError(origin + ": fused qkv/gate_up projections (Phi-3) are not supported by the runtime yet");
+  }
   if (!arch.gated_mlp || arch.parallel_residual || arch.fused_qkv || arch.naming != DecoderArchitecture::Naming::llama) {
     throw InputError(origin + ": two-matrix GELU MLPs, parallel attention/MLP blocks, fused q/k/v and non-llama module "
                      "names (StarCoder2, Falcon, Cohere, InternLM2) are not supported by the runtime yet");
@@ -55,8 +71,8 @@ DecoderDims decoder_dims(const ModelSpec& model) {
                      "use_sliding_window) and attention sinks (gpt-oss) are not supported by the runtime yet");
   }
   if (arch.explicit_head_dim != 0 || arch.qk_norm) {
-    throw InputError(origin + ": a head_dim other than hidden_size / num_heads and q/k norms are not supported by the "
-                     "runtime yet");
+    throw InputError(origin + ": a head_dim other than hidden_size / num_heads and q/k norms (Qwen3, OLMo 2, Gemma 3) "
+                     "are not supported by the runtime yet");
   }
   if (arch.num_heads < 1 || arch.num_kv_heads < 1 || arch.hidden_size % arch.num_heads != 0 ||
       arch.num_heads % arch.num_kv_heads != 0) {

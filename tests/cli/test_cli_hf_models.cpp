@@ -137,7 +137,8 @@ TEST_CASE("`estimate` and `plan` Gemma 3 4B multimodal (SigLIP tower, projector,
   CHECK(plan["feasible"] == true);
 }
 
-TEST_CASE("`run` refuses StarCoder2, Falcon, Cohere, InternLM2 and gpt-oss blocks on the CPU runtime, in one line") {
+TEST_CASE("`run` refuses StarCoder2, Falcon, Cohere, InternLM2, gpt-oss, Gemma 2, Mistral v0.1, Qwen3 and Llama 4 blocks on "
+          "the CPU runtime, in one line naming the feature") {
   if (!shardplan_test::mpi_build()) return;
   const json base = {{"vocab_size", 256},       {"hidden_size", 64},        {"intermediate_size", 128},
                      {"num_hidden_layers", 2},  {"num_attention_heads", 4}, {"num_key_value_heads", 2},
@@ -150,7 +151,15 @@ TEST_CASE("`run` refuses StarCoder2, Falcon, Cohere, InternLM2 and gpt-oss block
       {{{"architectures", {"InternLM2ForCausalLM"}}, {"bias", false}}, "fused q/k/v"},
       {{{"architectures", {"GptOssForCausalLM"}}, {"num_local_experts", 4}, {"num_experts_per_tok", 2},
         {"head_dim", 16}, {"sliding_window", 32}},
-       "mixture-of-experts"},
+       "mixture-of-experts blocks (Mixtral, Qwen-MoE, GraniteMoE, Phi-3.5-MoE, gpt-oss)"},
+      {{{"architectures", {"Gemma2ForCausalLM"}}, {"head_dim", 16}}, "Gemma 2/3's sandwich norms"},
+      {{{"architectures", {"MistralForCausalLM"}}, {"sliding_window", 32}}, "sliding-window attention"},
+      {{{"architectures", {"Qwen3ForCausalLM"}}, {"head_dim", 16}}, "q/k norms (Qwen3, OLMo 2, Gemma 3)"},
+      // Llama 4 keeps no decoder architecture (its MoE blocks are renamed): refused for its blocks, not taken for
+      // an explicit layer list.
+      {{{"architectures", {"Llama4ForCausalLM"}}, {"model_type", "llama4_text"}, {"intermediate_size_mlp", 128},
+        {"head_dim", 16}, {"num_local_experts", 2}, {"num_experts_per_tok", 1}, {"attention_chunk_size", 32}},
+       "mixture-of-experts blocks (Llama 4 and its chunked attention)"},
   };
   for (const auto& [extra, expected] : configs) {
     json config = base;

@@ -246,6 +246,8 @@ std::vector<ConfigWalk> config_walks() {
        example("llama4-scout-17b-16e"),
        {{"/text_config/attention_chunk_size", 4096},
         {"/text_config/no_rope_layers", std::vector<int>(48, 1)},
+        {"/text_config/use_qk_norm", false},             // Note [Llama 4 attention kernels]: the L2 norm's kernels
+        {"/text_config/attn_temperature_tuning", false},  // the NoPE layers' query temperature kernels
         {"/text_config/layer_types", layer_list(48, "full_attention")},
         {"/text_config/num_experts_per_tok", 2},
         {"/text_config/intermediate_size", 4096},
@@ -275,10 +277,8 @@ std::vector<ConfigWalk> config_walks() {
         {"/vision_config/vision_output_dim", 2048},
         {"/vision_config/multi_modal_projector_bias", true}},
        {},
-       {{"/text_config/use_qk_norm", "Llama4TextL2Norm has no weight; its few kernels are not counted"},
-        {"/text_config/attn_scale", "the NoPE layers' query temperature: an elementwise multiply not counted"},
-        {"/text_config/attn_temperature_tuning", "switches that temperature"},
-        {"/text_config/floor_scale", "that temperature's scale"},
+       {{"/text_config/attn_scale", "the NoPE layers' query temperature's value: the same kernels whatever it is"},
+        {"/text_config/floor_scale", "that temperature's scale: the same kernels"},
         {"/text_config/for_llm_compressor", "a quantisation tool's flag"},
         {"/vision_config/projector_dropout", "0.0 in the release; dropout masks are not counted"},
         {"/vision_config/vision_feature_layer", "-1: get_image_features reads the encoder's last state, as modelled"},

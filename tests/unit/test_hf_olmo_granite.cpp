@@ -9,6 +9,7 @@
 #include "hf_config.h"
 #include "hf_example_models.h"
 #include "json_input.h"
+#include "model_json.h"
 #include "model_presets.h"
 #include "training.h"
 
@@ -171,10 +172,16 @@ TEST_CASE("hf: a config's RoPE scaling lets --seq-len pass max_position_embeddin
   training.seq_len = 4 * positions + 1;
   CHECK_THROWS_AS(validate_training(training, yarn), InputError);
 
-  // transformers v5 names it rope_parameters; a factor without original positions scales max_position_embeddings.
+  // transformers v5 names it rope_parameters; a factor without original positions scales max_position_embeddings
+  // (dynamic NTK and YaRN take it for the original), except linear interpolation's, whose configs publish the
+  // interpolated length there (Note [Long context]): linear reaches further only from a named original.
   document.erase("rope_scaling");
-  document["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  document["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
   CHECK(model_of(document).architecture->rope_scaled_positions == 2 * positions);
+  document["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  CHECK(model_of(document).architecture->rope_scaled_positions == 0);
+  document["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"original_max_position_embeddings", 1024}};
+  CHECK(model_of(document).architecture->rope_scaled_positions == 2048);
   // "default" and a scaling without a factor (Phi-3's longrope lists) name nothing further.
   document["rope_parameters"] = {{"rope_type", "default"}, {"factor", 8.0}};
   CHECK(model_of(document).architecture->rope_scaled_positions == 0);
@@ -182,6 +189,38 @@ TEST_CASE("hf: a config's RoPE scaling lets --seq-len pass max_position_embeddin
   CHECK(model_of(document).architecture->rope_scaled_positions == 0);
   document["rope_parameters"] = {{"rope_type", "linear"}, {"factor", -2.0}};
   CHECK_THROWS_AS(model_of(document), InputError);
+
+  // Gemma 3 4B's text_config: linear factor 8 on the global layers, max_position_embeddings Gemma3TextConfig's
+  // default 131072 — its 128K context already, not 8 × 131072 (Note [Long context]).
+  nlohmann::json gemma3 = read_json_file("examples/hf/gemma3-4b-it.json").at("text_config");
+  gemma3.update({{"architectures", {"Gemma3ForCausalLM"}}, {"vocab_size", 262208}, {"num_attention_heads", 8},
+                 {"num_key_value_heads", 4}, {"head_dim", 256}});  // Gemma3TextConfig's defaults the release omits
+  const ModelSpec gemma = model_of(gemma3);
+  CHECK(gemma.architecture->max_trainable_positions() == 131072);
+  training.seq_len = 131072;
+  CHECK_NOTHROW(validate_training(training, gemma));
+  training.seq_len = 131073;
+  CHECK_THROWS_AS(validate_training(training, gemma), InputError);
+  // The multimodal model keeps no architecture (its vision tower is spliced in) but keeps its decoder's bound, as
+  // does Llama 4 Scout (its text_config's max_position_embeddings 262,144, past its llama3 scaling's 8 × 8192), and
+  // a written model.
+  for (const std::string name : {"gemma3-4b-it", "llama4-scout-17b-16e"}) {
+    CAPTURE(name);
+    const ModelSpec spliced =
+        model_from_document(read_json_file("examples/hf/" + name + ".json"), name, "config.json");
+    REQUIRE_FALSE(spliced.architecture);
+    const std::int64_t bound = name == "gemma3-4b-it" ? 131'072 : 262'144;
+    CHECK(spliced.max_trainable_positions() == bound);
+    CHECK(model_from_json(to_json(spliced), "written.json").max_trainable_positions() == bound);
+    training.seq_len = bound;
+    CHECK_NOTHROW(validate_training(training, spliced));
+    training.seq_len = bound + 1;
+    CHECK_THROWS_WITH_AS(validate_training(training, spliced),
+                         ("--seq-len " + std::to_string(bound + 1) + ": expected at most the model's " +
+                          std::to_string(bound) + " positions (its decoder's, with any RoPE scaling)")
+                             .c_str(),
+                         InputError);
+  }
 
   // Llama 3.1's llama3 scaling names 8 × 8192 = 65536, which its 131072 positions already exceed: the limit stays.
   const ModelSpec llama31 = hf_model("llama3.1-405b");

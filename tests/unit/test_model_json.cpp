@@ -369,19 +369,21 @@ TEST_CASE("model_from_json: architecture errors") {
   CHECK(load_error(json::array({1})) == "m.json: document: expected a JSON object, got [1]");
 }
 
-TEST_CASE("to_json summarises name, params, blocks and layers with tied_to by name") {
-  const json summary = shardplan::to_json(load(small_explicit()));
-  CHECK(summary.at("schema") == "shardplan.model/v1");
-  CHECK(summary.at("name") == "explicit");
-  CHECK(summary.at("params") == 214128);
-  CHECK(summary.at("blocks") == 3);
-  CHECK(summary.at("hidden_size") == 64);
-  REQUIRE(summary.at("layers").size() == 6);
-  CHECK(summary.at("layers")[1].at("name") == "block.0");
-  CHECK(summary.at("layers")[1].at("kind") == "transformer_block");
-  CHECK(summary.at("layers")[1].at("params") == 50000);
-  CHECK(summary.at("layers")[5].at("tied_to") == "embed");
-  CHECK_FALSE(summary.at("layers")[0].contains("tied_to"));
+TEST_CASE("to_json writes name, params and layers with their tensors, tied_to by name") {
+  const json written = shardplan::to_json(load(small_explicit()));
+  CHECK(written.at("schema") == "shardplan.model/v1");
+  CHECK(written.at("name") == "explicit");
+  CHECK(written.at("params") == 214128);
+  CHECK(written.at("hidden_size") == 64);
+  CHECK(written.at("num_heads") == 4);
+  REQUIRE(written.at("layers").size() == 6);
+  CHECK(written.at("layers")[1].at("name") == "block.0");
+  CHECK(written.at("layers")[1].at("kind") == "transformer_block");
+  CHECK(written.at("layers")[1].at("tensors") == json::array({{{"name", "flat"}, {"shape", {50000}}}}));
+  CHECK(written.at("layers")[5].at("tied_to") == "embed");
+  CHECK_FALSE(written.at("layers")[5].contains("tensors"));
+  CHECK_FALSE(written.at("layers")[0].contains("tied_to"));
+  CHECK(load(written).layers == load(small_explicit()).layers);  // Note [Exact layers]
 }
 
 TEST_CASE("the shipped example model files load with their exact parameter counts") {
