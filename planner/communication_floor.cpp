@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <set>
+#include <vector>
 
 #include "lowering.h"
 #include "op_placement.h"
@@ -25,6 +26,11 @@ bool runs_per_micro_batch(StreamKind stream) {
 CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                                        const TrainingConfig& training, const KnobSetting& knobs) {
   const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
+  std::vector<std::size_t> every_layer(model.layers.size());
+  for (std::size_t layer = 0; layer < every_layer.size(); ++layer) every_layer[layer] = layer;
+  // Note [Uniform requires_grad] (plan.h): a front end that cannot put frozen and trainable parameters in one unit
+  // has no whole-model unit; its settings keep the compute floor alone (no communication floor is claimed).
+  if (training.finetune.fsdp.uniform_requires_grad() && mixes_requires_grad(model, every_layer)) return {};
   Plan whole = plan_with_units(model, per_block, wrap_whole(model).units);
   whole.grad_accumulation_steps = 1;  // one micro-batch: it synchronises, so its reductions are the step's
   LoweringOptions lowering;

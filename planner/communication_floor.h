@@ -38,7 +38,9 @@ namespace shardplan {
 //   keepable = cap − states floor − those activations (SettingFloors::turnaround_activation_bytes),
 // and the rest of the model's gathered bytes, at least B − keepable with B the whole model's (padded once), is gathered
 // again in backward over the same shard group — a second collective on the all-gather stream, subadditive as above.
-// A setting whose units reshard to a partial copy (a smaller group's gather) gets no such term.
+// A setting whose units reshard to a partial copy (a smaller group's gather) gets no such term, and a front end that
+// cannot hold the whole model in one unit (FSDP1 without use_orig_params over frozen and trainable layers) no
+// communication floor at all.
 struct CommunicationFloor {
   // Per step, by stream: the ops every wrapping runs at least once a step (the per-micro-batch streams' ops are
   // SettingFloors::micro_batch_stream_s, from the compute floor's lowering).
