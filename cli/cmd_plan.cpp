@@ -188,10 +188,10 @@ Action add_plan_command(CLI::App& app, const Output& output) {
   command->add_option("--out-dir", flags->out_dir, "directory for --export files")
       ->capture_default_str()
       ->check(output_directory("--out-dir"));
-  // Note [Parallel degrees] (planner/search_2d.cpp) and Note [Setting waves] (planner/searcher.cpp): the plan is the
+  // Note [Shared incumbent] (planner/degree_search.h) and Note [Setting waves] (planner/searcher.cpp): the plan is the
   // same for any count.
   command->add_option("--jobs,-j", flags->jobs,
-                      "threads of the search: tensor-parallel degrees and knob settings searched at once (default: "
+                      "threads of the search: knob settings searched at once (default: "
                       "the machine's cores); the result does not depend on it")
       ->check(CLI::Range(1, 1024));
   add_pipeline_plan_flags(*command, flags->pipeline);

@@ -83,8 +83,8 @@ struct SearchOptions {
   // as proven (Note [Compute floor] in compute_floor.cpp). A search whose settings are all proven that way reports no
   // plan; wrappings whose modelled step (a lower bound) is below it are still simulated, and may be reported slower.
   double known_step_s = std::numeric_limits<double>::infinity();
-  // Threads for the tensor-parallel degrees (Note [Parallel degrees] in search_2d.cpp) and for each degree's knob
-  // settings (Note [Setting waves] in searcher.cpp); the result does not depend on it. Capacity sweeps, which run
+  // Threads for each degree's knob settings (Note [Setting waves] in searcher.cpp; the degrees run one after another,
+  // Note [Shared incumbent] in degree_search.h); the result does not depend on it. Capacity sweeps, which run
   // points at once, leave it at 1.
   std::size_t threads = 1;
   // Note [Shared setting floors] (setting_floor_cache.h): one micro-batch's floors, shared with the other searches of

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "errors.h"
-#include "indexed_pool.h"
+#include "degree_search.h"
 #include "memory_headroom.h"
 #include "setting_floor_cache.h"
 #include "step_analysis.h"
@@ -76,12 +76,13 @@ TensorParallelSearchView tensor_parallel_search_view(int degree, const ModelSpec
 
 namespace {
 
-// Note [Degree order]: the degree of the best seed is searched first and its answer prunes the others' searches
-// (SearchOptions::known_step_s, Note [Parallel degrees]), so the seeds decide how much is pruned, not the answer. A
+// Note [Degree order]: the degrees are searched stage by stage in nondecreasing seed, each stage pruned by the best
+// plan of the degrees before it (Note [Shared incumbent] in degree_search.h), so the seeds decide how much is pruned,
+// not the answer. A
 // seed is cheap: per checkpointing pattern its leanest setting (smallest micro-batch, the enumeration's first
 // strategy) as one unit per block, the patterns in nondecreasing compute floor (Note [Compute floor]), simulated until
-// one fits (at most one simulation per pattern). The degrees are searched (and handed to threads) in nondecreasing
-// seed; the seed is only an order: every degree is still searched in full against the first answer, and among equal
+// one fits (at most one simulation per pattern). The seed is only an order: every degree is still searched in full
+// against the best answer before it, and among equal
 // plans the smaller degree wins, so the answer is the one the enumeration order gives (where every setting's search
 // is exact).
 double seed_step_s(const DegreeView& view, const HardwareProfile& profile, std::int64_t usable_bytes) {
@@ -152,43 +153,40 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
     std::stable_sort(views.begin(), views.end(),
                      [](const DegreeView& a, const DegreeView& b) { return a.seed_step_s < b.seed_step_s; });
   }
-  // Note [Parallel degrees]: the degree of the best seed (Note [Degree order]) is searched first, alone; then the
-  // others, up to options.threads at once, each pruning with that first answer (only plans faster than it are wanted
-  // elsewhere: SearchOptions::known_step_s). No search of the second wave depends on another's, so the result is the
-  // same for any thread count (a test says so). The first answer is at most the best seed (the seed is one of its
-  // plans), so the other seeds would prune no more; where the first search found nothing, the second wave runs
-  // unpruned rather than trust a seed whose degree's search may have refused its view.
+  // Note [Shared incumbent] (degree_search.h): the degrees' searches stage by stage in that order, each pruned by the
+  // best plan of any degree so far; each degree's knob settings run on the threads (Note [Setting waves]).
+  std::vector<TrainingConfig> trainings;
+  for (const DegreeView& view : views) {
+    trainings.push_back(view.training);
+    // One expert-parallel degree at most here: a model with experts takes no TP degree above 1, so it never gets here
+    // with several degrees (validate_tensor_parallel_degree).
+    SHARDPLAN_CHECK(view.options.expert_parallel_degrees.size() <= 1, "several expert-parallel degrees with TP degrees");
+    if (!view.options.expert_parallel_degrees.empty()) {
+      trainings.back().expert_parallel_degree = view.options.expert_parallel_degrees[0];
+    }
+  }
+  std::vector<search_internal::DegreeInput> inputs;
+  for (std::size_t index = 0; index < views.size(); ++index) {
+    inputs.push_back({views[index].model, views[index].cluster, trainings[index], views[index].options});
+  }
+  std::vector<search_internal::DegreeOutcome> outcomes = search_internal::search_degrees(inputs, profile);
   std::vector<std::optional<SearchResult>> found(views.size());
-  std::vector<std::exception_ptr> failures(views.size());
-  const auto search_view = [&](std::size_t index) {
-    const DegreeView& view = views[index];
-    try {
-      found[index] = search_fsdp_plans(view.model, view.cluster, profile, view.training, view.options);
-    } catch (const InputError&) {
-      if (view.degree == 1) failures[index] = std::current_exception();
-      // Another degree: e.g. a global batch its data-parallel ranks do not divide; not a candidate.
-    } catch (...) {
-      failures[index] = std::current_exception();
+  for (std::size_t index = 0; index < views.size(); ++index) {
+    std::exception_ptr failure = outcomes[index].failure;
+    if (failure) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const InputError&) {
+        // Another degree: e.g. a global batch its data-parallel ranks do not divide; not a candidate.
+        if (views[index].degree != 1) continue;
+      } catch (...) {
+      }
+      std::rethrow_exception(failure);  // the first in search order, as a sequential search throws
     }
-  };
-  search_view(0);
-  if (options.objective == SearchObjective::time) {
-    const double first_s = found[0] && found[0]->feasible ? found[0]->best.summary.step_time_s
-                                                          : std::numeric_limits<double>::infinity();
-    for (std::size_t index = 1; index < views.size(); ++index) {
-      views[index].options.known_step_s = std::min(options.known_step_s, first_s);
+    found[index] = std::move(outcomes[index].result);
+    if (found[index]->feasible && trainings[index].expert_parallel_degree > 1) {
+      found[index]->best.knobs += ", expert parallel " + std::to_string(trainings[index].expert_parallel_degree);
     }
-  }
-  // The second wave's searches share the threads (Note [Setting waves] in searcher.cpp: a search runs its knob settings
-  // on its options' threads).
-  const std::size_t second_wave = views.size() - 1;
-  const std::size_t concurrent = std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(second_wave, 1));
-  for (std::size_t index = 1; index < views.size(); ++index) {
-    views[index].options.threads = std::max<std::size_t>(1, options.threads / concurrent);
-  }
-  run_indexed(second_wave, concurrent, [&](std::size_t index) { search_view(index + 1); });
-  for (const std::exception_ptr& failure : failures) {
-    if (failure) std::rethrow_exception(failure);  // the first in search order, as a sequential search throws
   }
   SearchResult result;
   bool have_result = false;

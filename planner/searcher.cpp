@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "errors.h"
 #include "indexed_pool.h"
@@ -89,7 +90,7 @@ double Searcher::step_floor(const KnobSetting& knobs) {
   return known->second;
 }
 
-void Searcher::run(bool offload) {
+void Searcher::run_wrappings(bool offload) {
   // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing step floor, so the
   // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
   // what keeps a fixed global batch of many micro-batches per rank (capacity --global-batch-tokens) to seconds.
@@ -104,7 +105,6 @@ void Searcher::run(bool offload) {
   }
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::pair<double, KnobSetting>> proven;
   // Note [Setting waves]: the first setting alone, so that the later waves have an incumbent to prune with.
   for (std::size_t next = 0, wave_size = 1; next < ordered.size(); wave_size = kSettingsPerWave) {
     std::vector<SettingRun> wave;
@@ -119,7 +119,7 @@ void Searcher::run(bool offload) {
     }
     run_wave(wave);
     for (const SettingRun& run : wave) {
-      if (run.finished) proven.emplace_back(run.floor_s, run.knobs);
+      if (run.finished) proven_.emplace_back(run.floor_s, run.knobs);
     }
   }
   // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
@@ -135,7 +135,11 @@ void Searcher::run(bool offload) {
       run_wave(wave);
     }
   }
+}
+
+void Searcher::run_prefetch_depths() {
   // Note [Prefetch depth]: once every setting's best one-ahead plan is known, the depth searches prune hardest.
+  const auto proven = std::exchange(proven_, {});
   if (options_.objective != SearchObjective::time || !options_.joint_prefetch_depth) return;
   for (std::size_t next = 0; next < proven.size();) {
     std::vector<SettingRun> wave;

@@ -47,7 +47,8 @@ class Searcher {
 
   Searcher(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile, const TrainingConfig& training,
            const SearchOptions& options, std::int64_t cap)
-      : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap) {}
+      : model_(model), cluster_(cluster), profile_(profile), training_(training), options_(options), cap_(cap),
+        known_step_s_(options.known_step_s) {}
 
   // A plan simulated and counted (baselines, refinements, the diagnosis's lean plans).
   PlanCandidate evaluate(const Plan& plan, const std::string& knobs);
@@ -77,11 +78,22 @@ class Searcher {
   double incumbent_s() const { return incumbent_s(best_fit_); }
   double incumbent_s(const SettingRun& run) const { return incumbent_s(run.best_fit); }
   double incumbent_s(const PlanCandidate& best_fit) const {
-    return std::min(options_.known_step_s, best_fit.fits ? best_fit.summary.step_time_s
-                                                         : std::numeric_limits<double>::infinity());
+    return std::min(known_step_s_, best_fit.fits ? best_fit.summary.step_time_s
+                                                 : std::numeric_limits<double>::infinity());
   }
+  // Note [Shared incumbent] (degree_search.h): a plan this fast is known from another degree's search since this one
+  // began; only faster plans are wanted from here on (never raised above SearchOptions::known_step_s).
+  void know_step_s(double step_s) { known_step_s_ = std::min(known_step_s_, step_s); }
+  double known_step_s() const { return known_step_s_; }
 
-  void run(bool offload);
+  // The passes over the knob settings of `offload`: the one-ahead wrap searches and the tightened-floor searches,
+  // then (run_prefetch_depths) the prefetch-depth searches of the settings those proved. run does both.
+  void run(bool offload) {
+    run_wrappings(offload);
+    run_prefetch_depths();
+  }
+  void run_wrappings(bool offload);
+  void run_prefetch_depths();
 
   // Note [Setting waves]: the wave's runs on up to options_.threads threads. Runs that share windows (the settings of
   // one strategy, micro-batch and offload: cache_for) are one task, in order, as a cache serves one search at a time.
@@ -149,7 +161,11 @@ class Searcher {
   const TrainingConfig& training_;
   const SearchOptions& options_;
   std::int64_t cap_;
+  double known_step_s_;  // SearchOptions::known_step_s, lowered by know_step_s
   PlanCandidate best_fit_, smallest_;
+  // The settings run_wrappings proved (their one-ahead search finished), with their step floors, in search order:
+  // what run_prefetch_depths searches (Note [Prefetch depth]).
+  std::vector<std::pair<double, KnobSetting>> proven_;
   std::size_t evaluated_ = 0;
   std::size_t exact_settings_ = 0, fallback_settings_ = 0, kept_by_refinement_settings_ = 0;
   std::size_t beaten_by_floor_settings_ = 0, memory_floor_settings_ = 0;

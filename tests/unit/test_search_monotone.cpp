@@ -294,9 +294,10 @@ TEST_CASE("search: many micro-batches per rank — most settings proven by their
   CHECK(again.heuristic_settings.empty());
 }
 
-// Note [Parallel degrees] (search_2d.cpp): the tensor-parallel degrees of the second wave are searched at once on
-// several threads; the plan, its prediction, the baselines and the search's counts are the same for 1 and 4 threads
-// (a second-wave degree pruned by whichever degrees finished before it would make the counts depend on timing).
+// Note [Shared incumbent] (degree_search.h) and Note [Setting waves] (searcher.cpp): each tensor-parallel degree's knob
+// settings are searched at once on several threads, the degrees stage by stage; the plan, its prediction, the
+// baselines and the search's counts are the same for 1 and 4 threads (a setting pruned by whichever settings finished
+// before it would make the counts depend on timing).
 TEST_CASE("search: the plan is the same for 1 and 4 threads over tensor-parallel degrees") {
   const ModelSpec model = llama_blocks(6);
   const Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
