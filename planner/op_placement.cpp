@@ -53,7 +53,10 @@ double layer_pass_duration_s(double kernels_s, std::int64_t zeroed_bytes, const 
 }
 
 double overlap_slowdown(const Op& op, int compute_element_bytes, const HardwareProfile& profile) {
-  if (op.kind == OpKind::optimizer_step) return profile.overlap_memory_slowdown;
+  // The optimizer step on the device is memory-bound work beside the collectives' kernels; on the host (CPU offload,
+  // Note [CPU optimizer step] in host_optimizer.h) it runs on the CPU cores over host DRAM, where the GPU's kernels
+  // beside a collective (the contention nccl#1428 measured, Note [Overlap slowdown by kernel kind]) do not reach it.
+  if (op.kind == OpKind::optimizer_step) return op.on_host ? 1.0 : profile.overlap_memory_slowdown;
   if (!is_layer_pass(op.kind)) return 1.0;
   const PassTime time = op.kernels ? pass_time(*op.kernels, compute_element_bytes, profile) : PassTime{};
   return pass_overlap_slowdown(time, buffer_fill_time_s(op.zeroed_bytes, profile), profile);

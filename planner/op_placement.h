@@ -51,8 +51,8 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
 // zero-fill of a fresh gradient buffer (Op::zeroed_bytes). base_duration_s's, and base_durations_s's (op_durations.h).
 double layer_pass_duration_s(double kernels_s, std::int64_t zeroed_bytes, const HardwareProfile& profile);
 // How much slower the op runs for the part of it beside communication (Note [Overlap slowdown by kernel kind] in
-// overlap_slowdown.h): a layer pass by its kernels, the optimizer step as memory-bound work; 1 for ops that do no
-// compute work (does_compute_work), which are never stretched.
+// overlap_slowdown.h): a layer pass by its kernels, the device's optimizer step as memory-bound work; 1 for the host's
+// optimizer step (CPU offload) and for ops that do no compute work (does_compute_work), which are never stretched.
 double overlap_slowdown(const Op& op, int compute_element_bytes, const HardwareProfile& profile);
 
 // Note [Communication busy time]: a compute op runs its overlap slowdown (overlap_slowdown above) times slower for the

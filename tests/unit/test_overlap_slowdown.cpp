@@ -86,6 +86,25 @@ TEST_CASE("overlap slowdown: a GEMM-heavy and an attention-heavy pass stretch by
   CHECK(pass_overlap_slowdown(PassTime{}, 0.0, profile) == 1.8);
 }
 
+TEST_CASE("overlap slowdown: the device's optimizer step stretches as memory-bound work, the host's (CPU offload) not") {
+  const HardwareProfile profile = round_profile();
+  Op step;
+  step.kind = OpKind::optimizer_step;
+  step.stream = StreamKind::compute;
+  step.memory_bytes = 1'000'000'000;  // 1 ms at the round profile's 1 TB/s
+  CHECK(overlap_slowdown(step, 2, profile) == 1.8);
+  // Beside the 1 ms gather: its whole 1 ms base stretched by the memory-bound 1.8.
+  CHECK(end_beside_gather_s(step, profile) == doctest::Approx(1.8 * ms));
+  step.on_host = true;
+  HardwareProfile with_host = profile;
+  with_host.host_memory_bytes_per_s = 100e9;
+  CHECK(overlap_slowdown(step, 2, with_host) == 1.0);
+  // On the host its time is the host's optimizer rate's, unstretched by the gather.
+  const double host_s = base_duration_s(step, 2, with_host);
+  REQUIRE(host_s > 1 * ms);  // it runs beside the whole gather
+  CHECK(end_beside_gather_s(step, with_host) == doctest::Approx(host_s));
+}
+
 TEST_CASE("overlap slowdown: a profile's single overlap_compute_slowdown sets all three kinds, a kind's own key wins") {
   const HardwareProfile base = round_profile();
   const HardwareProfile legacy =
