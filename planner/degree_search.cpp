@@ -94,6 +94,19 @@ void DegreeSearch::search_wrappings(double known_step_s) {
   const StageClock clock(seconds_);
   searcher_->know_step_s(known_step_s);
   searcher_->run_wrappings(false);
+  // Note [Shared incumbent]: the best plan refined now, so the degrees after this one prune with its refined step
+  // (finish refines it again only if a later pass found a better one).
+  if (searcher_->found_fit() && options_.refine) refine(searcher_->best());
+}
+
+void DegreeSearch::refine(const PlanCandidate& given) {
+  const PlanCandidate base = given;  // `given` may be the searcher's best, which a variant evaluated below replaces
+  refined_.emplace_back(base.knobs, base.summary.step_time_s);
+  for (const auto& [variant, how] : refinements(base.plan)) {
+    // A variant is not refined again (finish): its own variants are its base's.
+    const PlanCandidate evaluated = searcher_->evaluate(variant, base.knobs + ", " + how);
+    refined_.emplace_back(evaluated.knobs, evaluated.summary.step_time_s);
+  }
 }
 
 void DegreeSearch::search_prefetch_depths(double known_step_s) {
@@ -124,7 +137,8 @@ SearchResult DegreeSearch::finish() {
     std::vector<PlanCandidate> bases = searcher.unproven_near_best(kRefinedWindow);
     bases.insert(bases.begin(), searcher.best());
     for (const PlanCandidate& base : bases) {
-      for (const auto& [variant, how] : refinements(base.plan)) searcher.evaluate(variant, base.knobs + ", " + how);
+      const std::pair<std::string, double> key{base.knobs, base.summary.step_time_s};
+      if (std::find(refined_.begin(), refined_.end(), key) == refined_.end()) refine(base);
     }
   }
   result.feasible = searcher.found_fit();

@@ -6,6 +6,8 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "search.h"
@@ -56,7 +58,11 @@ class DegreeSearch {
   const HardwareProfile& profile_;
   const TrainingConfig& training_;
   const SearchOptions& options_;
+  // Note [Refining unproven settings] (degree_search.cpp): a plan's variants the wrap search does not model, simulated.
+  void refine(const PlanCandidate& base);
+
   double seconds_ = 0;  // searching so far
+  std::vector<std::pair<std::string, double>> refined_;  // the plans refined so far and their variants: knobs, step
   SearchResult result_;
   std::unique_ptr<Searcher> searcher_;
 };
