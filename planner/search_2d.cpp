@@ -78,13 +78,11 @@ namespace {
 
 // Note [Degree order]: the degrees are searched stage by stage in nondecreasing seed, each stage pruned by the best
 // plan of the degrees before it (Note [Shared incumbent] in degree_search.h), so the seeds decide how much is pruned,
-// not the answer. A
-// seed is cheap: per checkpointing pattern its leanest setting (smallest micro-batch, the enumeration's first
-// strategy) as one unit per block, the patterns in nondecreasing compute floor (Note [Compute floor]), simulated until
-// one fits (at most one simulation per pattern). The seed is only an order: every degree is still searched in full
-// against the best answer before it, and among equal
-// plans the smaller degree wins, so the answer is the one the enumeration order gives (where every setting's search
-// is exact).
+// not the answer. A seed is cheap: per checkpointing pattern its leanest setting (smallest micro-batch, the
+// enumeration's first strategy) as one unit per block, the patterns in nondecreasing compute floor (Note [Compute
+// floor]), simulated until one fits (at most one simulation per pattern). The seed is only an order: every degree is
+// still searched in full against the best answer before it, and among equal plans the smaller degree wins, so the
+// answer is the one the enumeration order gives (where every setting's search is exact).
 double seed_step_s(const DegreeView& view, const HardwareProfile& profile, std::int64_t usable_bytes) {
   // Per checkpointing pattern, its smallest micro-batch with the enumeration's first (leanest) strategy, keyed by the
   // least compute floor of any of the pattern's settings: the pattern's least activation memory, in the order its
