@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -235,11 +236,29 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   return 0;
 }
 
+// True when `path` is `directory` or lies under it, both as they resolve now (symlinks of existing parts followed).
+bool path_within(const std::string& path, const std::string& directory) {
+  std::error_code error;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), error);
+  if (error) return false;
+  const std::filesystem::path base = std::filesystem::weakly_canonical(std::filesystem::absolute(directory), error);
+  if (error) return false;
+  return std::mismatch(base.begin(), base.end(), resolved.begin(), resolved.end()).first == base.end();
+}
+
 // One RunFlags per --plan (each with its plan_file and trace_file); none given: FSDP's usual plan, once.
 std::vector<RunFlags> per_plan_flags(const RunFlags& flags) {
   if (!flags.trace_files.empty() && flags.trace_files.size() != std::max<std::size_t>(1, flags.plan_files.size())) {
     throw InputError("--trace: expected one per --plan (" + std::to_string(flags.plan_files.size()) + "), got " +
                      std::to_string(flags.trace_files.size()));
+  }
+  // The checkpoint writes its directory and step directories there: a trace at or under it would be found a
+  // directory (or overwritten) only after training, and the run aborted then (the fuzzer's input 7341 of seed 20).
+  for (const std::string& trace : flags.trace_files) {
+    if (!flags.checkpoint_dir.empty() && path_within(trace, flags.checkpoint_dir)) {
+      throw InputError("--trace: '" + trace + "' lies in --checkpoint-dir '" + flags.checkpoint_dir +
+                       "' (expected a file outside the checkpoint directory)");
+    }
   }
   std::vector<RunFlags> runs;
   const std::size_t count = std::max<std::size_t>(1, flags.plan_files.size());

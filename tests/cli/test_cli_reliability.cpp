@@ -198,6 +198,15 @@ TEST_CASE("reliability: run's output targets are refused before MPI starts, not 
   expect_input_error({"run", "--steps", "0"}, {"--steps", "1..1000000"});
   // Found by scripts/fuzz-cli: 1e-300 was accepted, fired on the first normal step and exited 1.
   expect_input_error({"run", "--watchdog-timeout", "1e-300"}, {"--watchdog-timeout", "0 (no watchdog) or"});
+  // Found by scripts/fuzz-cli (input 7341 of seed 20): the trace named the checkpoint directory itself; the
+  // checkpoint made it a directory and the trace's write aborted the job after training (exit 4). Reverted: exit 4.
+  const ScratchDir scratch("run-trace-in-checkpoint");
+  const std::string checkpoint = scratch.file("ck");
+  expect_input_error({"run", "--steps", "1", "--checkpoint-dir", checkpoint, "--trace", checkpoint},
+                     {"--trace", "lies in --checkpoint-dir", "expected a file outside the checkpoint directory"});
+  expect_input_error({"run", "--steps", "1", "--checkpoint-dir", checkpoint, "--trace", checkpoint + "/step-1/t.json"},
+                     {"--trace", "lies in --checkpoint-dir"});
+  CHECK_FALSE(fs::exists(checkpoint));  // refused before anything was written
 }
 
 TEST_CASE("reliability: a resume that does not match names the differing setting once, from rank 0") {
