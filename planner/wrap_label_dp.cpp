@@ -27,42 +27,74 @@ bool dominates(const Label& better, const Label& label, bool with_floor) {
 
 }  // namespace
 
-void keep_pareto(std::vector<Label>& labels, bool with_floor) {
-  // In cost order (exact first at equal cost), a label survives unless a cheaper survivor dominates it. Stops once
-  // the survivors outgrow kMaxLabelsPerState (the caller then gives up on this state's labels).
-  if (labels.size() <= 1) return;  // most states hold one label
-  struct Key {
-    double cost_s;
-    bool inexact;
-    std::size_t index;
-    bool operator<(const Key& other) const {
-      return cost_s != other.cost_s ? cost_s < other.cost_s
-                                    : inexact != other.inexact ? !inexact : index < other.index;
-    }
+// Note [Pareto on arrival]: a state's labels are filtered as they arrive instead of all at once when the state is
+// expanded. The survivors are the same: keep_pareto's rule — in (cost, exact first, arrival) order, a label survives
+// unless a label before it dominates it (dominance is transitive, so "a surviving label before it" is the same) — is
+// what `add` keeps, whatever the order labels arrive in: an arriving label is dropped when a member before it in that
+// order dominates it, and drops the members after it that it dominates (a member some other member before it
+// dominated would have been dropped already, so an arriving label that is dropped drops nothing). Sorting the members
+// at the end gives keep_pareto's order, so the search's parents and ties are unchanged. A set is only known to hold
+// too many labels (kMaxLabelsPerState) once every label has arrived, and each arrival is tested against every member:
+// past kMaxMembersWhileAdding members the set stops and counts as overflowing, which bounds that work (the sets of
+// the planner_bench commands peak under 192 members; a set so large rarely shrinks under the budget). What it saves: on llama3-70b
+// over 2048 H100s, 8.3 M labels reached the states and 1.0 M survived; each was stored (~300 bytes), sorted and moved
+// before being dropped, in buffers large enough to come from mmap and fault their pages in.
+void ParetoSet::add(Label&& label) {
+  if (overflowed_) return;
+  const std::uint64_t arrival = next_arrival_++;
+  // `member` comes before `label` in (cost, exact first, arrival) order; `label` arrives last.
+  const auto before = [&](const Label& member) {
+    return member.cost_s != label.cost_s ? member.cost_s < label.cost_s : member.exact || !label.exact;
   };
-  std::vector<Key> keys;
-  keys.reserve(labels.size());
-  for (std::size_t i = 0; i < labels.size(); ++i) keys.push_back({labels[i].cost_s, !labels[i].exact, i});
-  std::sort(keys.begin(), keys.end());
-  std::vector<Label> survivors;
-  survivors.reserve(std::min(labels.size(), kMaxLabelsPerState + 1));
-  // The survivor that dominated the last label is tried first: labels in cost order are mostly beaten by the same few
-  // cheap ones, and the answer (dominated by any survivor) does not depend on the order of the tests. On llama3-70b
-  // over 2048 H100s that took the search's dominance tests from 74 M to 30 M and its CPU time down ~10 %.
-  std::size_t last_dominator = 0;
-  for (const Key& key : keys) {
-    if (survivors.size() > kMaxLabelsPerState) break;
-    const Label& label = labels[key.index];
-    bool dominated = !survivors.empty() && dominates(survivors[last_dominator], label, with_floor);
-    for (std::size_t at = 0; at < survivors.size() && !dominated; ++at) {
-      if (at != last_dominator && dominates(survivors[at], label, with_floor)) {
-        dominated = true;
-        last_dominator = at;
-      }
-    }
-    if (!dominated) survivors.push_back(std::move(labels[key.index]));
+  if (last_dominator_ < members_.size()) {
+    const Label& likely = members_[last_dominator_];
+    if (before(likely) && dominates(likely, label, with_floor_)) return;
   }
-  labels = std::move(survivors);
+  for (std::size_t at = 0; at < members_.size();) {
+    const Label& member = members_[at];
+    if (before(member)) {
+      if (at != last_dominator_ && dominates(member, label, with_floor_)) {
+        last_dominator_ = at;
+        return;  // dropped; it dropped no member (Note [Pareto on arrival])
+      }
+    } else if (dominates(label, member, with_floor_)) {
+      members_[at] = std::move(members_.back());
+      arrival_[at] = arrival_.back();
+      members_.pop_back();
+      arrival_.pop_back();
+      continue;  // the member moved here is tested next
+    }
+    ++at;
+  }
+  members_.push_back(std::move(label));
+  arrival_.push_back(arrival);
+  if (members_.size() > kMaxMembersWhileAdding) {
+    overflowed_ = true;
+    members_.clear();
+    arrival_.clear();
+  }
+}
+
+std::vector<Label>& ParetoSet::sorted() {
+  if (!sorted_ && members_.size() > 1) {
+    std::vector<std::size_t> order(members_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const Label &first = members_[a], &second = members_[b];
+      if (first.cost_s != second.cost_s) return first.cost_s < second.cost_s;
+      if (first.exact != second.exact) return first.exact;
+      return arrival_[a] < arrival_[b];
+    });
+    if (!std::is_sorted(order.begin(), order.end())) {
+      std::vector<Label> in_order;
+      in_order.reserve(members_.size());
+      for (std::size_t i : order) in_order.push_back(std::move(members_[i]));
+      members_ = std::move(in_order);
+    }
+  }
+  sorted_ = true;
+  arrival_.clear();
+  return members_;
 }
 
 WrapContext::Closed close_wrapping(WrapContext& context, const std::vector<UnitChoice>& choices, bool exact_memory) {
@@ -102,13 +134,13 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
     return label.cost_s + context.lower_bound(unit, label) <= prune_above &&
            (!with_floor || context.fits_floor(unit, label));
   };
-  std::vector<std::vector<Label>> labels((n + 1) * (m + 1) * 2);
+  std::vector<ParetoSet> labels((n + 1) * (m + 1) * 2, ParetoSet(with_floor));
   for (std::size_t b = 1; b <= m; ++b) {
     for (bool kept : kept_options) {
       const UnitChoice unit{n - b, b, kept};
       if (!context.fragments.may_share_unit(unit.first_block, unit.length)) continue;
       Label label = context.last_unit(unit);
-      if (promising(label, unit)) labels[context.state_index(unit)].push_back(std::move(label));
+      if (promising(label, unit)) labels[context.state_index(unit)].add(std::move(label));
     }
   }
   DpAnswer overflow;
@@ -119,9 +151,9 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
       for (bool kept : kept_options) {
         const UnitChoice unit{p, b, kept};
         const std::size_t state = context.state_index(unit);
-        auto& here = labels[state];
-        if (here.empty()) continue;
-        keep_pareto(here, with_floor);
+        if (labels[state].overflowed()) return overflow;
+        if (labels[state].empty()) continue;
+        const std::vector<Label>& here = labels[state].sorted();
         if (here.size() > kMaxLabelsPerState) return overflow;
         context.for_each_left_neighbour(unit, [&](const UnitChoice& left) {
           auto& target = labels[context.state_index(left)];
@@ -130,7 +162,7 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
             Label next = context.extend(here[index], step, 0, false);
             next.parent_state = state;
             next.parent_label = index;
-            if (promising(next, left)) target.push_back(std::move(next));
+            if (promising(next, left)) target.add(std::move(next));
           }
         });
       }
@@ -145,8 +177,8 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
     for (bool kept : kept_options) {
       const UnitChoice unit{0, b, kept};
       const std::size_t state = context.state_index(unit);
-      auto& here = labels[state];
-      keep_pareto(here, with_floor);
+      if (labels[state].overflowed()) return overflow;
+      const std::vector<Label>& here = labels[state].sorted();
       if (here.size() > kMaxLabelsPerState) return overflow;
       for (std::size_t index = 0; index < here.size(); ++index) {
         const WrapContext::Closed closed = context.close(here[index], unit);
@@ -164,7 +196,7 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
   // Walk the parents: from the first unit rightwards.
   for (std::size_t state = best_state, index = best_label; state != kNone;) {
     answer.choices.push_back(context.unit_of(state));
-    const Label& label = labels[state][index];
+    const Label& label = labels[state].sorted()[index];
     state = label.parent_state;
     index = label.parent_label;
   }

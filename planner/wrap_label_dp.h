@@ -38,9 +38,34 @@ struct DpAnswer {
 // DP stops and the caller searches without the per-unit choice (or falls back to the per-cap DPs).
 constexpr std::size_t kMaxLabelsPerState = 128;
 
-// Drops labels another label dominates (Note [Wrap DP]): no more cost, a state at least as free with the same busy
-// streams, no more optimizer elements, and — with a floor — no more shards and no more live bytes in any term.
-void keep_pareto(std::vector<Label>& labels, bool with_floor);
+// A state's labels may outnumber kMaxLabelsPerState while they arrive (a later label can drop many): past this the
+// state counts as overflowing (Note [Pareto on arrival] in wrap_label_dp.cpp).
+constexpr std::size_t kMaxMembersWhileAdding = 4 * kMaxLabelsPerState;
+
+// One state's labels as they arrive, kept Pareto (Note [Pareto on arrival]): a label another dominates is dropped
+// (Note [Wrap DP]: no more cost, a state at least as free with the same busy streams, no more optimizer elements, and
+// — with a floor — no more shards and no more live bytes in any term).
+class ParetoSet {
+ public:
+  explicit ParetoSet(bool with_floor = false) : with_floor_(with_floor) {}
+  // Keeps `label` unless a member that precedes it (cost, exact first at equal cost, then arrival) dominates it, and
+  // drops the members it precedes and dominates.
+  void add(Label&& label);
+  // The members in (cost, exact first, arrival) order; once called, `add` is not called again.
+  std::vector<Label>& sorted();
+  bool empty() const { return members_.empty(); }
+  // More than kMaxMembersWhileAdding members at once (Note [Pareto on arrival]): the DP treats it as an overflow.
+  bool overflowed() const { return overflowed_; }
+
+ private:
+  std::vector<Label> members_;
+  std::vector<std::uint64_t> arrival_;  // per member: its place in the order labels were added
+  std::uint64_t next_arrival_ = 0;
+  std::size_t last_dominator_ = 0;      // the member that dropped the last label: tried first
+  bool with_floor_;
+  bool sorted_ = false;
+  bool overflowed_ = false;
+};
 
 // The fastest wrapping by the step model (with a cap: among those the memory floor allows), if one is modelled no
 // slower than `stop_above_s` (an incumbent: labels that cannot beat it are dropped).
