@@ -6,12 +6,10 @@
 #include <string>
 
 #include "errors.h"
-#include "lowering.h"
-#include "pipeline_schedule.h"
+#include "rank_program.h"
 #include "runner_support.h"
 #include "tensor_parallel_group.h"
 #include "tensor_parallel_model.h"
-#include "tensor_parallel_view.h"
 #include "unit_layout.h"
 
 namespace shardplan::runner {
@@ -61,22 +59,12 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     // name the plan's fields (lower_plan checks a plan without TP, after check_executable) ...
     if (plan_.tensor_parallel_degree > 1) validate_plan(plan_, model_, world_size_, gpus_per_node);
     // ... then this rank's place in the world (Note [ParallelDims]) ...
-    dims_ = parallel_dims(plan_, world_size_);
-    placement_ = dims_.placement(world.rank());
-    const int tp = dims_.tp();
-    int lowered_gpus_per_node = gpus_per_node;
-    if (tp > 1) {
-      // ... the CPU kernels' checks (InputError when heads, FFN or vocabulary don't divide) ...
-      (void)runtime::tensor_parallel_rank_model(model_, tp);
-      // ... and, Note [2-D mesh], the planner's view of its DP group: FSDP alone over world / tp ranks of the TP
-      // rank's model, the cost model's (Note [2-D plans]); the units' layouts are those of that model.
-      const DataParallelView view = data_parallel_view(plan_, model_, dims_, gpus_per_node);
-      rank_model_ = view.model;
-      lowered_plan_ = view.plan;
-      lowered_gpus_per_node = view.gpus_per_node;
-    }
-    if (dims_.pp() > 1) {
-      // Note [Pipeline runner]: this pipeline rank's program, over its stages' layers and units.
+    const ParallelDims dims = parallel_dims(plan_, world_size_);
+    const int tp = dims.tp();
+    // ... the CPU kernels' checks (InputError when heads, FFN or vocabulary don't divide) ...
+    if (tp > 1) (void)runtime::tensor_parallel_rank_model(model_, tp);
+    if (dims.pp() > 1) {
+      // ... what the CPU executor does not run with a pipeline (Note [Pipeline runner]) ...
       if (tp > 1) throw InputError("plan: pipeline parallelism with tensor parallelism is not yet executed");
       if (!plan_.training.finetune.trains_all()) {
         throw InputError("plan: fine-tuning with pipeline parallelism is not yet executed");
@@ -86,24 +74,21 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
         if (layer.tied_to_layer) throw InputError("plan: tied embeddings with pipeline parallelism are not executed");
       }
       validate_plan(plan_, model_, world_size_, gpus_per_node);
-      const DataParallelView view = data_parallel_view(plan_, model_, dims_, gpus_per_node);
-      const PipelineLayout pipeline = pipeline_layout(plan_, dims_);
-      const PipelineSchedule programs =
-          lower_pipeline(view.plan, view.model, {view.world_size(), view.gpus_per_node, 0}, pipeline);
-      PipelineRankModel held = pipeline_rank_model(view.plan, view.model, pipeline, pipeline_rank());
-      rank_model_ = std::move(held.model);
-      lowered_plan_ = std::move(held.plan);
-      whole_layers_ = std::move(held.whole_layers);
-      schedule_ = programs.programs.at(static_cast<std::size_t>(pipeline_rank()));
-      layouts = unit_layouts(lowered_plan_, rank_model_, dims_.data_parallel_world_size(), view.gpus_per_node);
-      check_executable(lowered_plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true, true});
-    } else {
-      for (std::size_t layer = 0; layer < model_.layers.size(); ++layer) whole_layers_.push_back(layer);
-      layouts = unit_layouts(lowered_plan_, rank_model_, dims_.data_parallel_world_size(), lowered_gpus_per_node);
-      check_executable(plan_, layouts, rank_, ExecutorSupport{"CPU", {"fp32"}, true, true, true});
-      // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
-      schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
     }
+    // ... and its program (Note [Rank program]): the model and units this rank holds, checked executable (with a
+    // pipeline the rank's own plan, its units remapped onto its stages; else the user's), then its schedule.
+    const auto check = [&](const RankProgram& held) {
+      check_executable(dims.pp() > 1 ? held.plan : plan_, held.layouts, rank_,
+                       ExecutorSupport{"CPU", {"fp32"}, true, true, true});
+    };
+    RankProgram program = lower_rank_program(plan_, model_, dims, gpus_per_node, world.rank(), check);
+    dims_ = program.dims;
+    placement_ = std::move(program.placement);
+    schedule_ = std::move(program.schedule);
+    rank_model_ = std::move(program.model);
+    lowered_plan_ = std::move(program.plan);
+    whole_layers_ = std::move(program.whole_layers);
+    layouts = std::move(program.layouts);
     const std::int64_t whole_tokens = schedule_.sequences_per_micro_batch * schedule_.seq_len;
     if (whole_tokens % tp != 0) {
       throw InputError("plan: a micro-batch of " + std::to_string(whole_tokens) + " tokens does not split over " +

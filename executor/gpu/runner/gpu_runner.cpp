@@ -7,7 +7,7 @@
 #include "cuda_check.h"
 #include "errors.h"
 #include "flat_param.h"
-#include "lowering.h"
+#include "rank_program.h"
 #include "runner_support.h"
 #include "unit_layout.h"
 
@@ -43,7 +43,10 @@ GpuRunner::GpuRunner(const ModelSpec& model, const Plan& plan, NcclCommunicator&
                          std::source_location::current(), rank_);
       }
     }
-    schedule_ = lower_plan(plan_, model_, {world_size_, gpus_per_node, 0});
+    // Note [Rank program]: the program both executors take; for the plain FSDP plans check_executable lets through,
+    // the plan lowered over the world.
+    schedule_ =
+        lower_rank_program(plan_, model_, parallel_dims(plan_, world_size_), gpus_per_node, world.rank()).schedule;
     layout_ = runtime::model_layout(model_);
     for (std::size_t index = 0; index < model_.layers.size(); ++index) {
       layers_.push_back(make_device_layer(model_, index));
