@@ -2,6 +2,8 @@
 """Runs every row of dev-runs.csv through `shardplan simulate` and prints published vs predicted step time.
 
 Usage: run_dev_set.py [--shardplan PATH] [--csv dev-runs.csv] [--rows ID,ID] [--json out.json]
+--csv multi-d-runs.csv: torchtitan's FSDP x TP x PP and FSDP x CP runs (issue 33's check). They are not dev-set rows:
+no constant, error band or headroom reads them (error_bands.py reads dev-runs.csv only).
 sp_plan_edit is applied to the default plan that `simulate --json` prints (ac_every=K: full AC on every K-th block,
 1-based K-th, K-2K-..., as torchtitan's layer policy counts; last_block_reshard=false: the last block unit keeps its
 unsharded params after forward), and the edited plan is simulated again with --plan.
@@ -62,14 +64,24 @@ def run_rows(shardplan, csv_path, wanted=frozenset(), on_row=None):
         pub_step = int(row["global_batch"]) * int(row["seq_len"]) / (float(row["pub_tok_s_gpu"]) * gpus)
         pred_step = sim["step_time_s"]
         pred_tok = int(row["global_batch"]) * int(row["seq_len"]) / (pred_step * gpus)
-        # torchtitan logs the caching allocator's reserved peak (torch.cuda.max_memory_reserved): compare with the
-        # simulator's estimate of it (Note [Reserved memory] in planner/simulator.cpp).
+        if "ranks" in sim:
+            # A pipeline plan (`simulate`'s pipeline JSON): torchtitan reports the largest peak over the ranks
+            # (its Table 5 footnote), so the largest rank's device peak; no exposed-communication figure.
+            exposed_comm_s = 0.0
+            reserved_bytes = max(rank["device_peak_bytes"] for rank in sim["ranks"])
+            allocated_bytes = max(rank["peak_memory_bytes"] for rank in sim["ranks"])
+        else:
+            # torchtitan logs the caching allocator's reserved peak (torch.cuda.max_memory_reserved): compare with
+            # the simulator's estimate of it (Note [Reserved memory] in planner/simulator.cpp).
+            exposed_comm_s = sim["exposed_comm_s"]
+            reserved_bytes = sim["reserved_peak_bytes"]
+            allocated_bytes = sim["peak_memory_bytes"]
         result = {"row_id": row["row_id"], "gpu": row["gpu"], "nodes": int(row["nodes"]),
                   "err": pred_step / pub_step - 1, "pred_tok_s_gpu": pred_tok,
-                  "pred_mfu": sim["mfu"], "exposed_comm_s": sim["exposed_comm_s"], "pred_step_s": pred_step,
-                  "pub_step_s": pub_step, "pred_mem_gib": sim["reserved_peak_bytes"] / 2**30, "scope": row["scope"],
+                  "pred_mfu": sim["mfu"], "exposed_comm_s": exposed_comm_s, "pred_step_s": pred_step,
+                  "pub_step_s": pub_step, "pred_mem_gib": reserved_bytes / 2**30, "scope": row["scope"],
                   "pub_mem_gib": float(row["pub_mem_gib"]) if row.get("pub_mem_gib") else None,
-                  "alloc_mem_gib": sim["peak_memory_bytes"] / 2**30}
+                  "alloc_mem_gib": allocated_bytes / 2**30}
         results.append(result)
         if on_row:
             on_row(row, result)
