@@ -3,6 +3,7 @@
 #include "wrap_label_dp.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "errors.h"
 
@@ -10,10 +11,13 @@ namespace shardplan::wrap_internal {
 
 namespace {
 
-bool dominates(const Label& better, const Label& label, bool with_floor) {
-  // Cheapest tests first: most candidate pairs differ in the busy streams or the reduction backlog.
+inline bool dominates(const Label& better, const Label& label, bool with_floor) {
+  // Cheapest tests first: the busy streams and the optimizer's elements, then the busy streams' free times — a
+  // stream that is not busy is free at 0 in both (busy_streams) — where three in four tests fail (llama3-70b over
+  // 2048 H100s), then the memory terms.
   if (better.busy != label.busy || better.optimizer_elements > label.optimizer_elements) return false;
-  for (std::size_t stream = 0; stream < better.state.stream_free_s.size(); ++stream) {
+  for (unsigned busy = better.busy; busy != 0; busy &= busy - 1) {
+    const auto stream = static_cast<std::size_t>(std::countr_zero(busy));
     if (better.state.stream_free_s[stream] > label.state.stream_free_s[stream]) return false;
   }
   if (with_floor) {
