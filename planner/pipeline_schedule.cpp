@@ -87,6 +87,11 @@ PipelineRankModel pipeline_rank_model(const Plan& plan, const ModelSpec& model, 
     }
   }
   held.plan = plan_with_units(held.model, plan, units, std::vector<bool>(units.size(), true));
+  // Per held layer, its whole-model layer's checkpointing: the plan's list is indexed by the whole model's layers.
+  held.plan.layer_checkpointing.clear();
+  for (const std::size_t layer : held.whole_layers) {
+    held.plan.layer_checkpointing.push_back(plan.layer_checkpointing.at(layer));
+  }
   held.plan.units[0].reshard_after_forward.enabled = false;
   // plan_with_units gives the root the backward prefetch of the last unit, as a whole model's root holds the head,
   // whose backward runs first. A rank whose root holds only the embedding (the first stage's, without the last)

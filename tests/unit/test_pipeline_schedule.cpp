@@ -11,6 +11,7 @@
 #include "pipeline_schedule.h"
 #include "pipeline_simulator.h"
 #include "schedule_fixtures.h"
+#include "unit_layout.h"
 
 using namespace shardplan;
 using namespace shardplan::testing;
@@ -175,4 +176,39 @@ TEST_CASE("pipeline programs: the default pipeline is torchtitan's block split a
   CHECK(blocks == 15);
   CHECK_THROWS_WITH_AS(default_pipeline(toy_blocks(2), 8, PipelineScheduleKind::one_f_one_b, 1),
                        doctest::Contains("--pipeline-parallel"), InputError);
+}
+
+TEST_CASE("pipeline programs: each rank's layers keep their own checkpointing, and its program allocates by it") {
+  // Full AC on every other block, so a rank reading the whole model's list by its own layer indices (the rank's
+  // first layer taking the whole model's first layer's mode) gets a different mode somewhere.
+  Pipeline setup(8, PipelineScheduleKind::one_f_one_b, 2, 1, 4);
+  for (std::size_t layer = 0; layer < setup.model.layers.size(); ++layer) {
+    setup.plan.layer_checkpointing[layer] =
+        layer % 2 == 0 ? ActivationCheckpointing::full : ActivationCheckpointing::none;
+  }
+  const PipelineSchedule pipeline = setup.lower();
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    const PipelineRankModel held = pipeline_rank_model(setup.plan, setup.model, setup.layout, rank);
+    REQUIRE(held.plan.layer_checkpointing.size() == held.model.layers.size());
+    for (std::size_t layer = 0; layer < held.model.layers.size(); ++layer) {
+      CHECK(held.plan.layer_checkpointing[layer] == setup.plan.layer_checkpointing[held.whole_layers[layer]]);
+    }
+    // The program's forward of each held layer keeps that layer's activations under its own mode (every block differs
+    // between the modes here).
+    const StepSchedule& program = pipeline.programs.at(static_cast<std::size_t>(rank));
+    std::size_t checked = 0;
+    for (const Op& op : program.ops) {
+      if (op.kind != OpKind::forward || op.micro_batch != 0 || op.layer < 0) continue;
+      const auto layer = static_cast<std::size_t>(op.layer);
+      const std::int64_t kept = kept_activation_bytes(held.model, held.plan.training, layer,
+                                                      setup.plan.layer_checkpointing[held.whole_layers[layer]]);
+      std::int64_t net = 0;  // what the forward keeps: its allocations less what it frees at its end (Note [Workspaces])
+      for (const auto& change : op.allocates) net += change.bytes;
+      for (const auto& change : op.frees) net -= change.bytes;
+      CHECK(net == kept);
+      ++checked;
+    }
+    CHECK(checked == held.model.layers.size());
+  }
 }
