@@ -30,24 +30,22 @@ RankProgram lower_rank_program(const Plan& plan, const ModelSpec& model, const P
     program.schedule = std::move(programs.programs.at(static_cast<std::size_t>(pipeline_rank)));
     return program;
   }
-  {
-    program.model = model;
-    program.plan = plan;
-    program.gpus_per_node = gpus_per_node;
-    if (dims.tp() > 1) {
-      // Note [2-D mesh]: FSDP alone over world / tp ranks of the TP rank's model, the cost model's (Note [2-D plans]).
-      DataParallelView view = data_parallel_view(plan, model, dims, gpus_per_node);
-      program.model = std::move(view.model);
-      program.plan = std::move(view.plan);
-      program.gpus_per_node = view.gpus_per_node;
-    }
-    for (std::size_t layer = 0; layer < model.layers.size(); ++layer) program.whole_layers.push_back(layer);
-    program.layouts =
-        unit_layouts(program.plan, program.model, dims.data_parallel_world_size(), program.gpus_per_node);
-    if (check_before_lowering) check_before_lowering(program);
-    // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
-    program.schedule = lower_plan(plan, model, {world_size, gpus_per_node, 0});
+  program.model = model;
+  program.plan = plan;
+  program.gpus_per_node = gpus_per_node;
+  if (dims.tp() > 1) {
+    // Note [2-D mesh]: FSDP alone over world / tp ranks of the TP rank's model, the cost model's (Note [2-D plans]).
+    DataParallelView view = data_parallel_view(plan, model, dims, gpus_per_node);
+    program.model = std::move(view.model);
+    program.plan = std::move(view.plan);
+    program.gpus_per_node = view.gpus_per_node;
   }
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) program.whole_layers.push_back(layer);
+  program.layouts =
+      unit_layouts(program.plan, program.model, dims.data_parallel_world_size(), program.gpus_per_node);
+  if (check_before_lowering) check_before_lowering(program);
+  // The schedule the simulator times: with TP, the DP group's FSDP ops, the TP collectives in the passes' kernels.
+  program.schedule = lower_plan(plan, model, {world_size, gpus_per_node, 0});
   return program;
 }
 

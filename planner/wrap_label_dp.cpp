@@ -40,9 +40,9 @@ inline bool dominates(const Label& better, const Label& label, bool with_floor) 
 // at the end gives keep_pareto's order, so the search's parents and ties are unchanged. A set is only known to hold
 // too many labels (kMaxLabelsPerState) once every label has arrived, and each arrival is tested against every member:
 // past kMaxMembersWhileAdding members the set stops and counts as overflowing, which bounds that work (the sets of
-// the planner_bench commands peak under 192 members; a set so large rarely shrinks under the budget). What it saves: on llama3-70b
-// over 2048 H100s, 8.3 M labels reached the states and 1.0 M survived; each was stored (~300 bytes), sorted and moved
-// before being dropped, in buffers large enough to come from mmap and fault their pages in.
+// the planner_bench commands peak under 192 members; a set so large rarely shrinks under the budget). What it saves:
+// on llama3-70b over 2048 H100s, 8.3 M labels reached the states and 1.0 M survived; each was stored (~300 bytes),
+// sorted and moved before being dropped, in buffers large enough to come from mmap and fault their pages in.
 void ParetoSet::add(Label&& label) {
   if (overflowed_) return;
   const std::uint64_t arrival = next_arrival_++;

@@ -87,7 +87,8 @@ TEST_CASE("Pareto on arrival: a set keeps what filtering all labels at once keep
     arrived_total += count;
     for (std::size_t i = 1; i < arrived.size(); ++i) ties += arrived[i].cost_s == arrived[i - 1].cost_s;
   }
-  // Not vacuous: a third of the labels and more are dropped, and equal costs (where exactness and arrival decide) are common.
+  // Not vacuous: a third of the labels and more are dropped, and equal costs (where exactness and arrival decide)
+  // are common.
   CHECK(kept_total * 3 < arrived_total * 2);
   CHECK(kept_total > 2000);
   CHECK(ties > 1000);

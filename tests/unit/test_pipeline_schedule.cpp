@@ -203,7 +203,8 @@ TEST_CASE("pipeline programs: each rank's layers keep their own checkpointing, a
       const auto layer = static_cast<std::size_t>(op.layer);
       const std::int64_t kept = kept_activation_bytes(held.model, held.plan.training, layer,
                                                       setup.plan.layer_checkpointing[held.whole_layers[layer]]);
-      std::int64_t net = 0;  // what the forward keeps: its allocations less what it frees at its end (Note [Workspaces])
+      // What the forward keeps: its allocations less what it frees at its end (Note [Workspaces]).
+      std::int64_t net = 0;
       for (const auto& change : op.allocates) net += change.bytes;
       for (const auto& change : op.frees) net -= change.bytes;
       CHECK(net == kept);
