@@ -99,6 +99,7 @@ class Lowerer {
   void start_pass();
 
   // --- compute (lowering_compute.cpp) ------------------------------------------------------------------------------
+  // What `layer` keeps from its forward to its backward, less what a pipeline receive buffer holds for it.
   std::int64_t kept_bytes(std::size_t layer) const;
   ActivationCheckpointing checkpointing(std::size_t layer) const;
   std::shared_ptr<const PassKernels> kernels_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode);
@@ -149,6 +150,8 @@ class Lowerer {
   std::vector<LimiterEntry> limiter_sequence_;  // every gather the rate limiter counts, in issue order
   std::deque<int> pending_;                     // gather requests held back by the rate limiter
   ContextParallelRing ring_;  // Note [Context-parallel lowering]; degree 1: none
+  // Per layer, the bytes of its saved input that a pipeline receive buffer holds (Note [Pipeline buffers]).
+  std::vector<std::int64_t> received_input_bytes_;
   std::vector<std::optional<std::optional<ContextParallelAttention>>> ring_attention_;  // per layer, when asked
   int current_stage_ = -1;  // the pipeline stage whose pass is being emitted (Op::stage), -1 outside pipelines
   int last_compute_ = -1;

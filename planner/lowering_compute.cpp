@@ -11,7 +11,10 @@ namespace shardplan::lowering_internal {  // Note [Lowering] in lowering.h
 
 // The layer's activation bytes and checkpointing come from unit_layout.h, which the closed-form bound shares.
 std::int64_t Lowerer::kept_bytes(std::size_t layer) const {
-  return kept_activation_bytes(model_, plan_.training, layer, checkpointing(layer));
+  const std::int64_t kept = kept_activation_bytes(model_, plan_.training, layer, checkpointing(layer));
+  // Note [Pipeline buffers]: a stage's first layer saves its input, which lives in the stage's receive buffer.
+  const std::int64_t received = layer < received_input_bytes_.size() ? received_input_bytes_[layer] : 0;
+  return std::max<std::int64_t>(kept - received, 0);
 }
 
 ActivationCheckpointing Lowerer::checkpointing(std::size_t layer) const {

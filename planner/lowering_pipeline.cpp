@@ -11,10 +11,19 @@ namespace shardplan::lowering_internal {  // Note [Lowering] in lowering.h
 StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
                                   std::int64_t boundary_bytes) {
   begin_step();
+  // Note [Pipeline buffers] (pipeline_schedule.h): the receive buffers of every micro-batch, made once and kept; a
+  // non-first stage's first layer saves its input in one of them.
+  const int micro_batches = plan_.grad_accumulation_steps;
+  received_input_bytes_.assign(model_.layers.size(), 0);
+  for (const StageSpan& stage : stages) {
+    const int receives = (stage.first ? 0 : 1) + (stage.last ? 0 : 1);
+    schedule_.persistent[static_cast<std::size_t>(MemoryCategory::comm_buffers)] +=
+        static_cast<std::int64_t>(receives) * micro_batches * boundary_bytes;
+    if (!stage.first) received_input_bytes_[stage.first_layer] = boundary_bytes;
+  }
   // Nothing is gathered at the step's start; from then on the pass state carries over between the actions, so a
   // unit gathered by its first forward stays gathered (reshard_after_forward is off in a pipeline rank's plan).
   start_pass();
-  const int micro_batches = plan_.grad_accumulation_steps;
   std::vector<int> reductions;
   for (const PipelineAction& action : actions) {
     const auto stage = std::find_if(stages.begin(), stages.end(),
@@ -27,7 +36,12 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
         if (!stage->first) emit_transfer(OpKind::recv, *stage, stage->stage - 1, micro, boundary_bytes);
         mark(micro, FragmentPass::step, -1);
         forward_layers(micro, stage->first_layer, stage->last_layer);
-        if (!stage->last) emit_transfer(OpKind::send, *stage, stage->stage + 1, micro, boundary_bytes);
+        if (!stage->last) {
+          // Note [Pipeline buffers]: the stage's output stays in its forward cache until this micro-batch's backward.
+          schedule_.ops[static_cast<std::size_t>(last_compute_)].allocates.push_back(
+              {MemoryCategory::activations, boundary_bytes});
+          emit_transfer(OpKind::send, *stage, stage->stage + 1, micro, boundary_bytes);
+        }
         break;
       case PipelineActionKind::full_backward: {
         if (!stage->last) emit_transfer(OpKind::recv, *stage, stage->stage + 1, micro, boundary_bytes);
@@ -36,6 +50,10 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
         // (set_reshard_after_backward / set_requires_gradient_sync(last_backward)).
         const bool last_backward = micro + 1 == micro_batches;
         backward_layers(micro, last_backward, last_backward, stage->first_layer, stage->last_layer, reductions);
+        if (!stage->last) {
+          schedule_.ops[static_cast<std::size_t>(last_backward_)].frees.push_back(
+              {MemoryCategory::activations, boundary_bytes});
+        }
         if (!stage->first) emit_transfer(OpKind::send, *stage, stage->stage - 1, micro, boundary_bytes);
         break;
       }

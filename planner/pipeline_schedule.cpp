@@ -10,6 +10,7 @@
 #include "errors.h"
 #include "lowerer.h"
 #include "optimizer_in_backward.h"
+#include "tensor_parallel.h"
 
 namespace shardplan {
 namespace {
@@ -145,8 +146,13 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
     const ModelSpec& rank_model = held.model;
     const Plan& rank_plan = held.plan;
     const std::vector<std::size_t>& stage_starts = held.stage_starts;
-    const std::int64_t boundary_bytes = plan.training.micro_batch * plan.training.seq_len * model.hidden_size *
-                                        plan.training.precision.param_compute_bytes;
+    // Note [Pipeline programs]: one TP rank's boundary is its sequence shard under sequence parallelism.
+    const bool sequence_parallel =
+        layout.tensor_parallel > 1 && pytorch_tensor_parallel(layout.tensor_parallel).sequence_parallel;
+    const int sequence_shards = sequence_parallel ? layout.tensor_parallel : 1;
+    const std::int64_t rows = (plan.training.seq_len + sequence_shards - 1) / sequence_shards;
+    const std::int64_t boundary_bytes =
+        plan.training.micro_batch * rows * model.hidden_size * plan.training.precision.param_compute_bytes;
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
     StepSchedule program =
         lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans, boundary_bytes);

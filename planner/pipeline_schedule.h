@@ -27,10 +27,23 @@ namespace shardplan {
 //  - each program's world_size is the data-parallel ranks of one stage (dp_replicate × dp_shard), which FSDP shards
 //    over.
 // The boundary tensor a micro-batch passes is the hidden state, micro-batch × seq × hidden in the compute dtype
-// (torchtitan's stage outputs for Llama: the decoder's `h`), and its gradient the same. The receiving stage's
-// buffers for it are not counted in memory (one micro-batch's hidden state per in-flight receive: small beside the
-// kept activations). A send is placed when its stage's pass has run and takes its link's time; NCCL's pairing with
-// the receiver's posting is not modelled (the receiver posts its recv before it is needed in these orders).
+// (torchtitan's stage outputs for Llama: the decoder's `h`), and its gradient the same; under tensor parallelism each
+// TP rank passes its sequence shard (torchtitan's TP plan ends every block with `attention.wo` / `feed_forward.w2`
+// RowwiseParallel(output_layouts=Shard(1)) and local outputs, so `h` between blocks is the rank's seq / tp rows).
+// Note [Pipeline buffers]: the memory torch.distributed.pipelining holds beside the layers' own
+// (torch/distributed/pipelining/stage.py, PipelineStage._prepare_forward_infra and _create_grad_recv_info;
+// _PipelineStageBase.forward_one_chunk):
+//  - receive buffers made once, for every micro-batch of the step, and kept: per non-first stage one for the
+//    activation of each micro-batch, per non-last stage one for the gradient of each (persistent, comm_buffers);
+//  - the received activation is the stage's input, so its first layer's saved input lives in that buffer and is not
+//    allocated again;
+//  - a non-last stage's output stays referenced in the stage's forward cache (fwd_cache) until that micro-batch's
+//    backward pops it (pytorch/pytorch#128910: unlike Megatron-LM's deallocate_output_tensor, the output's data is
+//    kept), so each micro-batch in flight holds one more boundary tensor.
+// The last stage's output_chunks (every micro-batch's logits kept until the step returns them, where the schedule
+// returns outputs: pytorch/pytorch#159251) is not counted.
+// A send is placed when its stage's pass has run and takes its link's time; NCCL's pairing with the receiver's
+// posting is not modelled (the receiver posts its recv before it is needed in these orders).
 struct PipelineSchedule {
   PipelineOrder order;
   std::vector<LayerRange> stage_layers;  // per global stage, in the model's layer numbering

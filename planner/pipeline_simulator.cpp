@@ -106,6 +106,7 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
     if (record_timeline) record_program(schedule, walk.start_s, walk.end_s, rank.rank, samples, result.timeline);
     rank.peak_memory_bytes = memory.peak_bytes;
     rank.device_peak_bytes = memory.device_peak_bytes;
+    rank.memory_at_peak = memory.at_peak;
     // Micro-batches in flight on the rank, over all its stages: a stage's forward of a micro-batch begins one, its
     // backward ends it; in program order (the compute stream runs them in that order).
     int count = 0;

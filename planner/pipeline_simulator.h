@@ -20,6 +20,7 @@ struct PipelineRankSummary {
                                   // FSDP communication)
   std::int64_t peak_memory_bytes = 0;
   std::int64_t device_peak_bytes = 0;
+  MemoryByCategory memory_at_peak{};     // peak_memory_bytes by category, at the rank's peak
   int peak_in_flight_micro_batches = 0;  // forwarded, not yet backwarded, at once
 };
 

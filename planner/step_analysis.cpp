@@ -110,6 +110,10 @@ nlohmann::json to_json(const PipelineStepAnalysis& analysis, const MemoryHeadroo
   for (const PipelineRankSummary& rank : simulation.ranks) {
     const bool rank_fits = rank.device_peak_bytes <= headroom.usable_bytes();
     fits = fits && rank_fits;
+    nlohmann::json memory = nlohmann::json::object();
+    for (std::size_t category = 0; category < kMemoryCategoryCount; ++category) {
+      memory[std::string(kMemoryCategoryNames[category]) + "_bytes"] = rank.memory_at_peak[category];
+    }
     ranks.push_back({{"rank", rank.rank},
                      {"stages", rank.stages},
                      {"compute_time_s", rank.compute_busy_s},
@@ -117,6 +121,7 @@ nlohmann::json to_json(const PipelineStepAnalysis& analysis, const MemoryHeadroo
                      {"bubble_fraction", rank.bubble_fraction},
                      {"peak_memory_bytes", rank.peak_memory_bytes},
                      {"device_peak_bytes", rank.device_peak_bytes},
+                     {"memory_at_peak", memory},
                      {"peak_in_flight_micro_batches", rank.peak_in_flight_micro_batches},
                      {"fits", rank_fits}});
   }

@@ -106,6 +106,20 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     with_rank([&] {
       pipeline_ = std::make_unique<PipelineP2p>(*groups_->pipeline(), dims_.pp() * plan_.pipeline.stages_per_rank,
                                                 schedule_.micro_batches);
+      // Note [Pipeline buffers]: every micro-batch's receive buffers of the rank's stages (torch's loop placement:
+      // stages r, r + pp, ...), made once and kept; one sequence shard each under tensor parallelism.
+      const int stages = dims_.pp() * plan_.pipeline.stages_per_rank;
+      const std::int64_t elements = schedule_.sequences_per_micro_batch * schedule_.seq_len / dims_.tp() *
+                                    model_.hidden_size;
+      for (int stage = pipeline_rank(); stage < stages; stage += dims_.pp()) {
+        for (int micro = 0; micro < schedule_.micro_batches; ++micro) {
+          for (const bool forward : {true, false}) {
+            if (forward ? stage == 0 : stage + 1 == stages) continue;
+            receive_buffers_.emplace(std::tuple{stage, micro, forward},
+                                     TrackedBuffer(tracker_, MemoryCategory::comm_buffers, elements));
+          }
+        }
+      }
     });
   }
   if (dims_.cp() > 1) {  // Note [Context-parallel runner]

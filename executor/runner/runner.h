@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "adamw.h"
@@ -141,6 +143,10 @@ class Runner {
   std::unique_ptr<RunnerGroups> groups_;
   std::unique_ptr<CommTensorParallelGroup> tensor_parallel_;  // null without tensor parallelism
   std::unique_ptr<PipelineP2p> pipeline_;                     // null without pipeline parallelism
+  // Note [Pipeline buffers] (planner/pipeline_schedule.h): per (held stage, micro-batch, forward?) the receive buffer
+  // torch.distributed.pipelining makes once and keeps — an activation for a non-first stage, a gradient for a
+  // non-last one; empty without a pipeline.
+  std::map<std::tuple<int, int, bool>, TrackedBuffer> receive_buffers_;
   std::unique_ptr<CommContextParallelGroup> context_parallel_;  // null without context parallelism
   std::vector<std::unique_ptr<FlatParam>> params_;
   std::vector<ParamGroup> param_groups_;

@@ -2,6 +2,7 @@
 // records the measured Timeline.
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -28,6 +29,13 @@ class Runner::StepWalker {
       }
       r_.tensor_parallel_->set_progress([this] { progress(); });
     }
+    for (const Op& op : ops_) {
+      if (op.kind == OpKind::forward && op.stage >= 0 && op.layer >= 0) {
+        const auto [first, inserted] = first_layer_of_stage_.try_emplace(op.stage, op.layer);
+        if (!inserted) first->second = std::min(first->second, op.layer);
+      }
+    }
+    if (!r_.receive_buffers_.empty()) boundary_bytes_ = r_.receive_buffers_.begin()->second.bytes();
     if (r_.context_parallel_) {
       // Note [Context-parallel runner]: the layers see this CP rank's share of each sequence.
       for (const runtime::Batch& whole : batches_) {
@@ -206,7 +214,13 @@ class Runner::StepWalker {
       case OpKind::wait: break;  // its dependency (the all-gather) completed above
       case OpKind::forward: forward(op); break;
       case OpKind::recompute: recompute(op); break;
-      case OpKind::backward: backward(op); break;
+      case OpKind::backward:
+        backward(op);
+        // Note [Pipeline buffers]: the stage's backward of the micro-batch is done; its forward cache lets go.
+        if (first_layer_of_stage_.count(op.stage) > 0 && first_layer_of_stage_.at(op.stage) == op.layer) {
+          stage_outputs_.erase({op.stage, op.micro_batch});
+        }
+        break;
       case OpKind::free_unsharded: r_.param_groups_.at(static_cast<std::size_t>(op.unit)).reshard(); break;
       case OpKind::optimizer_step: optimizer_step(); break;
       case OpKind::recv: receive(op); break;
@@ -234,8 +248,10 @@ class Runner::StepWalker {
     return static_cast<std::size_t>(op.micro_batch) * layers_ + static_cast<std::size_t>(op.layer);
   }
 
-  void keep(std::size_t at, runtime::SavedActivations saved) {
-    const std::int64_t bytes = saved.bytes();
+  // `aliased_bytes`: what torch would keep in a buffer the tracker counts already (Note [Pipeline buffers]: a
+  // stage's first layer saves its input, which is the stage's receive buffer; this kernel keeps its own copy).
+  void keep(std::size_t at, runtime::SavedActivations saved, std::int64_t aliased_bytes = 0) {
+    const std::int64_t bytes = std::max<std::int64_t>(saved.bytes() - aliased_bytes, 0);
     if (bytes > saved_bytes_[at]) r_.tracker_.allocate(MemoryCategory::activations, bytes - saved_bytes_[at]);
     if (bytes < saved_bytes_[at]) r_.tracker_.release(MemoryCategory::activations, saved_bytes_[at] - bytes);
     saved_bytes_[at] = bytes;
@@ -256,6 +272,24 @@ class Runner::StepWalker {
     }
     const runtime::Activations& tensor = forward ? hidden_ : grad_;
     in_flight_.push_back({op.id, r_.pipeline_->send(op, tensor.values)});
+    if (forward) {
+      // Note [Pipeline buffers]: the stage's output stays in its forward cache until this micro-batch's backward.
+      TrackedBuffer kept(r_.tracker_, MemoryCategory::activations, static_cast<std::int64_t>(tensor.values.size()));
+      std::copy(tensor.values.begin(), tensor.values.end(), kept.values().begin());
+      stage_outputs_[{op.stage, op.micro_batch}] = std::move(kept);
+    }
+  }
+
+  TrackedBuffer& receive_buffer(const Op& op) {
+    const auto found = r_.receive_buffers_.find({op.stage, op.micro_batch, op.peer_stage < op.stage});
+    if (found == r_.receive_buffers_.end()) fail("recv op " + std::to_string(op.id) + " without a receive buffer");
+    return found->second;
+  }
+
+  // The layer opening a stage that receives its input (Note [Pipeline buffers]): its saved input is that buffer.
+  bool receives_input(const Op& op) const {
+    const auto found = first_layer_of_stage_.find(op.stage);
+    return op.stage > 0 && found != first_layer_of_stage_.end() && found->second == op.layer;
   }
 
   // Blocks the compute stream until the micro-batch's tensor arrived, polling the collectives meanwhile (a DP peer
@@ -265,8 +299,14 @@ class Runner::StepWalker {
     const runtime::Batch& b = batch(op);
     runtime::Activations& tensor = op.peer_stage < op.stage ? hidden_ : grad_;
     tensor = runtime::Activations::zeros(b.micro_batch, b.seq_len, r_.model_.hidden_size);
-    comm::CommHandle handle = r_.pipeline_->recv(op, tensor.values);
+    TrackedBuffer& buffer = receive_buffer(op);
+    if (buffer.size() != static_cast<std::int64_t>(tensor.values.size())) {
+      fail("recv op " + std::to_string(op.id) + ": a receive buffer of " + std::to_string(buffer.size()) +
+           " elements for a tensor of " + std::to_string(tensor.values.size()));
+    }
+    comm::CommHandle handle = r_.pipeline_->recv(op, buffer.values());
     while (!handle.test()) progress();
+    std::copy(buffer.values().begin(), buffer.values().end(), tensor.values.begin());
   }
 
   // Whether the rank's layer is the whole model's first (the embedding) or last (the head and loss): with a
@@ -281,7 +321,7 @@ class Runner::StepWalker {
     runtime::LayerForward result =
         r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, op.checkpointing);
     hidden_ = std::move(result.output);
-    keep(slot(op), std::move(result.saved));
+    keep(slot(op), std::move(result.saved), receives_input(op) ? boundary_bytes_ : 0);
     // What the forward held beside what it kept, charged where it was alive (Note [Workspaces]).
     if (result.workspace_bytes > 0) {
       r_.tracker_.allocate(MemoryCategory::activations, result.workspace_bytes);
@@ -293,7 +333,8 @@ class Runner::StepWalker {
   void recompute(const Op& op) {
     const auto layer = static_cast<std::size_t>(op.layer);
     last_compute_ = op.id;
-    keep(slot(op), r_.kernels_[layer]->recompute(params_of(op, false), saved_[slot(op)]));
+    keep(slot(op), r_.kernels_[layer]->recompute(params_of(op, false), saved_[slot(op)]),
+         receives_input(op) ? boundary_bytes_ : 0);
   }
 
   void backward(const Op& op) {
@@ -361,6 +402,11 @@ class Runner::StepWalker {
   runtime::Activations grad_;
   double loss_sum_ = 0;
   std::vector<int> reduction_of_;  // per unit: its last requested reduction op (Note [Gradient hazard]), -1 if none
+  // Note [Pipeline buffers]: per (stage, micro-batch) the output its forward sent, kept until its backward; per
+  // stage its first layer; the bytes of one received tensor.
+  std::map<std::pair<int, int>, TrackedBuffer> stage_outputs_;
+  std::map<int, int> first_layer_of_stage_;
+  std::int64_t boundary_bytes_ = 0;
 };
 
 StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {

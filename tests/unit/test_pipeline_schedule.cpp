@@ -195,7 +195,11 @@ TEST_CASE("pipeline programs: each rank's layers keep their own checkpointing, a
       CHECK(held.plan.layer_checkpointing[layer] == setup.plan.layer_checkpointing[held.whole_layers[layer]]);
     }
     // The program's forward of each held layer keeps that layer's activations under its own mode (every block differs
-    // between the modes here).
+    // between the modes here) — less, on the second stage's first layer, the input its receive buffer holds, and
+    // more, on the first stage's last layer, the output its forward cache holds (Note [Pipeline buffers]).
+    const std::int64_t boundary = setup.plan.training.micro_batch * setup.plan.training.seq_len *
+                                  setup.model.hidden_size * setup.plan.training.precision.param_compute_bytes;
+    REQUIRE(boundary > 0);
     const StepSchedule& program = pipeline.programs.at(static_cast<std::size_t>(rank));
     std::size_t checked = 0;
     for (const Op& op : program.ops) {
@@ -207,9 +211,42 @@ TEST_CASE("pipeline programs: each rank's layers keep their own checkpointing, a
       std::int64_t net = 0;
       for (const auto& change : op.allocates) net += change.bytes;
       for (const auto& change : op.frees) net -= change.bytes;
-      CHECK(net == kept);
+      std::int64_t expected = kept;
+      if (rank == 1 && layer == 0) expected -= std::min(kept, boundary);
+      if (rank == 0 && layer + 1 == held.model.layers.size()) expected += boundary;
+      CHECK(net == expected);
       ++checked;
     }
     CHECK(checked == held.model.layers.size());
+  }
+}
+
+TEST_CASE("pipeline programs: the receive buffers of every micro-batch are kept, and each stage output until its "
+          "backward") {
+  // Note [Pipeline buffers]: 4 stages on 2 ranks (interleaved, v = 2), 4 micro-batches. Rank 0 holds stages 0 and 2,
+  // rank 1 stages 1 and 3: three receiving stages for activations (1, 2, 3) and three for gradients (0, 1, 2).
+  Pipeline setup(8, PipelineScheduleKind::interleaved_1f1b, 2, 2, 4);
+  const PipelineSchedule pipeline = setup.lower();
+  const std::int64_t boundary = setup.plan.training.micro_batch * setup.plan.training.seq_len *
+                                setup.model.hidden_size * setup.plan.training.precision.param_compute_bytes;
+  const auto comm = static_cast<std::size_t>(MemoryCategory::comm_buffers);
+  // Without pipelining the same persistent comm buffers are 0: whatever a program adds is the receive buffers.
+  CHECK(lower_plan(setup.plan, setup.model, setup.options).persistent[comm] == 0);
+  // Rank 0: stage 0 receives gradients, stage 2 activations and gradients; rank 1: stage 1 both, stage 3 activations.
+  CHECK(pipeline.programs.at(0).persistent[comm] == 3 * 4 * boundary);
+  CHECK(pipeline.programs.at(1).persistent[comm] == 3 * 4 * boundary);
+  // Each stage output but the last stage's is allocated by its stage's forward and freed by that micro-batch's
+  // backward of the same stage: per program, the boundary bytes outstanding return to 0 at the step's end.
+  for (const StepSchedule& program : pipeline.programs) {
+    std::int64_t activations = 0;
+    for (const Op& op : program.ops) {
+      for (const auto& change : op.allocates) {
+        if (change.category == MemoryCategory::activations) activations += change.bytes;
+      }
+      for (const auto& change : op.frees) {
+        if (change.category == MemoryCategory::activations) activations -= change.bytes;
+      }
+    }
+    CHECK(activations == 0);
   }
 }
