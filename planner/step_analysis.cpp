@@ -54,12 +54,23 @@ PipelineStepAnalysis analyze_pipeline_step(const ModelSpec& model, const Cluster
   analysis.schedule = lower_pipeline(view.plan, view.model, options, layout);
   analysis.simulation = simulate_pipeline(analysis.schedule, profile, record_timeline);
   if (record_timeline) {
-    std::vector<std::string> names;
-    for (const auto& layer : view.model.layers) names.push_back(layer.name);
+    // A program's layer indices are its rank's held layers (its stages' concatenated, pipeline_rank_model), so each
+    // program names its ops by its own stages' layers.
+    std::vector<std::vector<std::string>> names(analysis.schedule.programs.size());
+    for (std::size_t rank = 0; rank < names.size(); ++rank) {
+      for (int stage = static_cast<int>(rank); stage < analysis.schedule.order.stage_count();
+           stage += analysis.schedule.order.ranks) {
+        const LayerRange& range = analysis.schedule.stage_layers.at(static_cast<std::size_t>(stage));
+        for (std::size_t layer = range.begin; layer < range.end; ++layer) {
+          names[rank].push_back(view.model.layers[layer].name);
+        }
+      }
+    }
     Timeline& timeline = analysis.simulation.timeline;
     for (auto& event : timeline.events) {
-      const StepSchedule& program = analysis.schedule.programs[static_cast<std::size_t>(event.rank)];
-      event.name = describe_op(program.ops[static_cast<std::size_t>(event.op_id)], program, &names);
+      const auto rank = static_cast<std::size_t>(event.rank);
+      const StepSchedule& program = analysis.schedule.programs[rank];
+      event.name = describe_op(program.ops[static_cast<std::size_t>(event.op_id)], program, &names[rank]);
     }
     timeline.metadata = {{"model", model.name},
                          {"cluster", cluster.describe()},

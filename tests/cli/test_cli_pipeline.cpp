@@ -1,6 +1,7 @@
 // Tests of pipeline plans through the binary (Note [Pipeline policy]): `simulate --pipeline-parallel` prints every
 // pipeline rank, its JSON carries the plan's pipeline, which a plan file re-simulates to the same step; the
-// interleaved schedule beats 1F1B on the published 405B shape; bad pipeline input exits 2 with one line.
+// interleaved schedule beats 1F1B on the published 405B shape; the trace names each rank's ops by its own layers; bad
+// pipeline input exits 2 with one line.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -54,6 +55,31 @@ TEST_CASE("`simulate --pipeline-parallel 2`: one line per pipeline rank; the pla
   const json again = run_json({"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--plan", plan_file.path(), "--json"});
   CHECK(again.at("step_time_s").get<double>() ==
         doctest::Approx(document.at("step_time_s").get<double>()).epsilon(1e-12));
+}
+
+TEST_CASE("`simulate --pipeline-parallel 2 --trace`: each pipeline rank's ops are named by its own stage's layers") {
+  TempFile trace("pipeline-trace");
+  std::vector<std::string> args = kTinyPipeline;
+  args.insert(args.end(), {"--trace", trace.path()});
+  const RunResult run = run_shardplan(args);
+  INFO(run.err);
+  REQUIRE(run.exit_status == 0);
+  std::ifstream in(trace.path());
+  const json document = json::parse(in);
+  // tiny-llama's layers: the embedding, 4 blocks, the norm and the head; stage 0 holds the embedding and blocks 0-1.
+  std::vector<std::vector<std::string>> forwards(2);
+  for (const json& event : document.at("traceEvents")) {
+    if (event.value("ph", "") != "X") continue;
+    const std::string name = event.at("name");
+    if (name.rfind("forward ", 0) != 0 || name.find("(micro-batch 0)") == std::string::npos) continue;
+    forwards.at(event.at("pid").get<std::size_t>()).push_back(name);
+  }
+  CHECK(forwards[0] == std::vector<std::string>{"forward model.embed_tokens (micro-batch 0)",
+                                                "forward model.layers.0 (micro-batch 0)",
+                                                "forward model.layers.1 (micro-batch 0)"});
+  CHECK(forwards[1] == std::vector<std::string>{"forward model.layers.2 (micro-batch 0)",
+                                                "forward model.layers.3 (micro-batch 0)",
+                                                "forward model.norm (micro-batch 0)", "forward lm_head (micro-batch 0)"});
 }
 
 // torchtitan's Table 5 shape (benchmarks/llama3_h100_202412_torchtitan.md: 405B, FSDP 8 x TP 8 x PP 8, local batch
