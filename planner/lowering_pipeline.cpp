@@ -49,10 +49,19 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
         // reshards after backward and synchronises gradients on the last micro-batch's backward only
         // (set_reshard_after_backward / set_requires_gradient_sync(last_backward)).
         const bool last_backward = micro + 1 == micro_batches;
+        const std::size_t backward_begins = schedule_.ops.size();
         backward_layers(micro, last_backward, last_backward, stage->first_layer, stage->last_layer, reductions);
         if (!stage->last) {
-          schedule_.ops[static_cast<std::size_t>(last_backward_)].frees.push_back(
-              {MemoryCategory::activations, boundary_bytes});
+          // Freed by the backward of the layer that allocated it: activations are placed in their layer's size
+          // class (Note [Allocator size classes]), and that backward runs first in the stage's backward.
+          bool freed = false;
+          for (std::size_t id = backward_begins; id < schedule_.ops.size() && !freed; ++id) {
+            Op& op = schedule_.ops[id];
+            if (op.kind != OpKind::backward || op.layer != static_cast<int>(stage->last_layer)) continue;
+            op.frees.push_back({MemoryCategory::activations, boundary_bytes});
+            freed = true;
+          }
+          SHARDPLAN_CHECK(freed, "a pipeline stage's backward has a backward op of its last layer");
         }
         if (!stage->first) emit_transfer(OpKind::send, *stage, stage->stage - 1, micro, boundary_bytes);
         break;

@@ -39,7 +39,8 @@ namespace shardplan {
 //    allocated again;
 //  - a non-last stage's output stays referenced in the stage's forward cache (fwd_cache) until that micro-batch's
 //    backward pops it (pytorch/pytorch#128910: unlike Megatron-LM's deallocate_output_tensor, the output's data is
-//    kept), so each micro-batch in flight holds one more boundary tensor.
+//    kept), so each micro-batch in flight holds one more boundary tensor — counted until the backward of the stage's
+//    last layer, the stage backward's first (in its layer's allocator size class, Note [Allocator size classes]).
 // The last stage's output_chunks (every micro-batch's logits kept until the step returns them, where the schedule
 // returns outputs: pytorch/pytorch#159251) is not counted.
 // A send is placed when its stage's pass has run and takes its link's time; NCCL's pairing with the receiver's

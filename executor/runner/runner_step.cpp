@@ -31,8 +31,10 @@ class Runner::StepWalker {
     }
     for (const Op& op : ops_) {
       if (op.kind == OpKind::forward && op.stage >= 0 && op.layer >= 0) {
-        const auto [first, inserted] = first_layer_of_stage_.try_emplace(op.stage, op.layer);
-        if (!inserted) first->second = std::min(first->second, op.layer);
+        const auto [first, first_new] = first_layer_of_stage_.try_emplace(op.stage, op.layer);
+        if (!first_new) first->second = std::min(first->second, op.layer);
+        const auto [last, last_new] = last_layer_of_stage_.try_emplace(op.stage, op.layer);
+        if (!last_new) last->second = std::max(last->second, op.layer);
       }
     }
     if (!r_.receive_buffers_.empty()) boundary_bytes_ = r_.receive_buffers_.begin()->second.bytes();
@@ -216,8 +218,8 @@ class Runner::StepWalker {
       case OpKind::recompute: recompute(op); break;
       case OpKind::backward:
         backward(op);
-        // Note [Pipeline buffers]: the stage's backward of the micro-batch is done; its forward cache lets go.
-        if (first_layer_of_stage_.count(op.stage) > 0 && first_layer_of_stage_.at(op.stage) == op.layer) {
+        // Note [Pipeline buffers]: the stage output is let go by its own layer's backward, the stage's first.
+        if (last_layer_of_stage_.count(op.stage) > 0 && last_layer_of_stage_.at(op.stage) == op.layer) {
           stage_outputs_.erase({op.stage, op.micro_batch});
         }
         break;
@@ -403,9 +405,9 @@ class Runner::StepWalker {
   double loss_sum_ = 0;
   std::vector<int> reduction_of_;  // per unit: its last requested reduction op (Note [Gradient hazard]), -1 if none
   // Note [Pipeline buffers]: per (stage, micro-batch) the output its forward sent, kept until its backward; per
-  // stage its first layer; the bytes of one received tensor.
+  // stage its first and last layers; the bytes of one received tensor.
   std::map<std::pair<int, int>, TrackedBuffer> stage_outputs_;
-  std::map<int, int> first_layer_of_stage_;
+  std::map<int, int> first_layer_of_stage_, last_layer_of_stage_;
   std::int64_t boundary_bytes_ = 0;
 };
 

@@ -82,6 +82,17 @@ TEST_CASE("`simulate --pipeline-parallel 2 --trace`: each pipeline rank's ops ar
                                                 "forward model.norm (micro-batch 0)", "forward lm_head (micro-batch 0)"});
 }
 
+TEST_CASE("`simulate`: 405B over 16 pipeline stages with 16 micro-batches (allocator size classes)") {
+  // Activations are placed in their op's layer's size class (Note [Allocator size classes]): a stage output freed by
+  // another layer's op than the one that allocated it freed from the wrong class — here the first stage's embedding,
+  // whose class held fewer bytes than the outputs of its 16 micro-batches (an internal error of the memory walk).
+  const RunResult run = run_shardplan({"simulate", "-m", "llama3.1-405b", "-c", "256x8xH100-80GB", "--seq-len",
+                                       "8192", "--global-batch", "2048", "--pipeline-parallel", "16"});
+  INFO(run.err);
+  CHECK(run.exit_status == 0);
+  CHECK(run.out.find("pipeline: 1F1B, 16 ranks x 1 stages each, 16 micro-batches") != std::string::npos);
+}
+
 // torchtitan's Table 5 shape (benchmarks/llama3_h100_202412_torchtitan.md: 405B, FSDP 8 x TP 8 x PP 8, local batch
 // 32, full AC): the interleaved schedule is published faster than 1F1B (128 vs 100 tokens/s/GPU).
 TEST_CASE("`simulate`: the 405B 3-D plan with interleaved 1F1B is faster than with 1F1B, as torchtitan measured") {
