@@ -103,6 +103,8 @@ class Lowerer {
   std::int64_t kept_bytes(std::size_t layer) const;
   ActivationCheckpointing checkpointing(std::size_t layer) const;
   std::shared_ptr<const PassKernels> kernels_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode);
+  // The FLOPs of kernels_of(layer, pass, mode), summed once per layer, pass and mode.
+  double flops_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode, const PassKernels& kernels);
   int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass);
   void emit_all_to_alls(std::size_t layer, int unit, int micro, int after);
 
@@ -162,6 +164,7 @@ class Lowerer {
   ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
   std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
   std::vector<std::shared_ptr<const PassKernels>> distinct_kernels_;  // kernel_cache_'s objects, in creation order
+  std::array<std::vector<double>, 3 * kCheckpointingModes> flops_cache_;  // kernel_cache_'s FLOPs; < 0: not yet
 };
 
 // What every lowering ends with: the layers' activation size classes (Note [Allocator size classes]) and, when asked

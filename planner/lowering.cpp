@@ -49,6 +49,11 @@ void Lowerer::begin_step() {
 
 StepSchedule Lowerer::run() {
   begin_step();
+  // Room for the ops up front (a layer's forward, recompute and backward, a unit's gathers, waits, frees and
+  // reductions, per micro-batch): growing the list moves every Op, with its vectors, at each doubling.
+  schedule_.ops.reserve(static_cast<std::size_t>(plan_.grad_accumulation_steps) *
+                            (3 * model_.layers.size() + 8 * layouts_.size()) +
+                        16);
   std::vector<int> reductions;
   for (int micro = 0; micro < plan_.grad_accumulation_steps; ++micro) {
     const bool synchronise = micro + 1 == plan_.grad_accumulation_steps || !plan_.training.no_sync_accumulation;

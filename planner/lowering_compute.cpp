@@ -50,6 +50,15 @@ std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, Comput
   return kernels;
 }
 
+double Lowerer::flops_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode,
+                         const PassKernels& kernels) {
+  auto& slot = flops_cache_[static_cast<std::size_t>(pass) * kCheckpointingModes + static_cast<std::size_t>(mode)];
+  if (slot.empty()) slot.assign(model_.layers.size(), -1.0);
+  double& flops = slot[layer];
+  if (flops < 0) flops = kernels.flops();
+  return flops;
+}
+
 int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
   const int before = last_compute_;
   Op op;
@@ -59,7 +68,7 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
   op.micro_batch = micro;
   op.checkpointing = checkpointing(layer);
   op.kernels = kernels_of(layer, pass, op.checkpointing);
-  op.flops = op.kernels->flops();
+  op.flops = flops_of(layer, pass, op.checkpointing, *op.kernels);
   schedule_.hardware_flops_per_rank += op.flops;
   if (pass != ComputePass::recompute) {
     // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
