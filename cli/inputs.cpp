@@ -112,7 +112,8 @@ void add_training_flags(CLI::App& command, TrainingFlags& flags) {
   command.add_option("--bnb-4bit-compute-dtype", flags.bnb_compute_dtype,
                      "QLoRA: bf16 | fp16 | fp32, what weights are dequantised to (default: the param dtype)");
   command.add_option("--fsdp-version", flags.fsdp_version,
-                     "FSDP front end whose rules apply to frozen parameters: 2 (fully_shard) or 1 (FlatParameter)")
+                     "FSDP front end: 2 (fully_shard: compute waits for each previous reduce-scatter) or 1 "
+                     "(FullyShardedDataParallel's FlatParameter: its rules for frozen parameters, no such waits)")
       ->capture_default_str()
       ->check(int_range(1, 2));
   command.add_option("--use-orig-params", flags.use_orig_params,

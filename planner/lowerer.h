@@ -84,6 +84,8 @@ class Lowerer {
   void backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
                        std::vector<int>& reductions);
   int emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes);
+  // Note [Reduce-scatter waits] (lowering.cpp): the compute stream waits for the latest reduce-scatter (FSDP2).
+  void wait_for_reduce_scatter(int unit, int micro);
   void take_pending_alloc(Op& op);
   bool last_segment_of(int unit, std::size_t index, bool forward) const;
 
@@ -160,6 +162,7 @@ class Lowerer {
   int compute_waits_for_ = -1;  // an all-to-all the next compute op depends on (-1: none)
   int last_free_ = -1;
   int last_backward_ = -1;
+  int last_reduce_scatter_ = -1;  // the latest reduce-scatter no compute op waited for yet (-1: none)
   MemoryChange pending_alloc_{MemoryCategory::activations, 0};
   ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
   std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;

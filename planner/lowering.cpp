@@ -209,13 +209,33 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
     if (last_segment_of(unit, back, false)) {
       if (gathered_[unit] && reshard) emit_free(unit, micro, true);
       if (synchronise) {
+        wait_for_reduce_scatter(unit, micro);  // Note [Reduce-scatter waits]
         const std::size_t reduced_before = reductions.size();
         reduce(unit, micro, reductions);
         step_in_backward(unit, micro, reductions.size() > reduced_before ? reductions.back() : -1);
       }
     }
   }
+  // Note [Reduce-scatter waits]: the root's final backward callback waits for the pass's last reduce-scatter.
+  if (synchronise) wait_for_reduce_scatter(0, micro);
   handover_.release_at_ends(schedule_.ops);
+}
+
+// Note [Reduce-scatter waits]: FSDP2's post-backward makes the compute stream wait for the previous reduce-scatter
+// before it issues its own (FSDPParamGroup.post_backward: `current_stream().wait_event(reduce_scatter_state.event)`,
+// so that buffer can go), and the root's final backward callback waits for the last one of the pass
+// (FSDPState._root_post_backward_final_callback, when is_last_backward: the same wait, then reduce_scatter_state =
+// None), torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py and _fsdp_state.py. So compute after a unit's
+// backward cannot run ahead of the reduce-scatter before it, and a micro-batch's last reduce-scatter (the root's)
+// ends before the next micro-batch's forward or the optimizer step. A `wait` op on the compute stream, depending on
+// that reduce-scatter, stands for it. FSDP1 makes no such wait (its reductions run on the post-backward stream, the
+// buffers kept by record_stream): plans with fsdp version 1 have none.
+void Lowerer::wait_for_reduce_scatter(int unit, int micro) {
+  if (plan_.training.finetune.fsdp.version == 1 || last_reduce_scatter_ < 0) return;
+  Op wait = make_op(OpKind::wait, StreamKind::compute, unit, micro);
+  wait.deps.push_back(last_reduce_scatter_);
+  emit(std::move(wait));
+  last_reduce_scatter_ = -1;
 }
 
 void Lowerer::take_pending_alloc(Op& op) {

@@ -38,6 +38,7 @@ void Lowerer::reduce(int unit, int micro, std::vector<int>& reductions) {
     scatter.finishes_reduction = layout.replicas == 1;
     handover_.hand_over(StreamKind::reduce_scatter, scatter);
     int last = emit(std::move(scatter));
+    last_reduce_scatter_ = last;  // Note [Reduce-scatter waits]
     handover_.hold(StreamKind::reduce_scatter, last, unit, std::move(scatter_holds));
     if (layout.replicas > 1) {
       // HSDP: the reduced shard is all-reduced across the replicas of the shard group, in place.

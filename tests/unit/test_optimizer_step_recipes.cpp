@@ -135,7 +135,11 @@ TEST_CASE("recipes: --optimizer-in-backward, llama3-8b on one GPU: the gradients
 
 // The search times wrappings from fragments (Note [Fragments]): with each unit's own step in its backward fragment
 // and a final step of nothing, a wrapping's fragments still give the simulated step where they say they are exact (a
-// lower bound elsewhere), and their memory floor stays under the simulated peak.
+// lower bound elsewhere), and their memory floor stays under the simulated peak. Under full_shard and shard_grad_op
+// the unit's step runs on the reduce-scatter's stream right after it, and the next post-backward waits for the
+// reduce-scatter alone (Note [Reduce-scatter waits] in planner/lowering.cpp): a fragment's boundary state holds
+// when that stream is free (after the step), not when the reduce-scatter ended, so those wrappings are bounds. With
+// no_shard (an all-reduce) and HSDP (the step after the all-reduce, on its stream) they are timed exactly.
 TEST_CASE("recipes: --optimizer-in-backward, the search's fragments time the simulated step") {
   using testing::WrapCase;
   constexpr auto none = ActivationCheckpointing::none;
@@ -163,7 +167,9 @@ TEST_CASE("recipes: --optimizer-in-backward, the search's fragments time the sim
       }
       REQUIRE(evaluation.floor_bytes <= sim.peak_bytes);
     }
-    CHECK(exact > 0);
+    MESSAGE(c.name() << ": " << exact << " wrapping(s) timed exactly");
+    const std::string strategy = c.strategy;
+    if (strategy == "no_shard" || strategy == "hybrid_shard") CHECK(exact > 0);
   }
 }
 
