@@ -84,6 +84,8 @@ class Lowerer {
   void backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
                        std::vector<int>& reductions);
   int emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes);
+  // The first `kind` op of `layer` emitted since op `first_op` (a stage pass's own op of that layer).
+  Op& pass_op_of(std::size_t first_op, OpKind kind, std::size_t layer);
   // Note [Reduce-scatter waits] (lowering.cpp): the compute stream waits for the latest reduce-scatter (FSDP2).
   void wait_for_reduce_scatter(int unit, int micro);
   void take_pending_alloc(Op& op);

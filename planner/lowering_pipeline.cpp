@@ -32,17 +32,19 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
     const int micro = action.micro_batch;
     current_stage_ = stage->stage;
     switch (action.kind) {
-      case PipelineActionKind::forward:
+      case PipelineActionKind::forward: {
         if (!stage->first) emit_transfer(OpKind::recv, *stage, stage->stage - 1, micro, boundary_bytes);
         mark(micro, FragmentPass::step, -1);
+        const std::size_t forward_begins = schedule_.ops.size();
         forward_layers(micro, stage->first_layer, stage->last_layer);
         if (!stage->last) {
           // Note [Pipeline buffers]: the stage's output stays in its forward cache until this micro-batch's backward.
-          schedule_.ops[static_cast<std::size_t>(last_compute_)].allocates.push_back(
-              {MemoryCategory::activations, boundary_bytes});
+          pass_op_of(forward_begins, OpKind::forward, stage->last_layer)
+              .allocates.push_back({MemoryCategory::activations, boundary_bytes});
           emit_transfer(OpKind::send, *stage, stage->stage + 1, micro, boundary_bytes);
         }
         break;
+      }
       case PipelineActionKind::full_backward: {
         if (!stage->last) emit_transfer(OpKind::recv, *stage, stage->stage + 1, micro, boundary_bytes);
         // torch.distributed.pipelining's stage backward (_PipelineStageBase.backward_maybe_with_nosync): FSDP
@@ -54,14 +56,8 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
         if (!stage->last) {
           // Freed by the backward of the layer that allocated it: activations are placed in their layer's size
           // class (Note [Allocator size classes]), and that backward runs first in the stage's backward.
-          bool freed = false;
-          for (std::size_t id = backward_begins; id < schedule_.ops.size() && !freed; ++id) {
-            Op& op = schedule_.ops[id];
-            if (op.kind != OpKind::backward || op.layer != static_cast<int>(stage->last_layer)) continue;
-            op.frees.push_back({MemoryCategory::activations, boundary_bytes});
-            freed = true;
-          }
-          SHARDPLAN_CHECK(freed, "a pipeline stage's backward has a backward op of its last layer");
+          pass_op_of(backward_begins, OpKind::backward, stage->last_layer)
+              .frees.push_back({MemoryCategory::activations, boundary_bytes});
         }
         if (!stage->first) emit_transfer(OpKind::send, *stage, stage->stage - 1, micro, boundary_bytes);
         break;
@@ -76,6 +72,15 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
   current_stage_ = -1;
   optimizer_step(reductions);
   return std::move(schedule_);
+}
+
+Op& Lowerer::pass_op_of(std::size_t first_op, OpKind kind, std::size_t layer) {
+  for (std::size_t id = first_op; id < schedule_.ops.size(); ++id) {
+    Op& op = schedule_.ops[id];
+    if (op.kind == kind && op.layer == static_cast<int>(layer)) return op;
+  }
+  throw InternalError(std::string("a pipeline stage's pass without the ") + to_string(kind) + " op of its layer " +
+                      std::to_string(layer));
 }
 
 int Lowerer::emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes) {

@@ -213,7 +213,7 @@ class Runner::StepWalker {
 
   void run_inline(const Op& op) {
     switch (op.kind) {
-      case OpKind::wait: break;  // its dependency (the all-gather) completed above
+      case OpKind::wait: break;  // its dependency (an all-gather, or FSDP2's previous reduce-scatter) completed above
       case OpKind::forward: forward(op); break;
       case OpKind::recompute: recompute(op); break;
       case OpKind::backward:
