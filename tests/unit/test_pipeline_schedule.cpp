@@ -47,6 +47,11 @@ struct Pipeline {
     }
   }
   PipelineSchedule lower() const { return lower_pipeline(plan, model, options, layout); }
+  // The hidden state one micro-batch passes between stages (Note [Pipeline programs]; no TP here).
+  std::int64_t boundary_bytes() const {
+    return plan.training.micro_batch * plan.training.seq_len * model.hidden_size *
+           plan.training.precision.param_compute_bytes;
+  }
 };
 
 // One stage's forward and backward of one micro-batch, from the program's own op durations.
@@ -197,8 +202,7 @@ TEST_CASE("pipeline programs: each rank's layers keep their own checkpointing, a
     // The program's forward of each held layer keeps that layer's activations under its own mode (every block differs
     // between the modes here) — less, on the second stage's first layer, the input its receive buffer holds, and
     // more, on the first stage's last layer, the output its forward cache holds (Note [Pipeline buffers]).
-    const std::int64_t boundary = setup.plan.training.micro_batch * setup.plan.training.seq_len *
-                                  setup.model.hidden_size * setup.plan.training.precision.param_compute_bytes;
+    const std::int64_t boundary = setup.boundary_bytes();
     REQUIRE(boundary > 0);
     const StepSchedule& program = pipeline.programs.at(static_cast<std::size_t>(rank));
     std::size_t checked = 0;
@@ -227,8 +231,7 @@ TEST_CASE("pipeline programs: the receive buffers of every micro-batch are kept,
   // rank 1 stages 1 and 3: three receiving stages for activations (1, 2, 3) and three for gradients (0, 1, 2).
   Pipeline setup(8, PipelineScheduleKind::interleaved_1f1b, 2, 2, 4);
   const PipelineSchedule pipeline = setup.lower();
-  const std::int64_t boundary = setup.plan.training.micro_batch * setup.plan.training.seq_len *
-                                setup.model.hidden_size * setup.plan.training.precision.param_compute_bytes;
+  const std::int64_t boundary = setup.boundary_bytes();
   const auto comm = static_cast<std::size_t>(MemoryCategory::comm_buffers);
   // Without pipelining the same persistent comm buffers are 0: whatever a program adds is the receive buffers.
   CHECK(lower_plan(setup.plan, setup.model, setup.options).persistent[comm] == 0);

@@ -84,7 +84,7 @@ TEST_CASE("FSDP2's reduce-scatter waits: a slow reduce-scatter holds back the co
   MESSAGE("step " << waited.summary.step_time_s << " s under FSDP2, " << free_running.summary.step_time_s
                   << " s under FSDP1");
   CHECK(waited.summary.step_time_s > free_running.summary.step_time_s);
-  const auto ends = [](const SimulationResult& result, std::size_t ops) {
+  const auto times_of = [](const SimulationResult& result, std::size_t ops) {
     std::vector<std::pair<double, double>> times(ops, {0.0, 0.0});  // per op id: start, end
     for (const TimelineEvent& event : result.timeline.events) {
       times.at(static_cast<std::size_t>(event.op_id)) = {event.start_s, event.end_s};
@@ -92,7 +92,7 @@ TEST_CASE("FSDP2's reduce-scatter waits: a slow reduce-scatter holds back the co
     return times;
   };
   // FSDP2: every compute op issued after a wait starts once the reduce-scatter it waited for has ended.
-  const auto times2 = ends(waited, fsdp2.ops.size());
+  const auto times2 = times_of(waited, fsdp2.ops.size());
   const auto waits = reduce_scatter_waits(fsdp2);
   REQUIRE(!waits.empty());
   for (const auto& [wait, scatter] : waits) {
@@ -104,7 +104,7 @@ TEST_CASE("FSDP2's reduce-scatter waits: a slow reduce-scatter holds back the co
   }
   // FSDP1: the backward runs ahead of the queued reduce-scatters — some backward op starts before a reduce-scatter
   // issued earlier has ended.
-  const auto times1 = ends(free_running, fsdp1.ops.size());
+  const auto times1 = times_of(free_running, fsdp1.ops.size());
   bool ran_ahead = false;
   for (const Op& scatter : fsdp1.ops) {
     if (scatter.kind != OpKind::reduce_scatter) continue;
