@@ -64,11 +64,12 @@ class Lowerer {
   // Note [Pipeline programs] (pipeline_schedule.h): a pipeline rank's program — its stages' passes in the order
   // `actions` gives, a recv before and a send after each pass that crosses a stage boundary, parameters gathered
   // once and kept until each stage's last backward, gradients reduced at it. `boundary_bytes`: the activation (and
-  // its gradient) one micro-batch passes between stages. Forward and full-backward actions only.
+  // its gradient) one micro-batch passes between stages; `output_bytes`: the model's output one micro-batch leaves on
+  // the last stage (Note [Pipeline buffers]). Forward and full-backward actions only.
   // Note [Context-parallel lowering]: lower as one CP rank of `ring` (the plan given is context_parallel_rank_plan's).
   void set_ring(const ContextParallelRing& ring) { ring_ = ring; }
   StepSchedule run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
-                           std::int64_t boundary_bytes);
+                           std::int64_t boundary_bytes, std::int64_t output_bytes = 0);
 
  private:
   // --- segments and the passes (lowering.cpp) ----------------------------------------------------------------------

@@ -9,7 +9,7 @@
 namespace shardplan::lowering_internal {  // Note [Lowering] in lowering.h
 
 StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
-                                  std::int64_t boundary_bytes) {
+                                  std::int64_t boundary_bytes, std::int64_t output_bytes) {
   begin_step();
   // Note [Pipeline buffers] (pipeline_schedule.h): the receive buffers of every micro-batch, made once and kept; a
   // non-first stage's first layer saves its input in one of them.
@@ -25,6 +25,10 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
   // unit gathered by its first forward stays gathered (reshard_after_forward is off in a pipeline rank's plan).
   start_pass();
   std::vector<int> reductions;
+  // Note [Pipeline buffers]: the outputs the last stage's schedule keeps for step() to return, and the head's
+  // forward op (its unit, layer and stage name the release).
+  std::int64_t returned_output_bytes = 0;
+  int head_unit = -1, head_layer = -1, head_stage = -1;
   for (const PipelineAction& action : actions) {
     const auto stage = std::find_if(stages.begin(), stages.end(),
                                     [&](const StageSpan& span) { return span.stage == action.stage; });
@@ -42,6 +46,14 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
           pass_op_of(forward_begins, OpKind::forward, stage->last_layer)
               .allocates.push_back({MemoryCategory::activations, boundary_bytes});
           emit_transfer(OpKind::send, *stage, stage->stage + 1, micro, boundary_bytes);
+        } else if (output_bytes > 0) {
+          // Note [Pipeline buffers]: the last stage's output (output_chunks) stays until the step returns it.
+          Op& head = pass_op_of(forward_begins, OpKind::forward, stage->last_layer);
+          head.allocates.push_back({MemoryCategory::activations, output_bytes});
+          returned_output_bytes += output_bytes;
+          head_unit = head.unit;
+          head_layer = head.layer;
+          head_stage = stage->stage;
         }
         break;
       }
@@ -68,6 +80,17 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
                          " actions (zero-bubble schedules) is not lowered yet; expected GPipe, 1F1B or "
                          "Interleaved1F1B");
     }
+  }
+  if (returned_output_bytes > 0) {
+    // Note [Pipeline buffers]: step() returns the kept outputs once every action has run (torchtitan drops them), a
+    // zero-time wait on the last pass; the release is the head's op, as activations are freed in the size class of
+    // the layer that allocated them (Note [Allocator size classes]).
+    current_stage_ = head_stage;
+    Op release = make_op(OpKind::wait, StreamKind::compute, head_unit, plan_.grad_accumulation_steps - 1);
+    release.layer = head_layer;
+    if (last_compute_ >= 0) release.deps.push_back(last_compute_);
+    release.frees.push_back({MemoryCategory::activations, returned_output_bytes});
+    emit(std::move(release));
   }
   current_stage_ = -1;
   optimizer_step(reductions);

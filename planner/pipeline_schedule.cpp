@@ -153,9 +153,15 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
     const std::int64_t rows = (plan.training.seq_len + sequence_shards - 1) / sequence_shards;
     const std::int64_t boundary_bytes =
         plan.training.micro_batch * rows * model.hidden_size * plan.training.precision.param_compute_bytes;
+    // Note [Pipeline buffers]: the last stage's output per micro-batch is the logits, every token's row of one TP
+    // rank's vocabulary shard (loss parallel: the head's output stays sharded on the vocabulary) in the compute dtype
+    // (torchtitan's Transformer.forward returns self.output(h) as is); none where the model has no vocabulary.
+    const std::int64_t vocabulary_shard = (model.vocab_size + layout.tensor_parallel - 1) / layout.tensor_parallel;
+    const std::int64_t output_bytes = plan.training.micro_batch * plan.training.seq_len * vocabulary_shard *
+                                      plan.training.precision.param_compute_bytes;
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
-    StepSchedule program =
-        lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans, boundary_bytes);
+    StepSchedule program = lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans,
+                                               boundary_bytes, output_bytes);
     lowering_internal::finish_lowering(program, rank_plan, rank_model, options.flatten_memory_effects);
     pipeline.programs.push_back(std::move(program));
   }

@@ -41,8 +41,12 @@ namespace shardplan {
 //    backward pops it (pytorch/pytorch#128910: unlike Megatron-LM's deallocate_output_tensor, the output's data is
 //    kept), so each micro-batch in flight holds one more boundary tensor — counted until the backward of the stage's
 //    last layer, the stage backward's first (in its layer's allocator size class, Note [Allocator size classes]).
-// The last stage's output_chunks (every micro-batch's logits kept until the step returns them, where the schedule
-// returns outputs: pytorch/pytorch#159251) is not counted.
+//  - the last stage keeps every micro-batch's output (the logits) in its output_chunks from that micro-batch's
+//    forward until step() returns them merged, after the rank's last action (pytorch/pytorch#159251, 2025-07: "the
+//    forward output of each micro batch size keeps alive during the step period"; #138504 detaches them, so only the
+//    tensors stay, not their graphs): allocated by the head's forward, released by a zero-time wait of the head's
+//    layer after the rank's last pass. torch before pytorch/pytorch#153383 (2025-05) kept every stage's outputs so;
+//    the model keeps the last stage's, which every version does (a non-last stage's are one boundary tensor each).
 // A send is placed when its stage's pass has run and takes its link's time; NCCL's pairing with the receiver's
 // posting is not modelled (the receiver posts its recv before it is needed in these orders).
 struct PipelineSchedule {

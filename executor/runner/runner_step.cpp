@@ -213,7 +213,11 @@ class Runner::StepWalker {
 
   void run_inline(const Op& op) {
     switch (op.kind) {
-      case OpKind::wait: break;  // its dependency (an all-gather, or FSDP2's previous reduce-scatter) completed above
+      case OpKind::wait:
+        // Its dependency (an all-gather, or FSDP2's previous reduce-scatter) completed above. The head's wait after
+        // a pipeline rank's last pass is step() returning the kept outputs (Note [Pipeline buffers]).
+        if (op.layer >= 0 && last_of_model(static_cast<std::size_t>(op.layer))) returned_outputs_.clear();
+        break;
       case OpKind::forward: forward(op); break;
       case OpKind::recompute: recompute(op); break;
       case OpKind::backward:
@@ -329,7 +333,16 @@ class Runner::StepWalker {
       r_.tracker_.allocate(MemoryCategory::activations, result.workspace_bytes);
       r_.tracker_.release(MemoryCategory::activations, result.workspace_bytes);
     }
-    if (last_of_model(layer)) loss_sum_ += hidden_.values.at(0);
+    if (last_of_model(layer)) {
+      loss_sum_ += hidden_.values.at(0);
+      // Note [Pipeline buffers]: torch's last stage keeps each micro-batch's output, the logits, until step()
+      // returns them. This head fuses the loss and never holds its logits apart, so the buffer holds their count of
+      // elements (every token's row of the vocabulary) for the step, as torch's does; nothing reads them.
+      if (r_.pipeline_) {
+        returned_outputs_.emplace_back(r_.tracker_, MemoryCategory::activations,
+                                       batch(op).token_count() * r_.model_.vocab_size);
+      }
+    }
   }
 
   void recompute(const Op& op) {
@@ -407,6 +420,7 @@ class Runner::StepWalker {
   // Note [Pipeline buffers]: per (stage, micro-batch) the output its forward sent, kept until its backward; per
   // stage its first and last layers; the bytes of one received tensor.
   std::map<std::pair<int, int>, TrackedBuffer> stage_outputs_;
+  std::vector<TrackedBuffer> returned_outputs_;  // the last stage's outputs, until the step returns them
   std::map<int, int> first_layer_of_stage_, last_layer_of_stage_;
   std::int64_t boundary_bytes_ = 0;
 };

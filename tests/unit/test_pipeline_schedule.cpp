@@ -253,3 +253,56 @@ TEST_CASE("pipeline programs: the receive buffers of every micro-batch are kept,
     CHECK(activations == 0);
   }
 }
+
+TEST_CASE("pipeline programs: the last stage keeps every micro-batch's output until the step returns it") {
+  // Note [Pipeline buffers]: against the same pipeline of a model without a vocabulary (no output kept), the program
+  // holding the last stage differs by the output on each forward of the head and by one release of all of them, a
+  // wait of the head's layer after every pass, on the compute stream's last op (FSDP2's final reduce-scatter wait);
+  // the other rank's program does not differ.
+  for (const auto& [schedule, v] : {std::pair{PipelineScheduleKind::one_f_one_b, 1},
+                                    std::pair{PipelineScheduleKind::interleaved_1f1b, 2}}) {
+    CAPTURE(std::string(to_string(schedule)));
+    Pipeline without(8, schedule, 2, v, 4);
+    Pipeline with = without;
+    with.model.vocab_size = 1000;
+    const std::int64_t output = with.plan.training.micro_batch * with.plan.training.seq_len * 1000 *
+                                with.plan.training.precision.param_compute_bytes;
+    const PipelineSchedule kept = with.lower(), plain = without.lower();
+    const auto net_activations = [](const Op& op) {
+      std::int64_t net = 0;
+      for (const auto& change : op.allocates) net += change.category == MemoryCategory::activations ? change.bytes : 0;
+      for (const auto& change : op.frees) net -= change.category == MemoryCategory::activations ? change.bytes : 0;
+      return net;
+    };
+    CHECK(kept.programs.at(0).ops.size() == plain.programs.at(0).ops.size());
+    const StepSchedule& last_rank = kept.programs.at(1);
+    const StepSchedule& last_rank_plain = plain.programs.at(1);
+    REQUIRE(last_rank.ops.size() == last_rank_plain.ops.size() + 1);  // the release
+    const std::size_t held_layers = pipeline_rank_model(with.plan, with.model, with.layout, 1).model.layers.size();
+    const int head = static_cast<int>(held_layers) - 1;
+    int heads = 0, release = -1, last_pass = -1, last_compute = -1;
+    for (std::size_t id = 0, plain_id = 0; id < last_rank.ops.size(); ++id) {
+      const Op& op = last_rank.ops[id];
+      if (op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute) {
+        last_pass = static_cast<int>(id);
+      }
+      if (op.kind == OpKind::wait && !op.frees.empty()) {
+        CHECK(op.deps == std::vector<int>{last_compute});
+        CHECK(release < 0);
+        release = static_cast<int>(id);
+        CHECK(op.layer == head);
+        CHECK(op.stage == 2 * v - 1);
+        CHECK(net_activations(op) == -4 * output);
+        continue;
+      }
+      if (op.stream == StreamKind::compute) last_compute = static_cast<int>(id);
+      const std::int64_t extra = net_activations(op) - net_activations(last_rank_plain.ops[plain_id++]);
+      const bool head_forward = op.kind == OpKind::forward && op.layer == head;
+      heads += head_forward ? 1 : 0;
+      CHECK(extra == (head_forward ? output : 0));
+    }
+    CHECK(heads == 4);
+    CHECK(release > last_pass);  // after every pass of the rank
+    CHECK(last_compute >= last_pass);
+  }
+}
