@@ -117,7 +117,10 @@ bool Searcher::search_setting(SettingRun& run) {
       }
       return best;
     };
-    return !fastest_fitting_wrapping(fragments, wrap).gave_up;
+    // A search that finished without the kept-gathered choice (its labels outgrew their budget) is exact over
+    // partitions only: not a proof for the setting, which then counts as heuristic (run_prefetch_depths).
+    const WrapSearchResult searched = fastest_fitting_wrapping(fragments, wrap);
+    return !searched.gave_up && !searched.reshard_choice_dropped;
   }
   // The fastest wrapping whose simulated peak fits, or none that fits and beats the best plan so far
   // (Note [Wrap search]). For --objective memory, the fastest at the setting's least peak (Note [Least peak]).
