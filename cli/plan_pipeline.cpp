@@ -40,7 +40,7 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
   if (context_parallel > 1) {
     conflict = "--context-parallel " + std::to_string(context_parallel) +
-               " (context parallelism under pipeline parallelism is not modelled)";
+               " (the pipeline search does not take context parallelism yet; simulate runs both)";
   }
   // Note [Optimizer in backward] (planner/optimizer_in_backward.h): torchtitan refuses it with a pipeline.
   if (training.optimizer_in_backward) conflict = "--optimizer-in-backward (torchtitan refuses it with a pipeline)";

@@ -44,7 +44,8 @@ namespace shardplan {
 //  - Execution: the CPU runner runs such a program (Note [Context-parallel runner] in executor/runner/
 //    context_parallel_runner.h): its ring attention posts exactly these sends' steps, with these bytes, inside the
 //    pass after them (the send ops are markers there), each step also one receive; its tests count them per step.
-// Not lowered yet, refused by validate_context_parallel: pipeline stages, expert parallelism, layers with their own
+// Under pipeline parallelism each pipeline rank's program is one CP rank's (Note [Pipeline programs]); the CPU runner
+// refuses that pair. Not lowered yet, refused by validate_context_parallel: expert parallelism, layers with their own
 // token count (vision towers), sliding-window or chunked attention (torch's ring attention takes is_causal masks
 // only), attention without a fused kernel (torch's context_parallel dispatches SDPA's flash and efficient kernels).
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include "context_parallel_lowering.h"
 #include "errors.h"
 #include "lowerer.h"
 #include "optimizer_in_backward.h"
@@ -144,22 +145,26 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
       spans.push_back(span);
     }
     const ModelSpec& rank_model = held.model;
-    const Plan& rank_plan = held.plan;
+    // Note [Pipeline programs]: under context parallelism one CP rank's program of its stages (Note
+    // [Context-parallel lowering]), passing its rows of each sequence between the stages.
+    const bool rings = plan.context_parallel.enabled();
+    const Plan rank_plan = rings ? context_parallel_rank_plan(held.plan) : held.plan;
     const std::vector<std::size_t>& stage_starts = held.stage_starts;
     // Note [Pipeline programs]: one TP rank's boundary is its sequence shard under sequence parallelism.
     const bool sequence_parallel =
         layout.tensor_parallel > 1 && pytorch_tensor_parallel(layout.tensor_parallel).sequence_parallel;
     const int sequence_shards = sequence_parallel ? layout.tensor_parallel : 1;
-    const std::int64_t rows = (plan.training.seq_len + sequence_shards - 1) / sequence_shards;
+    const std::int64_t rows = (rank_plan.training.seq_len + sequence_shards - 1) / sequence_shards;
     const std::int64_t boundary_bytes =
         plan.training.micro_batch * rows * model.hidden_size * plan.training.precision.param_compute_bytes;
     // Note [Pipeline buffers]: the last stage's output per micro-batch is the logits, every token's row of one TP
     // rank's vocabulary shard (loss parallel: the head's output stays sharded on the vocabulary) in the compute dtype
     // (torchtitan's Transformer.forward returns self.output(h) as is); none where the model has no vocabulary.
     const std::int64_t vocabulary_shard = (model.vocab_size + layout.tensor_parallel - 1) / layout.tensor_parallel;
-    const std::int64_t output_bytes = plan.training.micro_batch * plan.training.seq_len * vocabulary_shard *
+    const std::int64_t output_bytes = plan.training.micro_batch * rank_plan.training.seq_len * vocabulary_shard *
                                       plan.training.precision.param_compute_bytes;
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
+    if (rings) lowerer.set_ring({plan.context_parallel.degree, plan.training.seq_len});
     StepSchedule program = lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans,
                                                boundary_bytes, output_bytes);
     lowering_internal::finish_lowering(program, rank_plan, rank_model, options.flatten_memory_effects);
@@ -171,7 +176,10 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
   std::map<Key, std::pair<int, int>> sends;
   for (std::size_t program = 0; program < pipeline.programs.size(); ++program) {
     for (const Op& op : pipeline.programs[program].ops) {
-      if (op.kind == OpKind::send) sends[{op.stage, op.peer_stage, op.micro_batch}] = {static_cast<int>(program), op.id};
+      // The pipeline's sends (a ring send of context parallelism has no peer stage).
+      if (op.kind == OpKind::send && op.peer_stage >= 0) {
+        sends[{op.stage, op.peer_stage, op.micro_batch}] = {static_cast<int>(program), op.id};
+      }
     }
   }
   for (std::size_t program = 0; program < pipeline.programs.size(); ++program) {

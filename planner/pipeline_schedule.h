@@ -24,12 +24,17 @@ namespace shardplan {
 //    backward (torchtitan's reshard_after_forward "default" policy: off when pp is on), gradients accumulated
 //    unsharded and reduced at the last micro-batch's backward (torch.distributed.pipelining's
 //    backward_maybe_with_nosync: set_requires_gradient_sync and set_reshard_after_backward on the last backward);
-//  - each program's world_size is the data-parallel ranks of one stage (dp_replicate × dp_shard), which FSDP shards
-//    over.
+//  - each program's world_size is the data-parallel ranks of one stage (dp_replicate × dp_shard × cp), which FSDP
+//    shards over;
+//  - under context parallelism the program is one CP rank's (Note [Context-parallel lowering]): its share of each
+//    sequence, the ring's sends on its attention layers. They share the p2p stream with the pipeline's sends here,
+//    where torch runs them on the CP and PP groups' own streams: a send of one waits for the other's (an upper bound).
 // The boundary tensor a micro-batch passes is the hidden state, micro-batch × seq × hidden in the compute dtype
 // (torchtitan's stage outputs for Llama: the decoder's `h`), and its gradient the same; under tensor parallelism each
 // TP rank passes its sequence shard (torchtitan's TP plan ends every block with `attention.wo` / `feed_forward.w2`
-// RowwiseParallel(output_layouts=Shard(1)) and local outputs, so `h` between blocks is the rank's seq / tp rows).
+// RowwiseParallel(output_layouts=Shard(1)) and local outputs, so `h` between blocks is the rank's seq / tp rows);
+// under context parallelism the CP rank's seq / cp of them (torchtitan shards the inputs on the sequence before the
+// pipeline schedule runs).
 // Note [Pipeline buffers]: the memory torch.distributed.pipelining holds beside the layers' own
 // (torch/distributed/pipelining/stage.py, PipelineStage._prepare_forward_infra and _create_grad_recv_info;
 // _PipelineStageBase.forward_one_chunk):

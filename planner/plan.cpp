@@ -170,11 +170,6 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int world_size, int
   }
   // Note [Context-parallel lowering] (context_parallel_lowering.h).
   validate_context_parallel(plan.context_parallel.degree, plan.training, model, "plan: context_parallel_degree");
-  if (plan.context_parallel.enabled() && plan.pipeline.enabled()) {
-    throw InputError("plan: context_parallel_degree " + std::to_string(plan.context_parallel.degree) +
-                     " with pipeline degree " + std::to_string(plan.pipeline.degree) +
-                     ": not yet lowered together (expected one of them 1)");
-  }
   // The checks above name the plan's JSON fields; this one validates the degrees together (Note [ParallelDims]).
   const ParallelDims dims = parallel_dims(plan, world_size);
   const int count = static_cast<int>(plan.units.size());

@@ -66,6 +66,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     if (dims.pp() > 1) {
       // ... what the CPU executor does not run with a pipeline (Note [Pipeline runner]) ...
       if (tp > 1) throw InputError("plan: pipeline parallelism with tensor parallelism is not yet executed");
+      if (dims.cp() > 1) throw InputError("plan: pipeline parallelism with context parallelism is not yet executed");
       if (!plan_.training.finetune.trains_all()) {
         throw InputError("plan: fine-tuning with pipeline parallelism is not yet executed");
       }

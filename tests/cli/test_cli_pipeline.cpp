@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "case_skip.h"
 #include "run_binary.h"
 #include "run_json.h"
 
@@ -168,4 +169,56 @@ TEST_CASE("`plan` without --pipeline-parallel: pipeline plans searched beside FS
                      {"--pipeline-parallel 2", "--export fsdp2"});
   expect_input_error({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--stages-per-rank", "2"},
                      {"--stages-per-rank"});
+}
+
+namespace {
+
+// `simulate`'s JSON of the tiny pipeline, with `more` flags.
+json tiny_pipeline_json(const std::vector<std::string>& more) {
+  std::vector<std::string> args = kTinyPipeline;
+  args.insert(args.end(), more.begin(), more.end());
+  args.push_back("--json");
+  return run_json(args);
+}
+
+}  // namespace
+
+// Note [Pipeline programs] with Note [Context-parallel lowering]: `simulate` lowers PP × CP (each pipeline rank one CP
+// rank's share, the ring's sends beside the pipeline's); the pipeline search says it does not take CP.
+TEST_CASE("`simulate --pipeline-parallel 2 --context-parallel 2`: lowered together; the search refuses it") {
+  const json both = tiny_pipeline_json({"--context-parallel", "2"}), pipeline = tiny_pipeline_json({});
+  CHECK(both.at("plan").at("context_parallel_degree") == 2);
+  CHECK(both.at("plan").at("pipeline").at("degree") == 2);
+  // The same sequences a step (each CP rank trains half of each), and the ring's K/V exchanges on the p2p stream.
+  CHECK(both.at("tokens_per_step") == pipeline.at("tokens_per_step"));
+  REQUIRE(both.at("ranks").size() == 2);
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    CHECK(both.at("ranks").at(rank).at("p2p_time_s").get<double>() >
+          pipeline.at("ranks").at(rank).at("p2p_time_s").get<double>());
+  }
+  std::vector<std::string> planned = {"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--global-batch",
+                                      "16", "--pipeline-parallel", "2", "--context-parallel", "2"};
+  expect_input_error(planned, {"the pipeline search does not take context parallelism yet"});
+}
+
+// The CPU runner executes PP and CP, not both at once: every rank refuses the plan, rank 0 says why in one line.
+TEST_CASE("`run` refuses a PP x CP plan in one line" * doctest::test_suite("can-skip")) {
+  if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
+  TempFile plan_file("pipeline-cp-plan");
+  {
+    std::ofstream out(plan_file.path());
+    out << tiny_pipeline_json({"--context-parallel", "2"}).at("plan").dump();
+  }
+  const RunResult run = shardplan_test::run_program(
+      "mpirun", {"--oversubscribe", "-np", "8", shardplan_test::shardplan_binary(), "run", "--device", "cpu", "--plan",
+                 plan_file.path(), "--steps", "1", "--global-batch", "16"});
+  INFO("stderr: " << run.err);
+  CHECK(run.exit_status == 2);
+  std::size_t errors = 0;
+  for (const std::string& line : run.err_lines()) {
+    if (!line.starts_with("shardplan: error: ")) continue;
+    ++errors;
+    CHECK(line.find("pipeline parallelism with context parallelism is not yet executed") != std::string::npos);
+  }
+  CHECK(errors == 1);  // once, not once per rank
 }
