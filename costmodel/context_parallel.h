@@ -15,9 +15,11 @@ namespace shardplan {
 // _templated_ring_attention_backward) shards the sequence over the cp ranks and keeps each rank's queries at home
 // while the keys and values travel:
 // - Forward: cp attention steps. Before step i < cp − 1 each rank sends its current K and V (concatenated, in the
-//   activations' dtype; with GQA the kv_heads, not the repeated heads: torchtitan's llama3 attention passes
-//   enable_gqa) to the next rank and then computes step i, so the send for step i + 1 overlaps step i's attention:
-//   cp − 1 exchanges of b · s/cp · kv_heads · head_dim · 2 elements.
+//   activations' dtype) to the next rank and then computes step i, so the send for step i + 1 overlaps step i's
+//   attention: cp − 1 exchanges of b · s/cp · kv_heads · head_dim · 2 elements, kv_heads being the heads SDPA is
+//   called with: with GQA every query head where the model copies K and V up to them first (repeat_kv: torchtitan's
+//   Llama until pytorch/torchtitan#2259, 2026-01, e.g. at 9dec370, which its Dec 2024 H100 runs used; transformers'
+//   sdpa path), the model's kv_heads where SDPA takes them grouped (enable_gqa, torchtitan since #2259).
 // - Backward: the same cp − 1 K/V exchanges again, and after every one of the cp steps the partial dK, dV (fp32:
 //   _ContextParallelOptions.convert_to_f32 accumulates in float32) go to the next rank, always by all-to-all. The
 //   dK/dV sent after step i is awaited after step i + 1's compute; the last one (which brings each rank its own

@@ -59,8 +59,15 @@ std::optional<ContextParallelAttention> layer_ring_attention(const ModelSpec& mo
   shape.batch = training.micro_batch;
   shape.seq_len = training.seq_len;
   shape.heads = attention.heads;
-  // The TP shard holds kv_heads / tp of them (ColwiseParallel on k and v, Note [Tensor parallel degree]).
-  shape.kv_heads = std::max<std::int64_t>(1, model.architecture->num_kv_heads / spec.kernels->tensor_parallel_degree);
+  // Note [Ring attention]: the K/V heads SDPA is called with. A block that copies K and V up to every query head
+  // first (its repeat_kv kernel, block_kernels.cpp) passes all its heads; else the TP shard's kv_heads / tp
+  // (ColwiseParallel on k and v, Note [Tensor parallel degree]).
+  const auto& elementwise = spec.kernels->elementwise;
+  const bool repeats_kv = std::any_of(elementwise.begin(), elementwise.end(),
+                                      [](const auto& kernel) { return kernel.name == "repeat_kv"; });
+  shape.kv_heads = repeats_kv ? attention.heads
+                              : std::max<std::int64_t>(
+                                    1, model.architecture->num_kv_heads / spec.kernels->tensor_parallel_degree);
   shape.head_dim = attention.head_dim;
   shape.element_bytes = training.precision.param_compute_bytes;
   shape.causal = attention.causal;

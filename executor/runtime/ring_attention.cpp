@@ -169,11 +169,47 @@ std::vector<float> concatenated(const float* a, const float* b, std::int64_t cou
   return both;
 }
 
+// Note [Repeated K/V] (ring_attention.h): the block's K or V [tokens × kv_dim] copied up to every query head
+// [tokens × q_dim] (repeat_kv: query head h reads kv head h / group), and the way back for their gradients, summed
+// over each kv head's copies (repeat_kv's backward).
+DecoderDims every_head(const DecoderDims& dims) {
+  DecoderDims repeated = dims;
+  repeated.num_kv_heads = dims.num_heads;
+  return repeated;
+}
+std::vector<float> repeat_heads(const DecoderDims& dims, std::int64_t tokens, const float* x) {
+  const std::int64_t group = dims.num_heads / dims.num_kv_heads, d = dims.head_dim;
+  std::vector<float> out(static_cast<std::size_t>(tokens * dims.q_dim()));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t head = 0; head < dims.num_heads; ++head) {
+      std::copy_n(x + t * dims.kv_dim() + (head / group) * d, d, out.begin() + t * dims.q_dim() + head * d);
+    }
+  }
+  return out;
+}
+void sum_repeats(const DecoderDims& dims, std::int64_t tokens, const float* repeated, float* out) {
+  const std::int64_t group = dims.num_heads / dims.num_kv_heads, d = dims.head_dim;
+  std::fill(out, out + tokens * dims.kv_dim(), 0.0f);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t head = 0; head < dims.num_heads; ++head) {
+      const float* from = repeated + t * dims.q_dim() + head * d;
+      float* to = out + t * dims.kv_dim() + (head / group) * d;
+      for (std::int64_t j = 0; j < d; ++j) to[j] += from[j];
+    }
+  }
+}
+
 }  // namespace
 
 void ring_attention_forward(const DecoderDims& dims, const AttentionShape& shape, ContextParallelGroup& ring,
                             const float* q, const float* k, const float* v, float* context, float* lse,
                             const ProgressPoll& progress) {
+  if (dims.num_kv_heads < dims.num_heads) {  // Note [Repeated K/V]
+    const std::vector<float> k_every = repeat_heads(dims, shape.tokens(), k),
+                             v_every = repeat_heads(dims, shape.tokens(), v);
+    ring_attention_forward(every_head(dims), shape, ring, q, k_every.data(), v_every.data(), context, lse, progress);
+    return;
+  }
   const RingLayout at(dims, shape, ring);
   std::vector<float> held = concatenated(k, v, at.kv_elements()), next(held.size());
   int pending = -1;
@@ -191,6 +227,16 @@ void ring_attention_forward(const DecoderDims& dims, const AttentionShape& shape
 void ring_attention_backward(const DecoderDims& dims, const AttentionShape& shape, ContextParallelGroup& ring,
                              const float* q, const float* k, const float* v, const float* context, const float* lse,
                              const float* d_context, float* dq, float* dk, float* dv, const ProgressPoll& progress) {
+  if (dims.num_kv_heads < dims.num_heads) {  // Note [Repeated K/V]
+    const std::int64_t tokens = shape.tokens();
+    const std::vector<float> k_every = repeat_heads(dims, tokens, k), v_every = repeat_heads(dims, tokens, v);
+    std::vector<float> dk_every(k_every.size()), dv_every(v_every.size());
+    ring_attention_backward(every_head(dims), shape, ring, q, k_every.data(), v_every.data(), context, lse, d_context,
+                            dq, dk_every.data(), dv_every.data(), progress);
+    sum_repeats(dims, tokens, dk_every.data(), dk);
+    sum_repeats(dims, tokens, dv_every.data(), dv);
+    return;
+  }
   const RingLayout at(dims, shape, ring);
   // D_i = dO_i · O_i per (sequence, head, query): the softmax backward's row term, once for every step.
   std::vector<float> row_delta(static_cast<std::size_t>(shape.micro_batch * at.heads * at.seq));

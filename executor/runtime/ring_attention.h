@@ -48,6 +48,12 @@ void ring_attention_forward(const DecoderDims& dims, const AttentionShape& shape
                             const float* q, const float* k, const float* v, float* context, float* lse,
                             const ProgressPoll& progress = {});
 
+// Note [Repeated K/V]: this block is transformers' Llama block (block_kernels.cpp), which copies K and V up to every
+// query head before its attention (repeat_kv) — so does torchtitan's Llama until pytorch/torchtitan#2259 (2026-01) —
+// and the ring then carries every head's K/V and dK/dV, as the lowering's ring sends do (Note [Ring attention]). With
+// grouped-query attention both functions therefore run the ring on the repeated K and V, and backward sums each kv
+// head's copies of dK and dV (repeat_kv's backward).
+//
 // _templated_ring_attention_backward: the K/V travel again (degree − 1 steps); each step's dK, dV of the held keys
 // are added to the dK/dV buffer received from the rank before (zeros at step 0) and sent on to the next, degree steps
 // in all, so the last one brings every rank its own keys' gradients. Writes dq, dk, dv (overwritten) from

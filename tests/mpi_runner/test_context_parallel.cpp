@@ -105,10 +105,11 @@ void check_context_parallel(const ContextParallelCase& c) {
   }
   expected_p2p.recvs = expected_p2p.sends;
   // Note [Ring attention]: per block and micro-batch, forward cp − 1 K/V steps, backward cp − 1 K/V and cp dK/dV,
-  // each K and V of micro_batch × seq/cp tokens × kv_dim fp32 floats.
+  // each K and V of micro_batch × seq/cp tokens × every query head's head_dim fp32 floats (the block repeats K and V
+  // up to the query heads first, Note [Repeated K/V] in executor/runtime/ring_attention.h).
   const auto& arch = *model.architecture;
   const std::uint64_t blocks = static_cast<std::uint64_t>(arch.num_layers);
-  const std::uint64_t ring_buffer = 2ull * micro_batch * (seq_len / kContextParallel) * arch.num_kv_heads *
+  const std::uint64_t ring_buffer = 2ull * micro_batch * (seq_len / kContextParallel) * arch.num_heads *
                                     (arch.hidden_size / arch.num_heads) * 4;
   CHECK(expected_p2p.sends.calls ==
         static_cast<std::uint64_t>(k) * blocks * (2 * (kContextParallel - 1) + kContextParallel));

@@ -4,6 +4,7 @@
 // the refusals.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cluster.h"
@@ -67,17 +68,29 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 TEST_CASE("context parallel lowering: the ring's sends and bytes per step are context_parallel.cpp's") {
   const ModelSpec model = preset_model("llama3-8b");
   const LoweringOptions options{8, 8, 0};
-  // seq 8192 over cp 4: 2048 tokens per rank; K and V of 8 kv heads × 128 in bf16: 2 × 2048 × 8 × 128 × 2 B = 8 MiB
-  // per ring step, dK and dV in fp32 16 MiB. Per block: forward 3 K/V sends, backward 3 K/V and 4 dK/dV sends.
+  // seq 8192 over cp 4: 2048 tokens per rank; K and V as SDPA takes them — the block's repeat_kv copied them up to
+  // the 32 query heads (Note [Ring attention]) — × 128 in bf16: 2 × 2048 × 32 × 128 × 2 B = 32 MiB per ring step,
+  // dK and dV in fp32 64 MiB. Per block: forward 3 K/V sends, backward 3 K/V and 4 dK/dV sends.
   const StepSchedule schedule = lower_plan(cp_plan(model, 8192, 4, 8), model, options);
   const RingTotals totals = ring_totals(schedule);
   CHECK(totals.sends == 32 * (3 + 3 + 4));
-  CHECK(totals.bytes == std::int64_t{32} * (6 * (8 << 20) + 4 * (16 << 20)));
+  CHECK(totals.bytes == std::int64_t{32} * (6 * (32 << 20) + 4 * (64 << 20)));
   // The same figures from context_parallel.cpp for one block.
   const auto ring = layer_ring_attention(model, 1, cp_plan(model, 8192, 4, 8).training, 4);
   REQUIRE(ring);
-  CHECK(ring->kv_bytes_per_ring_step == 8 << 20);
-  CHECK(ring->grad_kv_bytes_per_ring_step == 16 << 20);
+  CHECK(ring->kv_bytes_per_ring_step == 32 << 20);
+  CHECK(ring->grad_kv_bytes_per_ring_step == 64 << 20);
+  // A block that hands SDPA its 8 kv heads grouped (no repeat_kv kernel: enable_gqa) sends a quarter of that.
+  ModelSpec grouped = model;
+  auto& elementwise = grouped.layers[1].kernels->elementwise;
+  const auto repeat = std::find_if(elementwise.begin(), elementwise.end(),
+                                   [](const auto& kernel) { return kernel.name == "repeat_kv"; });
+  REQUIRE(repeat != elementwise.end());
+  elementwise.erase(repeat);
+  const auto grouped_ring = layer_ring_attention(grouped, 1, cp_plan(model, 8192, 4, 8).training, 4);
+  REQUIRE(grouped_ring);
+  CHECK(grouped_ring->kv_bytes_per_ring_step == 8 << 20);
+  CHECK(grouped_ring->grad_kv_bytes_per_ring_step == 16 << 20);
   CHECK(totals.bytes == 32 * (ring->forward_bytes_sent_per_layer + ring->backward_bytes_sent_per_layer));
   for (const Op& op : schedule.ops) {
     if (op.kind != OpKind::send) continue;
