@@ -112,6 +112,22 @@ ContextParallelAttention context_parallel_attention(const AttentionShape& shape,
   result.forward_flops_per_ring_step =
       *std::max_element(result.forward_flops_per_rank.begin(), result.forward_flops_per_rank.end()) /
       static_cast<double>(cp);
+  if (cp > 1) {
+    // Note [Ring tensor traffic].
+    const double n = static_cast<double>(shape.batch * result.tokens_per_rank * shape.heads * shape.head_dim);
+    const double n_kv = static_cast<double>(shape.batch * result.tokens_per_rank * shape.kv_heads * shape.head_dim);
+    const double e = static_cast<double>(shape.element_bytes), f = kGradKvElementBytes, steps = static_cast<double>(cp);
+    result.forward_tensor_bytes = 4 * e * n_kv + (steps - 1) * 4 * e * n_kv + steps * (e + f) * n +
+                                  (steps - 1) * 8 * f * n + (f + e) * n;
+    // 2 contiguous, cp − 1 cats, cp conversions, 3 tensor ops per merge, 1 result conversion
+    result.forward_tensor_kernels = 2 + (steps - 1) + steps + 3 * (steps - 1) + 1;
+    result.backward_tensor_bytes = f * (n + 2 * n_kv) + 4 * e * n_kv + (steps - 1) * 4 * e * n_kv +
+                                   2 * (2 * f + e) * n_kv + (steps - 1) * 2 * ((2 * f + e) * n_kv / 2 + 2 * f * n_kv) +
+                                   steps * (4 * f * n_kv + (2 * f + e) * n) + (f + e) * (n + 2 * n_kv);
+    // 3 zeros, 2 contiguous, cp − 1 K/V cats, 2 step-0 sums, 4 per later step (two += and two cats), per step a dK/dV
+    // cat and a dQ +=, 3 result conversions
+    result.backward_tensor_kernels = 3 + 2 + (steps - 1) + 2 + 4 * (steps - 1) + 2 * steps + 3;
+  }
   return result;
 }
 

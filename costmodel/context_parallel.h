@@ -82,8 +82,26 @@ struct ContextParallelAttention {
   std::vector<double> forward_flops_per_rank;  // the sharding torch runs (load_balanced ? balanced : contiguous)
   double forward_flops_per_ring_step = 0;      // the largest rank's forward FLOPs / cp: one step under balance
   double max_over_mean_flops = 1;              // of forward_flops_per_rank
+  // Note [Ring tensor traffic]: the HBM bytes and kernels of the eager tensor ops around the attention kernels
+  // (copies, the merges, the fp32 gradient sums), per layer pass of one rank; 0 for cp = 1.
+  double forward_tensor_bytes = 0, forward_tensor_kernels = 0;
+  double backward_tensor_bytes = 0, backward_tensor_kernels = 0;
 };
 
+// Note [Ring tensor traffic]: _templated_ring_attention and its backward (_attention.py at 0123248a, as Note [Ring
+// attention]) run eager tensor ops around the flash kernels, each a memory-bound kernel that reads its inputs and
+// writes its output once. With N the elements of the rank's q (and attention output), N_kv of its K (or V) as SDPA
+// takes them, e the activations' bytes and f = 4 (convert_to_f32), for the rank whose every step after the first is
+// a whole one (rank cp − 1, `i <= rank`: the largest traffic, as the FLOPs take the largest rank):
+// - forward: key.contiguous() and value.contiguous() (4e·N_kv); per step before the last, torch.cat of K and V for
+//   the rotater (4e·N_kv); per step _SDPAMerger.step's out.to(float32) ((e + f)·N); per step after the first,
+//   _merge_one's out − block_out, sigmoid(·) × it and out − that (8f·N; the lse terms are 1/head_dim of it); the
+//   result's .to(dtype) ((f + e)·N);
+// - backward: zeros_like for the fp32 dQ, dK, dV (f·(N + 2N_kv)); K and V contiguous (4e·N_kv); per step before the
+//   last the K/V cat (4e·N_kv); step 0's dK += and dV += ((2f + e)·N_kv each); per later step _partial_update of dK and
+//   dV's first chunk (+= on half, (2f + e)·N_kv/2, then torch.cat of the chunks, 2f·N_kv; each); per step the dK/dV
+//   cat for the rotater (4f·N_kv) and dQ += ((2f + e)·N); the results' .to(dtype) ((f + e)·(N + 2N_kv)).
+// Not counted: the lse terms, and the flash kernels' own reads and writes (in their FLOP rate).
 // Throws InputError for a degree < 1, non-positive dimensions, or a load-balanced causal split where seq_len is not a
 // multiple of 2·cp (torch's assertion in _generate_round_robin_indices), or a plain one where it is not one of cp.
 ContextParallelAttention context_parallel_attention(const AttentionShape& shape, const ContextParallelOptions& options);

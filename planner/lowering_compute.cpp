@@ -35,10 +35,15 @@ std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, Comput
   PassKernels built = pass_kernels(model_, layer, plan_.training, pass, mode);
   if (ring_.enabled()) {
     // Note [Context-parallel lowering]: pass_kernels on the rank's s/cp tokens gives one ring step's attention; the
-    // ring runs cp of them.
+    // ring runs cp of them, and the eager tensor ops around them (Note [Ring tensor traffic]).
     const std::vector<AttentionCall> step = built.attention;
     for (int more = 1; more < ring_.degree; ++more) {
       built.attention.insert(built.attention.end(), step.begin(), step.end());
+    }
+    if (const auto& attention = ring_attention(layer); attention && !step.empty()) {
+      const bool backward = pass == ComputePass::backward;
+      built.memory_bytes += backward ? attention->backward_tensor_bytes : attention->forward_tensor_bytes;
+      built.memory_kernels += backward ? attention->backward_tensor_kernels : attention->forward_tensor_kernels;
     }
   }
   for (std::size_t back = 1; back <= std::min(kInternedCompared, distinct_kernels_.size()); ++back) {

@@ -89,6 +89,28 @@ TEST_CASE("context parallel: cp 1 communicates nothing and computes the whole ca
   CHECK(exposure.forward_exposed_s == 0);
   CHECK(exposure.backward_exposed_s == 0);
   CHECK(exposure.forward_comm_s == 0);
+  CHECK(result.forward_tensor_bytes == 0);  // no ring, no merges (Note [Ring tensor traffic])
+  CHECK(result.backward_tensor_bytes == 0);
+}
+
+TEST_CASE("context parallel: the ring's eager tensor ops move the bytes counted by hand") {
+  // Note [Ring tensor traffic] on one sequence of 8 tokens, 2 heads (and K/V heads) of 4, bf16, cp 2: each rank holds
+  // 4 tokens, so N = N_kv = 4 × 2 × 4 = 32 elements; e = 2, f = 4.
+  AttentionShape shape;
+  shape.seq_len = 8;
+  shape.heads = 2;
+  shape.kv_heads = 2;
+  shape.head_dim = 4;
+  const auto ring = context_parallel_attention(shape, cp_options(2));
+  // Forward: contiguous K, V 4·2·32 = 256; one K/V cat 256; two out.to(fp32) 2·6·32 = 384; one merge 8·4·32 = 1024;
+  // the result's conversion 6·32 = 192.
+  CHECK(ring.forward_tensor_bytes == 256 + 256 + 384 + 1024 + 192);
+  CHECK(ring.forward_tensor_kernels == 2 + 1 + 2 + 3 + 1);
+  // Backward: fp32 zeros 4·(32 + 64) = 384; contiguous 256; one K/V cat 256; step 0's dK, dV sums 2·10·32 = 640; one
+  // later step's partial updates 2·(10·32/2 + 8·32) = 832; two steps' dK/dV cats and dQ sums 2·(16·32 + 10·32) =
+  // 1664; the conversions 6·(32 + 64) = 576.
+  CHECK(ring.backward_tensor_bytes == 384 + 256 + 256 + 640 + 832 + 1664 + 576);
+  CHECK(ring.backward_tensor_kernels == 3 + 2 + 1 + 2 + 4 + 4 + 3);
 }
 
 TEST_CASE("context parallel: balanced causal sharding evens the FLOPs, the contiguous split loads the last rank") {

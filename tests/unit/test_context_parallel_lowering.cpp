@@ -15,6 +15,7 @@
 #include "hardware_profile.h"
 #include "lowering.h"
 #include "model_presets.h"
+#include "pass_kernels.h"
 #include "plan_export.h"
 #include "plan_json.h"
 #include "simulator.h"
@@ -107,6 +108,33 @@ TEST_CASE("context parallel lowering: the ring's sends and bytes per step are co
   CHECK(schedule.parallel.fsdp_shard_size() == 8);
   CHECK(schedule.seq_len == 2048);
   CHECK(schedule.tokens_per_step == 2 * 8192);  // two sequences: one per dp_shard rank
+}
+
+TEST_CASE("context parallel lowering: each attention pass carries the ring's tensor traffic, the others none") {
+  // Note [Ring tensor traffic]: the lowering adds it to the pass's memory-bound bytes, beside the kernels the rank's
+  // s/cp tokens give; a layer without attention (the embedding) gets none.
+  const ModelSpec model = preset_model("llama3-8b");
+  const Plan plan = cp_plan(model, 8192, 4, 8);
+  const StepSchedule schedule = lower_plan(plan, model, {8, 8, 0});
+  const Plan share = context_parallel_rank_plan(plan);
+  const auto ring = layer_ring_attention(model, 1, plan.training, 4);  // the whole sequence, split 4 ways
+  REQUIRE(ring);
+  std::size_t checked = 0;
+  for (const Op& op : schedule.ops) {
+    if ((op.kind != OpKind::forward && op.kind != OpKind::backward) || op.micro_batch != 0 || !op.kernels) continue;
+    const auto layer = static_cast<std::size_t>(op.layer);
+    const ComputePass pass = op.kind == OpKind::forward ? ComputePass::forward : ComputePass::backward;
+    const PassKernels alone = pass_kernels(model, layer, share.training, pass, ActivationCheckpointing::none);
+    const double extra = op.kernels->memory_bytes - alone.memory_bytes;
+    if (alone.attention.empty()) {
+      CHECK(extra == 0);
+    } else {
+      CHECK(extra == doctest::Approx(pass == ComputePass::forward ? ring->forward_tensor_bytes
+                                                                  : ring->backward_tensor_bytes));
+      ++checked;
+    }
+  }
+  CHECK(checked == 2 * 32);  // every block's forward and backward
 }
 
 TEST_CASE("context parallel lowering: cp ranks sit after tp, so the ring leaves the node when cp x tp outgrows it") {
