@@ -147,7 +147,15 @@ int run_on_cpu(const std::vector<RunFlags>& plan_flags) {
   const auto watched = [&](const std::string& phase) { return comm::WatchedPhase(watchdog.get(), phase); };
   for (std::size_t i = 0; i < runs.size(); ++i) {
     CpuPlanRun& run = runs[i];
-    run.runner = std::make_unique<runner::Runner>(run.model, run.plan, world, options);
+    try {
+      run.runner = std::make_unique<runner::Runner>(run.model, run.plan, world, options);
+    } catch (const InputError&) {
+      // Note [Set-up errors once]: the runner's refusals (what the CPU executor does not run) are the plan's, the
+      // same on every rank: rank 0 prints its line and exits 2, the others exit quietly, so that Open MPI cannot end
+      // the job before rank 0 has written it (seen: `mpirun -np 8 … run` of a PP x CP plan lost the line).
+      if (!lead) return kExitQuietAgreedError;
+      throw;
+    }
     run.outcome.executor = "cpu";
     run.outcome.keep_timelines = !run.flags.trace_file.empty();
     run.outcome.world_size = size;
