@@ -303,6 +303,9 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       result.memory_cap_bytes = usable.cap_bytes;
       result.memory_headroom_fraction = usable.fraction;
       result.memory_headroom_bytes = usable.headroom_bytes();
+      // A pinned pipeline takes the context-parallel degree as given (1 without --context-parallel): no CP search.
+      context_outcome.degree = std::max(1, context_parallel);
+      context_outcome.pinned = true;
     } else {
       result = search_with_context_parallel(model, cluster, profile, training, options, pinned_context_parallel,
                                             context_outcome);
@@ -315,6 +318,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     }
     const bool feasible = result.feasible || pipeline.feasible;
     const Plan& planned = pipeline.feasible ? pipeline.best.plan : result.best.plan;
+    context_outcome.degree = std::max(1, planned.context_parallel.degree);  // the printed plan's, pipeline or not
     if (flags->json) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);

@@ -13,18 +13,12 @@ namespace shardplan::cli {
 
 namespace {
 
-// Note [Fixed context parallel degree]: `plan --context-parallel N` keeps cp = N. The search runs on one CP rank's
-// share of every sequence (seq_len / cp tokens, the global batch counted in those shares): every per-token cost and
-// the activations are the rank's, but the ring's other cp − 1 attention steps and its K/V exchanges are not priced
-// per candidate. The planned plan and the baselines then get the degree and the whole sequence back and are simulated
-// as CP plans (Note [Context-parallel lowering] in planner/context_parallel_lowering.h), so every figure printed is
-// the CP plan's; a planned plan the ring's buffers push over the cap is no answer.
-TrainingConfig context_parallel_search_training(const TrainingConfig& training, int degree) {
-  TrainingConfig share = training;
-  share.seq_len = training.seq_len / degree;
-  share.global_batch = training.global_batch * degree;  // 0 stays 0: one micro-batch per rank
-  return share;
-}
+// Note [Fixed context parallel degree] (planner/context_parallel_lowering.h): `plan --context-parallel N` keeps
+// cp = N. The search runs on one CP rank's share of every sequence: every per-token cost and the activations are the
+// rank's, but the ring's other cp − 1 attention steps and its K/V exchanges are not priced per candidate. The planned
+// plan and the baselines then get the degree and the whole sequence back and are simulated as CP plans (Note
+// [Context-parallel lowering]), so every figure printed is the CP plan's; a planned plan the ring's buffers push over
+// the cap is no answer.
 
 void restore_context_parallel(SearchResult& result, const TrainingConfig& training, int degree,
                               const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile) {
@@ -59,7 +53,7 @@ SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, co
                 [&](int tp) { return cluster.world_size() % (tp * degree) != 0; });
   if (options.tensor_parallel_degrees.empty()) options.tensor_parallel_degrees = {1};
   SearchResult result =
-      search_plans(model, cluster, profile, context_parallel_search_training(training, degree), options);
+      search_plans(model, cluster, profile, context_parallel_share_training(training, degree), options);
   restore_context_parallel(result, training, degree, model, cluster, profile);
   return result;
 }

@@ -38,10 +38,6 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
     conflict = "--export " + export_format + " (it writes no pipeline plan; torchtitan does)";
   }
   if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
-  if (context_parallel > 1) {
-    conflict = "--context-parallel " + std::to_string(context_parallel) +
-               " (the pipeline search does not take context parallelism yet; simulate runs both)";
-  }
   // Note [Optimizer in backward] (planner/optimizer_in_backward.h): torchtitan refuses it with a pipeline.
   if (training.optimizer_in_backward) conflict = "--optimizer-in-backward (torchtitan refuses it with a pipeline)";
   const bool experts = std::any_of(model.layers.begin(), model.layers.end(),
@@ -80,6 +76,7 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   options.usable_bytes = usable_bytes;
   options.threads = search.threads;
   options.floor_cache = search.floor_cache;  // Note [Shared setting floors]: FSDP's searches lowered them already
+  options.context_parallel = std::max(1, context_parallel);  // a pinned degree; 1: none (not searched with PP)
   return request;
 }
 
@@ -89,9 +86,11 @@ std::string render_pipeline_plan_text(const PipelineSearchResult& result, const 
   const Plan& plan = best.plan;
   std::ostringstream out;
   out << "planned: " << best.knobs << ", one unit per block\n";
-  out << "  " << to_string(parallel_dims(plan, cluster.world_size())) << "\n";
-  const std::int64_t sequences = plan.training.micro_batch * plan.grad_accumulation_steps *
-                                 parallel_dims(plan, cluster.world_size()).data_parallel_world_size();
+  const ParallelDims dims = parallel_dims(plan, cluster.world_size());
+  out << "  " << to_string(dims) << "\n";
+  // The data-parallel ranks less cp: a CP group shares its sequences.
+  const std::int64_t sequences =
+      plan.training.micro_batch * plan.grad_accumulation_steps * (dims.data_parallel_world_size() / dims.cp());
   out << "  global batch " << sequences << " sequences (" << best.analysis.simulation.tokens_per_step
       << " tokens) per step\n";
   std::istringstream table(render_pipeline_text(best.analysis, headroom));

@@ -44,6 +44,13 @@ void validate_context_parallel(int degree, const TrainingConfig& training, const
   }
 }
 
+TrainingConfig context_parallel_share_training(const TrainingConfig& training, int degree) {
+  TrainingConfig share = training;
+  share.seq_len = training.seq_len / degree;
+  share.global_batch = training.global_batch * degree;
+  return share;
+}
+
 Plan context_parallel_rank_plan(const Plan& plan) {
   Plan rank = plan;
   rank.training.seq_len = plan.training.seq_len / plan.context_parallel.degree;

@@ -49,6 +49,11 @@ namespace shardplan {
 // token count (vision towers), sliding-window or chunked attention (torch's ring attention takes is_causal masks
 // only), attention without a fused kernel (torch's context_parallel dispatches SDPA's flash and efficient kernels).
 
+// Note [Fixed context parallel degree]: the searches with a pinned cp run on one CP rank's share of every sequence —
+// seq_len / cp tokens, the global batch counted in those shares (× cp; 0 stays 0: one micro-batch per rank) — and
+// give the planned plans the degree and the whole sequence back before simulating them as CP plans.
+TrainingConfig context_parallel_share_training(const TrainingConfig& training, int degree);
+
 // The ring one CP rank's lowering runs: the degree and the whole sequence it splits.
 struct ContextParallelRing {
   int degree = 1;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "context_parallel_lowering.h"
 #include "errors.h"
 #include "indexed_pool.h"
 #include "setting_floor_cache.h"
@@ -30,6 +31,7 @@ constexpr int kLeastBlocksPerPipelineRank = 4;
 
 // One grid point before simulation: what builds its plan and its floor.
 struct PipelinePoint {
+  int context_parallel = 1;
   int tensor_parallel = 1;
   int degree = 2;
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
@@ -73,22 +75,30 @@ std::vector<KnobSetting> pattern_settings(const Cluster& view_cluster, const Tra
 std::string describe_point(const PipelinePoint& point) {
   std::string text = "pp " + std::to_string(point.degree) + ", " + to_string(point.schedule);
   if (point.stages_per_rank > 1) text += " x " + std::to_string(point.stages_per_rank) + " stages per rank";
+  if (point.context_parallel > 1) text += ", CP " + std::to_string(point.context_parallel);
   text += ", TP " + std::to_string(point.tensor_parallel) + ", " + point.knobs.label() + ", " +
           std::to_string(point.micro_batches) + " micro-batches";
   return text;
 }
 
 // One point's plan, lowered into its programs and simulated; none where the lowering refuses it (InputError).
+// `training` is the user's (the whole sequence); the point's knobs and micro-batch count are over its CP share.
 std::optional<PipelineCandidate> simulate_point(const PipelinePoint& point, const ModelSpec& model,
                                                 const Cluster& cluster, const HardwareProfile& profile,
                                                 const TrainingConfig& training, std::int64_t usable_bytes) {
   Plan shape;
   shape.tensor_parallel_degree = point.tensor_parallel;
   shape.pipeline.degree = point.degree;
+  shape.context_parallel.degree = point.context_parallel;
   PipelineCandidate candidate;
   try {
     const int data_parallel_ranks = parallel_dims(shape, cluster.world_size()).data_parallel_world_size();
-    candidate.plan = plan_for_knobs(model, data_parallel_ranks, training, point.knobs);
+    candidate.plan = plan_for_knobs(model, data_parallel_ranks,
+                                    context_parallel_share_training(training, point.context_parallel), point.knobs);
+    // Note [Fixed context parallel degree]: the CP plan, its micro-batch count the share's.
+    candidate.plan.training.seq_len = training.seq_len;
+    candidate.plan.training.global_batch = training.global_batch;
+    candidate.plan.context_parallel.degree = point.context_parallel;
     candidate.plan.tensor_parallel_degree = point.tensor_parallel;
     candidate.plan.pipeline = point.policy;
     candidate.plan.name = "planned";
@@ -235,6 +245,9 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
   // Note [Equal global batch]: the user's, or one micro-batch per GPU of the whole world.
   TrainingConfig at_batch = training;
   if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * world;
+  // Note [Fixed context parallel degree]: the grid's floors and micro-batch counts are one CP rank's share's.
+  const int context_parallel = std::max(1, options.context_parallel);
+  const TrainingConfig share = context_parallel_share_training(at_batch, context_parallel);
   std::vector<PipelinePoint> points;
   std::map<std::string, PipelineStatesFloor> states_floors;  // Note [Pipeline floor]: by layout
   for (const int tensor_parallel : options.tensor_parallel_degrees) {
@@ -245,14 +258,14 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
         validate_tensor_parallel_degree(tensor_parallel, model, world, cluster.gpus_per_node, "--tensor-parallel");
       }
       view = tensor_parallel_search_view(tensor_parallel, model, cluster);
-      settings = pattern_settings(view.cluster, at_batch, options.pins);
+      settings = pattern_settings(view.cluster, share, options.pins);
     } catch (const InputError&) {
       continue;  // a degree this model or node cannot take is not a candidate
     }
     for (const KnobSetting& knobs : settings) {
       SettingFloors floors;
       try {
-        floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, at_batch, knobs);
+        floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, share, knobs);
       } catch (const InputError&) {
         ++result.refused;
         continue;
@@ -260,18 +273,20 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
       for (const int degree : options.pipeline_degrees) {
         for (const auto& [schedule, stages_per_rank] : schedules_of(options)) {
           ++result.candidates;
-          PipelinePoint point{tensor_parallel, degree, schedule, stages_per_rank, knobs, {}, 1, 0.0};
+          PipelinePoint point{context_parallel, tensor_parallel, degree, schedule, stages_per_rank, knobs, {}, 1,
+                              0.0};
           const std::int64_t ranks_per_stage = static_cast<std::int64_t>(tensor_parallel) * degree;
-          if (world % ranks_per_stage != 0) {
+          if (world % (ranks_per_stage * context_parallel) != 0) {
             ++result.refused;
             continue;
           }
-          const std::int64_t sequences_per_micro_batch = (world / ranks_per_stage) * knobs.micro_batch;
-          if (at_batch.global_batch % sequences_per_micro_batch != 0) {
+          // Every data-parallel rank (dp × cp) runs its own micro-batches of shares.
+          const std::int64_t shares_per_micro_batch = (world / ranks_per_stage) * knobs.micro_batch;
+          if (share.global_batch % shares_per_micro_batch != 0) {
             ++result.refused;
             continue;
           }
-          point.micro_batches = static_cast<int>(at_batch.global_batch / sequences_per_micro_batch);
+          point.micro_batches = static_cast<int>(share.global_batch / shares_per_micro_batch);
           try {
             point.policy = default_pipeline(model, degree, schedule, stages_per_rank);
           } catch (const InputError&) {
@@ -288,7 +303,7 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
           if (states == states_floors.end()) {
             const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
             states = states_floors
-                         .emplace(states_key, pipeline_states_floor(view.model, at_batch, knobs.strategy,
+                         .emplace(states_key, pipeline_states_floor(view.model, share, knobs.strategy,
                                                                     point.policy, data_parallel_ranks,
                                                                     view.cluster.gpus_per_node))
                          .first;

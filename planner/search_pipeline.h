@@ -24,7 +24,8 @@ namespace shardplan {
 // least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, and Interleaved1F1B
 // with 2 stages per rank), tp (the search's degrees) and the checkpointing patterns of knob_settings. The wrap,
 // strategy and prefetch knobs of a pipeline plan are torchtitan's, not searched: the answer is the fastest fitting
-// candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so.
+// candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so. A context-parallel
+// degree is kept where the user pins it (PipelineSearchOptions::context_parallel), not searched.
 //
 // Note [Pipeline floor]: a candidate is simulated only when a lower bound of its step is below the best plan known.
 // With c_s the compute-stream kernels of stage s for one micro-batch (the per-layer floor of Note [Compute floor]) and
@@ -54,6 +55,11 @@ struct PipelineSearchOptions {
   double known_step_s = std::numeric_limits<double>::infinity();  // only plans faster than this are wanted
   std::size_t threads = 1;  // Note [Pipeline waves]: the answer is the same for any count
   std::shared_ptr<SettingFloorCache> floor_cache;  // Note [Shared setting floors]; null: none shared
+  // A pinned context-parallel degree (--context-parallel): every candidate's. The grid runs on one CP rank's share
+  // (Note [Fixed context parallel degree] in context_parallel_lowering.h), so its floors are that rank's — its compute
+  // floor has one ring step of attention where the ring runs cp, and no ring buffers: still lower bounds — and each
+  // simulated candidate is the CP plan, the whole sequence back.
+  int context_parallel = 1;
 };
 
 struct PipelineCandidate {

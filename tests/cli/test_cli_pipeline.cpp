@@ -184,8 +184,10 @@ json tiny_pipeline_json(const std::vector<std::string>& more) {
 }  // namespace
 
 // Note [Pipeline programs] with Note [Context-parallel lowering]: `simulate` lowers PP × CP (each pipeline rank one CP
-// rank's share, the ring's sends beside the pipeline's); the pipeline search says it does not take CP.
-TEST_CASE("`simulate --pipeline-parallel 2 --context-parallel 2`: lowered together; the search refuses it") {
+// rank's share, the ring's sends beside the pipeline's), and `plan` keeps a pinned CP degree in its pipeline search
+// (Note [Fixed context parallel degree]): the planned plan's file re-simulates to its step, its torchtitan export
+// carries both degrees.
+TEST_CASE("`simulate` and `plan` with --pipeline-parallel 2 --context-parallel 2: lowered and searched together") {
   const json both = tiny_pipeline_json({"--context-parallel", "2"}), pipeline = tiny_pipeline_json({});
   CHECK(both.at("plan").at("context_parallel_degree") == 2);
   CHECK(both.at("plan").at("pipeline").at("degree") == 2);
@@ -196,9 +198,43 @@ TEST_CASE("`simulate --pipeline-parallel 2 --context-parallel 2`: lowered togeth
     CHECK(both.at("ranks").at(rank).at("p2p_time_s").get<double>() >
           pipeline.at("ranks").at(rank).at("p2p_time_s").get<double>());
   }
-  std::vector<std::string> planned = {"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--global-batch",
-                                      "16", "--pipeline-parallel", "2", "--context-parallel", "2"};
-  expect_input_error(planned, {"the pipeline search does not take context parallelism yet"});
+  const std::vector<std::string> planned = {"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64",
+                                            "--global-batch", "16", "--pipeline-parallel", "2",
+                                            "--context-parallel", "2"};
+  TempFile plan_file("planned-pipeline-cp-plan");
+  std::vector<std::string> with_out = planned;
+  with_out.insert(with_out.end(), {"--out", plan_file.path()});
+  const RunResult text = run_shardplan(with_out);
+  INFO(text.err);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find(", CP 2, ") != std::string::npos);
+  CHECK(text.out.find("dp_shard 2 x cp 2 x tp 1 x pp 2 = 8") != std::string::npos);
+  CHECK(text.out.find("global batch 16 sequences (1024 tokens) per step") != std::string::npos);
+  std::vector<std::string> with_json = planned;
+  with_json.push_back("--json");
+  const json document = run_json(with_json);
+  CHECK(document.at("plan").at("context_parallel_degree") == 2);
+  CHECK(document.at("context_parallel_degree") == 2);
+  const double planned_s = document.at("pipeline_search").at("planned").at("simulation").at("step_time_s");
+  const json again = run_json({"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--plan", plan_file.path(), "--json"});
+  CHECK(again.at("step_time_s").get<double>() == doctest::Approx(planned_s).epsilon(1e-12));
+  // torchtitan defines no tiny-llama: its export of a model it trains.
+  const auto out_dir = shardplan_test::scratch("pipeline-cp-export");
+  const RunResult export_run = run_shardplan({"plan", "-m", "llama3.1-8b", "-c", "2x8xH100-80GB", "--seq-len",
+                                              "16384", "--pipeline-parallel", "2", "--context-parallel", "2",
+                                              "--export", "torchtitan", "--out-dir", out_dir.string()});
+  INFO(export_run.err);
+  REQUIRE(export_run.exit_status == 0);
+  std::ifstream toml(out_dir / "torchtitan_job.toml");
+  const std::string contents((std::istreambuf_iterator<char>(toml)), std::istreambuf_iterator<char>());
+  CHECK(contents.find("pipeline_parallel_degree = 2") != std::string::npos);
+  CHECK(contents.find("context_parallel_degree = 2") != std::string::npos);
+  CHECK(contents.find("data_parallel_shard_degree = ") != std::string::npos);
+  // A pinned pipeline without --context-parallel says nothing of CP (it searched none).
+  const RunResult plain = run_shardplan({"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64",
+                                         "--global-batch", "16", "--pipeline-parallel", "2"});
+  REQUIRE(plain.exit_status == 0);
+  CHECK(plain.out.find("context parallel") == std::string::npos);
 }
 
 // The CPU runner executes PP and CP, not both at once: every rank refuses the plan, rank 0 says why in one line.
