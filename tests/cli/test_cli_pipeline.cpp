@@ -1,7 +1,7 @@
 // Tests of pipeline plans through the binary (Note [Pipeline policy]): `simulate --pipeline-parallel` prints every
 // pipeline rank, its JSON carries the plan's pipeline, which a plan file re-simulates to the same step; the
 // interleaved schedule beats 1F1B on the published 405B shape; the trace names each rank's ops by its own layers; bad
-// pipeline input exits 2 with one line.
+// pipeline input exits 2 with one line; PP × CP simulated and planned together, and refused by `run` in one line.
 #include <doctest/doctest.h>
 
 #include <fstream>
