@@ -27,6 +27,34 @@ using shardplan_test::TempFile;
 const std::vector<std::string> kTinyPipeline = {"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64",
                                                 "--global-batch", "16", "--pipeline-parallel", "2"};
 
+// A pipeline plan as `plan` prints it (with --out), as its --json says it, and its --out file re-simulated.
+struct PlannedPipeline {
+  RunResult text;
+  json document;
+  double resimulated_step_s = 0;
+  double planned_step_s() const {
+    return document.at("pipeline_search").at("planned").at("simulation").at("step_time_s").get<double>();
+  }
+};
+// `plan_args`: the `plan` command; `simulate_args`: the same model, cluster and sequence for `simulate`.
+PlannedPipeline plan_pipeline(const std::vector<std::string>& plan_args,
+                              const std::vector<std::string>& simulate_args) {
+  PlannedPipeline planned;
+  TempFile plan_file("planned-pipeline");
+  std::vector<std::string> with_out = plan_args;
+  with_out.insert(with_out.end(), {"--out", plan_file.path()});
+  planned.text = run_shardplan(with_out);
+  INFO(planned.text.err);
+  REQUIRE(planned.text.exit_status == 0);
+  std::vector<std::string> with_json = plan_args;
+  with_json.push_back("--json");
+  planned.document = run_json(with_json);
+  std::vector<std::string> again = simulate_args;
+  again.insert(again.end(), {"--plan", plan_file.path(), "--json"});
+  planned.resimulated_step_s = run_json(again).at("step_time_s").get<double>();
+  return planned;
+}
+
 }  // namespace
 
 TEST_CASE("`simulate --pipeline-parallel 2`: one line per pipeline rank; the plan's JSON re-simulates to its step") {
@@ -123,25 +151,17 @@ TEST_CASE("bad pipeline input: one line naming the flag, exit 2") {
 TEST_CASE("`plan --pipeline-parallel 2`: a pipeline plan, as printed in its file and its torchtitan export") {
   const std::vector<std::string> pinned = {"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048",
                                            "--pipeline-parallel", "2"};
-  TempFile plan_file("searched-pipeline-plan");
-  std::vector<std::string> with_out = pinned;
-  with_out.insert(with_out.end(), {"--out", plan_file.path()});
-  const RunResult text = run_shardplan(with_out);
-  INFO(text.err);
-  REQUIRE(text.exit_status == 0);
-  CHECK(text.out.find("planned: pp 2, ") != std::string::npos);
-  CHECK(text.out.find("x pp 2 = 16") != std::string::npos);
-  CHECK(text.out.find("pipeline plans: ") != std::string::npos);
-  std::vector<std::string> with_json = pinned;
-  with_json.push_back("--json");
-  const json document = run_json(with_json);
+  const PlannedPipeline planned =
+      plan_pipeline(pinned, {"simulate", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048"});
+  const std::string& text = planned.text.out;
+  CHECK(text.find("planned: pp 2, ") != std::string::npos);
+  CHECK(text.find("x pp 2 = 16") != std::string::npos);
+  CHECK(text.find("pipeline plans: ") != std::string::npos);
+  const json& document = planned.document;
   CHECK(document.at("feasible") == true);
   CHECK(document.at("plan").at("pipeline").at("degree") == 2);
   CHECK(document.at("pipeline_search").at("pinned") == true);
-  const double planned_s = document.at("pipeline_search").at("planned").at("simulation").at("step_time_s");
-  const json again = run_json({"simulate", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--seq-len", "2048", "--plan",
-                               plan_file.path(), "--json"});
-  CHECK(again.at("step_time_s").get<double>() == doctest::Approx(planned_s).epsilon(1e-12));
+  CHECK(planned.resimulated_step_s == doctest::Approx(planned.planned_step_s()).epsilon(1e-12));
   const auto out_dir = shardplan_test::scratch("pipeline-export");
   std::vector<std::string> exported = pinned;
   exported.insert(exported.end(), {"--export", "torchtitan", "--out-dir", out_dir.string()});
@@ -198,26 +218,17 @@ TEST_CASE("`simulate` and `plan` with --pipeline-parallel 2 --context-parallel 2
     CHECK(both.at("ranks").at(rank).at("p2p_time_s").get<double>() >
           pipeline.at("ranks").at(rank).at("p2p_time_s").get<double>());
   }
-  const std::vector<std::string> planned = {"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64",
-                                            "--global-batch", "16", "--pipeline-parallel", "2",
-                                            "--context-parallel", "2"};
-  TempFile plan_file("planned-pipeline-cp-plan");
-  std::vector<std::string> with_out = planned;
-  with_out.insert(with_out.end(), {"--out", plan_file.path()});
-  const RunResult text = run_shardplan(with_out);
-  INFO(text.err);
-  REQUIRE(text.exit_status == 0);
-  CHECK(text.out.find(", CP 2, ") != std::string::npos);
-  CHECK(text.out.find("dp_shard 2 x cp 2 x tp 1 x pp 2 = 8") != std::string::npos);
-  CHECK(text.out.find("global batch 16 sequences (1024 tokens) per step") != std::string::npos);
-  std::vector<std::string> with_json = planned;
-  with_json.push_back("--json");
-  const json document = run_json(with_json);
-  CHECK(document.at("plan").at("context_parallel_degree") == 2);
-  CHECK(document.at("context_parallel_degree") == 2);
-  const double planned_s = document.at("pipeline_search").at("planned").at("simulation").at("step_time_s");
-  const json again = run_json({"simulate", "-m", "tiny-llama", "-c", "8xcpu", "--plan", plan_file.path(), "--json"});
-  CHECK(again.at("step_time_s").get<double>() == doctest::Approx(planned_s).epsilon(1e-12));
+  const PlannedPipeline planned =
+      plan_pipeline({"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--global-batch", "16",
+                     "--pipeline-parallel", "2", "--context-parallel", "2"},
+                    {"simulate", "-m", "tiny-llama", "-c", "8xcpu"});
+  const std::string& text = planned.text.out;
+  CHECK(text.find(", CP 2, ") != std::string::npos);
+  CHECK(text.find("dp_shard 2 x cp 2 x tp 1 x pp 2 = 8") != std::string::npos);
+  CHECK(text.find("global batch 16 sequences (1024 tokens) per step") != std::string::npos);
+  CHECK(planned.document.at("plan").at("context_parallel_degree") == 2);
+  CHECK(planned.document.at("context_parallel_degree") == 2);
+  CHECK(planned.resimulated_step_s == doctest::Approx(planned.planned_step_s()).epsilon(1e-12));
   // torchtitan defines no tiny-llama: its export of a model it trains.
   const auto out_dir = shardplan_test::scratch("pipeline-cp-export");
   const RunResult export_run = run_shardplan({"plan", "-m", "llama3.1-8b", "-c", "2x8xH100-80GB", "--seq-len",
