@@ -10,6 +10,7 @@
 #include "errors.h"
 #include "runner.h"
 #include "runner_support.h"
+#include "stage_buffers.h"
 
 namespace shardplan::runner {
 
@@ -19,7 +20,8 @@ class Runner::StepWalker {
       : r_(runner), ops_(runner.schedule_.ops), batches_(batches), done_(ops_.size(), false),
         events_(ops_.size()), layers_(runner.kernels_.size()), saved_(layers_ * batches.size()),
         saved_bytes_(layers_ * batches.size(), 0),
-        reduction_of_(runner.params_.size(), -1) {
+        reduction_of_(runner.params_.size(), -1),
+        stages_(ops_, runner.receive_buffers_.empty() ? 0 : runner.receive_buffers_.begin()->second.bytes()) {
     // Note [Progress hook]: the kernels poll the in-flight collectives between the parts of a layer.
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook([this] { progress(); });
     if (r_.tensor_parallel_) {
@@ -29,15 +31,6 @@ class Runner::StepWalker {
       }
       r_.tensor_parallel_->set_progress([this] { progress(); });
     }
-    for (const Op& op : ops_) {
-      if (op.kind == OpKind::forward && op.stage >= 0 && op.layer >= 0) {
-        const auto [first, first_new] = first_layer_of_stage_.try_emplace(op.stage, op.layer);
-        if (!first_new) first->second = std::min(first->second, op.layer);
-        const auto [last, last_new] = last_layer_of_stage_.try_emplace(op.stage, op.layer);
-        if (!last_new) last->second = std::max(last->second, op.layer);
-      }
-    }
-    if (!r_.receive_buffers_.empty()) boundary_bytes_ = r_.receive_buffers_.begin()->second.bytes();
     if (r_.context_parallel_) {
       // Note [Context-parallel runner]: the layers see this CP rank's share of each sequence.
       for (const runtime::Batch& whole : batches_) {
@@ -216,16 +209,13 @@ class Runner::StepWalker {
       case OpKind::wait:
         // Its dependency (an all-gather, or FSDP2's previous reduce-scatter) completed above. The head's wait after
         // a pipeline rank's last pass is step() returning the kept outputs (Note [Pipeline buffers]).
-        if (op.layer >= 0 && last_of_model(static_cast<std::size_t>(op.layer))) returned_outputs_.clear();
+        if (op.layer >= 0 && last_of_model(static_cast<std::size_t>(op.layer))) stages_.return_outputs();
         break;
       case OpKind::forward: forward(op); break;
       case OpKind::recompute: recompute(op); break;
       case OpKind::backward:
         backward(op);
-        // Note [Pipeline buffers]: the stage output is let go by its own layer's backward, the stage's first.
-        if (last_layer_of_stage_.count(op.stage) > 0 && last_layer_of_stage_.at(op.stage) == op.layer) {
-          stage_outputs_.erase({op.stage, op.micro_batch});
-        }
+        stages_.release_stage_output(op);  // Note [Pipeline buffers]: by its own layer's backward, the stage's first
         break;
       case OpKind::free_unsharded: r_.param_groups_.at(static_cast<std::size_t>(op.unit)).reshard(); break;
       case OpKind::optimizer_step: optimizer_step(); break;
@@ -278,24 +268,13 @@ class Runner::StepWalker {
     }
     const runtime::Activations& tensor = forward ? hidden_ : grad_;
     in_flight_.push_back({op.id, r_.pipeline_->send(op, tensor.values)});
-    if (forward) {
-      // Note [Pipeline buffers]: the stage's output stays in its forward cache until this micro-batch's backward.
-      TrackedBuffer kept(r_.tracker_, MemoryCategory::activations, static_cast<std::int64_t>(tensor.values.size()));
-      std::copy(tensor.values.begin(), tensor.values.end(), kept.values().begin());
-      stage_outputs_[{op.stage, op.micro_batch}] = std::move(kept);
-    }
+    if (forward) stages_.keep_stage_output(op, r_.tracker_, tensor.values);  // Note [Pipeline buffers]
   }
 
   TrackedBuffer& receive_buffer(const Op& op) {
     const auto found = r_.receive_buffers_.find({op.stage, op.micro_batch, op.peer_stage < op.stage});
     if (found == r_.receive_buffers_.end()) fail("recv op " + std::to_string(op.id) + " without a receive buffer");
     return found->second;
-  }
-
-  // The layer opening a stage that receives its input (Note [Pipeline buffers]): its saved input is that buffer.
-  bool receives_input(const Op& op) const {
-    const auto found = first_layer_of_stage_.find(op.stage);
-    return op.stage > 0 && found != first_layer_of_stage_.end() && found->second == op.layer;
   }
 
   // Blocks the compute stream until the micro-batch's tensor arrived, polling the collectives meanwhile (a DP peer
@@ -327,7 +306,7 @@ class Runner::StepWalker {
     runtime::LayerForward result =
         r_.kernels_[layer]->forward(params_of(op, false), batch(op), hidden_, op.checkpointing);
     hidden_ = std::move(result.output);
-    keep(slot(op), std::move(result.saved), receives_input(op) ? boundary_bytes_ : 0);
+    keep(slot(op), std::move(result.saved), stages_.aliased_input_bytes(op));
     // What the forward held beside what it kept, charged where it was alive (Note [Workspaces]).
     if (result.workspace_bytes > 0) {
       r_.tracker_.allocate(MemoryCategory::activations, result.workspace_bytes);
@@ -338,10 +317,7 @@ class Runner::StepWalker {
       // Note [Pipeline buffers]: torch's last stage keeps each micro-batch's output, the logits, until step()
       // returns them. This head fuses the loss and never holds its logits apart, so the buffer holds their count of
       // elements (every token's row of the vocabulary) for the step, as torch's does; nothing reads them.
-      if (r_.pipeline_) {
-        returned_outputs_.emplace_back(r_.tracker_, MemoryCategory::activations,
-                                       batch(op).token_count() * r_.model_.vocab_size);
-      }
+      if (r_.pipeline_) stages_.keep_returned_output(r_.tracker_, batch(op).token_count() * r_.model_.vocab_size);
     }
   }
 
@@ -349,7 +325,7 @@ class Runner::StepWalker {
     const auto layer = static_cast<std::size_t>(op.layer);
     last_compute_ = op.id;
     keep(slot(op), r_.kernels_[layer]->recompute(params_of(op, false), saved_[slot(op)]),
-         receives_input(op) ? boundary_bytes_ : 0);
+         stages_.aliased_input_bytes(op));
   }
 
   void backward(const Op& op) {
@@ -417,12 +393,7 @@ class Runner::StepWalker {
   runtime::Activations grad_;
   double loss_sum_ = 0;
   std::vector<int> reduction_of_;  // per unit: its last requested reduction op (Note [Gradient hazard]), -1 if none
-  // Note [Pipeline buffers]: per (stage, micro-batch) the output its forward sent, kept until its backward; per
-  // stage its first and last layers; the bytes of one received tensor.
-  std::map<std::pair<int, int>, TrackedBuffer> stage_outputs_;
-  std::vector<TrackedBuffer> returned_outputs_;  // the last stage's outputs, until the step returns them
-  std::map<int, int> first_layer_of_stage_, last_layer_of_stage_;
-  std::int64_t boundary_bytes_ = 0;
+  StageBuffers stages_;  // Note [Pipeline buffers]: the forward cache and the returned outputs
 };
 
 StepReport Runner::step(std::span<const runtime::Batch> micro_batches) {

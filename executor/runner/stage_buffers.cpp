@@ -1,0 +1,42 @@
+// StageBuffers (stage_buffers.h): the pipeline stage's forward cache and returned outputs over one step.
+#include "stage_buffers.h"
+
+#include <algorithm>
+
+namespace shardplan::runner {
+
+StageBuffers::StageBuffers(const std::vector<Op>& program, std::int64_t boundary_bytes)
+    : boundary_bytes_(boundary_bytes) {
+  for (const Op& op : program) {
+    if (op.kind != OpKind::forward || op.stage < 0 || op.layer < 0) continue;
+    const auto [first, first_new] = first_layer_of_stage_.try_emplace(op.stage, op.layer);
+    if (!first_new) first->second = std::min(first->second, op.layer);
+    const auto [last, last_new] = last_layer_of_stage_.try_emplace(op.stage, op.layer);
+    if (!last_new) last->second = std::max(last->second, op.layer);
+  }
+}
+
+std::int64_t StageBuffers::aliased_input_bytes(const Op& op) const {
+  const auto found = first_layer_of_stage_.find(op.stage);
+  const bool receives = op.stage > 0 && found != first_layer_of_stage_.end() && found->second == op.layer;
+  return receives ? boundary_bytes_ : 0;
+}
+
+void StageBuffers::keep_stage_output(const Op& send, TrackingAllocator& tracker, std::span<const float> output) {
+  TrackedBuffer kept(tracker, MemoryCategory::activations, static_cast<std::int64_t>(output.size()));
+  std::copy(output.begin(), output.end(), kept.values().begin());
+  stage_outputs_[{send.stage, send.micro_batch}] = std::move(kept);
+}
+
+void StageBuffers::release_stage_output(const Op& backward) {
+  const auto last = last_layer_of_stage_.find(backward.stage);
+  if (last != last_layer_of_stage_.end() && last->second == backward.layer) {
+    stage_outputs_.erase({backward.stage, backward.micro_batch});
+  }
+}
+
+void StageBuffers::keep_returned_output(TrackingAllocator& tracker, std::int64_t elements) {
+  returned_outputs_.emplace_back(tracker, MemoryCategory::activations, elements);
+}
+
+}  // namespace shardplan::runner
