@@ -304,7 +304,6 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       result.memory_headroom_fraction = usable.fraction;
       result.memory_headroom_bytes = usable.headroom_bytes();
       // A pinned pipeline takes the context-parallel degree as given (1 without --context-parallel): no CP search.
-      context_outcome.degree = std::max(1, context_parallel);
       context_outcome.pinned = true;
     } else {
       result = search_with_context_parallel(model, cluster, profile, training, options, pinned_context_parallel,
