@@ -2,6 +2,7 @@
 // that the plan search orders settings by and prunes with (search.cpp), from one small lowering.
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include "communication_floor.h"
 #include "compute_cost.h"
@@ -46,7 +47,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   lowering.gpus_per_node = cluster.gpus_per_node;
   lowering.flatten_memory_effects = false;  // read op by op below, never simulated
   const StepSchedule schedule = lower_plan(one_micro_batch, model, lowering);
-  const auto activation_bytes = [](const std::vector<MemoryChange>& changes) {
+  const auto activation_bytes = [](std::span<const MemoryChange> changes) {
     std::int64_t bytes = 0;
     for (const MemoryChange& change : changes) {
       if (change.category == MemoryCategory::activations) bytes += change.bytes;

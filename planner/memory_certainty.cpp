@@ -2,6 +2,7 @@
 #include "memory_certainty.h"
 
 #include <algorithm>
+#include <span>
 
 namespace shardplan {
 
@@ -12,7 +13,7 @@ MemoryCertainty::MemoryCertainty(const StepSchedule& schedule, int owner, unsign
     const int unit = change.owner_unit >= 0 ? change.owner_unit : op.unit;
     return owner < 0 ? unit < 0 || unit >= 32 || (excluded >> static_cast<unsigned>(unit) & 1u) == 0 : unit == owner;
   };
-  const auto sum = [&](const Op& op, const std::vector<MemoryChange>& changes) {
+  const auto sum = [&](const Op& op, std::span<const MemoryChange> changes) {
     std::int64_t bytes = 0;
     for (const MemoryChange& change : changes) bytes += owned(op, change) ? change.bytes : 0;
     return bytes;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 
 #include "errors.h"
 
@@ -43,7 +44,7 @@ MemoryEffects memory_effects(const StepSchedule& schedule) {
   effects.end_at.reserve(count);
   for (std::size_t index = 0; index < count; ++index) {
     const Op& op = schedule.ops[index];
-    const auto add = [&](const std::vector<MemoryChange>& changes, std::int64_t sign) {
+    const auto add = [&](std::span<const MemoryChange> changes, std::int64_t sign) {
       for (const MemoryChange& change : changes) {
         MemoryDelta delta;
         delta.bytes = sign * change.bytes;

@@ -16,7 +16,7 @@ class ReductionHandover {
     Held& held = held_[static_cast<std::size_t>(stream)];
     next.hands_over_from = held.holder;
     next.frees_previous_reduction = true;
-    next.frees_at_start.insert(next.frees_at_start.end(), held.buffers.begin(), held.buffers.end());
+    next.frees_at_start.append(held.buffers.begin(), held.buffers.end());
     held = {};
   }
   // Op `holder` (emitted, of `unit`) keeps `buffers` alive until the next reduction on `stream` starts.
@@ -30,8 +30,7 @@ class ReductionHandover {
   void release_at_ends(std::vector<Op>& ops) {
     for (Held& held : held_) {
       if (held.holder >= 0) {
-        auto& frees = ops[static_cast<std::size_t>(held.holder)].frees;
-        frees.insert(frees.end(), held.buffers.begin(), held.buffers.end());
+        ops[static_cast<std::size_t>(held.holder)].frees.append(held.buffers.begin(), held.buffers.end());
       }
       held = {};
     }

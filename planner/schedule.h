@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compact_vector.h"
 #include "memory_category.h"
 #include "model_spec.h"
 #include "parallel_dims.h"
@@ -69,7 +70,7 @@ struct Op {
   // or recv, the stage at the other end; -1 outside pipeline programs.
   int stage = -1;
   int peer_stage = -1;
-  std::vector<int> deps;  // ops (by id, always earlier in the list) that must finish before this op starts
+  CompactVector<int, 4> deps;  // ops (by id, always earlier in the list) that must finish before this op starts
 
   // Collectives and copies.
   std::int64_t bytes = 0;  // S in nccl-tests' convention (see collective_cost.h), or the copy size
@@ -96,10 +97,11 @@ struct Op {
   std::int64_t optimizer_elements = 0;  // optimizer_step: shard elements updated
   bool on_host = false;                 // runs in host memory (CPU offload of the optimizer)
 
-  std::vector<MemoryChange> allocates;       // at the op's start
-  std::vector<MemoryChange> frees;           // at the op's end
-  std::vector<MemoryChange> frees_at_start;  // at the op's start, before its allocations: buffers the previous
-                                             // reduction of its stream held until now (Note [Reduction buffers])
+  // Memory changes (CompactVector: an op has one or two of each, kept in place of a heap block).
+  CompactVector<MemoryChange, 1> allocates;       // at the op's start
+  CompactVector<MemoryChange, 1> frees;           // at the op's end
+  CompactVector<MemoryChange, 1> frees_at_start;  // at the op's start, before its allocations: buffers the previous
+                                                  // reduction of its stream held until now (Note [Reduction buffers])
 };
 
 // Note [Reduction buffers]: FSDP2 keeps a reduction's buffers alive until the next unit's post-backward, which first

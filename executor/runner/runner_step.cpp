@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <string>
 
 #include "errors.h"
@@ -159,7 +160,7 @@ class Runner::StepWalker {
 
   // Note [Reduction buffers] (schedule.h): a reduction's gradient input and comm buffer are freed where the schedule
   // frees them — at its end, or at the start of the next reduction on its stream (`owner_unit` names whose).
-  void release(const std::vector<MemoryChange>& changes, int own_unit) {
+  void release(std::span<const MemoryChange> changes, int own_unit) {
     for (const MemoryChange& change : changes) {
       ParamGroup& group =
           r_.param_groups_.at(static_cast<std::size_t>(change.owner_unit >= 0 ? change.owner_unit : own_unit));

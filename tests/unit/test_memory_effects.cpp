@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include "caching_allocator.h"
 #include "cluster.h"
@@ -51,7 +52,7 @@ PlainWalk plain_walk(const StepSchedule& schedule, const Timeline& timeline) {
   }
   for (const MemoryEvent& event : events) {
     const Op& op = schedule.ops[static_cast<std::size_t>(event.op_id)];
-    const auto apply = [&](const std::vector<MemoryChange>& changes, int sign) {
+    const auto apply = [&](std::span<const MemoryChange> changes, int sign) {
       for (const MemoryChange& change : changes) {
         current[static_cast<std::size_t>(change.category)] += sign * change.bytes;
         total += sign * change.bytes;

@@ -2,6 +2,7 @@
 // back the loss, the per-op event times and the memory series into the measured Timeline.
 #include <algorithm>
 #include <source_location>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -197,7 +198,7 @@ class GpuRunner::StepWalker {
   // Note [Reduction buffers] (schedule.h): a reduction's gradient input and comm buffer are freed where the schedule
   // frees them — at its end, or at the start of the next reduction on its stream, enqueued after it there, so the
   // stream order keeps them alive until it completed (`owner_unit` names whose).
-  void release(const std::vector<MemoryChange>& changes, const Op& op, cudaStream_t on) {
+  void release(std::span<const MemoryChange> changes, const Op& op, cudaStream_t on) {
     for (const MemoryChange& change : changes) {
       const int owner = change.owner_unit >= 0 ? change.owner_unit : op.unit;
       DeviceFlatParam& unit = *r_.params_.at(static_cast<std::size_t>(owner));
