@@ -104,6 +104,19 @@ class Lowerer {
   void start_pass();
 
   // --- compute (lowering_compute.cpp) ------------------------------------------------------------------------------
+  // What a layer's compute ops carry, the same in every micro-batch: worked out on the layer's first pass and reused
+  // (a step of k micro-batches emits each layer's ops k times).
+  struct LayerFacts {
+    ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+    std::int64_t kept_bytes = 0;  // what it keeps from forward to backward, less a pipeline receive buffer's share
+    std::int64_t forward_workspace_bytes = 0;
+    std::int64_t backward_workspace_bytes = 0;
+    std::int64_t recomputed_bytes = 0;
+    std::int64_t dequantized_weight_bytes = 0;  // Note [Workspaces]: QLoRA's weight during a recomputed GEMM
+    double forward_model_flops = 0;             // MFU's numerator for the layer's forward, and for its backward
+    double backward_model_flops = 0;
+  };
+  const LayerFacts& layer_facts(std::size_t layer);
   // What `layer` keeps from its forward to its backward, less what a pipeline receive buffer holds for it.
   std::int64_t kept_bytes(std::size_t layer) const;
   ActivationCheckpointing checkpointing(std::size_t layer) const;
@@ -171,6 +184,7 @@ class Lowerer {
   std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
   std::vector<std::shared_ptr<const PassKernels>> distinct_kernels_;  // kernel_cache_'s objects, in creation order
   std::array<std::vector<double>, 3 * kCheckpointingModes> flops_cache_;  // kernel_cache_'s FLOPs; < 0: not yet
+  std::vector<std::optional<LayerFacts>> layer_facts_;  // per layer, from its first pass on
 };
 
 // What every lowering ends with: the layers' activation size classes (Note [Allocator size classes]) and, when asked

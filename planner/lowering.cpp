@@ -168,15 +168,16 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       // Note [Activation offloading]: the layer's copy back, and the next layer's issued beside its backward.
       const int copied_in = emit_copy_in(layer, unit, micro);
       if (layer > first) emit_copy_in(layer - 1, owner_of(layer - 1), micro);
-      const std::int64_t kept = kept_bytes(layer);
-      const std::int64_t rebuilt = recomputed_activation_bytes(plan_, model_, layer);
+      const LayerFacts& facts = layer_facts(layer);
+      const std::int64_t kept = facts.kept_bytes;
+      const std::int64_t rebuilt = facts.recomputed_bytes;
       if (rebuilt > 0) {
         const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
         auto& op = schedule_.ops[static_cast<std::size_t>(id)];
         op.allocates.push_back({MemoryCategory::activations, rebuilt});
         if (copied_in >= 0) op.deps.push_back(copied_in);
         // Note [Workspaces]: QLoRA's dequantised weight during each recomputed GEMM.
-        if (const std::int64_t dequantized = dequantized_weight_bytes(plan_, model_, layer); dequantized > 0) {
+        if (const std::int64_t dequantized = facts.dequantized_weight_bytes; dequantized > 0) {
           op.allocates.push_back({MemoryCategory::activations, dequantized});
           op.frees.push_back({MemoryCategory::activations, dequantized});
         }
@@ -186,7 +187,7 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       auto& op = schedule_.ops[static_cast<std::size_t>(id)];
       take_pending_alloc(op);
       if (copied_in >= 0) op.deps.push_back(copied_in);
-      const std::int64_t workspace = backward_workspace_bytes(plan_, model_, layer);
+      const std::int64_t workspace = facts.backward_workspace_bytes;
       if (workspace > 0) op.allocates.push_back({MemoryCategory::activations, workspace});
       op.frees.push_back({MemoryCategory::activations, kept + rebuilt + workspace});
       if (!grads_produced_[unit]) {

@@ -21,6 +21,31 @@ ActivationCheckpointing Lowerer::checkpointing(std::size_t layer) const {
   return layer_checkpointing_of(plan_, model_, layer);
 }
 
+const Lowerer::LayerFacts& Lowerer::layer_facts(std::size_t layer) {
+  if (layer_facts_.empty()) layer_facts_.resize(model_.layers.size());
+  auto& facts = layer_facts_[layer];
+  if (facts) return *facts;
+  LayerFacts built;
+  built.checkpointing = checkpointing(layer);
+  built.kept_bytes = kept_bytes(layer);
+  built.forward_workspace_bytes = forward_workspace_bytes(plan_, model_, layer);
+  built.backward_workspace_bytes = backward_workspace_bytes(plan_, model_, layer);
+  built.recomputed_bytes = recomputed_activation_bytes(plan_, model_, layer);
+  built.dequantized_weight_bytes = dequantized_weight_bytes(plan_, model_, layer);
+  // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
+  // FLOPs, whatever the kernels do beyond that (a flash backward's recompute, activation recompute).
+  // Frozen weights skip their weight gradients (LayerSpec::backward_flops_per_token).
+  const LayerSpec& spec = model_.layers[layer];
+  const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch(spec));
+  // Note [Context-parallel lowering]: the attention spans the whole sequence, not the rank's share of it.
+  const std::int64_t seq = ring_.enabled() ? ring_.seq_len : plan_.training.seq_len;
+  const bool causal = plan_.training.flash_attention;
+  built.forward_model_flops = tokens * spec.forward_flops_per_token(seq, causal);
+  built.backward_model_flops = tokens * spec.backward_flops_per_token(seq, causal);
+  facts = built;
+  return *facts;
+}
+
 // The pass's kernels, built once per layer, pass and checkpointing mode of this lowering and shared by its ops —
 // and by every other layer pass with equal kernels (Note [Durations by shape] in op_durations.h: the simulator prices
 // each object once). Equal passes come in runs (a model's identical blocks, a recompute equal to its forward), so a
@@ -66,43 +91,35 @@ double Lowerer::flops_of(std::size_t layer, ComputePass pass, ActivationCheckpoi
 
 int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass) {
   const int before = last_compute_;
+  const LayerFacts& facts = layer_facts(layer);
   Op op;
   op.kind = kind;
   op.unit = unit;
   op.layer = static_cast<int>(layer);
   op.micro_batch = micro;
-  op.checkpointing = checkpointing(layer);
+  op.checkpointing = facts.checkpointing;
   op.kernels = kernels_of(layer, pass, op.checkpointing);
   op.flops = flops_of(layer, pass, op.checkpointing, *op.kernels);
   schedule_.hardware_flops_per_rank += op.flops;
   if (pass != ComputePass::recompute) {
-    // Model FLOPs (MFU's numerator, Korthikanti et al. 2022 App. A): forward once and backward twice the forward's
-    // FLOPs, whatever the kernels do beyond that (a flash backward's recompute, activation recompute).
-    // Frozen weights skip their weight gradients (LayerSpec::backward_flops_per_token).
-    const LayerSpec& spec = model_.layers[layer];
-    const auto tokens = static_cast<double>(plan_.training.tokens_per_micro_batch(spec));
-    // Note [Context-parallel lowering]: the attention spans the whole sequence, not the rank's share of it.
-    const std::int64_t seq = ring_.enabled() ? ring_.seq_len : plan_.training.seq_len;
-    const bool causal = plan_.training.flash_attention;
     schedule_.model_flops_per_rank +=
-        tokens * (pass == ComputePass::forward ? spec.forward_flops_per_token(seq, causal)
-                                               : spec.backward_flops_per_token(seq, causal));
+        pass == ComputePass::forward ? facts.forward_model_flops : facts.backward_model_flops;
   }
   // Note [Context-parallel lowering]: the ring's sends are issued before the pass they overlap; only a full
   // recompute runs the ring again (torchtitan's selective-op policy saves SDPA's output).
   const bool rings = ring_.enabled() &&
-                     (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full);
+                     (pass != ComputePass::recompute || facts.checkpointing == ActivationCheckpointing::full);
   const int ring_sends = rings ? emit_ring_sends(layer, unit, micro, pass, before) : -1;
   if (kind == OpKind::forward) {
     // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
-    const std::int64_t workspace = forward_workspace_bytes(plan_, model_, layer);
-    op.allocates.push_back({MemoryCategory::activations, kept_bytes(layer) + workspace});
+    const std::int64_t workspace = facts.forward_workspace_bytes;
+    op.allocates.push_back({MemoryCategory::activations, facts.kept_bytes + workspace});
     if (workspace > 0) op.frees.push_back({MemoryCategory::activations, workspace});
   }
   const int id = emit(std::move(op));
   // torchtitan's selective-op policy saves the all-to-alls' outputs (its _save_list holds all_to_all_single), and
   // attention-core recompute does not reach the MLP: only full recompute exchanges the tokens again.
-  if (pass != ComputePass::recompute || checkpointing(layer) == ActivationCheckpointing::full) {
+  if (pass != ComputePass::recompute || facts.checkpointing == ActivationCheckpointing::full) {
     emit_all_to_alls(layer, unit, micro, id);
   }
   finish_ring(layer, unit, micro, pass, id, ring_sends);
