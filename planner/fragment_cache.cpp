@@ -121,7 +121,7 @@ FragmentCache::FragmentCache(const ModelSpec& model, const Plan& plan_template, 
 }
 
 Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const std::vector<int>& signatures,
-                                   unsigned excluded) const {
+                                   unsigned excluded, int micro_batches) const {
   // The window model: the root's layers around the units' blocks, ties remapped to the window's layer indices.
   ModelSpec window;
   window.name = model_.name;
@@ -160,6 +160,7 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   // The modes are the whole model's, block by block (--ac-every k counted over all its blocks); the window's few
   // blocks must not be checked against k (validate_training: k at most the model's blocks).
   window_template.training.checkpoint_every_blocks = 1;
+  window_template.grad_accumulation_steps = micro_batches;  // Note [Folded windows]
   // A window of dense blocks only (DeepSeek's first_k_dense_replace layers before its MoE ones): expert parallelism
   // changes nothing there (Note [Expert parallelism] in unit_layout.h: only routed experts are split, only MoE blocks
   // exchange tokens), while validate_plan refuses a degree above 1 for a model without experts; it lowers at 1.
@@ -177,6 +178,39 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   OpDurations durations = op_durations(schedule, profile_);  // Note [Durations by shape]
   MemoryCertainty certainty(schedule, -1, excluded);
   return Window{std::move(schedule), std::move(durations), std::move(certainty), excluded};
+}
+
+// The edge fragments of `unit` from its window lowered with `micro_batches` micro-batches, one entry per micro-batch.
+std::unique_ptr<EdgeFragments> FragmentCache::edge_from_window(const UnitChoice& unit, const std::vector<int>& signatures,
+                                                               int micro_batches) const {
+  const BoundaryState idle;
+  const Window window = lower_window({unit}, signatures, 0, micro_batches);
+  const MemoryCertainty unit_bytes(window.schedule, 1);
+  auto edge = std::make_unique<EdgeFragments>();
+  FragmentPlacer placer(profile_);
+  for (int micro = 0; micro < micro_batches; ++micro) {
+    const auto add = [&](std::vector<Fragment>& fragments, std::vector<FragmentTiming>& timings, FragmentPass pass,
+                         int at_unit, int slot) {
+      fragments.push_back(window.fragment(micro, pass, at_unit, slot));
+      timings.push_back(placed_from_idle(placer, fragments, timings, fragments.size() - 1));
+    };
+    add(edge->start, edge->start_idle, FragmentPass::step, -1, -1);
+    add(edge->head, edge->head_idle, FragmentPass::forward, 0, 1);  // its slot: the unit's gather
+    add(edge->last_forward, edge->last_forward_idle, FragmentPass::forward, 1, -1);
+    add(edge->turn, edge->turn_idle, FragmentPass::backward, 0, 1);
+    add(edge->close, edge->close_idle, FragmentPass::backward, 1, -1);
+    const auto gather_ops = [](const Fragment& fragment) {
+      std::vector<FragmentOp> ops;
+      for (int at : fragment.slot) ops.push_back(fragment.ops[static_cast<std::size_t>(at)]);
+      return ops;
+    };
+    edge->forward_gather.push_back(gather_ops(edge->head.back()));
+    edge->backward_gather.push_back(gather_ops(edge->turn.back()));
+    edge->before.push_back(unit_bytes.before(window.begin(window.mark(micro, FragmentPass::step, -1))));
+    edge->span.push_back(unit_bytes.before(window.begin(window.mark(micro, FragmentPass::backward, 0))));
+    edge->after.push_back(unit_bytes.before(window.micro_end(micro)));
+  }
+  return edge;
 }
 
 const EdgeFragments& FragmentCache::edge(std::uint64_t key, unsigned relaxation_code,
@@ -201,31 +235,14 @@ const EdgeFragments& FragmentCache::edge(std::uint64_t key, unsigned relaxation_
     place(edge->close, edge->close_idle);
     return *edges_.emplace(at_key, std::move(edge)).first->second;
   }
-  const Window window = lower_window({unit}, signatures, 0);
-  const MemoryCertainty unit_bytes(window.schedule, 1);
-  auto edge = std::make_unique<EdgeFragments>();
-  FragmentPlacer placer(profile_);
-  for (int micro = 0; micro < micro_batches_; ++micro) {
-    const auto add = [&](std::vector<Fragment>& fragments, std::vector<FragmentTiming>& timings, FragmentPass pass,
-                         int at_unit, int slot) {
-      fragments.push_back(window.fragment(micro, pass, at_unit, slot));
-      timings.push_back(placed_from_idle(placer, fragments, timings, fragments.size() - 1));
-    };
-    add(edge->start, edge->start_idle, FragmentPass::step, -1, -1);
-    add(edge->head, edge->head_idle, FragmentPass::forward, 0, 1);  // its slot: the unit's gather
-    add(edge->last_forward, edge->last_forward_idle, FragmentPass::forward, 1, -1);
-    add(edge->turn, edge->turn_idle, FragmentPass::backward, 0, 1);
-    add(edge->close, edge->close_idle, FragmentPass::backward, 1, -1);
-    const auto gather_ops = [](const Fragment& fragment) {
-      std::vector<FragmentOp> ops;
-      for (int at : fragment.slot) ops.push_back(fragment.ops[static_cast<std::size_t>(at)]);
-      return ops;
-    };
-    edge->forward_gather.push_back(gather_ops(edge->head.back()));
-    edge->backward_gather.push_back(gather_ops(edge->turn.back()));
-    edge->before.push_back(unit_bytes.before(window.begin(window.mark(micro, FragmentPass::step, -1))));
-    edge->span.push_back(unit_bytes.before(window.begin(window.mark(micro, FragmentPass::backward, 0))));
-    edge->after.push_back(unit_bytes.before(window.micro_end(micro)));
+  // Note [Folded windows]: the first, two middle and the last micro-batch, unfolded where the middle two agree.
+  std::unique_ptr<EdgeFragments> edge = edge_from_window(unit, signatures, folded_micro_batches());
+  if (edge->start.size() < static_cast<std::size_t>(micro_batches_)) {
+    if (middles_alike(*edge)) {
+      unfold(*edge, micro_batches_);
+    } else {
+      edge = edge_from_window(unit, signatures, micro_batches_);
+    }
   }
   std::vector<std::size_t> unit_layers;
   for (std::size_t b = unit.first_block; b < unit.first_block + unit.length; ++b) unit_layers.push_back(blocks_[b]);
@@ -241,6 +258,24 @@ const EdgeFragments& FragmentCache::edge(std::uint64_t key, unsigned relaxation_
 const UnitFragments& FragmentCache::unit(std::uint64_t key, const UnitChoice& unit,
                                          const std::vector<int>& signatures) {
   if (const auto found = units_.find(key); found != units_.end()) return *found->second;
+  const EdgeFragments& own = edge(key, 0, {}, unit, signatures);
+  // Note [Folded windows]: the first, two middle and the last micro-batch, unfolded where the middle two agree.
+  std::unique_ptr<UnitFragments> fragments = unit_from_windows(unit, signatures, own, folded_micro_batches());
+  if (fragments->forward.size() < static_cast<std::size_t>(micro_batches_)) {
+    if (middles_alike(*fragments)) {
+      unfold(*fragments, micro_batches_);
+    } else {
+      fragments = unit_from_windows(unit, signatures, own, micro_batches_);
+    }
+  }
+  return *units_.emplace(key, std::move(fragments)).first->second;
+}
+
+// The unit fragments of `unit` from its windows lowered with `micro_batches` micro-batches, one entry per micro-batch;
+// `own`: its edge fragments (one entry per micro-batch of the step).
+std::unique_ptr<UnitFragments> FragmentCache::unit_from_windows(const UnitChoice& unit,
+                                                                const std::vector<int>& signatures,
+                                                                const EdgeFragments& own, int micro_batches) const {
   auto fragments = std::make_unique<UnitFragments>();
   // Units of the same blocks share the entry wherever they stand, so both neighbours are lowered even where one
   // cannot exist (the last unit's forward is edge's): any block serves as the one-block neighbour, whose own ops and
@@ -250,26 +285,29 @@ const UnitFragments& FragmentCache::unit(std::uint64_t key, const UnitChoice& un
   // One window lowers both: a one-block unit below, the unit, a one-block unit after it. The unit's forward issues
   // the gather of the unit after it, and its backward the gather of the unit below (its slot each time); the unit
   // below reshards or, for a kept unit, is kept too (Note [Wrap search]: kept units form a suffix) — a second window.
-  const EdgeFragments& own = edge(key, 0, {}, unit, signatures);
   for (bool below_kept : {false, true}) {
     // A unit below a resharded one reshards (the suffix rule); with no choice every unit is as the template says.
     if (below_kept ? !unit.kept : unit.kept && !keep_choice_) continue;
     const bool with_forward = fragments->forward.empty();
     // Both neighbours' buffers are accounted outside: the one below by its span, the one after by its `before` or,
     // in the unit's backward, by what its reduction holds and keeps (Note [Wrap fragments]).
-    const Window window = lower_window({{before, 1, below_kept}, unit, {after, 1, false}}, signatures, 0b1010u);
+    const Window window =
+        lower_window({{before, 1, below_kept}, unit, {after, 1, false}}, signatures, 0b1010u, micro_batches);
     auto& target = below_kept ? fragments->backward_below_kept : fragments->backward;
     const MemoryCertainty unit_bytes(window.schedule, 2);
-    for (int micro = 0; micro < micro_batches_; ++micro) {
+    for (int micro = 0; micro < micro_batches; ++micro) {
       if (with_forward) fragments->forward.push_back(window.fragment(micro, FragmentPass::forward, 2, 3));
       target.push_back(window.fragment(micro, FragmentPass::backward, 2, 1));
       if (fragments->held_at_end.size() > static_cast<std::size_t>(micro)) continue;  // from the first variant
-      // What its reductions still hold once the unit below starts its backward, beyond what it keeps after them.
+      // What its reductions still hold once the unit below starts its backward, beyond what it keeps after them
+      // (`own` has the step's micro-batches: a folded window's last is the step's last).
       const std::int64_t at_below = unit_bytes.before(window.begin(window.mark(micro, FragmentPass::backward, 1)));
-      fragments->held_at_end.push_back(std::max<std::int64_t>(0, at_below - own.after[static_cast<std::size_t>(micro)]));
+      const std::size_t step_micro =
+          micro + 1 == micro_batches ? own.after.size() - 1 : static_cast<std::size_t>(micro);
+      fragments->held_at_end.push_back(std::max<std::int64_t>(0, at_below - own.after[step_micro]));
     }
   }
-  return *units_.emplace(key, std::move(fragments)).first->second;
+  return fragments;
 }
 
 const PairFragments& FragmentCache::pair(std::uint64_t left_key, std::uint64_t right_key, unsigned relaxation_code,

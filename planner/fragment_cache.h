@@ -2,6 +2,7 @@
 // fragments WrapFragments serves, cached by the window's blocks. Private to the planner's wrap search.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "errors.h"
 #include "fragment.h"
+#include "fragment_folding.h"
 #include "lowering.h"
 #include "memory_certainty.h"
 #include "op_placement.h"
@@ -98,9 +100,15 @@ class FragmentCache {
   bool keep_choice_ = false, template_kept_ = false;
 
  private:
-  // The window of `units` with the views' checkpointing of their blocks (`signatures`: per block).
-  Window lower_window(const std::vector<UnitChoice>& units, const std::vector<int>& signatures,
-                      unsigned excluded) const;
+  // The window of `units` with the views' checkpointing of their blocks (`signatures`: per block), lowered with
+  // `micro_batches` micro-batches per step (Note [Folded windows]).
+  Window lower_window(const std::vector<UnitChoice>& units, const std::vector<int>& signatures, unsigned excluded,
+                      int micro_batches) const;
+  std::unique_ptr<EdgeFragments> edge_from_window(const UnitChoice& unit, const std::vector<int>& signatures,
+                                                  int micro_batches) const;
+  std::unique_ptr<UnitFragments> unit_from_windows(const UnitChoice& unit, const std::vector<int>& signatures,
+                                                   const EdgeFragments& own, int micro_batches) const;
+  int folded_micro_batches() const { return std::min(micro_batches_, kFoldedMicroBatches); }
 
   std::map<std::vector<int>, std::uint64_t> runs_;  // runs of block signatures, interned
   std::unordered_map<std::uint64_t, std::unique_ptr<EdgeFragments>> edges_;  // by (key, relaxation)

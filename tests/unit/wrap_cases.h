@@ -72,6 +72,10 @@ inline const std::vector<WrapCase>& wrap_cases() {
     {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 4, true},
     {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 2, false},
     {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::none, 128, 0, 2e-4, 2e-4, 2, false},
+    // More micro-batches than a folded window lowers (Note [Folded windows] in fragment_folding.h: first, two middle,
+    // last): the middle ones unfolded, with and without no_sync, resharded and kept units.
+    {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::full, 128, 1.2, 2e-4, 2e-4, 6, true},
+    {"gpt2", "2x8xH100-80GB", "full_shard", ActivationCheckpointing::none, 256, 1.3, 2e-5, 0, 7, false},
     {"llama2-7b-10", "8xH100-80GB", "full_shard", ActivationCheckpointing::full, 4096, 0, 0, 0, 1, false, true},
     {"gpt2", "2x8xH100-80GB", "hybrid_shard", ActivationCheckpointing::none, 1024, 1.2, 1e-5, 1e-4, 2, false, true},
     {"tiny-llama", "2xcpu", "full_shard", ActivationCheckpointing::none, 128, 1.0, 2e-4, 1e-4, 1, false, false, 4.6},
