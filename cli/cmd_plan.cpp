@@ -296,15 +296,17 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     const MemoryHeadroom usable{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
                                 options.memory_headroom_fraction};
     const PipelineSearchRequest pipeline_request = pipeline_search_request(
-        flags->pipeline, model, cluster, training, options, flags->export_format, context_parallel,
+        flags->pipeline, model, cluster, training, options, flags->export_format, pinned_context_parallel,
         usable.usable_bytes());
     SearchResult result;
     if (pipeline_request.pinned) {
       result.memory_cap_bytes = usable.cap_bytes;
       result.memory_headroom_fraction = usable.fraction;
       result.memory_headroom_bytes = usable.headroom_bytes();
-      // A pinned pipeline takes the context-parallel degree as given (1 without --context-parallel): no CP search.
-      context_outcome.pinned = true;
+      // No FSDP search: the pipeline grid alone takes a given --context-parallel or searches the degree (where Note
+      // [Context-parallel search] has degrees to try; else cp 1, said nothing of).
+      context_outcome.pinned =
+          pinned_context_parallel > 0 || pipeline_request.options.context_parallel_degrees.size() == 1;
     } else {
       result = search_with_context_parallel(model, cluster, profile, training, options, pinned_context_parallel,
                                             context_outcome);
@@ -312,6 +314,17 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     PipelineSearchResult pipeline;
     if (pipeline_request.skipped.empty()) {
       PipelineSearchOptions pipeline_options = pipeline_request.options;
+      if (!pipeline_request.pinned && !context_outcome.pinned) {
+        // Note [Context-parallel search]: the degrees FSDP's search judged worth trying (none where its best plan
+        // shows the ring could only add time), beside cp 1.
+        pipeline_options.context_parallel_degrees = {1};
+        for (const int degree : context_outcome.searched) pipeline_options.context_parallel_degrees.push_back(degree);
+      }
+      if (!context_outcome.pinned) {
+        for (const int degree : pipeline_options.context_parallel_degrees) {
+          if (degree > 1) context_outcome.pipeline_searched.push_back(degree);
+        }
+      }
       if (result.feasible) pipeline_options.known_step_s = result.best.summary.step_time_s;
       pipeline = search_pipeline_plans(model, cluster, profile, training, pipeline_options);
     }
@@ -326,6 +339,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       document["context_parallel_search"] = {{"pinned", context_outcome.pinned},
                                              {"searched", context_outcome.searched},
                                              {"skipped", context_outcome.skipped},
+                                             {"pipeline_searched", context_outcome.pipeline_searched},
                                              {"line", render_context_parallel_line(context_outcome)}};
       document["pipeline_search"] = pipeline_search_json(pipeline_request, pipeline, model, usable);
       if (pipeline.feasible) {  // the planned plan is the pipeline's; FSDP's best stays under without_pipeline

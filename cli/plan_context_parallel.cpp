@@ -71,6 +71,31 @@ SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, co
 constexpr std::int64_t kLeastContextParallelTokens = 16384;
 constexpr std::int64_t kLeastTokensPerContextRank = 4096;
 
+}  // namespace
+
+std::vector<int> context_parallel_candidates(const ModelSpec& model, const Cluster& cluster,
+                                             const TrainingConfig& training) {
+  std::vector<int> degrees;
+  if (training.seq_len < kLeastContextParallelTokens) return degrees;
+  // Note [Equal global batch]: the batch every degree runs, in whole sequences.
+  TrainingConfig at_batch = training;
+  if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * cluster.world_size();
+  for (const int degree : {2, 4, 8}) {
+    if (cluster.world_size() % degree != 0 || training.seq_len % (2 * degree) != 0) continue;
+    if (training.seq_len / degree < kLeastTokensPerContextRank) continue;
+    try {
+      validate_context_parallel(degree, at_batch, model, "--context-parallel");
+      (void)at_batch.grad_accumulation_steps(cluster.world_size() / degree);
+    } catch (const InputError&) {
+      continue;  // a degree this model or batch cannot take
+    }
+    degrees.push_back(degree);
+  }
+  return degrees;
+}
+
+namespace {
+
 std::string why_not_searched(const SearchResult& result, const SearchOptions& options, const TrainingConfig& training) {
   if (options.objective != SearchObjective::time) return "--objective memory";
   if (training.seq_len < kLeastContextParallelTokens) {
@@ -97,26 +122,18 @@ SearchResult search_with_context_parallel(const ModelSpec& model, const Cluster&
                                           const SearchOptions& options, int pinned_degree,
                                           ContextParallelOutcome& outcome) {
   if (pinned_degree > 1) {
-    outcome = {pinned_degree, true, {}, ""};
+    outcome = {pinned_degree, true, {}, "", {}};
     return search_at_degree(model, cluster, profile, training, options, pinned_degree);
   }
   SearchResult best = search_plans(model, cluster, profile, training, options);
-  outcome = {1, pinned_degree == 1, {}, ""};
+  outcome = {1, pinned_degree == 1, {}, "", {}};
   if (pinned_degree == 1) return best;
   outcome.skipped = why_not_searched(best, options, training);
   if (!outcome.skipped.empty()) return best;
   // Note [Equal global batch]: the batch every degree runs, in whole sequences.
   TrainingConfig at_batch = training;
   if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * cluster.world_size();
-  for (const int degree : {2, 4, 8}) {
-    if (cluster.world_size() % degree != 0 || training.seq_len % (2 * degree) != 0) continue;
-    if (training.seq_len / degree < kLeastTokensPerContextRank) continue;
-    try {
-      validate_context_parallel(degree, at_batch, model, "--context-parallel");
-      (void)at_batch.grad_accumulation_steps(cluster.world_size() / degree);
-    } catch (const InputError&) {
-      continue;  // a degree this model or batch cannot take
-    }
+  for (const int degree : context_parallel_candidates(model, cluster, training)) {
     SearchOptions degree_options = options;
     if (best.feasible) degree_options.known_step_s = std::min(options.known_step_s, best.best.summary.step_time_s);
     outcome.searched.push_back(degree);
@@ -139,17 +156,29 @@ SearchResult search_with_context_parallel(const ModelSpec& model, const Cluster&
 }
 
 std::string render_context_parallel_line(const ContextParallelOutcome& outcome) {
+  const auto listed = [](const std::vector<int>& degrees) {
+    std::string text;
+    for (const int degree : degrees) text += (text.empty() ? "" : ", ") + std::to_string(degree);
+    return text;
+  };
   if (outcome.pinned) {
     if (outcome.degree == 1) return "";
     return "context parallel " + std::to_string(outcome.degree) +
            ": fixed by --context-parallel; the wrapping search ran on one CP rank's seq/cp tokens; the planned plan "
            "and the baselines are simulated with the ring\n";
   }
+  const std::string pipeline =
+      outcome.pipeline_searched.empty()
+          ? ""
+          : "; pipeline plans: cp " + listed(outcome.pipeline_searched) + " beside cp 1 in their grid";
+  const std::string planned = "; planned cp " + std::to_string(outcome.degree);
   if (!outcome.skipped.empty()) return "context parallel: not searched (" + outcome.skipped + ")\n";
-  std::string degrees;
-  for (const int degree : outcome.searched) degrees += (degrees.empty() ? "" : ", ") + std::to_string(degree);
-  return "context parallel: cp " + degrees + " searched beside cp 1 (Note [Context-parallel search]); planned cp " +
-         std::to_string(outcome.degree) + "\n";
+  if (outcome.searched.empty()) {  // a pinned pipeline: its grid only
+    return "context parallel: cp " + listed(outcome.pipeline_searched) +
+           " searched beside cp 1 in the pipeline plans' grid (Note [Context-parallel search])" + planned + "\n";
+  }
+  return "context parallel: cp " + listed(outcome.searched) + " searched beside cp 1 (Note [Context-parallel search])" +
+         pipeline + planned + "\n";
 }
 
 }  // namespace shardplan::cli

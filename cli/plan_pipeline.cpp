@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "errors.h"
+#include "plan_context_parallel.h"
 #include "plan_json.h"
 #include "step_analysis.h"
 
@@ -76,7 +77,13 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   options.usable_bytes = usable_bytes;
   options.threads = search.threads;
   options.floor_cache = search.floor_cache;  // Note [Shared setting floors]: FSDP's searches lowered them already
-  options.context_parallel = std::max(1, context_parallel);  // a pinned degree; 1: none (not searched with PP)
+  // A pinned degree, or 1 and those Note [Context-parallel search] tries (cli/plan_context_parallel.h).
+  options.context_parallel_degrees = {std::max(1, context_parallel)};
+  if (context_parallel == 0) {
+    for (const int degree : context_parallel_candidates(model, cluster, training)) {
+      options.context_parallel_degrees.push_back(degree);
+    }
+  }
   return request;
 }
 
@@ -100,12 +107,14 @@ std::string render_pipeline_plan_text(const PipelineSearchResult& result, const 
 
 std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result) {
   if (!request.skipped.empty()) return "pipeline plans: not searched (" + request.skipped + ")\n";
+  const bool cp_searched = result.context_parallel_degrees.size() > 1;
   char line[512];
   std::snprintf(line, sizeof line,
-                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing), %zu simulated, %zu proven no "
+                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing%s), %zu simulated, %zu proven no "
                 "faster and %zu unable to fit by their floors, %zu refused, in %.3f s; %s (Note [Pipeline search]: "
                 "the fastest fitting of this grid; wrapping, strategy and prefetch as torchtitan sets them)\n",
-                result.candidates, result.simulated, result.beaten_by_floor, result.over_memory_floor, result.refused,
+                result.candidates, cp_searched ? " x CP" : "", result.simulated, result.beaten_by_floor,
+                result.over_memory_floor, result.refused,
                 result.seconds,
                 result.feasible ? "a pipeline plan is the fastest" : "none beats the plan above");
   return line;
@@ -117,6 +126,7 @@ nlohmann::json pipeline_search_json(const PipelineSearchRequest& request, const 
   document["searched"] = request.skipped.empty();
   if (!request.skipped.empty()) document["skipped"] = request.skipped;
   document["pinned"] = request.pinned;
+  document["context_parallel_degrees"] = result.context_parallel_degrees;
   document["candidates"] = result.candidates;
   document["simulated"] = result.simulated;
   document["beaten_by_floor"] = result.beaten_by_floor;

@@ -30,7 +30,8 @@ struct PipelineSearchRequest {
 
 // The request for this command: pinned, searched or skipped (with why). InputError (one line naming the flags) where
 // a pinned degree contradicts another flag: an export not written for pipeline plans, --objective memory,
-// CPU offload, optimizer in backward, a context-parallel degree, a model with experts.
+// CPU offload, optimizer in backward, a model with experts. `context_parallel`: the --context-parallel degree, fixed
+// for every candidate; 0 when omitted: cp 1 and the degrees Note [Context-parallel search] tries are in the grid.
 PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, const ModelSpec& model,
                                               const Cluster& cluster, const TrainingConfig& training,
                                               const SearchOptions& search,

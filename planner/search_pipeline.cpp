@@ -227,29 +227,23 @@ PipelineStatesFloor pipeline_states_floor(const ModelSpec& view_model, const Tra
   return floor;
 }
 
-std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
-  std::vector<int> degrees;
-  const auto blocks = static_cast<int>(model.block_count());
-  for (int degree = 2; degree * kLeastBlocksPerPipelineRank <= blocks && degree <= cluster.world_size(); degree *= 2) {
-    if (cluster.world_size() % degree == 0) degrees.push_back(degree);
-  }
-  return degrees;
-}
+namespace {
 
-PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster& cluster,
-                                           const HardwareProfile& profile, const TrainingConfig& training,
-                                           const PipelineSearchOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
-  PipelineSearchResult result;
+// What the grid's points are gathered into, and the result whose counts they update.
+struct GridPoints {
+  std::vector<PipelinePoint>& points;
+  std::map<std::string, PipelineStatesFloor>& states_floors;  // Note [Pipeline floor]: by layout
+  PipelineSearchResult& result;
+};
+
+// The grid's points at one context-parallel degree (TP degree x checkpointing pattern x pp x schedule), `share` being
+// one CP rank's share of the batch: those whose floors leave room, counted in the result.
+void add_grid_points(int context_parallel, const TrainingConfig& share, const ModelSpec& model, const Cluster& cluster,
+                     const HardwareProfile& profile, const PipelineSearchOptions& options, GridPoints& grid) {
   const int world = cluster.world_size();
-  // Note [Equal global batch]: the user's, or one micro-batch per GPU of the whole world.
-  TrainingConfig at_batch = training;
-  if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * world;
-  // Note [Fixed context parallel degree]: the grid's floors and micro-batch counts are one CP rank's share's.
-  const int context_parallel = std::max(1, options.context_parallel);
-  const TrainingConfig share = context_parallel_share_training(at_batch, context_parallel);
-  std::vector<PipelinePoint> points;
-  std::map<std::string, PipelineStatesFloor> states_floors;  // Note [Pipeline floor]: by layout
+  PipelineSearchResult& result = grid.result;
+  std::vector<PipelinePoint>& points = grid.points;
+  std::map<std::string, PipelineStatesFloor>& states_floors = grid.states_floors;
   for (const int tensor_parallel : options.tensor_parallel_degrees) {
     std::vector<KnobSetting> settings;
     TensorParallelSearchView view{model, cluster};
@@ -297,7 +291,8 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
           point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches);
           // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
           const KnobSetting strategy_only{knobs.strategy, "", 0, false};
-          const std::string states_key = std::to_string(tensor_parallel) + "/" + std::to_string(degree) + "/" +
+          const std::string states_key = std::to_string(context_parallel) + "/" + std::to_string(tensor_parallel) +
+                                         "/" + std::to_string(degree) + "/" +
                                          std::to_string(stages_per_rank) + "/" + strategy_only.label();
           auto states = states_floors.find(states_key);
           if (states == states_floors.end()) {
@@ -326,6 +321,42 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
         }
       }
     }
+  }
+}
+
+}  // namespace
+
+std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
+  std::vector<int> degrees;
+  const auto blocks = static_cast<int>(model.block_count());
+  for (int degree = 2; degree * kLeastBlocksPerPipelineRank <= blocks && degree <= cluster.world_size(); degree *= 2) {
+    if (cluster.world_size() % degree == 0) degrees.push_back(degree);
+  }
+  return degrees;
+}
+
+PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const TrainingConfig& training,
+                                           const PipelineSearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  PipelineSearchResult result;
+  const int world = cluster.world_size();
+  // Note [Equal global batch]: the user's, or one micro-batch per GPU of the whole world.
+  TrainingConfig at_batch = training;
+  if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * world;
+  std::vector<PipelinePoint> points;
+  std::map<std::string, PipelineStatesFloor> states_floors;  // Note [Pipeline floor]: by layout
+  result.context_parallel_degrees = options.context_parallel_degrees;
+  for (const int context_parallel : options.context_parallel_degrees) {
+    // Note [Fixed context parallel degree]: the grid's floors and micro-batch counts are one CP rank's share's.
+    TrainingConfig share;
+    try {
+      share = context_parallel_share_training(at_batch, context_parallel);
+    } catch (const InputError&) {
+      continue;  // a degree this batch cannot take (a pinned one is checked by the command)
+    }
+    GridPoints grid{points, states_floors, result};
+    add_grid_points(context_parallel, share, model, cluster, profile, options, grid);
   }
   // Floor order, ties in enumeration order: the incumbent is fast early and prunes the most.
   std::stable_sort(points.begin(), points.end(),

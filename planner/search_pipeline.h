@@ -24,8 +24,11 @@ namespace shardplan {
 // least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, and Interleaved1F1B
 // with 2 stages per rank), tp (the search's degrees) and the checkpointing patterns of knob_settings. The wrap,
 // strategy and prefetch knobs of a pipeline plan are torchtitan's, not searched: the answer is the fastest fitting
-// candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so. A context-parallel
-// degree is kept where the user pins it (PipelineSearchOptions::context_parallel), not searched.
+// candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so. The context-parallel
+// degree is kept where the user pins it, else cp 1 and the degrees Note [Context-parallel search] tries
+// (cli/plan_context_parallel.h: 2, 4, 8 for sequences of 16,384 tokens or more) are in the grid
+// (PipelineSearchOptions::context_parallel_degrees). Their floors are one CP rank's share's (one ring step of
+// attention where the ring runs cp): valid, but loose at long sequences, so most CP points are simulated.
 //
 // Note [Pipeline floor]: a candidate is simulated only when a lower bound of its step is below the best plan known.
 // With c_s the compute-stream kernels of stage s for one micro-batch (the per-layer floor of Note [Compute floor]) and
@@ -55,11 +58,12 @@ struct PipelineSearchOptions {
   double known_step_s = std::numeric_limits<double>::infinity();  // only plans faster than this are wanted
   std::size_t threads = 1;  // Note [Pipeline waves]: the answer is the same for any count
   std::shared_ptr<SettingFloorCache> floor_cache;  // Note [Shared setting floors]; null: none shared
-  // A pinned context-parallel degree (--context-parallel): every candidate's. The grid runs on one CP rank's share
-  // (Note [Fixed context parallel degree] in context_parallel_lowering.h), so its floors are that rank's — its compute
-  // floor has one ring step of attention where the ring runs cp, and no ring buffers: still lower bounds — and each
-  // simulated candidate is the CP plan, the whole sequence back.
-  int context_parallel = 1;
+  // The context-parallel degrees of the grid: one pinned (--context-parallel), or 1 and those Note [Context-parallel
+  // search] tries. At each the grid runs on one CP rank's share (Note [Fixed context parallel degree] in
+  // context_parallel_lowering.h), so its floors are that rank's — its compute floor has one ring step of attention
+  // where the ring runs cp, and no ring buffers: still lower bounds — and each simulated candidate is the CP plan,
+  // the whole sequence back.
+  std::vector<int> context_parallel_degrees{1};
 };
 
 struct PipelineCandidate {
@@ -72,6 +76,7 @@ struct PipelineCandidate {
 struct PipelineSearchResult {
   bool feasible = false;  // a candidate fits and beats known_step_s
   PipelineCandidate best;
+  std::vector<int> context_parallel_degrees;  // the grid's (PipelineSearchOptions::context_parallel_degrees)
   std::size_t candidates = 0;        // grid points considered
   std::size_t simulated = 0;         // lowered and simulated
   std::size_t beaten_by_floor = 0;   // Note [Pipeline floor]: proven no faster than the best known

@@ -248,6 +248,35 @@ TEST_CASE("`simulate` and `plan` with --pipeline-parallel 2 --context-parallel 2
   CHECK(plain.out.find("context parallel") == std::string::npos);
 }
 
+// Note [Pipeline search]: a context-parallel degree left out is searched in the pipeline grid too (cp 1 and those Note
+// [Context-parallel search] tries), for a pinned pipeline as beside FSDP's plans; the line and the JSON say which.
+TEST_CASE("`plan --pipeline-parallel 2` at 32k tokens without --context-parallel: cp searched in the pipeline grid") {
+  const std::vector<std::string> args = {"plan", "-m", "llama3.1-8b", "-c", "2x8xH100-80GB", "--seq-len", "32768",
+                                         "--pipeline-parallel", "2"};
+  const RunResult text = run_shardplan(args);
+  INFO(text.err);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find("context parallel: cp 2, 4, 8 searched beside cp 1 in the pipeline plans' grid") !=
+        std::string::npos);
+  CHECK(text.out.find("(pp x schedule x TP x checkpointing x CP)") != std::string::npos);
+  std::vector<std::string> with_json = args;
+  with_json.push_back("--json");
+  const RunResult run = run_shardplan(with_json);
+  REQUIRE(run.exit_status == 0);
+  const json document = json::parse(run.out);
+  const json& search = document.at("context_parallel_search");
+  CHECK(search.at("pipeline_searched") == json::array({2, 4, 8}));
+  CHECK_FALSE(search.at("pinned").get<bool>());
+  // The printed degree is the planned plan's, whichever the grid chose.
+  const int planned = document.at("context_parallel_degree").get<int>();
+  CHECK(document.at("plan").value("context_parallel_degree", 1) == planned);
+  // Pinned, the grid keeps the given degree only.
+  with_json.insert(with_json.end(), {"--context-parallel", "2"});
+  const json pinned = json::parse(run_shardplan(with_json).out);
+  CHECK(pinned.at("context_parallel_search").at("pipeline_searched").empty());
+  CHECK(pinned.at("context_parallel_degree") == 2);
+}
+
 // The CPU runner executes PP and CP, not both at once: every rank refuses the plan, rank 0 says why in one line.
 TEST_CASE("`run` refuses a PP x CP plan in one line" * doctest::test_suite("can-skip")) {
   if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);

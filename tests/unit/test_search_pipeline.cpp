@@ -156,3 +156,34 @@ TEST_CASE("pipeline search: degree candidates divide the world and leave every r
   const Cluster many = parse_cluster("32x8xH100-80GB", HardwareCatalog::builtin());
   CHECK(pipeline_degree_candidates(preset_model("llama3.1-405b"), many) == std::vector<int>{2, 4, 8, 16});
 }
+
+TEST_CASE("pipeline search: context-parallel degrees in the grid, the answer the best of each degree's") {
+  Setup setup;
+  setup.model = preset_model("llama3.1-8b");  // 131,072 positions
+  setup.training.seq_len = 32768;  // long enough that one sequence's activations press on memory
+  setup.training.global_batch = 8;
+  PipelineSearchOptions joint = setup.options({2, 4});
+  joint.tensor_parallel_degrees = {1, 2};
+  joint.context_parallel_degrees = {1, 2, 4};
+  const PipelineSearchResult both =
+      search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, joint);
+  INFO("candidates " << both.candidates << ", simulated " << both.simulated << ", refused " << both.refused
+                     << ", over memory " << both.over_memory_floor);
+  REQUIRE(both.feasible);
+  double best_alone_s = std::numeric_limits<double>::infinity();
+  std::size_t candidates_alone = 0;
+  for (const int degree : {1, 2, 4}) {
+    PipelineSearchOptions alone = joint;
+    alone.context_parallel_degrees = {degree};
+    const PipelineSearchResult part =
+        search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, alone);
+    candidates_alone += part.candidates;
+    if (!part.feasible) continue;
+    CHECK(std::max(1, part.best.plan.context_parallel.degree) == degree);
+    best_alone_s = std::min(best_alone_s, part.best.analysis.simulation.step_time_s);
+  }
+  // Every degree's points are in the joint grid, and its answer is the fastest of them.
+  CHECK(both.candidates == candidates_alone);
+  CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(best_alone_s).epsilon(1e-12));
+  MESSAGE("joint grid: " << both.best.knobs << ", step " << both.best.analysis.simulation.step_time_s << " s");
+}
