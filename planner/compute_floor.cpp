@@ -38,10 +38,16 @@ namespace shardplan {
 // micro-batch's first backward-side op starts (SettingFloors::turnaround_activation_bytes): what forward saved, live
 // beside every unit kept gathered (Note [Regather floor] in communication_floor.h).
 MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                                    const TrainingConfig& training, const KnobSetting& knobs) {
+                                    const TrainingConfig& training, const KnobSetting& knobs, int context_parallel) {
   Plan one_micro_batch = plan_for_knobs(model, cluster, training, knobs);
   const int accumulation = one_micro_batch.grad_accumulation_steps;
   one_micro_batch.grad_accumulation_steps = 1;
+  if (context_parallel > 1) {
+    // The whole sequence back, lowered as one CP rank's program (lower_plan: context_parallel_rank_plan + the ring).
+    one_micro_batch.training.seq_len = training.seq_len * context_parallel;
+    one_micro_batch.training.global_batch = 0;
+    one_micro_batch.context_parallel.degree = context_parallel;
+  }
   LoweringOptions lowering;
   lowering.world_size = cluster.world_size();
   lowering.gpus_per_node = cluster.gpus_per_node;

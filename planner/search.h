@@ -239,8 +239,11 @@ struct MicroBatchFloors {
   SettingFloors floors;
   int accumulation_steps = 1;
 };
+// `context_parallel` > 1: `training` is one CP rank's share (Note [Fixed context parallel degree]) and the micro-batch
+// is lowered as that rank's program with the ring (Note [Context-parallel lowering]): its compute kernels are the CP
+// plan's (every ring step's attention, the ring's tensor ops), a floor as tight as cp 1's.
 MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                                    const TrainingConfig& training, const KnobSetting& knobs);
+                                    const TrainingConfig& training, const KnobSetting& knobs, int context_parallel = 1);
 // One micro-batch's floors made the step's: its compute times `micro_batches` (the activation floors stay).
 void scale_to_micro_batches(SettingFloors& floors, int micro_batches);
 // A floor of the model states of every plan of a setting: the whole model's persistent memory (states_floor_layout,

@@ -259,7 +259,15 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
     for (const KnobSetting& knobs : settings) {
       SettingFloors floors;
       try {
-        floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, share, knobs);
+        // Note [Pipeline floor]: under CP the floors of the CP rank's program with its ring (micro_batch_floors);
+        // where that view cannot lower it, the share's alone, a looser bound.
+        try {
+          floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, share, knobs,
+                                         context_parallel);
+        } catch (const InputError&) {
+          if (context_parallel == 1) throw;
+          floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, share, knobs);
+        }
       } catch (const InputError&) {
         ++result.refused;
         continue;

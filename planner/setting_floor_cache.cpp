@@ -8,7 +8,7 @@ namespace shardplan {
 
 SettingFloors SettingFloorCache::floors(const ModelSpec& model, const Cluster& cluster,
                                         const HardwareProfile& profile, const TrainingConfig& training,
-                                        const KnobSetting& knobs) {
+                                        const KnobSetting& knobs, int context_parallel) {
   // The kernels do not depend on the sharding strategy (Note [Compute floor]); the view's layer and parameter counts
   // tell the tensor-parallel degrees of one model apart.
   KnobSetting kernels_key = knobs;
@@ -19,7 +19,7 @@ SettingFloors SettingFloorCache::floors(const ModelSpec& model, const Cluster& c
   per_micro_batch.global_batch = 0;
   const std::string key = cluster.gpu.name + "|" + std::to_string(model.layers.size()) + "|" +
                           std::to_string(model.param_count()) + "|" + to_json(per_micro_batch, 1).dump() + "|" +
-                          kernels_key.label();
+                          kernels_key.label() + "|cp" + std::to_string(context_parallel);
   std::shared_ptr<const SettingFloors> known;
   {
     const std::lock_guard lock(mutex_);
@@ -27,7 +27,7 @@ SettingFloors SettingFloorCache::floors(const ModelSpec& model, const Cluster& c
   }
   if (!known) {
     // Lowered outside the lock: two threads may lower the same micro-batch once each, to the same floors.
-    MicroBatchFloors one = micro_batch_floors(model, cluster, profile, training, knobs);
+    MicroBatchFloors one = micro_batch_floors(model, cluster, profile, training, knobs, context_parallel);
     auto computed = std::make_shared<const SettingFloors>(std::move(one.floors));
     const std::lock_guard lock(mutex_);
     ++lowered_;
@@ -46,9 +46,13 @@ std::size_t SettingFloorCache::lowered() const {
 
 SettingFloors cached_setting_floors(SettingFloorCache* cache, const ModelSpec& model, const Cluster& cluster,
                                     const HardwareProfile& profile, const TrainingConfig& training,
-                                    const KnobSetting& knobs) {
-  if (cache == nullptr) return setting_floors(model, cluster, profile, training, knobs);
-  return cache->floors(model, cluster, profile, training, knobs);
+                                    const KnobSetting& knobs, int context_parallel) {
+  if (cache == nullptr) {
+    MicroBatchFloors one = micro_batch_floors(model, cluster, profile, training, knobs, context_parallel);
+    scale_to_micro_batches(one.floors, one.accumulation_steps);
+    return std::move(one.floors);
+  }
+  return cache->floors(model, cluster, profile, training, knobs, context_parallel);
 }
 
 }  // namespace shardplan

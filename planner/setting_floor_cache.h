@@ -22,9 +22,10 @@ namespace shardplan {
 // and parameter counts, not by the whole ModelSpec); it is safe to share between threads.
 class SettingFloorCache {
  public:
-  // setting_floors(model, cluster, profile, training, knobs), from the cached micro-batch where one is known.
+  // setting_floors(model, cluster, profile, training, knobs), from the cached micro-batch where one is known;
+  // `context_parallel` as micro_batch_floors takes it.
   SettingFloors floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
-                       const TrainingConfig& training, const KnobSetting& knobs);
+                       const TrainingConfig& training, const KnobSetting& knobs, int context_parallel = 1);
   // How many micro-batches it has lowered (a lookup that found one lowers none).
   std::size_t lowered() const;
 
@@ -37,6 +38,6 @@ class SettingFloorCache {
 // setting_floors through `cache` where there is one.
 SettingFloors cached_setting_floors(SettingFloorCache* cache, const ModelSpec& model, const Cluster& cluster,
                                     const HardwareProfile& profile, const TrainingConfig& training,
-                                    const KnobSetting& knobs);
+                                    const KnobSetting& knobs, int context_parallel = 1);
 
 }  // namespace shardplan

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "cluster.h"
+#include "context_parallel_lowering.h"
 #include "model_presets.h"
 #include "search_pipeline.h"
 #include "step_analysis.h"
@@ -186,4 +188,43 @@ TEST_CASE("pipeline search: context-parallel degrees in the grid, the answer the
   CHECK(both.candidates == candidates_alone);
   CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(best_alone_s).epsilon(1e-12));
   MESSAGE("joint grid: " << both.best.knobs << ", step " << both.best.analysis.simulation.step_time_s << " s");
+}
+
+TEST_CASE("pipeline floor under context parallelism: the CP rank's ring in it, never above the simulated step") {
+  Setup setup;
+  setup.model = preset_model("llama3.1-8b");
+  setup.training.seq_len = 32768;
+  for (const int context_parallel : {2, 4}) {
+    for (const char* ac : {"none", "full"}) {
+      CAPTURE(context_parallel);
+      CAPTURE(ac);
+      const int degree = 2;
+      KnobSetting knobs{ShardingStrategy{}, ac, 1, false};
+      TrainingConfig training = setup.training;
+      training.global_batch = setup.cluster.world_size();  // the grid's default: one micro-batch per GPU
+      const TrainingConfig share = context_parallel_share_training(training, context_parallel);
+      Plan plan = plan_for_knobs(setup.model, setup.cluster.world_size() / degree, share, knobs);
+      plan.training = training;
+      plan.context_parallel.degree = context_parallel;
+      plan.pipeline = default_pipeline(setup.model, degree, PipelineScheduleKind::one_f_one_b, 1);
+      // The batch's sequences over the data-parallel ranks less cp (a CP group shares each sequence).
+      plan.grad_accumulation_steps =
+          static_cast<int>(training.global_batch / (setup.cluster.world_size() / degree / context_parallel));
+      const PipelineStepAnalysis analysis = analyze_pipeline_step(setup.model, setup.cluster, setup.profile, plan);
+      MicroBatchFloors ring = micro_batch_floors(setup.model, setup.cluster, setup.profile, share, knobs,
+                                                 context_parallel);
+      MicroBatchFloors alone = micro_batch_floors(setup.model, setup.cluster, setup.profile, share, knobs);
+      const auto step_floor_s = [&](const SettingFloors& floors) {
+        const StageFloors stages = stage_floors(floors, plan.pipeline.stages);
+        return pipeline_step_floor_s(stages.compute_s, degree, plan.grad_accumulation_steps);
+      };
+      const double ring_floor_s = step_floor_s(ring.floors), share_floor_s = step_floor_s(alone.floors);
+      MESSAGE("cp " << context_parallel << " AC " << std::string(ac) << ": floor with the ring " << ring_floor_s
+                    << " s, the share's alone " << share_floor_s << " s, simulated "
+                    << analysis.simulation.step_time_s << " s");
+      CHECK(ring_floor_s > share_floor_s);  // every ring step's attention, not one
+      CHECK(ring_floor_s <= analysis.simulation.step_time_s * (1 + 1e-9));
+      CHECK(ring_floor_s > 0.5 * analysis.simulation.step_time_s);
+    }
+  }
 }
