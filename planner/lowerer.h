@@ -40,6 +40,8 @@ struct Segment {
   int unit;
   std::size_t first_layer;
   std::size_t last_layer;  // inclusive
+  bool last_in_forward = false;   // the unit's last segment in forward (its highest) and in backward (its lowest)
+  bool last_in_backward = false;
 };
 
 // A pipeline stage's layers within the model a Lowerer lowers (a pipeline rank's stages, concatenated), and whether
@@ -155,6 +157,7 @@ class Lowerer {
   const ModelSpec& model_;
   LoweringOptions options_;
   std::vector<UnitLayout> layouts_;
+  std::vector<int> layer_owner_;  // per layer, its unit (0: the root)
   std::vector<Segment> segments_;
   StepSchedule schedule_;
   std::vector<bool> gathered_, waited_, partial_copy_, grads_allocated_, grads_produced_;

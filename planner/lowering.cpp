@@ -20,7 +20,15 @@ namespace lowering_internal {  // Note [Lowering] in lowering.h
 Lowerer::Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
                  const std::vector<std::size_t>& stage_starts)
     : plan_(plan), model_(model), options_(options),
-      layouts_(unit_layouts(plan, model, options.world_size, options.gpus_per_node)) {
+      layouts_(unit_layouts(plan, model, options.world_size, options.gpus_per_node)),
+      layer_owner_(model.layers.size(), 0) {
+  // Each layer's unit: the first non-root unit whose range holds it, else the root (0).
+  for (std::size_t unit = plan.units.size(); unit-- > 1;) {
+    const auto& range = plan.units[unit].layers;
+    for (std::size_t layer = range.begin; layer < std::min(range.end, layer_owner_.size()); ++layer) {
+      layer_owner_[layer] = static_cast<int>(unit);
+    }
+  }
   for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
     const int unit = owner_of(layer);
     const bool stage_starts_here = std::find(stage_starts.begin(), stage_starts.end(), layer) != stage_starts.end();
@@ -29,6 +37,18 @@ Lowerer::Lowerer(const Plan& plan, const ModelSpec& model, const LoweringOptions
     } else {
       segments_.back().last_layer = layer;
     }
+  }
+  // Each unit's last segment in forward (its highest) and in backward (its lowest).
+  std::vector<std::size_t> highest(plan.units.size(), 0), lowest(plan.units.size(), segments_.size());
+  for (std::size_t index = 0; index < segments_.size(); ++index) {
+    const auto unit = static_cast<std::size_t>(segments_[index].unit);
+    highest[unit] = index;
+    lowest[unit] = std::min(lowest[unit], index);
+  }
+  for (std::size_t index = 0; index < segments_.size(); ++index) {
+    const auto unit = static_cast<std::size_t>(segments_[index].unit);
+    segments_[index].last_in_forward = highest[unit] == index;
+    segments_[index].last_in_backward = lowest[unit] == index;
   }
 }
 
@@ -64,13 +84,7 @@ StepSchedule Lowerer::run() {
   return std::move(schedule_);
 }
 
-int Lowerer::owner_of(std::size_t layer) const {
-  for (std::size_t unit = 1; unit < plan_.units.size(); ++unit) {
-    const auto& range = plan_.units[unit].layers;
-    if (layer >= range.begin && layer < range.end) return static_cast<int>(unit);
-  }
-  return 0;
-}
+int Lowerer::owner_of(std::size_t layer) const { return layer_owner_[layer]; }
 
 int Lowerer::emit(Op op) {
   op.id = static_cast<int>(schedule_.ops.size());
@@ -246,16 +260,9 @@ void Lowerer::take_pending_alloc(Op& op) {
 
 // The unit's last segment in this pass: in forward the highest index, in backward the lowest.
 bool Lowerer::last_segment_of(int unit, std::size_t index, bool forward) const {
-  if (forward) {
-    for (std::size_t later = index + 1; later < segments_.size(); ++later) {
-      if (segments_[later].unit == unit) return false;
-    }
-    return true;
-  }
-  for (std::size_t earlier = 0; earlier < index; ++earlier) {
-    if (segments_[earlier].unit == unit) return false;
-  }
-  return true;
+  const Segment& segment = segments_[index];
+  SHARDPLAN_CHECK(segment.unit == unit, "a segment asked about another unit");
+  return forward ? segment.last_in_forward : segment.last_in_backward;
 }
 
 void finish_lowering(StepSchedule& schedule, const Plan& plan, const ModelSpec& model, bool flatten_memory_effects) {
