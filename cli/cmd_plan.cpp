@@ -331,6 +331,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
     const bool feasible = result.feasible || pipeline.feasible;
     const Plan& planned = pipeline.feasible ? pipeline.best.plan : result.best.plan;
     context_outcome.degree = std::max(1, planned.context_parallel.degree);  // the printed plan's, pipeline or not
+    context_outcome.feasible = feasible;
     if (flags->json) {
       nlohmann::json document = to_json(result, model);
       document["unmeasured_rates"] = unmeasured_rates_json(profile);

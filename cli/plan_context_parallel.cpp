@@ -122,11 +122,11 @@ SearchResult search_with_context_parallel(const ModelSpec& model, const Cluster&
                                           const SearchOptions& options, int pinned_degree,
                                           ContextParallelOutcome& outcome) {
   if (pinned_degree > 1) {
-    outcome = {pinned_degree, true, {}, "", {}};
+    outcome = {pinned_degree, true, {}, "", {}, true};
     return search_at_degree(model, cluster, profile, training, options, pinned_degree);
   }
   SearchResult best = search_plans(model, cluster, profile, training, options);
-  outcome = {1, pinned_degree == 1, {}, "", {}};
+  outcome = {1, pinned_degree == 1, {}, "", {}, true};
   if (pinned_degree == 1) return best;
   outcome.skipped = why_not_searched(best, options, training);
   if (!outcome.skipped.empty()) return best;
@@ -171,7 +171,7 @@ std::string render_context_parallel_line(const ContextParallelOutcome& outcome) 
       outcome.pipeline_searched.empty()
           ? ""
           : "; pipeline plans: cp " + listed(outcome.pipeline_searched) + " beside cp 1 in their grid";
-  const std::string planned = "; planned cp " + std::to_string(outcome.degree);
+  const std::string planned = outcome.feasible ? "; planned cp " + std::to_string(outcome.degree) : "; no plan fits";
   if (!outcome.skipped.empty()) return "context parallel: not searched (" + outcome.skipped + ")\n";
   if (outcome.searched.empty()) {  // a pinned pipeline: its grid only
     return "context parallel: cp " + listed(outcome.pipeline_searched) +

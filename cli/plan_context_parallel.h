@@ -16,6 +16,7 @@ struct ContextParallelOutcome {
   std::vector<int> searched;  // degrees above 1 whose search ran
   std::string skipped;        // why the degree was not searched ("" when it was, or was pinned)
   std::vector<int> pipeline_searched;  // degrees above 1 in the pipeline search's grid (beside cp 1)
+  bool feasible = true;                // a plan fits (else no degree was planned)
 };
 
 // The FSDP search with context parallelism: `pinned_degree` > 1 searches that degree only (Note [Fixed context

@@ -275,6 +275,12 @@ TEST_CASE("`plan --pipeline-parallel 2` at 32k tokens without --context-parallel
   const json pinned = json::parse(run_shardplan(with_json).out);
   CHECK(pinned.at("context_parallel_search").at("pipeline_searched").empty());
   CHECK(pinned.at("context_parallel_degree") == 2);
+  // Where nothing fits, the line plans no degree (exit 3: no plan fits).
+  const RunResult none = run_shardplan({"plan", "-m", "llama3.1-8b", "-c", "2xH100-80GB", "--seq-len", "65536",
+                                        "--pipeline-parallel", "2"});
+  CHECK(none.exit_status == 3);
+  CHECK(none.out.find("context parallel: cp 2 searched beside cp 1 in the pipeline plans' grid "
+                      "(Note [Context-parallel search]); no plan fits") != std::string::npos);
 }
 
 // The CPU runner executes PP and CP, not both at once: every rank refuses the plan, rank 0 says why in one line.
