@@ -63,6 +63,9 @@ struct SearchOptions {
   // Search prefetch depth (none, one or two units ahead) jointly with the wrapping, exactly (Note [Prefetch depth] in
   // searcher_setting.cpp); otherwise only by the refinements.
   bool joint_prefetch_depth = true;
+  // Labels the prefetch-depth searches' label DP may take before their best-first search runs alone (Note
+  // [Bound-only wrap search] in wrap_dp.h, where this figure is measured); 0: no limit.
+  std::size_t depth_search_dp_labels = 20000;
   // Let the wrapping search keep single units gathered from forward to backward (WrapSearchOptions::
   // per_unit_reshard); false: every unit follows the strategy's reshard_after_forward, as torchtitan's one
   // fsdp_reshard_after_forward policy does (restrict_search_to_torchtitan).

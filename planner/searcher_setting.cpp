@@ -100,6 +100,7 @@ bool Searcher::search_setting(SettingRun& run) {
     WrapFragments fragments(model_, base, profile_, world, gpus_per_node, free_gathers, cache);
     cache = fragments.cache();
     wrap.floor_for_any_prefetch_depth = true;
+    wrap.label_dp_max_labels = options_.depth_search_dp_labels;  // Note [Bound-only wrap search]
     wrap.stop_above_s = incumbent_s(run);
     wrap.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
       WrapCheck best = try_units(units, "fastest fitting wrapping", kept);

@@ -103,6 +103,9 @@ struct WrapSearchOptions {
   // The floor holds for every prefetch depth (a search whose `check` also tries other depths: Note [Prefetch depth]).
   bool floor_for_any_prefetch_depth = false;
   double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted
+  // Past this many labels offered to its states (0: no limit), the label DP stops and the best-first search runs
+  // alone (Note [Bound-only wrap search]).
+  std::size_t label_dp_max_labels = 0;
 };
 
 struct WrapSearchResult {
@@ -115,11 +118,33 @@ struct WrapSearchResult {
   bool gave_up = false;     // max_checks wrappings failed `check`, or the search outgrew its node budget: fall back
   bool per_unit_reshard = false;        // which last units stay gathered was searched too
   bool reshard_choice_dropped = false;  // it was asked for, but its labels grew too many: partitions only
+  bool bound_only = false;  // the label DP went past its budget (Note [Bound-only wrap search])
   std::size_t checked = 0;  // wrappings given to `check`
   std::size_t pruned_by_memory = 0;
 };
 
 WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSearchOptions& options);
+
+// Note [Bound-only wrap search]: the label DP's wrapping is worth its cost where the model may be exact (it is then
+// the answer once the simulator says it fits), and where its dominance proves cheaply that nothing beats the
+// incumbent. A search under a timing relaxation (Note [Prefetch depth] in searcher_setting.cpp) has no exact model:
+// no checked wrapping ends it, so the best-first search runs to the same end whatever it checks first. There the DP
+// is given a budget of labels (WrapSearchOptions::label_dp_max_labels): past it, the DP stops and the best-first
+// search runs alone from the least key of the last units — exact for the same reason as with the DP (every key is a
+// lower bound of what follows it), and with the per-unit kept choice the DP would have dropped on overflowing. With
+// a floor that holds for any prefetch depth, the labels differ in their memory terms and the sets grow large:
+// llama3.1-405b over 2048 H100s spent 110-134 ms in each of three such DPs (0.6-0.7 M labels) whose wrappings the
+// simulator then refused, and its best-first searches took ~20 ms. A DP that ends within a small budget still pays:
+// its dominance proves in a millisecond or two what the tree would expand node by node. The prefetch-depth searches'
+// budget (SearchOptions::depth_search_dp_labels), measured on the 2-core reference machine (2026-12-06, `plan
+// --jobs 1`, user s; budget 0 = the DP always, 1 = the best-first search alone):
+//   command (H100-80GB)          budget 0      1   20,000   150,000
+//   llama3.1-405b on 256x8           1.72   1.20     1.19      1.84
+//   llama3-70b on 256x8              2.21   1.62     1.44      2.24
+//   llama3-70b on 32x8               0.99   1.02     0.67      0.98
+//   llama3-8b on 256x8               0.41   0.63     0.41      0.38
+// The one-ahead searches keep the DP whole: their model is often exact, and a budget there changed llama3-70b's plan
+// on 2048 H100s (8.1098 → 8.1114 s: the tree gave up where the DP would have answered).
 
 // Note [Least peak]: `--objective memory` wants the least simulated peak, then the fastest plan at it. The least
 // peak comes from a branch and bound on the memory floor (Note [Wrap floor]): partial wrappings from the right, keyed

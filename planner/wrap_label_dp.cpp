@@ -115,7 +115,7 @@ WrapContext::Closed close_wrapping(WrapContext& context, const std::vector<UnitC
   return context.close(label, choices.front(), exact_memory ? held_by(0) : 0, exact_memory);
 }
 
-DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
+DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s, std::size_t max_labels) {
   const std::size_t n = context.n, m = context.m;
   const std::vector<bool> kept_options = context.kept_options();
   // An upper bound of the optimum: every uniform wrapping (k blocks per unit, as the template keeps) the floor allows.
@@ -147,8 +147,10 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
       if (promising(label, unit)) labels[context.state_index(unit)].add(std::move(label));
     }
   }
-  DpAnswer overflow;
+  DpAnswer overflow, over_budget;
   overflow.overflow = true;
+  over_budget.over_budget = true;
+  std::size_t offered = 0;  // labels offered to the states: the DP's work (max_labels)
   // Right to left: a state's labels are final once every state with a larger first block has been expanded.
   for (std::size_t p = n; p-- > 1;) {
     for (std::size_t b = 1; b <= m && p + b <= n; ++b) {
@@ -166,9 +168,13 @@ DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s) {
             Label next = context.extend(here[index], step, 0, false);
             next.parent_state = state;
             next.parent_label = index;
-            if (promising(next, left)) target.add(std::move(next));
+            if (promising(next, left)) {
+              target.add(std::move(next));
+              ++offered;
+            }
           }
         });
+        if (max_labels > 0 && offered > max_labels) return over_budget;
       }
     }
   }

@@ -32,6 +32,7 @@ struct DpAnswer {
   bool exact = false;     // the answer's model is its simulated step
   bool found = false;
   bool overflow = false;  // a state's labels outgrew kMaxLabelsPerState: no answer
+  bool over_budget = false;  // more labels than `max_labels` were offered to the states: no answer
 };
 
 // With per-unit reshard and a memory floor, labels differ in many ways and a state can hold very many; past this the
@@ -68,7 +69,8 @@ class ParetoSet {
 };
 
 // The fastest wrapping by the step model (with a cap: among those the memory floor allows), if one is modelled no
-// slower than `stop_above_s` (an incumbent: labels that cannot beat it are dropped).
-DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s = kInf);
+// slower than `stop_above_s` (an incumbent: labels that cannot beat it are dropped). `max_labels` (0: none) bounds
+// the labels offered to the states, its work: past it the DP stops (DpAnswer::over_budget).
+DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s = kInf, std::size_t max_labels = 0);
 
 }  // namespace shardplan::wrap_internal

@@ -48,7 +48,14 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
     result.exhausted = true;
     return result;
   }
-  DpAnswer floor_best = label_dp(with_choice, true, options.stop_above_s);
+  DpAnswer floor_best = label_dp(with_choice, true, options.stop_above_s, options.label_dp_max_labels);
+  // Note [Bound-only wrap search]: past its budget, the best-first search alone, from the least key.
+  const bool bound_only = result.bound_only = floor_best.over_budget;
+  if (bound_only) {
+    floor_best = {};
+    floor_best.found = true;
+    floor_best.modelled_step_s = least_s;
+  }
   std::optional<WrapContext> without_choice;
   if (floor_best.overflow && options.give_up_without_choice) {
     result.gave_up = result.reshard_choice_dropped = true;
@@ -96,7 +103,7 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
   }
   // First the fastest wrapping the floor allows: when the simulator agrees it fits, nothing faster can (every
   // faster wrapping's floor is over the cap), so with an exact model it is the answer.
-  if (check(floor_best.choices, floor_best.modelled_step_s, floor_best.exact)) return answer(best);
+  if (!bound_only && check(floor_best.choices, floor_best.modelled_step_s, floor_best.exact)) return answer(best);
   // Otherwise wrappings in nondecreasing time, best first over partial wrappings from the right (keyed by cost + the
   // bound of the rest; complete ones by their time), each checked until one fits.
   std::vector<Node> nodes;

@@ -335,6 +335,13 @@ TEST_CASE("search: the planned plan equals exhaustive search over prefetch depth
                                    << truth.summary.step_time_s << " s");
     CHECK(refined.fallback_settings == 0);
     CHECK(refined.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
+    // Note [Bound-only wrap search]: the depth searches without their label DP (a budget of one label) too.
+    // Mutation tried: a bound-only search that ends at its first wrapping that fits fails here (0.106584 against
+    // 0.106453 s) and in test_wrap_dp.cpp.
+    options.depth_search_dp_labels = 1;
+    const SearchResult bound_only = search_plans(model, cluster, profile, training, options);
+    CHECK(bound_only.fallback_settings == 0);
+    CHECK(bound_only.best.summary.step_time_s == doctest::Approx(truth.summary.step_time_s).epsilon(1e-9));
   }
 }
 

@@ -82,7 +82,7 @@ const WrapCase kSearchCases[] = {
 // fails the cases with only a lower-bound model, e.g. "llama2-7b-10 on 8xA100-80GB full_shard seq 2048 accumulation
 // 2": CHECK( 0.261753 == Approx( 0.261743 ) ).
 TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search under a cap") {
-  int searched_past_the_first = 0;
+  int searched_past_the_first = 0, bound_only_searches = 0;
   std::size_t most_checked = 0;
   for (const WrapCase& c : kSearchCases) {
     INFO(c.name());
@@ -102,12 +102,16 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
     std::sort(peaks.begin(), peaks.end());
     for (double quantile : {0.02, 0.1, 0.3, 0.6, 1.0}) {
       const std::int64_t cap = peaks[static_cast<std::size_t>(quantile * static_cast<double>(peaks.size() - 1))];
-      for (bool per_unit_reshard : {false, true}) {
+      // Note [Bound-only wrap search]: a label budget of 1 stops every DP with a transition at once — the
+      // best-first search alone, which must give the same answer.
+      for (const auto& [per_unit_reshard, dp_labels] :
+           {std::pair<bool, std::size_t>{false, 0}, {true, 0}, {false, 1}, {true, 1}}) {
         WrapSearchOptions options;
         options.max_unit_blocks = 6;
         options.memory_cap_bytes = cap;
         options.max_checks = 100000;
         options.per_unit_reshard = per_unit_reshard;
+        options.label_dp_max_labels = dp_labels;
         options.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
           const Plan plan = plan_with_units(setup.model, setup.base, units, kept);
           const Simulated sim = simulate_wrapping(setup, {}, &plan);
@@ -116,9 +120,11 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
         const WrapSearchResult result = fastest_fitting_wrapping(fragments, options);
         const bool kept_searched = per_unit_reshard && fragments.keep_choice();
         INFO("cap " << cap << " B (quantile " << quantile << "), per-unit reshard " << per_unit_reshard
-                    << ": checked " << result.checked << ", exhausted " << result.exhausted << ", gave up "
-                    << result.gave_up);
+                    << ", DP label budget " << dp_labels << ": checked " << result.checked << ", exhausted "
+                    << result.exhausted << ", gave up " << result.gave_up);
         CHECK(result.per_unit_reshard == kept_searched);
+        if (dp_labels == 0) CHECK_FALSE(result.bound_only);
+        bound_only_searches += result.bound_only ? 1 : 0;
         CHECK_FALSE(result.reshard_choice_dropped);
         double best = 1e300;
         for (const auto& point : points) {
@@ -141,6 +147,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
   MESSAGE("most wrappings simulated by one search: " << most_checked << "; searches past the first check: "
                                                      << searched_past_the_first);
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
+  CHECK(bound_only_searches > 0);      // and alone, where the DP went past its budget
 }
 
 // Note [Prefetch depth] (planner/searcher_setting.cpp): the fragments with free all-gathers and free collective issue bound the
