@@ -21,6 +21,10 @@ void check_layout(const PipelineLayout& layout, const ModelSpec& model) {
     throw InputError("pipeline: degree and stages_per_rank must be at least 1, got " + std::to_string(layout.degree) +
                      " and " + std::to_string(layout.stages_per_rank));
   }
+  if (layout.dims.pp() != layout.degree) {
+    throw InputError("pipeline: the layout's degrees have pp " + std::to_string(layout.dims.pp()) +
+                     ", expected its degree " + std::to_string(layout.degree));
+  }
   const auto stages = static_cast<std::size_t>(layout.degree) * static_cast<std::size_t>(layout.stages_per_rank);
   if (layout.stages.size() != stages) {
     throw InputError("pipeline.stages: expected " + std::to_string(stages) + " layer ranges (pp × stages per rank), got " +
@@ -56,7 +60,7 @@ PipelineLayout pipeline_layout(const Plan& plan, const ParallelDims& dims) {
   layout.degree = plan.pipeline.degree;
   layout.stages_per_rank = plan.pipeline.stages_per_rank;
   layout.stages = plan.pipeline.stages;
-  layout.tensor_parallel = dims.tp();
+  layout.dims = dims;
   return layout;
 }
 
@@ -124,7 +128,8 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
   }
   // Ranks of one stage: data-parallel × tensor-parallel, consecutive in torchtitan's mesh (pp outermost); stage s's
   // first rank is s × that, so two neighbour stages' matching ranks share a node when the node holds both.
-  const int stage_ranks = options.world_size * layout.tensor_parallel;
+  const int tensor_parallel = layout.dims.tp();
+  const int stage_ranks = options.world_size * tensor_parallel;
   const auto node_of = [&](int stage) { return stage * stage_ranks / std::max(1, options.gpus_per_node); };
 
   const int stage_count = pipeline.order.stage_count();
@@ -152,15 +157,15 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
     const std::vector<std::size_t>& stage_starts = held.stage_starts;
     // Note [Pipeline programs]: one TP rank's boundary is its sequence shard under sequence parallelism.
     const bool sequence_parallel =
-        layout.tensor_parallel > 1 && pytorch_tensor_parallel(layout.tensor_parallel).sequence_parallel;
-    const int sequence_shards = sequence_parallel ? layout.tensor_parallel : 1;
+        tensor_parallel > 1 && pytorch_tensor_parallel(tensor_parallel).sequence_parallel;
+    const int sequence_shards = sequence_parallel ? tensor_parallel : 1;
     const std::int64_t rows = (rank_plan.training.seq_len + sequence_shards - 1) / sequence_shards;
     const std::int64_t boundary_bytes =
         plan.training.micro_batch * rows * model.hidden_size * plan.training.precision.param_compute_bytes;
     // Note [Pipeline buffers]: the last stage's output per micro-batch is the logits, every token's row of one TP
     // rank's vocabulary shard (loss parallel: the head's output stays sharded on the vocabulary) in the compute dtype
     // (torchtitan's Transformer.forward returns self.output(h) as is); none where the model has no vocabulary.
-    const std::int64_t vocabulary_shard = (model.vocab_size + layout.tensor_parallel - 1) / layout.tensor_parallel;
+    const std::int64_t vocabulary_shard = (model.vocab_size + tensor_parallel - 1) / tensor_parallel;
     const std::int64_t output_bytes = plan.training.micro_batch * rank_plan.training.seq_len * vocabulary_shard *
                                       plan.training.precision.param_compute_bytes;
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
@@ -168,6 +173,7 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
     StepSchedule program = lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans,
                                                boundary_bytes, output_bytes);
     lowering_internal::finish_lowering(program, rank_plan, rank_model, options.flatten_memory_effects);
+    program.parallel = layout.dims;
     pipeline.programs.push_back(std::move(program));
   }
 

@@ -73,7 +73,9 @@ struct PipelineLayout {
   int stages_per_rank = 1;  // v
   // The stages' layers, pp × v contiguous ranges covering the model in order (stage_partition.h gives them).
   std::vector<LayerRange> stages;
-  int tensor_parallel = 1;  // ranks per data-parallel rank (to place the stages' ranks on nodes)
+  // The whole world's degrees (pp = degree): each program's StepSchedule::parallel, and its TP degree places the
+  // stages' ranks on nodes.
+  ParallelDims dims;
 };
 
 // The pipeline of a plan (Note [Pipeline policy] in plan.h) laid out on `dims` = parallel_dims(plan, world): its

@@ -38,6 +38,9 @@ struct Pipeline {
     plan.grad_accumulation_steps = micro_batches;
     layout.schedule = schedule;
     layout.degree = pp;
+    ParallelDegrees degrees;
+    degrees.pp = pp;
+    layout.dims = ParallelDims(degrees, 2 * pp);  // 2 data-parallel ranks per stage
     layout.stages_per_rank = v;
     const int stages = pp * v;
     const std::size_t per_stage = static_cast<std::size_t>(blocks / stages);
@@ -157,6 +160,9 @@ TEST_CASE("pipeline programs: a unit across a stage boundary, bad stage ranges a
   CHECK_THROWS_WITH_AS(short_stages.lower(), doctest::Contains("pipeline.stages"), InputError);
   Pipeline zero_bubble(8, PipelineScheduleKind::interleaved_zero_bubble, 2, 1, 2);
   CHECK_THROWS_WITH_AS(zero_bubble.lower(), doctest::Contains("not lowered yet"), InputError);
+  Pipeline other_degrees(8, PipelineScheduleKind::one_f_one_b, 2, 1, 2);
+  other_degrees.layout.dims = ParallelDims(ParallelDegrees{}, 4);  // pp 1 against the layout's 2
+  CHECK_THROWS_WITH_AS(other_degrees.lower(), doctest::Contains("expected its degree 2"), InputError);
 }
 
 // torchtitan's default split (generate_llm_fqn_per_model_part, first and last stage one block lighter for the

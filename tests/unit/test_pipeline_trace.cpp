@@ -25,6 +25,9 @@ PipelineStepAnalysis toy_pipeline_step(int blocks, PipelineScheduleKind schedule
   PipelineLayout layout;
   layout.schedule = schedule;
   layout.degree = pp;
+  ParallelDegrees degrees;
+  degrees.pp = pp;
+  layout.dims = ParallelDims(degrees, 2 * pp);  // 2 data-parallel ranks per stage
   layout.stages_per_rank = v;
   const std::size_t per_stage = static_cast<std::size_t>(blocks / (pp * v));
   for (int stage = 0; stage < pp * v; ++stage) {

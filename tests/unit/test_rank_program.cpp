@@ -92,12 +92,19 @@ TEST_CASE("rank program: a PP x FSDP rank runs its pipeline rank's program over 
   const DataParallelView view = data_parallel_view(plan, model, dims, 4);
   const PipelineSchedule pipeline =
       lower_pipeline(view.plan, view.model, {view.world_size(), view.gpus_per_node, 0}, pipeline_layout(plan, dims));
+  // Every program carries the world's one ParallelDims, as lower_plan's schedule does.
+  for (const StepSchedule& stage_program : pipeline.programs) {
+    CHECK(stage_program.parallel.world_size() == 4);
+    CHECK(stage_program.parallel.pp() == 2);
+    CHECK(stage_program.parallel.data_parallel_world_size() == stage_program.world_size);
+  }
   std::size_t layers_held = 0;
   for (int rank = 0; rank < 4; ++rank) {
     CAPTURE(rank);
     const RankProgram program = lower_rank_program(plan, model, dims, 4, rank);
     const int pipeline_rank = program.placement.coordinates.pp;
     check_same_ops(program.schedule, pipeline.programs.at(static_cast<std::size_t>(pipeline_rank)));
+    CHECK(program.schedule.parallel.pp() == 2);
     CHECK(program.model.layers.size() == program.whole_layers.size());
     CHECK(program.model.layers.size() < model.layers.size());
     if (program.placement.data_parallel_rank == 0) layers_held += program.whole_layers.size();
