@@ -124,9 +124,11 @@ WrapContext::WrapContext(WrapFragments& fragments_in, int max_unit_blocks, std::
   }
 }
 
-std::vector<bool> WrapContext::kept_options() const {
-  if (keep_choice) return {false, true};
-  return {template_kept};
+std::span<const bool> WrapContext::kept_options() const {
+  // Static storage: the searches ask for these in their inner loops (a vector<bool> each time was a heap block).
+  static constexpr bool kBoth[] = {false, true}, kResharded[] = {false}, kKept[] = {true};
+  if (keep_choice) return kBoth;
+  return template_kept ? std::span<const bool>(kKept) : std::span<const bool>(kResharded);
 }
 
 std::int64_t WrapContext::memory_term(std::int64_t certain_peak_bytes, const FragmentTiming& idle,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "wrap_fragments.h"
@@ -65,7 +66,7 @@ class WrapContext {
   // The kept flags a unit may take. Units kept gathered form a suffix of the model (the last units, whose backward
   // comes first — what FSDP2 users keep, and what bounds the search: any subset explodes the labels), so a unit may
   // be kept only when the unit after it is.
-  std::vector<bool> kept_options() const;
+  std::span<const bool> kept_options() const;
   bool may_follow(bool right_kept, bool left_kept) const { return !keep_choice || right_kept || !left_kept; }
   // The units that may stand left of `unit`: 1 to m blocks ending where it begins, with each kept flag the suffix
   // rule allows — the one expansion step every search takes.

@@ -117,7 +117,7 @@ WrapContext::Closed close_wrapping(WrapContext& context, const std::vector<UnitC
 
 DpAnswer label_dp(WrapContext& context, bool with_floor, double stop_above_s, std::size_t max_labels) {
   const std::size_t n = context.n, m = context.m;
-  const std::vector<bool> kept_options = context.kept_options();
+  const std::span<const bool> kept_options = context.kept_options();
   // An upper bound of the optimum: every uniform wrapping (k blocks per unit, as the template keeps) the floor allows.
   double upper_bound = stop_above_s;
   for (std::size_t k = 1; k <= m; ++k) {
