@@ -99,6 +99,14 @@ void DegreeSearch::search_wrappings(double known_step_s) {
   if (searcher_->found_fit() && options_.refine) refine(searcher_->best());
 }
 
+void DegreeSearch::search_tightened_floors(double known_step_s) {
+  const StageClock clock(seconds_);
+  searcher_->know_step_s(known_step_s);
+  searcher_->run_tightened_floors();
+  // Note [Shared incumbent]: refined now, as search_wrappings does.
+  if (searcher_->found_fit() && options_.refine) refine(searcher_->best());
+}
+
 void DegreeSearch::refine(const PlanCandidate& given) {
   const PlanCandidate base = given;  // `given` may be the searcher's best, which a variant evaluated below replaces
   refined_.emplace_back(base.knobs, base.summary.step_time_s);
@@ -209,7 +217,29 @@ std::vector<DegreeOutcome> search_degrees(const std::vector<DegreeInput>& degree
       outcomes[index].failure = std::current_exception();
       continue;
     }
-    stage(index, [&](DegreeSearch& search) { search.search_wrappings(incumbent_s); });
+    if (!shared) stage(index, [&](DegreeSearch& search) { search.search_wrappings(incumbent_s); });
+  }
+  if (shared) {
+    // Note [Joint setting order] (searcher.h): the degrees' one-ahead passes as one, then each tightened pass.
+    std::vector<Searcher*> searchers;
+    std::vector<SettingOrder> orders;
+    std::vector<std::size_t> joined;
+    for (std::size_t index = 0; index < degrees.size(); ++index) {
+      stage(index, [&](DegreeSearch& search) {
+        orders.push_back(search.searcher().one_ahead_order(false));
+        searchers.push_back(&search.searcher());
+        joined.push_back(index);
+      });
+    }
+    const std::vector<std::exception_ptr> failures = run_one_ahead_jointly(searchers, orders);
+    for (std::size_t at = 0; at < joined.size(); ++at) {
+      if (!failures[at]) continue;
+      outcomes[joined[at]].failure = failures[at];  // that degree drops out, as stage() drops one
+      searches[joined[at]].reset();
+    }
+    for (std::size_t index : joined) {
+      stage(index, [&](DegreeSearch& search) { search.search_tightened_floors(incumbent_s); });
+    }
   }
   for (std::size_t index = 0; index < degrees.size(); ++index) {
     stage(index, [&](DegreeSearch& search) { search.search_prefetch_depths(incumbent_s); });

@@ -22,9 +22,10 @@ class Searcher;
 // floors, prefetch depths) prunes the next only with its final answer, and the first degree searched — the one whose
 // seed plan was fastest (Note [Degree order] in search_2d.cpp), not always the one whose answer is — runs unpruned:
 // llama3.1-405b on 256x8 H100s searched TP 4 first (its seed 47.2 s) for 1.6 of 2.3 s, where TP 2's answer (45.3 s)
-// would have proven most of TP 4's settings. So the degrees run stage by stage: every degree's wrappings (the
-// one-ahead and tightened-floor passes, the cheap part that finds each degree's answer or close to it), in order,
-// each pruned by the best plan of the degrees before it; then, degree by degree, the prefetch-depth pass (the costly
+// would have proven most of TP 4's settings. So the degrees run stage by stage: every degree's one-ahead pass as one
+// (Note [Joint setting order] in searcher.h), then each degree's tightened-floor pass in order (the cheap part that
+// finds each degree's answer or close to it), each pruned by the best plan found so far and the degrees' refined
+// answers before it; then, degree by degree, the prefetch-depth pass (the costly
 // part, whose bound takes gathers as free), the offload last resort where no degree has a plan that fits so far, and
 // the refinements — each pruned by the best plan of every degree's wrappings and of the degrees finished before it
 // (the refinements improve an answer by up to 1 %: llama3-70b on 256x8 H100s, TP 2's 8.155 s refined to 8.095 s
@@ -43,6 +44,10 @@ class DegreeSearch {
 
   // Stage 1: the one-ahead and tightened-floor passes of the settings without offload, pruned by `known_step_s` too.
   void search_wrappings(double known_step_s);
+  // Stage 1 in two parts, for degrees searched together (Note [Joint setting order] in searcher.h): the searcher
+  // whose one-ahead pass run_one_ahead_jointly runs with the others', then the tightened-floor pass after it.
+  Searcher& searcher() { return *searcher_; }
+  void search_tightened_floors(double known_step_s);
   // Stage 2: the prefetch-depth pass, pruned by `known_step_s` too; then, where no plan of this search fits and none
   // is known (known_step_s infinite), the offload settings as the last resort.
   void search_prefetch_depths(double known_step_s);

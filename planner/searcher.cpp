@@ -3,6 +3,8 @@
 #include "searcher.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <exception>
 #include <limits>
 #include <utility>
 
@@ -90,7 +92,7 @@ double Searcher::step_floor(const KnobSetting& knobs) {
   return known->second;
 }
 
-void Searcher::run_wrappings(bool offload) {
+SettingOrder Searcher::one_ahead_order(bool offload) {
   // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing step floor, so the
   // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
   // what keeps a fixed global batch of many micro-batches per rank (capacity --global-batch-tokens) to seconds.
@@ -105,35 +107,91 @@ void Searcher::run_wrappings(bool offload) {
   }
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  // Note [Setting waves]: the first setting alone, so that the later waves have an incumbent to prune with.
-  for (std::size_t next = 0, wave_size = 1; next < ordered.size(); wave_size = kSettingsPerWave) {
-    std::vector<SettingRun> wave;
-    for (; next < ordered.size() && wave.size() < wave_size; ++next) {
-      const auto& [floor_s, knobs] = ordered[next];
-      if (beaten_by_incumbent(floor_s)) {
-        ++exact_settings_;  // proven: no plan of it is faster than one already found
-        ++beaten_by_floor_settings_;
-        continue;
+  return ordered;
+}
+
+bool Searcher::admits(double floor_s) {
+  if (!beaten_by_incumbent(floor_s)) return true;
+  ++exact_settings_;  // proven: no plan of it is faster than one already found
+  ++beaten_by_floor_settings_;
+  return false;
+}
+
+void Searcher::run_wrappings(bool offload) {
+  if (const std::exception_ptr failure = run_one_ahead_jointly({this}, {one_ahead_order(offload)}).front()) {
+    std::rethrow_exception(failure);
+  }
+  run_tightened_floors();
+}
+
+std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher*>& searchers,
+                                                      const std::vector<SettingOrder>& orders) {
+  std::vector<std::exception_ptr> failures(searchers.size());
+  struct Entry {
+    double floor_s;
+    std::size_t searcher;
+    KnobSetting knobs;
+  };
+  // One wave of up to `wave_size` admitted settings from `queue` at `next`, run and merged; then every search knows
+  // the best plan of all (Note [Joint setting order]).
+  const auto run_wave_from = [&](const std::vector<Entry>& queue, std::size_t& next, std::size_t wave_size) {
+    std::vector<std::vector<Searcher::SettingRun>> runs(searchers.size());
+    for (std::size_t taken = 0; next < queue.size() && taken < wave_size; ++next) {
+      const Entry& entry = queue[next];
+      if (failures[entry.searcher] || !searchers[entry.searcher]->admits(entry.floor_s)) continue;
+      runs[entry.searcher].emplace_back(entry.knobs, Searcher::Pass::one_ahead, entry.floor_s);
+      ++taken;
+    }
+    std::vector<WavePart> parts;
+    for (std::size_t index = 0; index < searchers.size(); ++index) {
+      if (!runs[index].empty()) parts.push_back({searchers[index], &runs[index]});
+    }
+    run_wave_parts(parts);
+    for (std::size_t index = 0; index < searchers.size(); ++index) {
+      for (const Searcher::SettingRun& run : runs[index]) {
+        if (run.failure) {
+          failures[index] = run.failure;  // the search drops out; its runs were not merged
+          break;
+        }
+        if (run.finished) searchers[index]->proven_.emplace_back(run.floor_s, run.knobs);
       }
-      wave.emplace_back(knobs, Pass::one_ahead, floor_s);
+    }
+    if (searchers.size() < 2 || searchers.front()->options_.objective != SearchObjective::time) return;
+    double best_s = std::numeric_limits<double>::infinity();
+    for (std::size_t index = 0; index < searchers.size(); ++index) {
+      if (!failures[index]) best_s = std::min(best_s, searchers[index]->incumbent_s());
+    }
+    for (Searcher* searcher : searchers) searcher->know_step_s(best_s);
+  };
+  // Each search's leading settings, search by search: its first setting alone (Note [Setting waves]: so that the
+  // later waves have an incumbent to prune with), then one wave.
+  std::vector<Entry> rest;
+  for (std::size_t index = 0; index < searchers.size(); ++index) {
+    std::vector<Entry> own;
+    for (const auto& [floor_s, knobs] : orders.at(index)) own.push_back({floor_s, index, knobs});
+    std::size_t next = 0;
+    run_wave_from(own, next, 1);
+    run_wave_from(own, next, kSettingsPerWave);
+    rest.insert(rest.end(), own.begin() + static_cast<std::ptrdiff_t>(next), own.end());
+  }
+  // Then the rest of every search's settings in one order of step floor; ties keep the searches' order.
+  std::stable_sort(rest.begin(), rest.end(), [](const Entry& a, const Entry& b) { return a.floor_s < b.floor_s; });
+  for (std::size_t next = 0; next < rest.size();) run_wave_from(rest, next, kSettingsPerWave);
+  return failures;
+}
+
+void Searcher::run_tightened_floors() {
+  // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
+  if (options_.objective != SearchObjective::time || !options_.tightened_floors) return;
+  const auto later = std::exchange(tighten_later_, {});
+  for (std::size_t next = 0; next < later.size();) {
+    std::vector<SettingRun> wave;
+    for (; next < later.size() && wave.size() < kSettingsPerWave; ++next) {
+      const auto& [knobs, refused_peak_bytes] = later[next];
+      if (beaten_by_incumbent(step_floor(knobs))) continue;
+      wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
     }
     run_wave(wave);
-    for (const SettingRun& run : wave) {
-      if (run.finished) proven_.emplace_back(run.floor_s, run.knobs);
-    }
-  }
-  // Note [Tightened floor]: after every setting's first search, so the incumbent prunes the most.
-  if (options_.objective == SearchObjective::time && options_.tightened_floors) {
-    const auto later = std::exchange(tighten_later_, {});
-    for (std::size_t next = 0; next < later.size();) {
-      std::vector<SettingRun> wave;
-      for (; next < later.size() && wave.size() < kSettingsPerWave; ++next) {
-        const auto& [knobs, refused_peak_bytes] = later[next];
-        if (beaten_by_incumbent(step_floor(knobs))) continue;
-        wave.emplace_back(knobs, Pass::tightened, 0.0, refused_peak_bytes);
-      }
-      run_wave(wave);
-    }
   }
 }
 
@@ -162,31 +220,60 @@ void Searcher::run_prefetch_depths() {
 // one strategy, micro-batch and offload: cache_for) are one task, in order, as a cache serves one search at a time.
 // Every run starts from the incumbent of the wave's start, and the runs are merged in order after the wave.
 void Searcher::run_wave(std::vector<SettingRun>& wave) {
-  std::vector<std::vector<std::size_t>> tasks;
-  std::vector<const std::shared_ptr<FragmentCache>*> task_caches;
-  for (std::size_t index = 0; index < wave.size(); ++index) {
-    SettingRun& run = wave[index];
-    run.best_fit = best_fit_;
-    run.cache = &cache_for(run.knobs);
-    const auto task = std::find(task_caches.begin(), task_caches.end(), run.cache);
-    if (task == task_caches.end()) {
-      task_caches.push_back(run.cache);
-      tasks.push_back({index});
-    } else {
-      tasks[static_cast<std::size_t>(task - task_caches.begin())].push_back(index);
+  run_wave_parts({{this, &wave}});
+  for (const SettingRun& run : wave) {
+    if (run.failure) std::rethrow_exception(run.failure);  // the first in setting order, as a sequential loop's
+  }
+}
+
+void run_wave_parts(const std::vector<WavePart>& parts) {
+  if (parts.empty()) return;
+  struct Task {
+    const WavePart* part;
+    const std::shared_ptr<FragmentCache>* cache;
+    std::vector<std::size_t> runs;
+  };
+  std::vector<Task> tasks;
+  for (const WavePart& part : parts) {
+    Searcher& searcher = *part.searcher;
+    for (std::size_t index = 0; index < part.runs->size(); ++index) {
+      Searcher::SettingRun& run = (*part.runs)[index];
+      run.best_fit = searcher.best_fit_;
+      run.cache = &searcher.cache_for(run.knobs);
+      const auto task = std::find_if(tasks.begin(), tasks.end(), [&](const Task& t) { return t.cache == run.cache; });
+      if (task == tasks.end()) {
+        tasks.push_back({&part, run.cache, {index}});
+      } else {
+        task->runs.push_back(index);
+      }
     }
   }
-  run_indexed(tasks.size(), options_.threads, [&](std::size_t task) {
-    for (std::size_t index : tasks[task]) wave[index].finished = search_setting(wave[index]);
+  run_indexed(tasks.size(), parts.front().searcher->options_.threads, [&](std::size_t task_index) {
+    const Task& task = tasks[task_index];
+    for (std::size_t index : task.runs) {
+      Searcher::SettingRun& run = (*task.part->runs)[index];
+      try {
+        run.finished = task.part->searcher->search_setting(run);
+      } catch (...) {
+        run.failure = std::current_exception();  // the task's later runs share its cache: not run, as in a loop
+        break;
+      }
+    }
   });
-  for (SettingRun& run : wave) {
-    for (const auto& [candidate, setting] : run.evaluated) record(candidate, setting);
-    exact_settings_ += run.exact;
-    fallback_settings_ += run.fallback;
-    kept_by_refinement_settings_ += run.kept_by_refinement;
-    heuristic_.insert(heuristic_.end(), run.heuristic.begin(), run.heuristic.end());
-    partitions_only_.insert(partitions_only_.end(), run.partitions_only.begin(), run.partitions_only.end());
-    if (run.tighten_later) tighten_later_.emplace_back(run.knobs, *run.tighten_later);
+  for (const WavePart& part : parts) {
+    const auto failed = [](const Searcher::SettingRun& run) { return run.failure != nullptr; };
+    if (std::any_of(part.runs->begin(), part.runs->end(), failed)) continue;  // its caller drops or rethrows
+    Searcher& searcher = *part.searcher;
+    for (Searcher::SettingRun& run : *part.runs) {
+      for (const auto& [candidate, setting] : run.evaluated) searcher.record(candidate, setting);
+      searcher.exact_settings_ += run.exact;
+      searcher.fallback_settings_ += run.fallback;
+      searcher.kept_by_refinement_settings_ += run.kept_by_refinement;
+      searcher.heuristic_.insert(searcher.heuristic_.end(), run.heuristic.begin(), run.heuristic.end());
+      searcher.partitions_only_.insert(searcher.partitions_only_.end(), run.partitions_only.begin(),
+                                       run.partitions_only.end());
+      if (run.tighten_later) searcher.tighten_later_.emplace_back(run.knobs, *run.tighten_later);
+    }
   }
 }
 

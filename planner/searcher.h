@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,34 @@
 #include "wrap_dp.h"
 
 namespace shardplan::search_internal {
+
+class Searcher;
+
+// Note [Joint setting order]: the one-ahead pass of several searches (one per tensor- or expert-parallel degree, each
+// its own Searcher over its own view of the model) run as one. First each search's leading settings, search by
+// search in the given order (the degrees' seed order, Note [Degree order] in search_2d.cpp): its first setting alone,
+// then one wave (Note [Setting waves]); then the rest of every search's settings in one nondecreasing order of step
+// floor (ties: the searches' order, then each one's), in waves that may mix searches. After every wave the best plan
+// of any search prunes them all (Searcher::know_step_s). Run one search after another, the first searched ran with no
+// incumbent but its own, and the seed order is not always the answer's: llama3.1-405b on 256x8 H100s searched 40 TP 4
+// settings (0.39 of 0.67 CPU s in that pass, floors 39.0-45.7 s, its best 47.2 s) before TP 2's 45.3 s answer could
+// prune those above it. The leading settings keep what the seed order got right: ordered by floor alone from the
+// start, llama3-70b on 2048 H100s searched TP 4's "AC none" settings (floors 7.18 s, best 8.92 s) before TP 2's first
+// ones gave 8.11 s, 40 ms each against 3 ms with that incumbent, and took 1.11 s against 0.95 s. Measured (`plan`,
+// wall, 2 threads, before → after): 405B on 2048 H100s 0.90 → 0.70 s; 405B on 256, 70B on 2048 and on 256: the same
+// candidates and times. The order and the waves do not depend on the thread count, so neither does the result; for
+// one search this is its own one-ahead pass as before (Searcher::run_wrappings).
+// `orders`: each search's one_ahead_order, which the caller computes (a search that cannot order its settings throws
+// there, alone).
+using SettingOrder = std::vector<std::pair<double, KnobSetting>>;
+// Per search, what its runs threw first (null: nothing); a search that threw takes no more runs and its runs of that
+// wave are not merged.
+std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher*>& searchers,
+                                                      const std::vector<SettingOrder>& orders);
+
+struct WavePart;
+// Note [Setting waves]: one wave's runs, of one search or several, on the first search's threads.
+void run_wave_parts(const std::vector<WavePart>& parts);
 
 class Searcher {
  public:
@@ -40,6 +69,7 @@ class Searcher {
     std::size_t exact = 0, fallback = 0, kept_by_refinement = 0;
     std::vector<std::string> heuristic, partitions_only;
     std::optional<std::int64_t> tighten_later;  // Note [Tightened floor]: with the refused peak (0: none refused)
+    std::exception_ptr failure;  // what the run threw (then nothing of it is merged)
 
     SettingRun(const KnobSetting& setting, Pass of_pass, double setting_floor_s, std::int64_t refused_bytes = 0)
         : knobs(setting), pass(of_pass), refused_peak_bytes(refused_bytes), floor_s(setting_floor_s) {}
@@ -93,6 +123,11 @@ class Searcher {
     run_prefetch_depths();
   }
   void run_wrappings(bool offload);
+  // The one-ahead pass's settings of `offload` that can fit, in nondecreasing step floor (ties: enumeration order);
+  // those that cannot are counted proven here.
+  SettingOrder one_ahead_order(bool offload);
+  // The tightened-floor pass (Note [Tightened floor]) of the settings the one-ahead pass left to it.
+  void run_tightened_floors();
   void run_prefetch_depths();
 
   // Note [Setting waves]: the wave's runs on up to options_.threads threads. Runs that share windows (the settings of
@@ -135,6 +170,12 @@ class Searcher {
   const std::vector<std::string>& partitions_only_settings() const { return partitions_only_; }
 
  private:
+  friend std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher*>& searchers,
+                                                               const std::vector<SettingOrder>& orders);
+  friend void run_wave_parts(const std::vector<WavePart>& parts);
+  // False, counting the setting proven, when the incumbent beats its step floor `floor_s`.
+  bool admits(double floor_s);
+
   // The windows lowered for one strategy, micro-batch and offload serve every checkpointing pattern and both passes
   // (Note [Wrap fragments]): one cache per such setting, kept while the search runs.
   std::shared_ptr<FragmentCache>& cache_for(const KnobSetting& knobs) {
@@ -178,6 +219,12 @@ class Searcher {
   std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
   // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
   std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;
+};
+
+// A wave's runs of one search, merged into it in order after the wave.
+struct WavePart {
+  Searcher* searcher;
+  std::vector<Searcher::SettingRun>* runs;
 };
 
 }  // namespace shardplan::search_internal
