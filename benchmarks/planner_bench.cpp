@@ -71,9 +71,11 @@ void print_table(const char* title, const std::vector<Row>& rows,
   for (const Row& row : rows) {
     std::printf("%-38s %8s", row.name.c_str(), row.goal_s > 0 ? std::to_string(row.goal_s).substr(0, 4).c_str() : "-");
     double last_wall_s = 0;
+    bool last_failed = false;
     for (const auto& [label, binary] : binaries) {
       ProcessSample sample;
-      if (!measure(binary, row, runs, sample)) {
+      last_failed = !measure(binary, row, runs, sample);
+      if (last_failed) {
         std::printf(" | %-8s %23s", label.c_str(), "failed");
         continue;
       }
@@ -82,6 +84,8 @@ void print_table(const char* title, const std::vector<Row>& rows,
     }
     if (row.goal_s <= 0) {
       std::printf(" | -\n");
+    } else if (last_failed) {
+      std::printf(" | no (the command failed)\n");  // a failed run meets no goal, however fast it failed
     } else {
       std::printf(" | %s (%.1fx the goal)\n", last_wall_s <= row.goal_s ? "yes" : "no", last_wall_s / row.goal_s);
     }
@@ -101,6 +105,10 @@ int main(int argc, char** argv) {
       runs = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--no-growth") {
       with_growth = false;
+    } else if (arg.starts_with("-")) {
+      std::fprintf(stderr, "planner_bench: unknown option '%s'\n", arg.c_str());
+      binaries.clear();
+      break;
     } else if (const auto equals = arg.find('='); equals != std::string::npos) {
       binaries.emplace_back(arg.substr(0, equals), arg.substr(equals + 1));
     } else {
