@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cluster.h"
-#include "llama_blocks.h"
 #include "degree_search.h"
+#include "llama_blocks.h"
 #include "search.h"
 
 using namespace shardplan;
