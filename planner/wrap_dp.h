@@ -90,6 +90,9 @@ inline constexpr std::size_t kMaxWrapChecks = 48;
 // searches); the rest ran to the budget and gave up — 363 in the tests, 282 in those commands, 10-20 ms each on the
 // large models (llama3-70b on 2048 H100s: 39 of them, 0.40 of its 1.65 CPU s). Same plans at 10,000.
 inline constexpr std::size_t kMaxWrapSearchNodes = 10'000;
+// The same budget for a best-first search that runs without the label DP (Note [Bound-only wrap search]), measured
+// there.
+inline constexpr std::size_t kMaxBoundOnlySearchNodes = 4'000;
 
 struct WrapSearchOptions {
   int max_unit_blocks = 8;
@@ -108,8 +111,9 @@ struct WrapSearchOptions {
   bool floor_for_any_prefetch_depth = false;
   double stop_above_s = std::numeric_limits<double>::infinity();  // an incumbent: nothing slower is wanted
   // Past this many labels offered to its states (0: no limit), the label DP stops and the best-first search runs
-  // alone (Note [Bound-only wrap search]).
+  // alone (Note [Bound-only wrap search]), holding at most bound_only_max_search_nodes partial wrappings.
   std::size_t label_dp_max_labels = 0;
+  std::size_t bound_only_max_search_nodes = kMaxBoundOnlySearchNodes;
 };
 
 struct WrapSearchResult {
@@ -149,6 +153,12 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
 //   llama3-8b on 256x8               0.41   0.63     0.41      0.38
 // The one-ahead searches keep the DP whole: their model is often exact, and a budget there changed llama3-70b's plan
 // on 2048 H100s (8.1098 → 8.1114 s: the tree gave up where the DP would have answered).
+// Without the DP's dominance the tree grows nearly level by level, and most such searches never complete a wrapping:
+// counted over the unit tests and ten planning commands (2026-12-06: the 405B and 70B plans on 256 and 2048 H100s,
+// the demo's plan and capacity sweep, the 7B fixed-batch sweep, ...), of 198 bound-only searches 24 found their
+// answer holding at most 1,983 partial wrappings and 14 proved none, at most 1,270; the other 160 ran to the 10,000
+// of kMaxWrapSearchNodes with no wrapping checked (llama3-70b on 2048 H100s: 34 of them, 0.40 of its 1.29 CPU s).
+// So a bound-only search holds at most kMaxBoundOnlySearchNodes, twice the most any search that ended needed.
 
 // Note [Least peak]: `--objective memory` wants the least simulated peak, then the fastest plan at it. The least
 // peak comes from a branch and bound on the memory floor (Note [Wrap floor]): partial wrappings from the right, keyed

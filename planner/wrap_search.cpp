@@ -1,6 +1,7 @@
 // The fastest fitting wrapping (Note [Wrap search] in wrap_dp.h): the floor-filtered label DP, then wrappings in
 // time order, best first, checked by the simulator until one fits (where the model is a lower bound: until none left
 // can beat the fastest that fits).
+#include <algorithm>
 #include <optional>
 #include <queue>
 
@@ -131,8 +132,10 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
       push(std::move(node), key, fits);
     }
   }
+  const std::size_t max_nodes = bound_only ? std::min(options.max_search_nodes, options.bound_only_max_search_nodes)
+                                           : options.max_search_nodes;
   while (!queue.empty()) {
-    if (nodes.size() > options.max_search_nodes) {
+    if (nodes.size() > max_nodes) {
       result.gave_up = true;
       return result;
     }

@@ -82,7 +82,7 @@ const WrapCase kSearchCases[] = {
 // fails the cases with only a lower-bound model, e.g. "llama2-7b-10 on 8xA100-80GB full_shard seq 2048 accumulation
 // 2": CHECK( 0.261753 == Approx( 0.261743 ) ).
 TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search under a cap") {
-  int searched_past_the_first = 0, bound_only_searches = 0;
+  int searched_past_the_first = 0, bound_only_searches = 0, bound_only_gave_up = 0;
   std::size_t most_checked = 0;
   for (const WrapCase& c : kSearchCases) {
     INFO(c.name());
@@ -112,12 +112,29 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
         options.max_checks = 100000;
         options.per_unit_reshard = per_unit_reshard;
         options.label_dp_max_labels = dp_labels;
+        // The exhaustive answer needs the search to end: the bound-only tree gets the whole tree's budget here
+        // (its own, smaller one is a give-up policy for the depth searches, checked below).
+        options.bound_only_max_search_nodes = kMaxWrapSearchNodes;
         options.check = [&](const std::vector<LayerRange>& units, const std::vector<bool>& kept) {
           const Plan plan = plan_with_units(setup.model, setup.base, units, kept);
           const Simulated sim = simulate_wrapping(setup, {}, &plan);
           return WrapCheck{sim.peak_bytes <= cap, sim.step_s, sim.peak_bytes};
         };
         const WrapSearchResult result = fastest_fitting_wrapping(fragments, options);
+        if (result.bound_only) {
+          // Note [Bound-only wrap search]: under a budget of one partial wrapping a bound-only search gives up, or
+          // ends as the search with the whole budget did — never another answer.
+          WrapSearchOptions tiny = options;
+          tiny.bound_only_max_search_nodes = 1;
+          const WrapSearchResult small = fastest_fitting_wrapping(fragments, tiny);
+          CHECK(small.bound_only);
+          if (small.gave_up) {
+            ++bound_only_gave_up;
+          } else {
+            CHECK(small.found == result.found);
+            CHECK(small.simulated_step_s == result.simulated_step_s);
+          }
+        }
         const bool kept_searched = per_unit_reshard && fragments.keep_choice();
         INFO("cap " << cap << " B (quantile " << quantile << "), per-unit reshard " << per_unit_reshard
                     << ", DP label budget " << dp_labels << ": checked " << result.checked << ", exhausted "
@@ -148,6 +165,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
                                                      << searched_past_the_first);
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
   CHECK(bound_only_searches > 0);      // and alone, where the DP went past its budget
+  CHECK(bound_only_gave_up > 0);       // whose own node budget ends it
 }
 
 // Note [Prefetch depth] (planner/searcher_setting.cpp): the fragments with free all-gathers and free collective issue bound the
