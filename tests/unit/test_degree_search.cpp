@@ -24,6 +24,24 @@ struct DegreeCase {
   std::int64_t cap_gib;
 };
 
+// A case's cluster, profile, training (two sequences per rank a step) and search options (the cap, no baselines).
+struct DegreeSetup {
+  Cluster cluster;
+  HardwareProfile profile;
+  TrainingConfig training;
+  SearchOptions options;
+};
+
+DegreeSetup degree_setup(const DegreeCase& c) {
+  DegreeSetup setup{parse_cluster(c.cluster, HardwareCatalog::builtin()), {}, {}, {}};
+  setup.profile = profile_from_cluster(setup.cluster);
+  setup.training.seq_len = c.seq_len;
+  setup.training.global_batch = 2 * setup.cluster.world_size();
+  setup.options.memory_cap_bytes = c.cap_gib << 30;
+  setup.options.with_baselines = false;
+  return setup;
+}
+
 }  // namespace
 
 TEST_CASE("degree search: stage by stage, the plan is the fastest of the degrees searched alone, with less work") {
@@ -38,14 +56,8 @@ TEST_CASE("degree search: stage by stage, the plan is the fastest of the degrees
                                          {"8xA100-40GB", 4096, 12}};
   const ModelSpec model = llama_blocks(6);
   for (const DegreeCase& c : cases) {
-    const Cluster cluster = parse_cluster(c.cluster, HardwareCatalog::builtin());
-    const HardwareProfile profile = profile_from_cluster(cluster);
-    TrainingConfig training;
-    training.seq_len = c.seq_len;
-    training.global_batch = 2 * cluster.world_size();
-    SearchOptions options;
-    options.memory_cap_bytes = c.cap_gib << 30;
-    options.with_baselines = false;
+    const auto [cluster, profile, training, base_options] = degree_setup(c);
+    SearchOptions options = base_options;
     options.tensor_parallel_degrees = {1, 2, 4, 8};
     const SearchResult joint = search_plans(model, cluster, profile, training, options);
     double fastest_alone_s = std::numeric_limits<double>::infinity();
@@ -85,14 +97,8 @@ TEST_CASE("degree search: stage by stage, the plan is the fastest of the degrees
 TEST_CASE("degree search: a later degree's plan proves an earlier degree's settings by their floors") {
   using search_internal::DegreeInput;
   const ModelSpec model = llama_blocks(6);
-  const Cluster cluster = parse_cluster("8xA100-40GB", HardwareCatalog::builtin());
-  const HardwareProfile profile = profile_from_cluster(cluster);
-  TrainingConfig training;
-  training.seq_len = 2048;
-  training.global_batch = 2 * cluster.world_size();
-  SearchOptions options;
-  options.memory_cap_bytes = std::int64_t{7} << 30;
-  options.with_baselines = false;
+  const auto [cluster, profile, training, base_options] = degree_setup({"8xA100-40GB", 2048, 7});
+  SearchOptions options = base_options;
   options.allow_offload = false;
   options.tensor_parallel_degrees = {1};
   // Each degree's data-parallel view, as search_plans builds it; the slower degree listed first.
