@@ -1,5 +1,6 @@
-// Note [Communication floor] and Note [Step floor] (communication_floor.h): the busiest communication stream of the
-// whole model as one unit, and the step floor the search prunes knob settings with.
+// Note [Communication floor], Note [Gathers before reductions] and Note [Step floor] (communication_floor.h): the
+// busiest communication stream of the whole model as one unit, and the step floor the search prunes knob settings
+// with.
 #include "communication_floor.h"
 
 #include <algorithm>
@@ -60,8 +61,8 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
   return floor;
 }
 
-double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
-                                  std::int64_t keepable_bytes, const HardwareProfile& profile) {
+double busiest_stream_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
+                              std::int64_t keepable_bytes, const HardwareProfile& profile) {
   std::array<double, kStreamCount> stream_s = communication.step_stream_s;
   // Note [Regather floor]
   if (keepable_bytes >= 0 && communication.whole_gather.bytes > keepable_bytes) {
@@ -75,6 +76,21 @@ double communication_busy_floor_s(const CommunicationFloor& communication, const
     busiest_s = std::max(busiest_s, stream_s[stream] + floors.micro_batch_stream_s[stream]);
   }
   return busiest_s;
+}
+
+double gathers_then_reductions_s(const CommunicationFloor& communication, const SettingFloors& floors) {
+  const auto busy_s = [&](StreamKind stream) {
+    const auto at = static_cast<std::size_t>(stream);
+    return communication.step_stream_s[at] + floors.micro_batch_stream_s[at];
+  };
+  return communication.step_stream_s[static_cast<std::size_t>(StreamKind::all_gather)] +
+         std::max(busy_s(StreamKind::reduce_scatter), busy_s(StreamKind::all_reduce));
+}
+
+double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
+                                  std::int64_t keepable_bytes, const HardwareProfile& profile) {
+  return std::max(busiest_stream_floor_s(communication, floors, keepable_bytes, profile),
+                  gathers_then_reductions_s(communication, floors));
 }
 
 double least_overlap_compute_slowdown(const HardwareProfile& profile) { return profile.overlap_compute_slowdown; }

@@ -41,6 +41,15 @@ namespace shardplan {
 // A setting whose units reshard to a partial copy (a smaller group's gather) gets no such term, and a front end that
 // cannot hold the whole model in one unit (FSDP1 without use_orig_params over frozen and trainable layers) no
 // communication floor at all.
+//
+// Note [Gathers before reductions]: the streams' busy time is a union, and two parts of it never overlap. Every unit's
+// forward all-gather of the first micro-batch ends before that unit's forward runs, so before the step's first
+// backward op starts; every reduction (reduce-scatter, HSDP's or the replicated all-reduce) waits for a backward op,
+// so starts after it. The first set alone keeps the all-gather stream busy at least the whole model's gather (the
+// per-step all-gather term above, subadditive as above); the second keeps the reduction streams busy at least the
+// busier of their per-step terms. So the union is at least their sum — on a ZeRO-2 setting, whose units are never
+// regathered, up to twice the busiest stream. The backward regathers are left out of the sum: a unit's may be issued
+// before the first backward op (prefetched at the loss) and run beside the reductions.
 struct CommunicationFloor {
   // Per step, by stream: the ops every wrapping runs at least once a step (the per-micro-batch streams' ops are
   // SettingFloors::micro_batch_stream_s, from the compute floor's lowering).
@@ -56,9 +65,15 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
 // Streams whose ops a layer's passes carry, the same in every wrapping, once per micro-batch (MoE all-to-alls,
 // context parallelism's ring sends).
 bool runs_per_micro_batch(StreamKind stream);
-// U: the busiest stream's per-step ops plus its per-micro-batch ops of the whole step, the all-gather stream with the
+// The busiest stream's per-step ops plus its per-micro-batch ops of the whole step, the all-gather stream with the
 // backward regather of what `keepable_bytes` cannot keep gathered (Note [Regather floor]; negative: none fits, so any
 // bound holds — none is added).
+double busiest_stream_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
+                              std::int64_t keepable_bytes, const HardwareProfile& profile);
+// Note [Gathers before reductions]: the whole model's forward gather and the busier reduction stream, one after the
+// other.
+double gathers_then_reductions_s(const CommunicationFloor& communication, const SettingFloors& floors);
+// U: the larger of the two.
 double communication_busy_floor_s(const CommunicationFloor& communication, const SettingFloors& floors,
                                   std::int64_t keepable_bytes, const HardwareProfile& profile);
 

@@ -72,8 +72,8 @@ const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
   return known->second;
 }
 
-double Searcher::step_floor(const KnobSetting& knobs) {
-  const auto [known, inserted] = step_floors_.try_emplace(knobs.label(), 0.0);
+const Searcher::StepFloors& Searcher::step_floors(const KnobSetting& knobs) {
+  const auto [known, inserted] = step_floors_.try_emplace(knobs.label());
   if (inserted) {
     // Note [Communication floor]: its per-step collectives depend on the strategy and offload only.
     KnobSetting collectives_key = knobs;
@@ -85,9 +85,14 @@ double Searcher::step_floor(const KnobSetting& knobs) {
     // Note [Regather floor]: what a fitting plan's kept units can hold where backward starts.
     const SettingFloors& setting = floors(knobs);
     const std::int64_t keepable_bytes = cap_ - states_floor_bytes(knobs) - setting.turnaround_activation_bytes;
-    const double busy_s = communication_busy_floor_s(communication->second, setting, keepable_bytes, profile_);
-    known->second = step_floor_s(setting, busy_s, communication->second.optimizer_step_s,
-                                 least_overlap_compute_slowdown(profile_));
+    const auto floor_s = [&](double busy_s) {
+      return step_floor_s(setting, busy_s, communication->second.optimizer_step_s,
+                          least_overlap_compute_slowdown(profile_));
+    };
+    known->second.order_s =
+        floor_s(busiest_stream_floor_s(communication->second, setting, keepable_bytes, profile_));
+    known->second.prune_s =
+        floor_s(communication_busy_floor_s(communication->second, setting, keepable_bytes, profile_));
   }
   return known->second;
 }
@@ -96,17 +101,22 @@ SettingOrder Searcher::one_ahead_order(bool offload) {
   // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing step floor, so the
   // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
   // what keeps a fixed global batch of many micro-batches per rank (capacity --global-batch-tokens) to seconds.
-  // Ties keep the settings' enumeration order (stable sort), so the same inputs give the same plan.
-  std::vector<std::pair<double, KnobSetting>> ordered;
+  // Ties keep the settings' enumeration order (stable sort), so the same inputs give the same plan. Note [Order
+  // floor]: ordered by one floor, pruned by the other.
+  SettingOrder ordered;
   for (const KnobSetting& knobs : knob_settings(cluster_, training_, offload, options_.pins)) {
     if (!can_fit(knobs)) {
       ++memory_floor_settings_;  // proven: no plan of it fits
       continue;
     }
-    ordered.emplace_back(options_.objective == SearchObjective::time ? step_floor(knobs) : 0.0, knobs);
+    if (options_.objective == SearchObjective::time) {
+      ordered.push_back({order_floor(knobs), step_floor(knobs), knobs});
+    } else {
+      ordered.push_back({0.0, 0.0, knobs});
+    }
   }
   std::stable_sort(ordered.begin(), ordered.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+                   [](const OrderedSetting& a, const OrderedSetting& b) { return a.order_s < b.order_s; });
   return ordered;
 }
 
@@ -128,7 +138,7 @@ std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher
                                                       const std::vector<SettingOrder>& orders) {
   std::vector<std::exception_ptr> failures(searchers.size());
   struct Entry {
-    double floor_s;
+    double order_s, floor_s;  // Note [Order floor]
     std::size_t searcher;
     KnobSetting knobs;
   };
@@ -168,14 +178,16 @@ std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher
   std::vector<Entry> rest;
   for (std::size_t index = 0; index < searchers.size(); ++index) {
     std::vector<Entry> own;
-    for (const auto& [floor_s, knobs] : orders.at(index)) own.push_back({floor_s, index, knobs});
+    for (const OrderedSetting& setting : orders.at(index)) {
+      own.push_back({setting.order_s, setting.floor_s, index, setting.knobs});
+    }
     std::size_t next = 0;
     run_wave_from(own, next, 1);
     run_wave_from(own, next, kSettingsPerWave);
     rest.insert(rest.end(), own.begin() + static_cast<std::ptrdiff_t>(next), own.end());
   }
   // Then the rest of every search's settings in one order of step floor; ties keep the searches' order.
-  std::stable_sort(rest.begin(), rest.end(), [](const Entry& a, const Entry& b) { return a.floor_s < b.floor_s; });
+  std::stable_sort(rest.begin(), rest.end(), [](const Entry& a, const Entry& b) { return a.order_s < b.order_s; });
   for (std::size_t next = 0; next < rest.size();) run_wave_from(rest, next, kSettingsPerWave);
   return failures;
 }

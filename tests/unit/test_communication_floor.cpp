@@ -8,10 +8,12 @@
 
 #include "cluster.h"
 #include "decoder_builder.h"
+#include "finetune_apply.h"
 #include "hf_example_models.h"
 #include "communication_floor.h"
 #include "llama_blocks.h"
 #include "search.h"
+#include "searcher.h"
 #include "step_analysis.h"
 
 using namespace shardplan;
@@ -44,6 +46,7 @@ struct FloorCase {
 // the least peak of its shapes (Note [Regather floor]), against the shapes that fit that.
 struct FloorCounts {
   std::size_t settings = 0, communication_bound = 0, fitting_under_tight_cap = 0, regather_raised = 0;
+  std::size_t sum_raised = 0;  // Note [Gathers before reductions]: the union's sum above every stream's own time
 };
 FloorCounts check_step_floors(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                               const TrainingConfig& training, bool offload) {
@@ -53,6 +56,11 @@ FloorCounts check_step_floors(const ModelSpec& model, const Cluster& cluster, co
     const SettingFloors floors = setting_floors(model, cluster, profile, training, knobs);
     const CommunicationFloor communication = communication_floor(model, cluster, profile, training, knobs);
     const double busy_s = communication_busy_floor_s(communication, floors, -1, profile);
+    const double busiest_stream_s = busiest_stream_floor_s(communication, floors, -1, profile);
+    const double sum_s = gathers_then_reductions_s(communication, floors);
+    CHECK(busy_s >= busiest_stream_s);
+    CHECK(busy_s >= sum_s);
+    if (sum_s > busiest_stream_s) ++counts.sum_raised;
     const double floor_s = step_floor_s(floors, busy_s, communication.optimizer_step_s, slowdown);
     const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
     std::vector<SimulationSummary> summaries;
@@ -117,12 +125,33 @@ TEST_CASE("communication floor: the step floor is below every plan of its settin
       counts.communication_bound += some.communication_bound;
       counts.fitting_under_tight_cap += some.fitting_under_tight_cap;
       counts.regather_raised += some.regather_raised;
+      counts.sum_raised += some.sum_raised;
     }
     CHECK(counts.settings > 10);
     CHECK(counts.communication_bound > 0);
     CHECK(counts.fitting_under_tight_cap > 0);
-    CHECK(counts.regather_raised > 0);
+    CHECK(counts.sum_raised > 0);  // the regather term, subsumed here by the sum: the LoRA case below
   }
+}
+
+// Note [Regather floor] where the reductions are small (Note [Gathers before reductions] then leaves the backward
+// regather to count): LoRA reduces its adapters' gradients only, while the frozen weights are gathered whole.
+TEST_CASE("communication floor: LoRA's small reductions leave the regather term to raise the floor") {
+  DecoderArchitecture arch = hf_model("llama3.2-1b").architecture.value();
+  arch.num_layers = 4;
+  TrainingConfig training;
+  training.seq_len = 256;
+  training.finetune.mode = FinetuneMode::lora;
+  training.finetune.lora.r = 8;
+  training.finetune.lora.target_modules = {"q_proj", "v_proj"};
+  const ModelSpec model = finetuned_model(build_decoder("llama3.2-1b-4-layers", arch, "test"), training.finetune,
+                                          FinetuneFieldNames::cli());
+  const Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
+  training.global_batch = 2 * cluster.world_size();
+  const FloorCounts counts =
+      check_step_floors(model, cluster, profile_from_cluster(cluster), training, false);
+  CHECK(counts.settings > 5);
+  CHECK(counts.regather_raised > 0);
 }
 
 // The per-micro-batch streams (Note [Communication floor]): a mixture of experts' all-to-alls, counted once per
@@ -160,4 +189,28 @@ TEST_CASE("step floor: the stretch term by hand") {
   CHECK(step_floor_s(floors, 5.0, 2.0, 2.0) == doctest::Approx(14.0));
   // A calibrated speed-up beside communication (s < 1): s·K + D.
   CHECK(step_floor_s(floors, 5.0, 0.0, 0.5) == doctest::Approx(6.0));
+}
+
+// Note [Order floor] (planner/searcher.h): the search orders its settings by the busiest stream's step floor and
+// admits them by the summed one, which is never lower and raises some.
+TEST_CASE("search order: settings ordered by the busiest stream's floor, admitted by the summed one") {
+  const ModelSpec model = llama_blocks(4);
+  const Cluster cluster = parse_cluster("4x8xA100-40GB", HardwareCatalog::builtin());
+  TrainingConfig training;
+  training.seq_len = 256;
+  training.global_batch = 2 * cluster.world_size();
+  search_internal::Searcher searcher(model, cluster, profile_from_cluster(cluster), training, SearchOptions{},
+                                     std::int64_t{40} << 30);
+  const search_internal::SettingOrder order = searcher.one_ahead_order(false);
+  REQUIRE(order.size() > 10);
+  std::size_t raised = 0;
+  for (std::size_t at = 0; at < order.size(); ++at) {
+    INFO(order[at].knobs.label());
+    CHECK(order[at].floor_s == searcher.step_floor(order[at].knobs));
+    CHECK(order[at].order_s == searcher.order_floor(order[at].knobs));
+    CHECK(order[at].floor_s >= order[at].order_s);
+    if (order[at].floor_s > order[at].order_s) ++raised;
+    if (at > 0) CHECK(order[at - 1].order_s <= order[at].order_s);
+  }
+  CHECK(raised > 0);
 }
