@@ -112,11 +112,16 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h100.max_compute_efficiency = 0.80;
   h100.half_efficiency_flops = 4.8e9;
   h100.clock_fraction = 1.0;
-  // Compute beside a collective (Note [Overlap slowdown by kernel kind]): a GEMM of exactly 132 CTAs beside a 24-CTA
-  // ncclAllGather spilled into a second wave, its MFU falling from 80 % to 47 % (https://forums.developer.nvidia.com/
-  // t/compute-communication-overlap-causes-severe-gemm-performance-degradation-because-of-tail-effect/337991). No H100
-  // trace of attention or memory-bound kernels beside NCCL was found: A100's (NVIDIA/nccl#1428), as a100_40 above.
-  h100.overlap_gemm_slowdown = 80.0 / 47.0;
+  // Compute beside a collective (Note [Overlap slowdown by kernel kind]). GEMMs: in Llama3 8B training on 8 × H100
+  // over NVLink (torch.compile, transformer-block bucketing), "NCCL collectives use SMs, which makes matmuls that are
+  // overlapped by them 30-40% slower" (https://github.com/pytorch/pytorch/pull/179937, 2026-04): 1.35, the middle.
+  // It disagrees with a synthetic GEMM of exactly 132 CTAs beside a 24-CTA ncclAllGather, which spilled into a second
+  // wave, its MFU falling from 80 % to 47 % (1.70; https://forums.developer.nvidia.com/t/compute-communication-overlap-
+  // causes-severe-gemm-performance-degradation-because-of-tail-effect/337991): the training run's matmuls are the
+  // kernels as training runs them, so they set it (not the dev set, whose H100 rows it moves further fast: H100-80GB
+  // median 12.9 -> 16.9 %; benchmarks/published-runs/README.md row by row). No H100 trace of attention or memory-bound
+  // kernels beside NCCL was found: A100's (NVIDIA/nccl#1428), as a100_40 above.
+  h100.overlap_gemm_slowdown = 1.35;
   h100.overlap_attention_slowdown = 0.33 / 0.18;
   h100.overlap_memory_slowdown = 1.8;
   // FlashAttention-2 (what SDPA runs on Hopper) at the locked 1,830 MHz (FlashAttention-3 paper, Figs. 5-6, head dim
