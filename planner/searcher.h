@@ -107,10 +107,11 @@ class Searcher {
   // Note [Order floor]: the settings are ordered by the step floor without Note [Gathers before reductions] and
   // pruned by the whole one. The order decides what the incumbent is when a setting is searched, and so what the
   // settings whose searches give up answer (heuristic and partitions-only ones: Note [Tightened floor]); the summed
-  // term reorders settings whose floors it raises (ZeRO-2 and HSDP ones most), and measured ordered by it, the demo's
-  // capacity sweep answered 22.970 s for llama3-70b on 1024 A100-80GBs where it answered 22.956 s before (its
-  // settings there are heuristic), with no time saved (llama3-70b on 2048 H100s, `--jobs 1`: 0.99 s user against
-  // 0.97 s ordered as before). Pruned by it, that plan takes 1.06 -> 0.97 s, with every output as before.
+  // term reorders settings whose floors it raises (ZeRO-2 ones most: their units are never regathered), and measured
+  // ordered by it, the demo's capacity sweep answered 22.970 s for llama3-70b on 1024 A100-80GBs where it answered
+  // 22.956 s before (its settings there are heuristic), with no time saved (llama3-70b on 2048 H100s, `--jobs 1`:
+  // 0.99 s user against 0.97 s ordered as before). Pruned by it, that plan takes 1.06 -> 0.97 s user, every output
+  // as before.
   double order_floor(const KnobSetting& knobs) { return step_floors(knobs).order_s; }
 
   // True when no plan of a setting whose step floor is `floor_s` can beat the best fitting plan so far (by time;
