@@ -109,11 +109,8 @@ SettingOrder Searcher::one_ahead_order(bool offload) {
       ++memory_floor_settings_;  // proven: no plan of it fits
       continue;
     }
-    if (options_.objective == SearchObjective::time) {
-      ordered.push_back({order_floor(knobs), step_floor(knobs), knobs});
-    } else {
-      ordered.push_back({0.0, 0.0, knobs});
-    }
+    const bool timed = options_.objective == SearchObjective::time;
+    ordered.push_back({timed ? order_floor(knobs) : 0.0, timed ? step_floor(knobs) : 0.0, knobs});
   }
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const OrderedSetting& a, const OrderedSetting& b) { return a.order_s < b.order_s; });
@@ -138,9 +135,8 @@ std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher
                                                       const std::vector<SettingOrder>& orders) {
   std::vector<std::exception_ptr> failures(searchers.size());
   struct Entry {
-    double order_s, floor_s;  // Note [Order floor]
+    OrderedSetting setting;
     std::size_t searcher;
-    KnobSetting knobs;
   };
   // One wave of up to `wave_size` admitted settings from `queue` at `next`, run and merged; then every search knows
   // the best plan of all (Note [Joint setting order]).
@@ -148,8 +144,8 @@ std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher
     std::vector<std::vector<Searcher::SettingRun>> runs(searchers.size());
     for (std::size_t taken = 0; next < queue.size() && taken < wave_size; ++next) {
       const Entry& entry = queue[next];
-      if (failures[entry.searcher] || !searchers[entry.searcher]->admits(entry.floor_s)) continue;
-      runs[entry.searcher].emplace_back(entry.knobs, Searcher::Pass::one_ahead, entry.floor_s);
+      if (failures[entry.searcher] || !searchers[entry.searcher]->admits(entry.setting.floor_s)) continue;
+      runs[entry.searcher].emplace_back(entry.setting.knobs, Searcher::Pass::one_ahead, entry.setting.floor_s);
       ++taken;
     }
     std::vector<WavePart> parts;
@@ -178,16 +174,15 @@ std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher
   std::vector<Entry> rest;
   for (std::size_t index = 0; index < searchers.size(); ++index) {
     std::vector<Entry> own;
-    for (const OrderedSetting& setting : orders.at(index)) {
-      own.push_back({setting.order_s, setting.floor_s, index, setting.knobs});
-    }
+    for (const OrderedSetting& setting : orders.at(index)) own.push_back({setting, index});
     std::size_t next = 0;
     run_wave_from(own, next, 1);
     run_wave_from(own, next, kSettingsPerWave);
     rest.insert(rest.end(), own.begin() + static_cast<std::ptrdiff_t>(next), own.end());
   }
   // Then the rest of every search's settings in one order of step floor; ties keep the searches' order.
-  std::stable_sort(rest.begin(), rest.end(), [](const Entry& a, const Entry& b) { return a.order_s < b.order_s; });
+  std::stable_sort(rest.begin(), rest.end(),
+                   [](const Entry& a, const Entry& b) { return a.setting.order_s < b.setting.order_s; });
   for (std::size_t next = 0; next < rest.size();) run_wave_from(rest, next, kSettingsPerWave);
   return failures;
 }
