@@ -183,7 +183,7 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
   for (std::size_t program = 0; program < pipeline.programs.size(); ++program) {
     for (const Op& op : pipeline.programs[program].ops) {
       // The pipeline's sends (a ring send of context parallelism has no peer stage).
-      if (op.kind == OpKind::send && op.peer_stage >= 0) {
+      if (op.kind == OpKind::send && !is_ring_step(op)) {
         sends[{op.stage, op.peer_stage, op.micro_batch}] = {static_cast<int>(program), op.id};
       }
     }

@@ -104,6 +104,10 @@ struct Op {
                                                   // reduction of its stream held until now (Note [Reduction buffers])
 };
 
+// A context-parallel ring step (Note [Context-parallel lowering]): a send between the ranks of a CP group, which names
+// no stage at its other end, unlike a pipeline program's transfers between stages.
+inline bool is_ring_step(const Op& op) { return op.kind == OpKind::send && op.peer_stage < 0; }
+
 // Note [Reduction buffers]: FSDP2 keeps a reduction's buffers alive until the next unit's post-backward, which first
 // waits for the previous reduce-scatter and drops it, then issues its own (FSDPParamGroup.post_backward:
 // `wait_event(reduce_scatter_state.event); reduce_scatter_state = None`, and likewise `all_reduce_state` for HSDP's

@@ -21,17 +21,20 @@ namespace shardplan::runner {
 // share; each decoder block's attention is ring attention over the CP group (Note [Ring attention core]), which
 // posts exactly the ring steps the lowering emits as `send` ops (emit_ring_sends): per layer pass cp − 1 K/V steps
 // forward (and again in a full recompute), cp − 1 K/V and cp dK/dV steps backward, each of K and V of the rank's
-// micro_batch × seq/cp tokens (fp32 on CPU ranks, so dK/dV's fp32 is the same size). The program's send ops are
-// markers on the p2p stream — the exchanges happen inside the pass after them, in torch's order within the pass —
-// and every step is one send and one receive, so a step's messages per rank are the program's send ops, calls and
-// bytes, each way (StepReport::p2p); their receive buffers are tracked where the schedule places them (comm_buffers
-// from a pass's first send op to its last), so the tracked memory is the program's. Each rank's loss is the mean over its tokens (equally many on every rank), so
-// the agreed loss, the mean over ranks, is the whole sequences' mean; the gradient of every rank's loss reaches the
-// keys' owners through the dK/dV ring, and FSDP's reduction over the dp_shard × cp ranks (the planner's shard group,
-// the lowered schedule's collectives) averages it, as torchtitan's FSDP over "dp_shard_cp" does.
-// Not executed (refused up front, one line each): CP with tensor or pipeline parallelism or fine-tuning, and on the
-// GPU executor (check_executable in runner_support.cpp), and checkpoints of a CP run (`run`'s check_run_checkpoints
-// in cli/cmd_run.cpp).
+// micro_batch × seq/cp tokens (fp32 on CPU ranks, so dK/dV's fp32 is the same size). The program's send ops that
+// name no peer stage (is_ring_step) are markers on the p2p stream — the exchanges happen inside the pass after them,
+// in torch's order within the pass — and every step is one send and one receive, so a step's ring messages per rank
+// are those send ops, calls and bytes, each way (StepReport::p2p); their receive buffers are tracked where the
+// schedule places them (comm_buffers from a pass's first send op to its last), so the tracked memory is the
+// program's. Each rank's loss is the mean over its tokens (equally many on every rank), so the agreed loss, the mean
+// over ranks, is the whole sequences' mean; the gradient of every rank's loss reaches the keys' owners through the
+// dK/dV ring, and FSDP's reduction over the dp_shard × cp ranks (the planner's shard group, the lowered schedule's
+// collectives) averages it, as torchtitan's FSDP over "dp_shard_cp" does.
+// With a pipeline each pipeline rank runs one CP rank's program of its stages (Note [Pipeline programs]): the ring
+// inside its blocks, the stage boundaries carrying the CP rank's rows (Note [Pipeline runner]).
+// Not executed (refused up front, one line each): CP with tensor parallelism or fine-tuning, and on the GPU executor
+// (check_executable in runner_support.cpp), and checkpoints of a CP run (`run`'s check_run_checkpoints in
+// cli/cmd_run.cpp).
 
 // The runner's CP group: ring steps as sends to rank + 1 and receives from rank − 1 on its CP communicator, waits that
 // keep polling `progress` (so the asynchronous FSDP collectives move on, as CommTensorParallelGroup's do).

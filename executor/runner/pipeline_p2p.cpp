@@ -51,7 +51,7 @@ comm::CommHandle PipelineP2p::recv(const Op& op, std::span<float> into) {
 comm::P2pCounters PipelineP2p::expected(const StepSchedule& program) {
   comm::P2pCounters expected;
   for (const Op& op : program.ops) {
-    if (op.kind != OpKind::send && op.kind != OpKind::recv) continue;
+    if ((op.kind != OpKind::send && op.kind != OpKind::recv) || is_ring_step(op)) continue;
     comm::CollectiveTally& tally = op.kind == OpKind::send ? expected.sends : expected.recvs;
     tally.calls += 1;
     tally.bytes += static_cast<std::uint64_t>(op.bytes);

@@ -21,7 +21,11 @@ namespace shardplan::runner {
 // the stage before) or its gradient (backward, from the stage after) has arrived; a `send` op posts the tensor the
 // pass before it produced and completes on its own, as the schedule's p2p stream does. A message is matched by
 // (micro-batch, sending stage, direction) in its tag, so the interleaved schedules' several stages per rank never
-// mix up their messages, whatever order MPI delivers messages with different tags in.
+// mix up their messages, whatever order MPI delivers messages with different tags in. With tensor or context
+// parallelism inside the stages (torchtitan's [pp, dp_shard, cp, tp] mesh) the PP group is the ranks of the same TP
+// and CP coordinates, so each TP rank sends its sequence shard (Note [Sequence-parallel tokens]) and each CP rank its
+// share of the sequences to its own counterpart on the next stage: the schedule's boundary bytes (Note [Pipeline
+// programs]). A context-parallel ring's sends (is_ring_step) are the CP group's, not these.
 class PipelineP2p {
  public:
   // `pipeline`: the PP group, its rank r being pipeline rank r; `stages`: pp × stages per rank. InputError when the
@@ -37,7 +41,8 @@ class PipelineP2p {
 
   const comm::Communicator& group() const { return *pipeline_; }
 
-  // The messages one step of `program` posts on each rank: one per send op and per recv op, of its bytes.
+  // The messages one step of `program` posts on each rank: one per send op and per recv op between stages, of its
+  // bytes (a context-parallel ring's steps are the CP group's, Runner::expected_step_p2p).
   static comm::P2pCounters expected(const StepSchedule& program);
 
  private:

@@ -36,6 +36,15 @@ std::vector<float> layers_of(const runtime::ModelLayout& whole_layout, const run
   return out;
 }
 
+// The layers `whole_layers` of `model`, unsplit: a pipeline rank's stages at the whole model's widths (the model its
+// TP slice is cut from, Note [Pipeline runner]); the model itself for the identity.
+ModelSpec held_layers_model(const ModelSpec& model, const std::vector<std::size_t>& whole_layers) {
+  ModelSpec held = model;
+  held.layers.clear();
+  for (std::size_t layer : whole_layers) held.layers.push_back(model.layers[layer]);
+  return held;
+}
+
 }  // namespace
 
 Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& world, RunnerOptions options)
@@ -65,8 +74,6 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     if (tp > 1) (void)runtime::tensor_parallel_rank_model(model_, tp);
     if (dims.pp() > 1) {
       // ... what the CPU executor does not run with a pipeline (Note [Pipeline runner]) ...
-      if (tp > 1) throw InputError("plan: pipeline parallelism with tensor parallelism is not yet executed");
-      if (dims.cp() > 1) throw InputError("plan: pipeline parallelism with context parallelism is not yet executed");
       if (!plan_.training.finetune.trains_all()) {
         throw InputError("plan: fine-tuning with pipeline parallelism is not yet executed");
       }
@@ -97,6 +104,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     }
     layout_ = runtime::model_layout(rank_model_);
     whole_layout_ = runtime::model_layout(model_);
+    held_layout_ = runtime::model_layout(held_layers_model(model_, whole_layers_));
     (void)runtime::decoder_dims(model_);  // InputError for a model the CPU kernels cannot run
     if (tp == 1 && dims_.cp() == 1) {
       for (std::size_t layer : whole_layers_) kernels_.push_back(runtime::make_layer_kernel(model_, layer));
@@ -146,14 +154,17 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
   // With tensor parallelism every rank starts from its slice of the whole model's init, so the TP ranks together hold
   // exactly the reference's parameters (Note [Sharded init] holds per whole-model element, not per slice element).
   std::vector<float> rank_init;
-  if (pipeline_) {
-    // Its stages' share of the whole model's init, so the stages together start from the reference's parameters.
-    rank_init = layers_of(whole_layout_, layout_, whole_layers_, runtime::init_model_parameters(whole_layout_, init));
-  } else if (dims_.tp() > 1) {
-    const std::vector<float> whole = runtime::init_model_parameters(whole_layout_, init);
-    rank_init.resize(static_cast<std::size_t>(layout_.element_count));
-    runtime::extract_tensor_parallel_rank(whole_layout_, layout_, dims_.tp(), tensor_parallel_rank(),
-                                          whole, rank_init);
+  if (pipeline_ || dims_.tp() > 1) {
+    // Its stages' share of the whole model's init (all of it without a pipeline), then its TP rank's slice of those
+    // layers: the ranks together start from the reference's parameters.
+    std::vector<float> held = layers_of(whole_layout_, held_layout_, whole_layers_,
+                                        runtime::init_model_parameters(whole_layout_, init));
+    if (dims_.tp() > 1) {
+      rank_init.resize(static_cast<std::size_t>(layout_.element_count));
+      runtime::extract_tensor_parallel_rank(held_layout_, layout_, dims_.tp(), tensor_parallel_rank(), held, rank_init);
+    } else {
+      rank_init = std::move(held);
+    }
   }
   const auto layers = unit_layers(lowered_plan_, rank_model_);
   for (std::size_t unit = 0; unit < layouts.size(); ++unit) {
@@ -191,32 +202,34 @@ std::vector<float> Runner::gather_parameters() {
     param->gathered_to_unit_order(gathered);
     param->scatter_into_model(layout_, gathered, model_flat);
   }
-  if (pipeline_) {
-    // Every stage's layers at their whole-model offsets: one data-parallel rank of each stage contributes (the others
-    // hold the same gathered layers), summed over the world on the control group (not a schedule collective).
-    std::vector<float> whole(static_cast<std::size_t>(whole_layout_.element_count), 0.0f);
-    if (placement_.data_parallel_rank == 0) {
-      for (std::size_t layer = 0; layer < whole_layers_.size(); ++layer) {
-        const auto from = model_flat.begin() + layout_.layer_offsets_elements[layer];
-        std::copy(from, from + layout_.layers[layer].element_count,
-                  whole.begin() + whole_layout_.layer_offsets_elements[whole_layers_[layer]]);
-      }
+  // With tensor parallelism every TP rank's slice, each placed at its offsets in the held layers (Note
+  // [Tensor-parallel split]); every TP rank then holds them all.
+  std::vector<float> held = std::move(model_flat);
+  if (tensor_parallel_) {
+    const int tp = dims_.tp();
+    std::vector<float> slices(held.size() * static_cast<std::size_t>(tp));
+    groups_->tensor_parallel()->all_gather(held.data(), held.size(), slices.data()).wait();
+    std::vector<float> whole_width(static_cast<std::size_t>(held_layout_.element_count), 0.0f);
+    for (int r = 0; r < tp; ++r) {
+      runtime::insert_tensor_parallel_rank(
+          held_layout_, layout_, tp, r,
+          std::span<const float>(slices).subspan(held.size() * static_cast<std::size_t>(r), held.size()),
+          whole_width);
     }
-    groups_->control().all_reduce(whole.data(), whole.size()).wait();
-    return whole;
+    held = std::move(whole_width);
   }
-  if (!tensor_parallel_) return model_flat;
-  // Every TP rank's slice, then each placed at its whole-model offsets (Note [Tensor-parallel split]).
-  const int tp = dims_.tp();
-  std::vector<float> slices(model_flat.size() * static_cast<std::size_t>(tp));
-  groups_->tensor_parallel()->all_gather(model_flat.data(), model_flat.size(), slices.data()).wait();
+  if (!pipeline_) return held;
+  // Every stage's layers at their whole-model offsets: one rank of each stage contributes (its other data-parallel
+  // and TP ranks hold the same layers), summed over the world on the control group (not a schedule collective).
   std::vector<float> whole(static_cast<std::size_t>(whole_layout_.element_count), 0.0f);
-  for (int r = 0; r < tp; ++r) {
-    runtime::insert_tensor_parallel_rank(
-        whole_layout_, layout_, tp, r,
-        std::span<const float>(slices).subspan(model_flat.size() * static_cast<std::size_t>(r), model_flat.size()),
-        whole);
+  if (placement_.data_parallel_rank == 0 && tensor_parallel_rank() == 0) {
+    for (std::size_t layer = 0; layer < whole_layers_.size(); ++layer) {
+      const auto from = held.begin() + held_layout_.layer_offsets_elements[layer];
+      std::copy(from, from + held_layout_.layers[layer].element_count,
+                whole.begin() + whole_layout_.layer_offsets_elements[whole_layers_[layer]]);
+    }
   }
+  groups_->control().all_reduce(whole.data(), whole.size()).wait();
   return whole;
 }
 
@@ -247,7 +260,13 @@ comm::CommCounters Runner::expected_collectives(const StepSchedule& schedule) {
 
 comm::P2pCounters Runner::expected_step_p2p() const {
   comm::P2pCounters expected = PipelineP2p::expected(schedule_);
-  if (context_parallel_) expected.recvs = expected.sends;  // every ring step receives what it sends
+  for (const Op& op : schedule_.ops) {
+    if (!is_ring_step(op)) continue;
+    for (comm::CollectiveTally* tally : {&expected.sends, &expected.recvs}) {  // every ring step receives what it sends
+      tally->calls += 1;
+      tally->bytes += static_cast<std::uint64_t>(op.bytes);
+    }
+  }
   return expected;
 }
 

@@ -79,9 +79,9 @@ class Runner {
   std::vector<float> gather_parameters();
 
   const StepSchedule& schedule() const { return schedule_; }
-  // The layout of the parameters this rank's flat parameters hold: the whole model's, or with tensor parallelism
-  // its TP rank's (runtime::tensor_parallel_rank_model), or with a pipeline its stages' layers, concatenated in stage
-  // order (pipeline_rank_model).
+  // The layout of the parameters this rank's flat parameters hold: the whole model's, or with a pipeline its stages'
+  // layers, concatenated in stage order (pipeline_rank_model); with tensor parallelism its TP rank's slice of those
+  // (runtime::tensor_parallel_rank_model).
   const runtime::ModelLayout& model_layout() const { return layout_; }
   int rank() const { return rank_; }
   int tensor_parallel_degree() const { return dims_.tp(); }
@@ -130,13 +130,14 @@ class Runner {
   // data_parallel_world_size() ranks are the ones the schedule was lowered for).
   ParallelDims dims_;
   RankPlacement placement_;
-  ModelSpec rank_model_;        // model_, or its TP rank's slice
+  ModelSpec rank_model_;        // model_ or its stages' layers, or its TP rank's slice of those
   Plan lowered_plan_;           // plan_, or with TP its DP group's plan (Note [2-D mesh]), or its pipeline rank's
   // Per layer of rank_model_: its layer in model_ (the identity unless a pipeline leaves this rank some stages).
   std::vector<std::size_t> whole_layers_;
   StepSchedule schedule_;
   runtime::ModelLayout layout_;        // of rank_model_
   runtime::ModelLayout whole_layout_;  // of model_
+  runtime::ModelLayout held_layout_;   // of model_'s layers whole_layers_, unsplit (whole_layout_ without a pipeline)
   std::vector<std::unique_ptr<runtime::LayerKernel>> kernels_;
   StepClock clock_;
   TrackingAllocator tracker_;

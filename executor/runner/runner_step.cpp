@@ -53,7 +53,7 @@ class Runner::StepWalker {
       progress();
       if (is_collective(op)) {
         request(op);
-      } else if (op.kind == OpKind::send && r_.context_parallel_) {
+      } else if (is_ring_step(op)) {
         // A ring step: posted by the attention of the pass after it (Note [Context-parallel runner]). Its receive
         // buffer lives inside that pass; it is tracked where the schedule places it, from the first send to the last.
         begin(op);

@@ -86,7 +86,6 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
                   "(--device cpu)", support, rank);
     }
     if (plan.tensor_parallel_degree > 1) reject(cp + " with tensor parallelism is not yet executed", support, rank);
-    if (plan.pipeline.enabled()) reject(cp + " with pipeline parallelism is not yet executed", support, rank);
     if (!plan.training.finetune.trains_all()) reject(cp + " with fine-tuning is not yet executed", support, rank);
   }
   const PrecisionRecipe& precision = plan.training.precision;

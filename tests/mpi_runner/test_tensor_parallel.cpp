@@ -1,6 +1,7 @@
 // Tensor parallelism × FSDP on a 2-D mesh (TP 2 inner, FSDP over the DP group) trains like the single-process
 // reference: losses, AdamW's moments (the reduced gradients), final parameters, and the collectives per step equal
-// the schedule's: its FSDP collective ops plus the TP collectives its passes' kernels list (the cost model's).
+// the schedule's: its FSDP collective ops plus the TP collectives its passes' kernels list (the cost model's); the
+// tracked model-state memory its bytes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -98,24 +99,10 @@ void check_tensor_parallel(const TensorParallelCase& c) {
   const ReferenceShards reference_shards{runtime::model_layout(c.model), runner};
   // The ranks of one TP group train on the same micro-batches: those of their DP rank (TP inner).
   const int data_parallel_rank = world.rank() / kTensorParallel;
-  // What one step must run, read here from the schedule the simulator times: its collective ops (FSDP's, over the
-  // DP group) plus the TP collectives each forward, recompute and backward op's kernels list (Note [Tensor-parallel
-  // collectives] in costmodel/kernel_spec.h) — the runner counts what its kernels and groups actually call.
   const StepSchedule& schedule = runner.schedule();
   REQUIRE(schedule.parallel.tp() == kTensorParallel);
-  comm::CommCounters expected = Runner::expected_collectives(schedule);
-  const std::uint64_t fsdp_all_gathers = expected.calls(comm::Collective::all_gather);
-  for (const Op& op : schedule.ops) {
-    if (!op.kernels) continue;
-    for (const ActivationCollectiveCall& call : op.kernels->collectives) {
-      const comm::Collective kind = call.kind == ActivationCollective::all_gather       ? comm::Collective::all_gather
-                                    : call.kind == ActivationCollective::reduce_scatter ? comm::Collective::reduce_scatter
-                                                                                        : comm::Collective::all_reduce;
-      CHECK(call.ranks == kTensorParallel);
-      expected[kind].calls += 1;
-      expected[kind].bytes += static_cast<std::uint64_t>(call.bytes);
-    }
-  }
+  const std::uint64_t fsdp_all_gathers = Runner::expected_collectives(schedule).calls(comm::Collective::all_gather);
+  const comm::CommCounters expected = schedule_collectives(schedule, kTensorParallel);
   CHECK(expected.calls(comm::Collective::all_gather) > fsdp_all_gathers);  // the TP ones are in it
   const comm::CommCounters runner_expected = runner.expected_step_collectives();
   for (std::size_t kind = 0; kind < comm::kCollectiveKinds; ++kind) {
@@ -135,7 +122,9 @@ void check_tensor_parallel(const TensorParallelCase& c) {
                                                                         options.seed, options.adamw);
       check_parameters(runner, reference_shards, until, options.adamw, where, c.parameters);
     }
-    const std::string counts = check_collectives(report.collectives, expected);
+    // Each rank's tracked model states are the schedule's (its TP slice's units over the DP group).
+    const std::string counts = check_collectives(report.collectives, expected) + "; " +
+                               check_tracked_memory(report, schedule, false);
     if (world.rank() == 0) {
       MESSAGE(c.model.name, " ", c.strategy, " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
               "; run/schedule:", counts);
