@@ -31,8 +31,11 @@ namespace shardplan::runner {
 // dK/dV ring, and FSDP's reduction over the dp_shard × cp ranks (the planner's shard group, the lowered schedule's
 // collectives) averages it, as torchtitan's FSDP over "dp_shard_cp" does.
 // With a pipeline each pipeline rank runs one CP rank's program of its stages (Note [Pipeline programs]): the ring
-// inside its blocks, the stage boundaries carrying the CP rank's rows (Note [Pipeline runner]).
-// Not executed (refused up front, one line each): CP with tensor parallelism or fine-tuning, and on the GPU executor
+// inside its blocks, the stage boundaries carrying the CP rank's rows (Note [Pipeline runner]). With tensor
+// parallelism (mesh [dp_shard, cp, tp]) the TP ranks of a CP rank split its share as they split a micro-batch (Note
+// [Sequence-parallel tokens]), and each TP rank's ring carries its own heads among the CP ranks of its TP coordinate
+// (Note [Sequence-parallel block]).
+// Not executed (refused up front, one line each): CP with fine-tuning, and on the GPU executor
 // (check_executable in runner_support.cpp), and checkpoints of a CP run (`run`'s check_run_checkpoints in
 // cli/cmd_run.cpp).
 

@@ -133,19 +133,23 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
   }
   if (dims_.cp() > 1) {  // Note [Context-parallel runner]
     context_parallel_ = std::make_unique<CommContextParallelGroup>(*groups_->context_parallel());
-    with_rank([&] {
-      for (std::size_t layer : whole_layers_) {
-        kernels_.push_back(runtime::make_context_parallel_layer_kernel(model_, layer, *context_parallel_));
-      }
-    });
   }
   if (dims_.tp() > 1) {
+    // The TP group's micro-batch: with CP beside it, one CP rank's rows of each sequence (schedule_.seq_len is the
+    // CP rank's), which the blocks' attention passes around the ring.
     tensor_parallel_ = std::make_unique<CommTensorParallelGroup>(*groups_->tensor_parallel());
     const runtime::AttentionShape whole{static_cast<int>(schedule_.sequences_per_micro_batch),
                                         static_cast<int>(schedule_.seq_len)};
     with_rank([&] {
       for (std::size_t index = 0; index < rank_model_.layers.size(); ++index) {
-        kernels_.push_back(runtime::make_tensor_parallel_layer_kernel(rank_model_, index, whole, *tensor_parallel_));
+        kernels_.push_back(runtime::make_tensor_parallel_layer_kernel(rank_model_, index, whole, *tensor_parallel_,
+                                                                      context_parallel_.get()));
+      }
+    });
+  } else if (context_parallel_) {
+    with_rank([&] {
+      for (std::size_t layer : whole_layers_) {
+        kernels_.push_back(runtime::make_context_parallel_layer_kernel(model_, layer, *context_parallel_));
       }
     });
   }

@@ -25,20 +25,17 @@ class Runner::StepWalker {
         stages_(ops_, runner.receive_buffers_.empty() ? 0 : runner.receive_buffers_.begin()->second.bytes()) {
     // Note [Progress hook]: the kernels poll the in-flight collectives between the parts of a layer.
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook([this] { progress(); });
-    if (r_.tensor_parallel_) {
-      // Note [Sequence-parallel tokens]: the layers see this TP rank's share of each micro-batch.
+    // The layers see this CP rank's share of each sequence (Note [Context-parallel runner]), and of that this TP
+    // rank's share of the tokens (Note [Sequence-parallel tokens]).
+    if (r_.tensor_parallel_ || r_.context_parallel_) {
       for (const runtime::Batch& whole : batches_) {
-        shares_.push_back(sequence_parallel_share(whole, r_.dims_.tp()));
+        runtime::Batch share =
+            r_.context_parallel_ ? context_parallel_share(whole, r_.dims_.cp(), r_.context_parallel_rank()) : whole;
+        shares_.push_back(r_.tensor_parallel_ ? sequence_parallel_share(share, r_.dims_.tp()) : std::move(share));
       }
-      r_.tensor_parallel_->set_progress([this] { progress(); });
     }
-    if (r_.context_parallel_) {
-      // Note [Context-parallel runner]: the layers see this CP rank's share of each sequence.
-      for (const runtime::Batch& whole : batches_) {
-        shares_.push_back(context_parallel_share(whole, r_.dims_.cp(), r_.context_parallel_rank()));
-      }
-      r_.context_parallel_->set_progress([this] { progress(); });
-    }
+    if (r_.tensor_parallel_) r_.tensor_parallel_->set_progress([this] { progress(); });
+    if (r_.context_parallel_) r_.context_parallel_->set_progress([this] { progress(); });
   }
   ~StepWalker() {
     for (auto& kernel : r_.kernels_) kernel->set_progress_hook({});

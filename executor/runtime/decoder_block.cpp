@@ -30,11 +30,13 @@ namespace {
 // memory); so backward needs no third all-gather per half. Without a TP group g and ḡ are identities and the halves
 // work on the block's own buffers: the same code is the whole block, bit for bit. With a CP `ring` the block runs on a
 // CP rank's share of each sequence and its attention core is ring attention over the CP group (Note [Context-parallel
-// runner] in executor/runner/context_parallel_runner.h); everything else is per token and runs unchanged.
+// runner] in executor/runner/context_parallel_runner.h); everything else is per token and runs unchanged. With both,
+// the TP group's whole micro-batch is one CP rank's share (the TP ranks of a CP rank split its rows): g gathers the
+// share's tokens, and the ring carries this TP rank's heads' K/V among the CP ranks of its TP coordinate.
 class DecoderBlock final : public LayerKernel {
  public:
   // `group` null: the whole block on `dims`. Otherwise one TP rank's (dims: tensor_parallel_dims) on its share of
-  // the `whole` micro-batch. `ring`: the CP group (not together with `group`).
+  // the `whole` micro-batch. `ring`: the CP group, or null.
   DecoderBlock(const DecoderDims& dims, const AttentionShape& whole, TensorParallelGroup* group,
                ContextParallelGroup* ring = nullptr)
       : dims_(dims), whole_(whole), group_(group), ring_(ring) {}
@@ -150,8 +152,8 @@ std::unique_ptr<LayerKernel> make_decoder_block(const DecoderDims& dims) {
 }
 
 std::unique_ptr<LayerKernel> make_sequence_parallel_block(const DecoderDims& rank_dims, const AttentionShape& whole,
-                                                          TensorParallelGroup& group) {
-  return std::make_unique<DecoderBlock>(rank_dims, whole, &group);
+                                                          TensorParallelGroup& group, ContextParallelGroup* ring) {
+  return std::make_unique<DecoderBlock>(rank_dims, whole, &group, ring);
 }
 
 std::unique_ptr<LayerKernel> make_context_parallel_block(const DecoderDims& dims, ContextParallelGroup& ring) {

@@ -90,7 +90,8 @@ std::unique_ptr<LayerKernel> make_layer_kernel(const ModelSpec& model, std::size
 
 std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& rank_model, std::size_t index,
                                                                const AttentionShape& whole,
-                                                               TensorParallelGroup& group) {
+                                                               TensorParallelGroup& group,
+                                                               ContextParallelGroup* ring) {
   if (index >= rank_model.layers.size() || rank_model.layers[index].kind == LayerKind::norm) {
     return make_layer_kernel(rank_model, index);  // whole scale, on the sequence shard (Note [Tensor-parallel split])
   }
@@ -101,7 +102,7 @@ std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& 
   check_tensors(rank_model, layer, rank_model.layers[owner], rank_dims);
   switch (layer.kind) {
     case LayerKind::embedding: return make_vocab_parallel_embedding(rank_dims, group);
-    case LayerKind::transformer_block: return make_sequence_parallel_block(rank_dims, whole, group);
+    case LayerKind::transformer_block: return make_sequence_parallel_block(rank_dims, whole, group, ring);
     case LayerKind::lm_head: return make_loss_parallel_head(rank_dims, group);
     case LayerKind::norm:
     case LayerKind::other: break;

@@ -9,6 +9,8 @@
 
 namespace shardplan::runtime {
 
+class ContextParallelGroup;  // ring_attention.h
+
 // The runtime knows no communicator (executor/comm); an executor implements this over its TP group. Every call
 // blocks until it completed on this rank and runs on every rank of the group in the same order: the kernels call
 // them at fixed points of their passes (Note [Sequence-parallel block]).
@@ -39,15 +41,19 @@ class TensorParallelGroup {
 // head (Note [Vocabulary-parallel layers]), the ordinary kernel on the sequence shard for the final norm. Each runs
 // the collectives the cost model lists in the layer's kernel spec (tp_forward, tp_backward; the parameter-gradient
 // all-reduces are the executor's, after the backward). `group` must outlive the kernel. InputError as
-// make_layer_kernel.
+// make_layer_kernel. With a CP `ring` (context parallelism beside TP) `whole` is the TP group's share of the
+// micro-batch, one CP rank's rows of each sequence, and a block's attention core runs over the ring (Note
+// [Sequence-parallel block]); `ring` must outlive the kernel too.
 std::unique_ptr<LayerKernel> make_tensor_parallel_layer_kernel(const ModelSpec& rank_model, std::size_t index,
                                                                const AttentionShape& whole,
-                                                               TensorParallelGroup& group);
+                                                               TensorParallelGroup& group,
+                                                               ContextParallelGroup* ring = nullptr);
 
 // The TP kernels for one TP rank's dimensions (tensor_parallel_dims): decoder_block.cpp and
 // tensor_parallel_vocab.cpp.
 std::unique_ptr<LayerKernel> make_sequence_parallel_block(const DecoderDims& rank_dims, const AttentionShape& whole,
-                                                          TensorParallelGroup& group);
+                                                          TensorParallelGroup& group,
+                                                          ContextParallelGroup* ring = nullptr);
 std::unique_ptr<LayerKernel> make_vocab_parallel_embedding(const DecoderDims& rank_dims, TensorParallelGroup& group);
 std::unique_ptr<LayerKernel> make_loss_parallel_head(const DecoderDims& rank_dims, TensorParallelGroup& group);
 

@@ -137,9 +137,10 @@ inline comm::CommCounters schedule_collectives(const StepSchedule& schedule, int
   for (const Op& op : schedule.ops) {
     if (!op.kernels) continue;
     for (const ActivationCollectiveCall& call : op.kernels->collectives) {
-      const comm::Collective kind = call.kind == ActivationCollective::all_gather       ? comm::Collective::all_gather
-                                    : call.kind == ActivationCollective::reduce_scatter ? comm::Collective::reduce_scatter
-                                                                                        : comm::Collective::all_reduce;
+      using enum ActivationCollective;
+      const comm::Collective kind = call.kind == all_gather       ? comm::Collective::all_gather
+                                    : call.kind == reduce_scatter ? comm::Collective::reduce_scatter
+                                                                  : comm::Collective::all_reduce;
       CHECK(call.ranks == tensor_parallel);
       expected[kind].calls += 1;
       expected[kind].bytes += static_cast<std::uint64_t>(call.bytes);
