@@ -117,6 +117,16 @@ FlatParam::FlatParam(const runtime::ModelLayout& model, runtime::UnitParamLayout
                        });
 }
 
+void FlatParam::load_shard(const runtime::ModelLayout& model, std::span<const float> model_flat) {
+  const std::int64_t trainable_region = sizes_.grad_elements > 0 ? sizes_.grad_padded_elements : 0;
+  for_each_shard_range(trainable_region, trainable_shard_elements_, sizes_.shard_elements - trainable_shard_elements_,
+                       shard_index_, [&](std::int64_t unit_first, std::int64_t shard_offset, std::int64_t count) {
+                         copy_unit_shard_from_model(model, unit_, model_flat, unit_first,
+                                                    shard().subspan(static_cast<std::size_t>(shard_offset),
+                                                                    static_cast<std::size_t>(count)));
+                       });
+}
+
 void FlatParam::gathered_to_unit_order(std::span<float> gathered) const {
   runner::gathered_to_unit_order(gathered, trainable_shard_elements_, sizes_.shard_elements - trainable_shard_elements_,
                                  sizes_.param_group);

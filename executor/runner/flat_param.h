@@ -16,8 +16,8 @@ namespace shardplan::runner {
 // reference (Note [Sharded init]); zeros in the padding.
 void init_unit_shard(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
                      const runtime::InitOptions& init, std::int64_t first, std::span<float> shard);
-// This rank's shard [first, first + shard.size()) of a unit's flat parameter copied from a model's flat parameter
-// `model_flat` (zeros in the padding): how a tensor-parallel rank starts from its slice of the whole model's init.
+// The range [first, first + shard.size()) of a unit's flat parameter copied from a model's flat parameter
+// `model_flat` (zeros in the padding); FlatParam::load_shard copies a shard's ranges with it.
 void copy_unit_shard_from_model(const runtime::ModelLayout& model, const runtime::UnitParamLayout& unit,
                                 std::span<const float> model_flat, std::int64_t first, std::span<float> shard);
 // A whole unit's flat parameter (`unit_flat`, padding allowed after it) copied into `model_flat` at its model offsets.
@@ -50,6 +50,10 @@ class FlatParam {
   // the parameters exactly as the unsharded reference does (Note [Sharded init] in param_init.h).
   FlatParam(const runtime::ModelLayout& model, runtime::UnitParamLayout unit, UnitLayout sizes, int shard_index,
             const runtime::InitOptions& init, TrackingAllocator& tracker);
+  // Replaces this rank's shard by its elements of `model_flat` (laid out as `model`): its chunk of the trainable
+  // region, then of the frozen one (Note [Frozen shards]), as the constructor initialises them. How a rank whose
+  // model is a TP slice or a pipeline rank's stages starts from its share of the whole model's init.
+  void load_shard(const runtime::ModelLayout& model, std::span<const float> model_flat);
 
   const UnitLayout& sizes() const { return sizes_; }
   const runtime::UnitParamLayout& unit_layout() const { return unit_; }

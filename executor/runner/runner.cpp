@@ -73,10 +73,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     // ... the CPU kernels' checks (InputError when heads, FFN or vocabulary don't divide) ...
     if (tp > 1) (void)runtime::tensor_parallel_rank_model(model_, tp);
     if (dims.pp() > 1) {
-      // ... what the CPU executor does not run with a pipeline (Note [Pipeline runner]) ...
-      if (!plan_.training.finetune.trains_all()) {
-        throw InputError("plan: fine-tuning with pipeline parallelism is not yet executed");
-      }
+      // ... what the CPU executor does not run with a pipeline (Note [Pipeline runner]): a tied head ...
       for (const LayerSpec& layer : model_.layers) {
         // torchtitan refuses it too: a tied head on the last stage reads the first stage's embedding.
         if (layer.tied_to_layer) throw InputError("plan: tied embeddings with pipeline parallelism are not executed");
@@ -180,11 +177,7 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     params_.push_back(std::make_unique<FlatParam>(
         layout_, runtime::unit_param_layout(layout_, layers[unit], trainable_region), layouts[unit], shard_index,
         init, tracker_));
-    if (!rank_init.empty()) {
-      FlatParam& param = *params_.back();
-      copy_unit_shard_from_model(layout_, param.unit_layout(), rank_init,
-                                 static_cast<std::int64_t>(shard_index) * param.sizes().shard_elements, param.shard());
-    }
+    if (!rank_init.empty()) params_.back()->load_shard(layout_, rank_init);
   }
   for (auto& param : params_) param_groups_.emplace_back(*param, *groups_, dims_.data_parallel_world_size());
 }

@@ -347,7 +347,7 @@ class Runner::StepWalker {
     }
     // A layer before every trainable parameter runs no backward kernel: autograd records nothing there
     // (LayerFinetune::backward_needed; the embedding under LoRA). Its op still ends the pass where the schedule says.
-    const auto& finetune = r_.model_.layers[layer].finetune;
+    const auto& finetune = r_.rank_model_.layers[layer].finetune;
     if (finetune && !finetune->backward_needed) {
       keep(slot(op), runtime::SavedActivations{});
       return;

@@ -13,6 +13,7 @@
 #include "model_presets.h"
 #include "mpi_communicator.h"
 #include "runner.h"
+#include "finetune_reference.h"
 #include "runner_fixtures.h"
 
 namespace shardplan::runner::testing {
@@ -63,52 +64,6 @@ ModelSpec finetuned_tiny_llama(const FinetuneConfig& config, bool small = false)
 // a 1e-5 floor. On tiny-llama the movement bound is therefore 1e-4, from that measurement of full training (LoRA
 // measured 5e-6 to 1.8e-5 there), and the elementwise count is reported, not bounded.
 double movement_bound(const FinetuneCase& c) { return c.small ? 1e-5 : 1e-4; }
-
-// Model-order indices of the elements that train (param_layout.h, Note [Fine-tuning layout]).
-std::vector<std::size_t> trainable_indices(const runtime::ModelLayout& layout) {
-  std::vector<std::size_t> indices;
-  for (std::size_t layer = 0; layer < layout.layers.size(); ++layer) {
-    for (const runtime::TensorSlot& slot : layout.layers[layer].tensors) {
-      if (!slot.trains) continue;
-      const std::int64_t first = layout.layer_offsets_elements[layer] + slot.offset_elements;
-      for (std::int64_t e = 0; e < slot.element_count; ++e) indices.push_back(static_cast<std::size_t>(first + e));
-    }
-  }
-  return indices;
-}
-
-// The single-process reference of a fine-tune: the whole model's forward and backward (every gradient, frozen ones
-// too), then AdamW on the trainable elements alone. Moments are kept in model order (0 on frozen elements).
-ReferenceRun finetune_reference(const ModelSpec& model, const runtime::ByteTextDataset& data, int steps,
-                                int micro_batches, int world_size, std::uint64_t seed,
-                                const runtime::AdamWOptions& adamw) {
-  runtime::ModelRuntime reference(model);
-  const std::vector<std::size_t> trains = trainable_indices(reference.layout());
-  ReferenceRun run;
-  run.final_params = reference.init_parameters(seed);
-  run.initial_params = run.final_params;
-  std::vector<float> grads(run.final_params.size());
-  std::vector<float> p(trains.size()), g(trains.size()), m(trains.size(), 0.0f), v(trains.size(), 0.0f);
-  for (int step = 0; step < steps; ++step) {
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    const runtime::Batch batch = global_batch(data, step, micro_batches, world_size);
-    run.losses.push_back(reference.forward_backward(run.final_params, batch, grads).loss);
-    for (std::size_t i = 0; i < trains.size(); ++i) {
-      p[i] = run.final_params[trains[i]];
-      g[i] = grads[trains[i]];
-    }
-    runtime::adamw_step(p, g, m, v, step + 1, adamw);
-    std::vector<float> m_model(grads.size(), 0.0f), v_model(grads.size(), 0.0f);
-    for (std::size_t i = 0; i < trains.size(); ++i) {
-      run.final_params[trains[i]] = p[i];
-      m_model[trains[i]] = m[i];
-      v_model[trains[i]] = v[i];
-    }
-    run.exp_avg.push_back(std::move(m_model));
-    run.exp_avg_sq.push_back(std::move(v_model));
-  }
-  return run;
-}
 
 // Rank `index`'s chunk of `chunk` elements of a unit's trainable region taken from `model_flat`: the unit's trainable
 // tensors in unit order, zero-padded — written from Note [Frozen shards]'s definition, not the executor's mapping.

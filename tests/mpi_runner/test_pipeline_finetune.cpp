@@ -1,0 +1,143 @@
+// Fine-tuning under pipeline parallelism (PP 2 outer, FSDP 2 over each stage's ranks): LoRA adapters and a frozen
+// stage train like the single-process reference — losses, the whole model gathered back (frozen elements
+// bit-identical, trainable ones moved as the reference moved them), each rank's frozen shards unchanged at every step,
+// and per step the collectives and point-to-point messages the rank's program lists.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "case_skip.h"
+#include "finetune_apply.h"
+#include "finetune_reference.h"
+#include "model_presets.h"
+#include "moment_check.h"
+#include "mpi_communicator.h"
+#include "runner.h"
+#include "runner_fixtures.h"
+
+namespace shardplan::runner::testing {
+
+namespace {
+
+constexpr int kPipeline = 2;
+
+struct PipelineFinetuneCase {
+  FinetuneConfig finetune;
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int stages_per_rank = 1;
+};
+
+FinetuneConfig lora_on_every_projection() {
+  FinetuneConfig config;
+  config.mode = FinetuneMode::lora;
+  config.lora.r = 4;
+  config.lora.alpha = 8;
+  config.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return config;
+}
+
+// The embedding and the first block frozen: on pipeline rank 0 they run no backward kernel
+// (LayerFinetune::backward_needed, which the runner reads from its own stages' layers) and their unit no reduction,
+// while the stage after it still sends the gradient of its input back for the trainable block before it.
+FinetuneConfig frozen_first_block() {
+  FinetuneConfig config;
+  config.mode = FinetuneMode::frozen;
+  config.freeze = {"model.embed_tokens.*", "model.layers.0.*"};
+  return config;
+}
+
+void check_pipeline_finetune(const PipelineFinetuneCase& c) {
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  if (size % kPipeline != 0 || size < 2 * kPipeline) {
+    SKIP_CASE("PP 2 × FSDP needs a multiple of 4 ranks, got " + std::to_string(size) + " (runs at 4)");
+  }
+  const ModelSpec model = finetuned_model(tiny_llama(), c.finetune, FinetuneFieldNames::cli());
+  const int data_parallel = size / kPipeline, micro_batch = 2, seq_len = 16, micro_batches = 4, steps = 3;
+  TrainingConfig training =
+      fp32_training(seq_len, micro_batch, static_cast<std::int64_t>(micro_batch) * micro_batches * data_parallel);
+  training.finetune = c.finetune;
+  Plan plan = strategy_plan(model, training, "full_shard", data_parallel);
+  plan.pipeline = default_pipeline(model, kPipeline, c.schedule, c.stages_per_rank);
+  RunnerOptions options;
+  options.seed = 5;
+  Runner runner(model, plan, world, options);
+  const int k = runner.schedule().micro_batches;
+  REQUIRE(k == micro_batches);
+  const auto data = test_data(micro_batch, seq_len);
+  const ReferenceRun reference =
+      finetune_reference(model, data, steps, k, data_parallel, options.seed, options.adamw);
+  const std::string label = std::string(to_string(c.finetune.mode)) + ", " + to_string(c.schedule) +
+                            ", pipeline rank " + std::to_string(runner.pipeline_rank());
+
+  std::vector<std::vector<float>> frozen_before;
+  for (FlatParam* param : runner.flat_params()) {
+    frozen_before.emplace_back(param->frozen_shard().begin(), param->frozen_shard().end());
+  }
+  const comm::CommCounters expected = runner.expected_step_collectives();
+  const comm::P2pCounters expected_p2p = runner.expected_step_p2p();
+  CHECK(expected_p2p.sends.calls > 0);
+  for (int step = 0; step < steps; ++step) {
+    const StepReport report = runner.step(rank_micro_batches(data, step, k, data_parallel, runner.data_parallel_rank()));
+    const auto s = static_cast<std::size_t>(step);
+    INFO(label, ", step ", step, ": loss ", report.loss, " vs reference ", reference.losses[s]);
+    CHECK(close(report.loss, reference.losses[s], 1e-5));
+    const std::string counts = check_collectives(report.collectives, expected);
+    const std::string messages = check_p2p(report.p2p, expected_p2p);
+    std::size_t unit = 0;
+    for (FlatParam* param : runner.flat_params()) {
+      const std::vector<float> frozen(param->frozen_shard().begin(), param->frozen_shard().end());
+      INFO("unit '", param->sizes().name, "' shard ", param->shard_index());
+      CHECK(frozen.size() == frozen_before[unit].size());
+      CHECK((frozen.empty() ||
+             std::memcmp(frozen.data(), frozen_before[unit].data(), frozen.size() * sizeof(float)) == 0));
+      ++unit;
+    }
+    if (world.rank() == 0 || world.rank() == size - 1) {
+      MESSAGE(label, ", step ", step, ": loss ", report.loss, " vs reference ", reference.losses[s],
+              "; run/program:", counts, "; ", messages);
+    }
+  }
+  // The whole model gathered from every stage: frozen elements bit-identical, trainable ones as the reference trained
+  // them (test_finetune.cpp's Note [Fine-tuning tolerance]: tiny-llama's movement bound 1e-4).
+  const std::vector<float> params = runner.gather_parameters();
+  REQUIRE(params.size() == reference.final_params.size());
+  const std::vector<std::size_t> trains = trainable_indices(runtime::model_layout(model));
+  std::vector<bool> is_trainable(params.size(), false);
+  for (const std::size_t i : trains) is_trainable[i] = true;
+  std::size_t frozen_changed = 0;
+  std::vector<float> trained, reference_trained, initial;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!is_trainable[i]) {
+      if (std::memcmp(&params[i], &reference.initial_params[i], sizeof(float)) != 0) ++frozen_changed;
+      continue;
+    }
+    trained.push_back(params[i]);
+    reference_trained.push_back(reference.final_params[i]);
+    initial.push_back(reference.initial_params[i]);
+  }
+  INFO(label, ": ", trains.size(), " trainable of ", params.size(), " elements");
+  CHECK(trains.size() < params.size());
+  CHECK(frozen_changed == 0);
+  const double moved = movement_distance(trained, initial, reference_trained);  // 1 when nothing trained
+  if (world.rank() == 0) MESSAGE(label, ": ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", moved);
+  CHECK(moved <= 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 fine-tunes LoRA adapters like the reference, base bit-identical") {
+  check_pipeline_finetune({lora_on_every_projection()});
+}
+
+TEST_CASE("runner: pipeline Interleaved1F1B 2 × 2 stages × full_shard 2 fine-tunes LoRA adapters like the reference") {
+  check_pipeline_finetune({lora_on_every_projection(), PipelineScheduleKind::interleaved_1f1b, 2});
+}
+
+TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 with a frozen embedding and block trains the rest like the reference") {
+  check_pipeline_finetune({frozen_first_block()});
+}
+
+}  // namespace shardplan::runner::testing
