@@ -35,8 +35,9 @@ namespace shardplan::runner {
 // parallelism (mesh [dp_shard, cp, tp]) the TP ranks of a CP rank split its share as they split a micro-batch (Note
 // [Sequence-parallel tokens]), and each TP rank's ring carries its own heads among the CP ranks of its TP coordinate
 // (Note [Sequence-parallel block]).
-// Not executed (refused up front, one line each): CP with fine-tuning, and on the GPU executor
-// (check_executable in runner_support.cpp), and checkpoints of a CP run (`run`'s check_run_checkpoints in
+// Fine-tuning runs unchanged: the ring's blocks are the ordinary blocks' code, LoRA adapters and frozen tensors
+// included (tests/mpi_runner/test_pipeline_finetune.cpp). Not executed (refused up front, one line each): CP on the GPU
+// executor (check_executable in runner_support.cpp), and checkpoints of a CP run (`run`'s check_run_checkpoints in
 // cli/cmd_run.cpp).
 
 // The runner's CP group: ring steps as sends to rank + 1 and receives from rank − 1 on its CP communicator, waits that

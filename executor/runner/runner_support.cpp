@@ -85,7 +85,6 @@ void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, 
       reject(cp + " (ring attention) is planned, simulated and exported, not yet executed here; run it on CPU ranks "
                   "(--device cpu)", support, rank);
     }
-    if (!plan.training.finetune.trains_all()) reject(cp + " with fine-tuning is not yet executed", support, rank);
   }
   const PrecisionRecipe& precision = plan.training.precision;
   if (precision.uses_fp8()) {

@@ -1,7 +1,7 @@
-// Fine-tuning under pipeline parallelism (PP 2 outer, FSDP 2 over each stage's ranks): LoRA adapters and a frozen
-// stage train like the single-process reference — losses, the whole model gathered back (frozen elements
-// bit-identical, trainable ones moved as the reference moved them), each rank's frozen shards unchanged at every step,
-// and per step the collectives and point-to-point messages the rank's program lists.
+// Fine-tuning under pipeline and context parallelism (PP 2 outer, FSDP 2 over each stage's ranks; CP 2 × FSDP 2; PP 2
+// × CP 2): LoRA adapters and frozen layers train like the single-process reference — losses, the whole model gathered
+// back (frozen elements bit-identical, trainable ones moved as the reference moved them), each rank's frozen shards
+// unchanged at every step, and per step the collectives and point-to-point messages the rank's program lists.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -21,12 +21,12 @@ namespace shardplan::runner::testing {
 
 namespace {
 
-constexpr int kPipeline = 2;
-
 struct PipelineFinetuneCase {
   FinetuneConfig finetune;
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
   int stages_per_rank = 1;
+  int pipeline = 2;          // 1: no pipeline
+  int context_parallel = 1;  // CP inside each stage (Note [Context-parallel runner])
 };
 
 FinetuneConfig lora_on_every_projection() {
@@ -51,16 +51,22 @@ FinetuneConfig frozen_first_block() {
 void check_pipeline_finetune(const PipelineFinetuneCase& c) {
   comm::MpiCommunicator world(MPI_COMM_WORLD);
   const int size = world.size();
-  if (size % kPipeline != 0 || size < 2 * kPipeline) {
-    SKIP_CASE("PP 2 × FSDP needs a multiple of 4 ranks, got " + std::to_string(size) + " (runs at 4)");
+  const int pp = c.pipeline, cp = c.context_parallel;
+  if (size % (pp * cp) != 0 || size < 4) {
+    SKIP_CASE("PP " + std::to_string(pp) + " × CP " + std::to_string(cp) + " × FSDP needs a multiple of " +
+              std::to_string(pp * cp) + " ranks and at least 4, got " + std::to_string(size) + " (runs at 4)");
   }
   const ModelSpec model = finetuned_model(tiny_llama(), c.finetune, FinetuneFieldNames::cli());
-  const int data_parallel = size / kPipeline, micro_batch = 2, seq_len = 16, micro_batches = 4, steps = 3;
+  // The data-parallel ranks that take micro-batches of their own; FSDP shards over them × cp (dp_shard × cp).
+  const int data_parallel = size / (pp * cp), micro_batch = 2, seq_len = 16, micro_batches = 4, steps = 3;
   TrainingConfig training =
       fp32_training(seq_len, micro_batch, static_cast<std::int64_t>(micro_batch) * micro_batches * data_parallel);
   training.finetune = c.finetune;
-  Plan plan = strategy_plan(model, training, "full_shard", data_parallel);
-  plan.pipeline = default_pipeline(model, kPipeline, c.schedule, c.stages_per_rank);
+  training.flash_attention = cp > 1;  // as test_context_parallel.cpp's plans
+  Plan plan = strategy_plan(model, training, "full_shard", data_parallel * cp);
+  plan.context_parallel.degree = cp;
+  plan.grad_accumulation_steps = micro_batches;
+  if (pp > 1) plan.pipeline = default_pipeline(model, pp, c.schedule, c.stages_per_rank);
   RunnerOptions options;
   options.seed = 5;
   Runner runner(model, plan, world, options);
@@ -69,8 +75,9 @@ void check_pipeline_finetune(const PipelineFinetuneCase& c) {
   const auto data = test_data(micro_batch, seq_len);
   const ReferenceRun reference =
       finetune_reference(model, data, steps, k, data_parallel, options.seed, options.adamw);
-  const std::string label = std::string(to_string(c.finetune.mode)) + ", " + to_string(c.schedule) +
-                            ", pipeline rank " + std::to_string(runner.pipeline_rank());
+  const std::string label = std::string(to_string(c.finetune.mode)) + ", PP " + std::to_string(pp) + " " +
+                            to_string(c.schedule) + ", CP " + std::to_string(cp) + ", pipeline rank " +
+                            std::to_string(runner.pipeline_rank());
 
   std::vector<std::vector<float>> frozen_before;
   for (FlatParam* param : runner.flat_params()) {
@@ -138,6 +145,16 @@ TEST_CASE("runner: pipeline Interleaved1F1B 2 × 2 stages × full_shard 2 fine-t
 
 TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 with a frozen embedding and block trains the rest like the reference") {
   check_pipeline_finetune({frozen_first_block()});
+}
+
+// Context parallelism with fine-tuning: the ring's blocks train their adapters (CP 2 × FSDP 2), and with a pipeline
+// (PP 2 × CP 2, FSDP over each stage's CP ranks).
+TEST_CASE("runner: context_parallel 2 × full_shard 2 fine-tunes LoRA adapters like the reference, base bit-identical") {
+  check_pipeline_finetune({.finetune = lora_on_every_projection(), .pipeline = 1, .context_parallel = 2});
+}
+
+TEST_CASE("runner: pipeline 1F1B 2 × context_parallel 2 fine-tunes LoRA adapters like the reference") {
+  check_pipeline_finetune({.finetune = lora_on_every_projection(), .context_parallel = 2});
 }
 
 }  // namespace shardplan::runner::testing
