@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "runner_fixtures.h"
@@ -54,6 +55,35 @@ inline ReferenceRun finetune_reference(const ModelSpec& model, const runtime::By
     run.exp_avg_sq.push_back(std::move(v_model));
   }
   return run;
+}
+
+// A run's whole model gathered back (`params`, laid out as `layout`) against the reference's: how many frozen
+// elements changed at all (bit for bit), how many trainable ones are past relative 1e-5 (floor 1e-6), and the
+// trainable elements' movement against the reference's (‖Δp − Δp_ref‖/‖Δp_ref‖, 1 when they never moved).
+struct GatheredFinetune {
+  std::size_t trainable = 0, frozen_changed = 0, trainable_mismatches = 0;
+  double moved = 1;
+};
+inline GatheredFinetune compare_gathered(const std::vector<float>& params, const ReferenceRun& reference,
+                                         const runtime::ModelLayout& layout) {
+  GatheredFinetune result;
+  const std::vector<std::size_t> trains = trainable_indices(layout);
+  result.trainable = trains.size();
+  std::vector<bool> is_trainable(params.size(), false);
+  for (const std::size_t i : trains) is_trainable[i] = true;
+  std::vector<float> trained, reference_trained, initial;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!is_trainable[i]) {
+      if (std::memcmp(&params[i], &reference.initial_params[i], sizeof(float)) != 0) ++result.frozen_changed;
+      continue;
+    }
+    if (!close(params[i], reference.final_params[i], 1e-5, 0.1)) ++result.trainable_mismatches;
+    trained.push_back(params[i]);
+    reference_trained.push_back(reference.final_params[i]);
+    initial.push_back(reference.initial_params[i]);
+  }
+  result.moved = movement_distance(trained, initial, reference_trained);
+  return result;
 }
 
 }  // namespace shardplan::runner::testing

@@ -108,6 +108,22 @@ void check_parameters(Runner& runner, const Shards& shards, const ReferenceRun& 
   }
 }
 
+// Note [Ill-conditioned first step] (test_tensor_parallel.cpp): a step's AdamW moments while step < compared_steps,
+// and the parameters after the last compared step — against the reference's own run of that many steps
+// (`reference_until(steps)`) where fewer than all `steps` are compared. `shards` and `where` as check_moments takes them.
+template <class Shards, class Where, class ReferenceUntil>
+void check_compared_step(Runner& runner, const Shards& shards, const ReferenceRun& reference, int step,
+                         int compared_steps, int steps, ReferenceUntil reference_until,
+                         const runtime::AdamWOptions& adamw, Where where, const ParameterCheck& check) {
+  if (step < compared_steps) check_moments(runner, shards, reference, step, where);
+  if (step + 1 != compared_steps) return;
+  if (step + 1 == steps) {
+    check_parameters(runner, shards, reference, adamw, where, check);
+  } else {
+    check_parameters(runner, shards, reference_until(step + 1), adamw, where, check);
+  }
+}
+
 // The whole model gather_parameters assembles (from every shard, and TP rank or stage) cut back into this rank's
 // shards equals the shards the caller just compared with the reference: so only its placement is tested here.
 template <class Shards, class Where>

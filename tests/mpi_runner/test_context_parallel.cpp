@@ -148,13 +148,11 @@ void check_context_parallel(const ContextParallelCase& c) {
     const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
     INFO("step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
     CHECK(close(report.loss, reference_loss, 1e-5));
-    if (step < c.compared_steps) check_moments(runner, shards, reference, step, where);
-    if (step + 1 == c.compared_steps) {
-      const ReferenceRun until = step + 1 == steps ? reference
-                                                   : reference_training(model, data, step + 1, k, batch_ranks,
-                                                                        options.seed, options.adamw);
-      check_parameters(runner, shards, until, options.adamw, where, c.parameters);
-    }
+    const auto reference_until = [&](int until) {
+      return reference_training(model, data, until, k, batch_ranks, options.seed, options.adamw);
+    };
+    check_compared_step(runner, shards, reference, step, c.compared_steps, steps, reference_until, options.adamw,
+                        where, c.parameters);
     const std::string counts = check_collectives(report.collectives, expected);
     const std::string messages = check_p2p(report.p2p, expected_p2p);
     // The program's activations are the flash-attention plan's (no probabilities) on seq / cp tokens: the ring keeps

@@ -187,29 +187,14 @@ void check_finetune(const FinetuneCase& c) {
   // reference trained them (Note [Fine-tuning tolerance]).
   const std::vector<float> params = runner.gather_parameters();
   REQUIRE(params.size() == reference.final_params.size());
-  const std::vector<std::size_t> trains = trainable_indices(layout);
-  std::vector<bool> is_trainable(params.size(), false);
-  for (const std::size_t i : trains) is_trainable[i] = true;
-  std::size_t frozen_changed = 0, trainable_mismatches = 0;
-  std::vector<float> trained, reference_trained, initial;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!is_trainable[i]) {
-      if (std::memcmp(&params[i], &reference.initial_params[i], sizeof(float)) != 0) ++frozen_changed;
-      continue;
-    }
-    if (!close(params[i], reference.final_params[i], 1e-5, 0.1)) ++trainable_mismatches;
-    trained.push_back(params[i]);
-    reference_trained.push_back(reference.final_params[i]);
-    initial.push_back(reference.initial_params[i]);
-  }
-  INFO(label, ": ", trains.size(), " trainable of ", params.size(), " elements");
-  CHECK(trains.size() < params.size());
-  CHECK(frozen_changed == 0);
-  const double moved = movement_distance(trained, initial, reference_trained);  // 1 when the adapters never moved
-  MESSAGE(label, ": ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", moved, ", ", trainable_mismatches,
+  const GatheredFinetune gathered = compare_gathered(params, reference, layout);
+  INFO(label, ": ", gathered.trainable, " trainable of ", params.size(), " elements");
+  CHECK(gathered.trainable < params.size());
+  CHECK(gathered.frozen_changed == 0);
+  MESSAGE(label, ": ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", gathered.moved, ", ", gathered.trainable_mismatches,
           " trainable elements past relative 1e-5 (floor 1e-6)");
-  CHECK(moved <= movement_bound(c));
-  if (c.small) CHECK(trainable_mismatches == 0);  // Note [Fine-tuning tolerance]
+  CHECK(gathered.moved <= movement_bound(c));  // 1 when the adapters never moved
+  if (c.small) CHECK(gathered.trainable_mismatches == 0);  // Note [Fine-tuning tolerance]
   if (c.finetune.uses_lora()) CHECK(some_unit_trains_nothing);  // the root: embedding, final norm, tied head
 }
 

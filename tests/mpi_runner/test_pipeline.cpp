@@ -186,13 +186,11 @@ void check_pipeline(const PipelineCase& c) {
     INFO(std::string(to_string(c.schedule)), ", TP ", tp, ", CP ", cp, ", step ", step, ": loss ", report.loss,
          " vs reference ", reference_loss);
     CHECK(close(report.loss, reference_loss, 1e-5));
-    if (step < c.compared_steps) check_moments(runner, shards, reference, step, where);
-    if (step + 1 == c.compared_steps) {
-      const ReferenceRun until = step + 1 == steps ? reference
-                                                   : reference_training(model, data, step + 1, k, data_parallel,
-                                                                        options.seed, options.adamw);
-      check_parameters(runner, shards, until, options.adamw, where, c.parameters);
-    }
+    const auto reference_until = [&](int until) {
+      return reference_training(model, data, until, k, data_parallel, options.seed, options.adamw);
+    };
+    check_compared_step(runner, shards, reference, step, c.compared_steps, steps, reference_until, options.adamw,
+                        where, c.parameters);
     const std::string counts = check_collectives(report.collectives, expected);
     // The tracked model-state memory is the program's (test_accounting.cpp's categories): each rank holds and
     // gathers only its stages' units, kept gathered through the step, gradients accumulated unsharded.

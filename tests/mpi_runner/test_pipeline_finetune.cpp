@@ -111,26 +111,12 @@ void check_pipeline_finetune(const PipelineFinetuneCase& c) {
   // them (test_finetune.cpp's Note [Fine-tuning tolerance]: tiny-llama's movement bound 1e-4).
   const std::vector<float> params = runner.gather_parameters();
   REQUIRE(params.size() == reference.final_params.size());
-  const std::vector<std::size_t> trains = trainable_indices(runtime::model_layout(model));
-  std::vector<bool> is_trainable(params.size(), false);
-  for (const std::size_t i : trains) is_trainable[i] = true;
-  std::size_t frozen_changed = 0;
-  std::vector<float> trained, reference_trained, initial;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!is_trainable[i]) {
-      if (std::memcmp(&params[i], &reference.initial_params[i], sizeof(float)) != 0) ++frozen_changed;
-      continue;
-    }
-    trained.push_back(params[i]);
-    reference_trained.push_back(reference.final_params[i]);
-    initial.push_back(reference.initial_params[i]);
-  }
-  INFO(label, ": ", trains.size(), " trainable of ", params.size(), " elements");
-  CHECK(trains.size() < params.size());
-  CHECK(frozen_changed == 0);
-  const double moved = movement_distance(trained, initial, reference_trained);  // 1 when nothing trained
-  if (world.rank() == 0) MESSAGE(label, ": ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", moved);
-  CHECK(moved <= 1e-4);
+  const GatheredFinetune gathered = compare_gathered(params, reference, runtime::model_layout(model));
+  INFO(label, ": ", gathered.trainable, " trainable of ", params.size(), " elements");
+  CHECK(gathered.trainable < params.size());
+  CHECK(gathered.frozen_changed == 0);
+  if (world.rank() == 0) MESSAGE(label, ": ‖Δp − Δp_ref‖/‖Δp_ref‖ = ", gathered.moved);
+  CHECK(gathered.moved <= 1e-4);  // 1 when nothing trained
 }
 
 }  // namespace

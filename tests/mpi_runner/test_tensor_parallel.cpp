@@ -115,13 +115,11 @@ void check_tensor_parallel(const TensorParallelCase& c) {
     const double reference_loss = reference.losses[static_cast<std::size_t>(step)];
     INFO(c.model.name, ", ", c.strategy, ", step ", step, ": loss ", report.loss, " vs reference ", reference_loss);
     CHECK(close(report.loss, reference_loss, 1e-5));
-    if (step < c.compared_steps) check_moments(runner, reference_shards, reference, step, where);
-    if (step + 1 == c.compared_steps) {
-      const ReferenceRun until = step + 1 == steps ? reference
-                                                   : reference_training(c.model, data, step + 1, k, data_parallel,
-                                                                        options.seed, options.adamw);
-      check_parameters(runner, reference_shards, until, options.adamw, where, c.parameters);
-    }
+    const auto reference_until = [&](int until) {
+      return reference_training(c.model, data, until, k, data_parallel, options.seed, options.adamw);
+    };
+    check_compared_step(runner, reference_shards, reference, step, c.compared_steps, steps, reference_until,
+                        options.adamw, where, c.parameters);
     // Each rank's tracked model states are the schedule's (its TP slice's units over the DP group).
     const std::string counts = check_collectives(report.collectives, expected) + "; " +
                                check_tracked_memory(report, schedule, false);
