@@ -11,28 +11,31 @@
 namespace shardplan::runtime {
 namespace {
 
-// Pre-norm residual block as HF LlamaDecoderLayer: h = x + Attention(RMSNorm₁(x)); y = h + MLP(RMSNorm₂(h)).
-// Kept for backward (besides the input the driver keeps): both norms' outputs and 1/rms, the residual h, and what the
-// attention and MLP halves keep — per token 6h + 2·kv + 4f floats (+2 for 1/rms) and heads·s for the attention
-// probabilities, the accounting of LayerSpec::activations in costmodel/decoder_builder.cpp.
+// Pre-norm residual block as HF LlamaDecoderLayer: h = x + Attention(RMSNorm₁(x)); y = h + MLP(RMSNorm₂(h)). Kept for
+// backward (besides the input the driver keeps): both norms' outputs (under TP their gathered copies instead, Note
+// [Sequence-parallel block]) and 1/rms, the residual h, and what the attention and MLP halves keep — per token 6h +
+// 2·kv + 4f floats (+2 for 1/rms) and heads·s for the attention probabilities, the accounting of LayerSpec::activations
+// in costmodel/decoder_builder.cpp.
 //
-// Note [Sequence-parallel block]: Korthikanti et al. 2022, §4.2.2 (Fig. 5): with sequence parallelism a block's
-// input x is split by tokens (Note [Sequence-parallel tokens]); per half, g = all-gather of the normalized tokens feeds
-// the column-parallel GEMMs (q, k, v: this rank's heads; gate, up: its FFN slice), the row-parallel GEMM (o, down)
-// yields a partial sum of the whole micro-batch's output, and ḡ = reduce-scatter sums it and leaves this rank's
-// tokens. Backward is the conjugate: all-gather of dL/dy before the row-parallel backward, reduce-scatter of the
-// partial dL/d(normed) after the column-parallel one. So each pass runs 2 all-gathers and 2 reduce-scatters of
-// whole-tokens × hidden floats (the cost model's tp_forward and tp_backward of a block), as Megatron's
-// `_GatherFromSequenceParallelRegion` / `_ReduceScatterToSequenceParallelRegion` pair per half. The norm scales are
-// whole and see only this rank's tokens: their gradients are partial over the TP group (the executor sums them after
-// this backward, Note [Replicated gradients] in executor/runner/tensor_parallel_runner.h). Forward keeps both
-// gathered inputs, as DTensor's linear saves its redistributed input (Megatron re-gathers them in backward to save
-// memory); so backward needs no third all-gather per half. Without a TP group g and ḡ are identities and the halves
-// work on the block's own buffers: the same code is the whole block, bit for bit. With a CP `ring` the block runs on a
-// CP rank's share of each sequence and its attention core is ring attention over the CP group (Note [Context-parallel
-// runner] in executor/runner/context_parallel_runner.h); everything else is per token and runs unchanged. With both,
-// the TP group's whole micro-batch is one CP rank's share (the TP ranks of a CP rank split its rows): g gathers the
-// share's tokens, and the ring carries this TP rank's heads' K/V among the CP ranks of its TP coordinate.
+// Note [Sequence-parallel block]: Korthikanti et al. 2022, §4.2.2 (Fig. 5): with sequence parallelism a block's input x
+// is split by tokens (Note [Sequence-parallel tokens]); per half, g = all-gather of the normalized tokens feeds the
+// column-parallel GEMMs (q, k, v: this rank's heads; gate, up: its FFN slice), the row-parallel GEMM (o, down) yields a
+// partial sum of the whole micro-batch's output, and ḡ = reduce-scatter sums it and leaves this rank's tokens. Backward
+// is the conjugate: all-gather of dL/dy before the row-parallel backward, reduce-scatter of the partial dL/d(normed)
+// after the column-parallel one. So each pass runs 2 all-gathers and 2 reduce-scatters of whole-tokens × hidden floats
+// (the cost model's tp_forward and tp_backward of a block), as Megatron's `_GatherFromSequenceParallelRegion` /
+// `_ReduceScatterToSequenceParallelRegion` pair per half. The norm scales are whole and see only this rank's tokens:
+// their gradients are partial over the TP group (the executor sums them after this backward, Note [Replicated
+// gradients] in executor/runner/tensor_parallel_runner.h). Forward keeps both gathered inputs, as DTensor's linear
+// saves its redistributed input (Megatron re-gathers them in backward to save memory), and not the rank's own normed
+// rows, which nothing in torch keeps either — so backward needs no third all-gather per half, and the tracked
+// activations are the cost model's (tests/mpi_runner/test_tensor_parallel.cpp). Without a TP group g and ḡ are
+// identities and the halves work on the block's own buffers: the same code is the whole block, bit for bit. With a CP
+// `ring` the block runs on a CP rank's share of each sequence and its attention core is ring attention over the CP
+// group (Note [Context-parallel runner] in executor/runner/context_parallel_runner.h); everything else is per token and
+// runs unchanged. With both, the TP group's whole micro-batch is one CP rank's share (the TP ranks of a CP rank split
+// its rows): g gathers the share's tokens, and the ring carries this TP rank's heads' K/V among the CP ranks of its TP
+// coordinate.
 class DecoderBlock final : public LayerKernel {
  public:
   // `group` null: the whole block on `dims`. Otherwise one TP rank's (dims: tensor_parallel_dims) on its share of
@@ -55,8 +58,16 @@ class DecoderBlock final : public LayerKernel {
     const Region region = region_of(t, {input.micro_batch, input.seq_len});
     const auto rows = static_cast<std::size_t>(t), size = static_cast<std::size_t>(t * h);
     const float* x = input.hidden.data();
+    // A norm's output is its half's input, kept; under TP only until g gathers it: the half reads the gathered copy,
+    // as DTensor's linear saves its redistributed input, and nothing keeps the rank's own rows.
+    std::vector<float> own_rows;
+    const auto normed_rows = [&](const char* name) -> std::vector<float>& {
+      if (!group_) return saved.put(name, std::vector<float>(size));
+      own_rows.assign(size, 0.0f);
+      return own_rows;
+    };
     std::vector<float>& inv_rms1 = saved.put("attn_norm.inv_rms", std::vector<float>(rows));
-    std::vector<float>& normed1 = saved.put("attn_norm.out", std::vector<float>(size));
+    std::vector<float>& normed1 = normed_rows("attn_norm.out");
     rmsnorm_forward(x, params.tensor("input_layernorm.weight"), t, h, dims_.rms_norm_eps, normed1.data(),
                     inv_rms1.data());
     std::vector<float>& residual = saved.put("residual", std::vector<float>(size));
@@ -69,7 +80,7 @@ class DecoderBlock final : public LayerKernel {
     poll(progress_hook());  // Note [Progress hook]
 
     std::vector<float>& inv_rms2 = saved.put("mlp_norm.inv_rms", std::vector<float>(rows));
-    std::vector<float>& normed2 = saved.put("mlp_norm.out", std::vector<float>(size));
+    std::vector<float>& normed2 = normed_rows("mlp_norm.out");
     rmsnorm_forward(residual.data(), params.tensor("post_attention_layernorm.weight"), t, h, dims_.rms_norm_eps,
                     normed2.data(), inv_rms2.data());
     Activations out = Activations::zeros(input.micro_batch, input.seq_len, h);

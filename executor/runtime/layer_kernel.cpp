@@ -141,7 +141,9 @@ LayerForward LayerKernel::forward(const LayerParams& params, const Batch& batch,
   saved.micro_batch = batch.micro_batch;
   saved.seq_len = batch.seq_len;
   saved.checkpointing = checkpointing;
-  saved.input.assign(in.hidden.begin(), in.hidden.end());
+  if (backward_reads_input() || checkpointing != ActivationCheckpointing::none) {
+    saved.input.assign(in.hidden.begin(), in.hidden.end());
+  }
   saved.ids.assign(in.ids.begin(), in.ids.end());
   // Under full checkpointing the kernel runs its ordinary forward and the driver then drops what it kept, so the
   // output is bitwise that of the un-checkpointed run.

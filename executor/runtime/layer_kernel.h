@@ -71,6 +71,10 @@ class LayerKernel {
   virtual InputIds input_ids() const { return InputIds::none; }
   // Whether the kernel reads the TP group's whole micro-batch of ids (Batch::group_degree) rather than its rows'.
   virtual bool reads_group_ids() const { return false; }
+  // Whether its backward reads the input the driver keeps (SavedActivations::input). A kernel that keeps what it
+  // needs in another form (the loss-parallel head: its gathered input) says no, and the driver then keeps the input
+  // only for a checkpointed layer's recompute.
+  virtual bool backward_reads_input() const { return true; }
   virtual std::int64_t output_width() const = 0;
 
   // `input` is the previous layer's output (ignored, may be empty, for the embedding).

@@ -91,11 +91,14 @@ class LossParallelHead final : public LayerKernel {
   const char* kernel_name() const override { return "loss_parallel_lm_head"; }
   InputIds input_ids() const override { return InputIds::targets; }
   bool reads_group_ids() const override { return true; }
+  // It keeps the gathered input the linear reads (as DTensor's linear saves its redistributed input); nothing keeps
+  // the rank's own rows.
+  bool backward_reads_input() const override { return false; }
   std::int64_t output_width() const override { return 1; }
-  // As the single-process head's (nll_loss's and log_softmax's fp32 gradients; loss.py's zeros_like(x) and
-  // exp(x)), on the rank's V/t columns of every token of the micro-batch.
+  // loss.py's _nll_loss_and_log_softmax_backward (Note [Loss-parallel workspaces] in costmodel/tensor_parallel.cpp):
+  // zeros_like(x), exp(x) and their sum alive together, on the rank's V/t columns of every token of the micro-batch.
   std::int64_t backward_workspace_bytes(const SavedActivations& saved) const override {
-    return 2 * whole_tokens(static_cast<std::int64_t>(saved.micro_batch) * saved.seq_len, *group_) *
+    return 3 * whole_tokens(static_cast<std::int64_t>(saved.micro_batch) * saved.seq_len, *group_) *
            dims_.vocab_size * static_cast<std::int64_t>(sizeof(float));
   }
 
@@ -141,20 +144,22 @@ class LossParallelHead final : public LayerKernel {
     const std::int64_t local = static_cast<std::int64_t>(saved.micro_batch) * saved.seq_len;
     const std::int64_t whole = whole_tokens(local, *group_), h = dims_.hidden_size, columns = dims_.vocab_size;
     const std::int64_t first = group_->rank() * columns;
-    // The single-process head's two buffers (lm_head_loss.cpp): -g/T at the targets this rank holds, then
-    // g/T · p + that.
+    // loss.py's three buffers (backward_workspace_bytes): grad_input = zeros_like(x) with -1 at the targets this rank
+    // holds, exp(x) (the kept probabilities), and (grad_input + exp(x)), scaled by g/T in place.
     const float scale = grad_output.values[0] / static_cast<float>(whole);
     std::vector<float> grad_nll(static_cast<std::size_t>(whole * columns), 0.0f);
     MatrixView dN(grad_nll.data(), whole, columns);
     for (std::int64_t t = 0; t < whole; ++t) {
       const std::int32_t target = saved.ids[static_cast<std::size_t>(t)];
-      if (target >= first && target < first + columns) dN(t, target - first) = -scale;
+      if (target >= first && target < first + columns) dN(t, target - first) = -1.0f;
     }
-    std::vector<float> grad_logits = saved.get("probs");
+    std::vector<float> exp_x = saved.get("probs");
+    std::vector<float> grad_logits(grad_nll.size());
     MatrixView dZ(grad_logits.data(), whole, columns);
+    dZ = dN + ConstMatrixView(exp_x.data(), whole, columns);
     dZ *= scale;
-    dZ += dN;
     grad_nll = {};
+    exp_x = {};
     std::vector<float> grad_gathered(static_cast<std::size_t>(whole * h));
     linear_backward({whole, h, columns}, saved.get("gathered").data(), params.tensor("weight"), grad_logits.data(),
                     grad_gathered.data(), false, grads.tensor("weight"), nullptr);

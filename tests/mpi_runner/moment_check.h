@@ -188,17 +188,12 @@ inline std::string check_p2p(const comm::P2pCounters& run, const comm::P2pCounte
 }
 
 // The step's tracked memory is its program's (test_accounting.cpp's categories): every model-state category's peak
-// exactly, activations within 2%, as test_accounting.cpp compares them, where `compare_activations`; returns the
-// activation peaks, for a message. The tensor-parallel kernels' saved tensors are not the cost model's TP activation
-// count (measured on the TP test's cases: −18 % … +8 %), so TP runs compare the model states only.
-inline std::string check_tracked_memory(const StepReport& report, const StepSchedule& program,
-                                        bool compare_activations = true) {
+// exactly, activations within 2%, as test_accounting.cpp compares them; returns the activation peaks, for a message.
+inline std::string check_tracked_memory(const StepReport& report, const StepSchedule& program) {
   const MemoryByCategory predicted = predicted_peaks(program);
   const auto activations = static_cast<std::size_t>(MemoryCategory::activations);
-  if (compare_activations) {
-    CHECK(static_cast<double>(report.peak_by_category[activations]) ==
-          doctest::Approx(static_cast<double>(predicted[activations])).epsilon(0.02));
-  }
+  CHECK(static_cast<double>(report.peak_by_category[activations]) ==
+        doctest::Approx(static_cast<double>(predicted[activations])).epsilon(0.02));
   for (MemoryCategory category : {MemoryCategory::sharded_params, MemoryCategory::sharded_grads,
                                   MemoryCategory::optimizer_states, MemoryCategory::unsharded_params,
                                   MemoryCategory::root_unit, MemoryCategory::unsharded_grads,

@@ -156,9 +156,8 @@ void check_context_parallel(const ContextParallelCase& c) {
     const std::string counts = check_collectives(report.collectives, expected);
     const std::string messages = check_p2p(report.p2p, expected_p2p);
     // The program's activations are the flash-attention plan's (no probabilities) on seq / cp tokens: the ring keeps
-    // q, k, v, the context and the log-sum-exp, as the flash kernel does (measured: +0.1% and +0.4%); beside TP the
-    // model states only (check_tracked_memory).
-    const std::string memory = check_tracked_memory(report, program, tp == 1);
+    // q, k, v, the context and the log-sum-exp, as the flash kernel does (measured: +0.1% and +0.4%; beside TP too).
+    const std::string memory = check_tracked_memory(report, program);
     MESSAGE("rank ", world.rank(), " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
             "; run/program:", counts, "; ", messages, "; ", memory);
   }

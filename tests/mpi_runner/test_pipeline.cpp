@@ -194,8 +194,8 @@ void check_pipeline(const PipelineCase& c) {
     const std::string counts = check_collectives(report.collectives, expected);
     // The tracked model-state memory is the program's (test_accounting.cpp's categories): each rank holds and
     // gathers only its stages' units, kept gathered through the step, gradients accumulated unsharded.
-    // Activations within 2% (measured: +0.1% on both schedules); under TP the model states only (check_tracked_memory).
-    const std::string memory = check_tracked_memory(report, program, tp == 1);
+    // Activations within 2% (measured: +0.1% on both schedules, +0.1 … +0.4 % with TP or CP).
+    const std::string memory = check_tracked_memory(report, program);
     const std::string messages = check_p2p(report.p2p, expected_p2p);
     if (world.rank() == 0 || world.rank() == size - 1) {
       MESSAGE(std::string(to_string(c.schedule)), " TP ", tp, " CP ", cp, " rank ", world.rank(), " step ", step,

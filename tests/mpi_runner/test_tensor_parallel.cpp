@@ -1,7 +1,7 @@
 // Tensor parallelism × FSDP on a 2-D mesh (TP 2 inner, FSDP over the DP group) trains like the single-process
 // reference: losses, AdamW's moments (the reduced gradients), final parameters, and the collectives per step equal
 // the schedule's: its FSDP collective ops plus the TP collectives its passes' kernels list (the cost model's); the
-// tracked model-state memory its bytes.
+// tracked memory its bytes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -120,9 +120,10 @@ void check_tensor_parallel(const TensorParallelCase& c) {
     };
     check_compared_step(runner, reference_shards, reference, step, c.compared_steps, steps, reference_until,
                         options.adamw, where, c.parameters);
-    // Each rank's tracked model states are the schedule's (its TP slice's units over the DP group).
+    // Each rank's tracked memory is the schedule's (its TP slice's units over the DP group; the sequence-parallel
+    // blocks' and the loss-parallel head's activations as the cost model counts torch's).
     const std::string counts = check_collectives(report.collectives, expected) + "; " +
-                               check_tracked_memory(report, schedule, false);
+                               check_tracked_memory(report, schedule);
     if (world.rank() == 0) {
       MESSAGE(c.model.name, " ", c.strategy, " step ", step, ": loss ", report.loss, " vs reference ", reference_loss,
               "; run/schedule:", counts);
