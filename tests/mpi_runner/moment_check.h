@@ -110,7 +110,8 @@ void check_parameters(Runner& runner, const Shards& shards, const ReferenceRun& 
 
 // Note [Ill-conditioned first step] (test_tensor_parallel.cpp): a step's AdamW moments while step < compared_steps,
 // and the parameters after the last compared step — against the reference's own run of that many steps
-// (`reference_until(steps)`) where fewer than all `steps` are compared. `shards` and `where` as check_moments takes them.
+// (`reference_until(steps)`) where fewer than all `steps` are compared. `shards` and `where` as check_moments takes
+// them.
 template <class Shards, class Where, class ReferenceUntil>
 void check_compared_step(Runner& runner, const Shards& shards, const ReferenceRun& reference, int step,
                          int compared_steps, int steps, ReferenceUntil reference_until,

@@ -87,7 +87,8 @@ void check_pipeline_finetune(const PipelineFinetuneCase& c) {
   const comm::P2pCounters expected_p2p = runner.expected_step_p2p();
   CHECK(expected_p2p.sends.calls > 0);
   for (int step = 0; step < steps; ++step) {
-    const StepReport report = runner.step(rank_micro_batches(data, step, k, data_parallel, runner.data_parallel_rank()));
+    const StepReport report =
+        runner.step(rank_micro_batches(data, step, k, data_parallel, runner.data_parallel_rank()));
     const auto s = static_cast<std::size_t>(step);
     INFO(label, ", step ", step, ": loss ", report.loss, " vs reference ", reference.losses[s]);
     CHECK(close(report.loss, reference.losses[s], 1e-5));
@@ -129,7 +130,7 @@ TEST_CASE("runner: pipeline Interleaved1F1B 2 × 2 stages × full_shard 2 fine-t
   check_pipeline_finetune({lora_on_every_projection(), PipelineScheduleKind::interleaved_1f1b, 2});
 }
 
-TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 with a frozen embedding and block trains the rest like the reference") {
+TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 with a frozen embedding and block trains like the reference") {
   check_pipeline_finetune({frozen_first_block()});
 }
 
