@@ -1,4 +1,5 @@
 // `shardplan models` and `shardplan gpus`: the preset and catalog listings, as tables or JSON.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -16,7 +17,10 @@ Action add_models_command(CLI::App& app, const Output& output) {
   command->add_flag("--json", *json, "print JSON");
   return [json, output]() {
     nlohmann::json list = nlohmann::json::array();
-    if (!*json) std::printf("%-15s %17s %7s %7s  %s\n", "name", "parameters", "blocks", "seq", "source");
+    // The name column as wide as the longest preset name ("llama4-scout-17b-16e"), so every row lines up.
+    int name_width = 15;
+    for (const auto& preset : model_presets()) name_width = std::max(name_width, static_cast<int>(preset.name.size()));
+    if (!*json) std::printf("%-*s %17s %7s %7s  %s\n", name_width, "name", "parameters", "blocks", "seq", "source");
     for (const auto& preset : model_presets()) {
       const ModelSpec model = preset_model(preset.name);
       if (*json) {
@@ -27,7 +31,7 @@ Action add_models_command(CLI::App& app, const Output& output) {
                         {"default_seq_len", model.default_seq_len},
                         {"description", preset.description}});
       } else {
-        std::printf("%-15s %17lld %7zu %7lld  %s\n", preset.name.c_str(),
+        std::printf("%-*s %17lld %7zu %7lld  %s\n", name_width, preset.name.c_str(),
                     static_cast<long long>(model.param_count()), model.block_count(),
                     static_cast<long long>(model.default_seq_len), preset.description.c_str());
       }

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <set>
 #include <sstream>
@@ -68,6 +69,17 @@ TEST_CASE("`models` lists every preset with its parameter count") {
   }
   CHECK(contains(result.out, "8030261248"));  // llama3-8b
   CHECK(contains(result.out, "124439808"));   // gpt2
+  // Every row's parameter count ends in the header's "parameters" column, the longest preset name's too.
+  std::istringstream lines(result.out);
+  std::string header, line;
+  std::getline(lines, header);
+  const std::size_t column_end = header.find("parameters") + std::string("parameters").size();
+  while (std::getline(lines, line)) {
+    CAPTURE(line);
+    REQUIRE(line.size() > column_end);
+    CHECK(std::isdigit(static_cast<unsigned char>(line[column_end - 1])));
+    CHECK(line[column_end] == ' ');
+  }
 }
 
 TEST_CASE("`models --json` is shardplan.models/v1 with exact parameter counts") {
