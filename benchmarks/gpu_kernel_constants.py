@@ -3,7 +3,9 @@
 # kernels (DESIGN.md: GEMMs by shape, attention at FlashAttention's throughput, memory-bound kernels at achievable HBM
 # bandwidth, plus a launch cost): bf16 GEMM TFLOP/s for a model's layer shapes (forward and both backward products)
 # and square sizes, SDPA forward and backward TFLOP/s by sequence length, copy/read/elementwise bandwidth, and kernel
-# launch cost. Prints a table; --out writes a shardplan.gpu-measurements/v1 section ("kernels"), units in every key;
+# launch cost; and, for the largest GEMM and FlashAttention, the rate they keep over --sustain-seconds of back-to-back
+# calls against their short-trial rate (Note [Sustained rate] below). Prints a table; --out writes a
+# shardplan.gpu-measurements/v1 section ("kernels"), units in every key;
 # --profile-out writes the same as a shardplan.profile/v1 that `--profile` applies (profile_from_measurements: the
 # op-level model's GEMM curve, attention plateaus and s½, elementwise bandwidth and launch cost, fitted to them).
 #
@@ -22,6 +24,15 @@ import sys
 SKIP = 77
 L2_ROTATION_BYTES = 4 * 60 * 2**20  # 4× the H200's L2 (60 MB: KINDS.md, read off the device by PyTorch)
 TRIALS, CALLS = 5, 10
+# Note [Sustained rate]: a short trial (CALLS calls after a warm-up: what MAMF-style GEMM tables and the rows above
+# report) runs at the clock the GPU boosts to; a training step runs its kernels back to back for seconds, where a
+# power or thermal limit lowers the clock. Issue 34 asks for the rate as training runs the kernel, so the largest GEMM
+# and FlashAttention also run back to back for about SUSTAIN_SECONDS, timed in windows of SUSTAIN_WINDOW_S by CUDA
+# events with the host never waiting between them (the GPU never idles and cools); the sustained rate is the median
+# of the second half of the windows (the clock settles within seconds), and its ratio to the short-trial rate is the
+# profile's clock_fraction (HardwareProfile::clock_fraction scales every tensor-core rate). nvidia-smi's SM clock and
+# power beside it say why, where the machine has it.
+SUSTAIN_SECONDS, SUSTAIN_WINDOW_S = 20.0, 1.0
 
 
 def fail(message, status=2):
@@ -180,6 +191,91 @@ def launch(torch):
             "launch_and_sync_seconds": statistics.median(round_trips)}
 
 
+def sustained_summary(short_per_s, window_per_s):
+    """Note [Sustained rate]: the short-trial rate, the first window's, the sustained one (the median of the second
+    half of the windows) and sustained / short. None without windows or a short rate."""
+    if not window_per_s or short_per_s <= 0:
+        return None
+    sustained = statistics.median(window_per_s[len(window_per_s) // 2:])
+    return {"short_per_s": short_per_s, "first_window_per_s": window_per_s[0], "sustained_per_s": sustained,
+            "fraction": sustained / short_per_s}
+
+
+def gpu_state():
+    """The SM clock (MHz), power draw and limit (W) and temperature (°C) nvidia-smi reads for device 0; {} without
+    it."""
+    import subprocess
+    fields = ["clocks.sm", "power.draw", "power.limit", "temperature.gpu"]
+    try:
+        line = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=" + ",".join(fields),
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=10).stdout.strip().splitlines()[0]
+        values = [float(value) for value in line.split(",")]
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    return dict(zip(["sm_clock_mhz", "power_w", "power_limit_w", "temperature_c"], values))
+
+
+def sustained_run(torch, name, run, flop_per_call, seconds):
+    """Note [Sustained rate]: `run` back to back for about `seconds`; the short-trial and per-window rates (FLOP/s),
+    their summary, and the GPU's state before and at the end of the run."""
+    call_s = median_call_seconds(torch, run)
+    calls = max(1, int(round(SUSTAIN_WINDOW_S / call_s)))
+    windows = max(2, int(round(seconds / SUSTAIN_WINDOW_S)))
+    before = gpu_state()
+    events, loaded = [], {}
+    for window in range(windows):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(calls):
+            run(window * calls + i)
+        stop.record()
+        events.append((start, stop))
+        # The host blocks in the launch queue about a window behind the device: read under load, near the end.
+        if window == windows - 2:
+            loaded = gpu_state()
+    torch.cuda.synchronize()
+    rates = [flop_per_call * calls / (start.elapsed_time(stop) * 1e-3) for start, stop in events]
+    return {"name": name, "seconds": sum(start.elapsed_time(stop) for start, stop in events) * 1e-3,
+            "window_seconds": SUSTAIN_WINDOW_S, "window_flop_per_s": rates,
+            "summary": sustained_summary(flop_per_call / call_s, rates), "gpu_before": before, "gpu_loaded": loaded}
+
+
+def sustained_rows(torch, config, tokens, seconds):
+    """Note [Sustained rate]: the square 8192 bf16 GEMM, and causal FlashAttention forward and backward at 8192
+    tokens per sequence (the model's heads), each for about `seconds`."""
+    import torch.nn.functional as F
+    rows = []
+    size = 8192
+    copies = rotation(2 * size * size * 2)
+    a = [torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    b = [torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    rows.append(sustained_run(torch, f"GEMM {size}^3 bf16", lambda j: F.linear(a[j % copies], b[j % copies]),
+                              2.0 * size ** 3, seconds))
+    del a, b
+    heads = config["num_attention_heads"]
+    d = config.get("head_dim") or config["hidden_size"] // heads
+    seq = 8192
+    batch = max(1, tokens // seq)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16)
+
+    def forward_backward(_):
+        q.grad = k.grad = v.grad = None
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+    # flash-attn's count (attention_rows): forward 4·b·s²·h·d halved when causal, backward 2.5× that.
+    flop = 3.5 * 4.0 * batch * seq * seq * heads * d / 2
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            rows.append(sustained_run(torch, f"SDPA flash causal fwd+bwd, seq {seq}", forward_backward, flop,
+                                      seconds / 2))
+    except (ImportError, RuntimeError) as error:
+        rows.append({"name": f"SDPA flash causal fwd+bwd, seq {seq}", "error": str(error).splitlines()[0]})
+    return rows
+
+
 def fit_gemm_curve(rows):
     """Least squares of t = (F + f½) / R over the GEMM rows (weights 1/t: relative errors count alike), the op-level
     model's per-GEMM curve (costmodel/compute_cost.cpp gemm_time_s). Returns (R in FLOP/s, f½ in FLOPs)."""
@@ -220,14 +316,22 @@ def profile_from_measurements(document):
     and backward plateaus fractions of it (head dimension 64 and below scaled up by FlashAttention's 0.89, as
     compute_cost.cpp scales them down), the elementwise add's bandwidth the HBM rate, the eager launch the dispatch."""
     rate, half = fit_gemm_curve(document["gemm"])
+    # Note [Sustained rate]: the GEMM's sustained / short ratio is the clock the tensor cores keep in training.
+    sustained = {row["name"].split()[0]: row["summary"] for row in document.get("sustained", [])
+                 if row.get("summary")}
+    clock = min(1.0, sustained["GEMM"]["fraction"]) if "GEMM" in sustained else 1.0
     compute = {"peak_bf16_flops": rate, "peak_fp16_flops": rate, "max_compute_efficiency": 1.0,
-               "half_efficiency_flops": max(1.0, half), "clock_fraction": 1.0}
+               "half_efficiency_flops": max(1.0, half), "clock_fraction": clock}
     flash = [r for r in document.get("attention", []) if "error" not in r and r.get("backend") == "flash"]
     if len(flash) >= 2:
         scale = 1 / 0.89 if flash[0]["head_dim"] <= 64 else 1.0
         lengths = [r["seq_len"] for r in flash]
         forward, half_fwd = fit_length_curve(lengths, [r["forward_tflop_per_s"] * 1e12 * scale for r in flash])
         backward, half_bwd = fit_length_curve(lengths, [r["backward_tflop_per_s"] * 1e12 * scale for r in flash])
+        # Attention's own sustained ratio where measured: the clock above scales it too, so its efficiencies carry
+        # the difference (both plateaus then come out at their sustained rates).
+        attention_clock = min(1.0, sustained["SDPA"]["fraction"]) if "SDPA" in sustained else clock
+        forward, backward = forward * attention_clock / clock, backward * attention_clock / clock
         compute.update({"attention_forward_efficiency": min(1.0, forward / rate),
                         "attention_backward_efficiency": min(1.0, backward / rate),
                         "attention_half_seq_len": max(1.0, (half_fwd + half_bwd) / 2)})
@@ -247,9 +351,13 @@ def main():
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch (GEMM m, attention b·s)")
     parser.add_argument("--out", help="JSON file to write")
     parser.add_argument("--profile-out", help="shardplan.profile/v1 file to write (profile_from_measurements)")
+    parser.add_argument("--sustain-seconds", type=float, default=SUSTAIN_SECONDS,
+                        help="seconds of back-to-back GEMMs (half that of attention) for the sustained rates; 0: none")
     args = parser.parse_args()
     if args.tokens < 512:
         fail(f"--tokens: expected at least 512, got {args.tokens}")
+    if not 0 <= args.sustain_seconds <= 600:
+        fail(f"--sustain-seconds: expected 0 to 600, got {args.sustain_seconds}")
     try:
         config = json.load(open(args.config))
     except (OSError, ValueError) as error:
@@ -287,6 +395,21 @@ def main():
         else:
             print(f"{row['backend']:18s} {row['seq_len']:6d} {row['batch']:5d} {row['forward_tflop_per_s']:12.1f} "
                   f"{row['backward_tflop_per_s']:12.1f}")
+    if args.sustain_seconds > 0:
+        document["sustained"] = sustained_rows(torch, config, args.tokens, args.sustain_seconds)
+        for row in document["sustained"]:
+            if "error" in row:
+                print(f"sustained {row['name']}: not run: {row['error']}")
+                continue
+            summary, before, loaded = row["summary"], row["gpu_before"], row["gpu_loaded"]
+            state = ""
+            if before and loaded:
+                state = (f"; SM clock {before['sm_clock_mhz']:.0f} -> {loaded['sm_clock_mhz']:.0f} MHz, power "
+                         f"{before['power_w']:.0f} -> {loaded['power_w']:.0f} W of {loaded['power_limit_w']:.0f} W, "
+                         f"{loaded['temperature_c']:.0f} C")
+            print(f"sustained {row['name']} for {row['seconds']:.1f} s: short {summary['short_per_s'] / 1e12:.1f} "
+                  f"TFLOP/s, first window {summary['first_window_per_s'] / 1e12:.1f}, sustained "
+                  f"{summary['sustained_per_s'] / 1e12:.1f} ({summary['fraction']:.3f}){state}", flush=True)
     if args.out:
         with open(args.out, "w") as stream:
             json.dump(document, stream, indent=1)

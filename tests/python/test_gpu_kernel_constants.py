@@ -52,6 +52,38 @@ class ProfileFromMeasurements(unittest.TestCase):
         with self.assertRaises(ValueError):
             constants.fit_gemm_curve([{"m": 1, "n": 1, "k": 1, "seconds": 1.0}])
 
+    def test_the_sustained_rate_is_the_second_half_median(self):
+        # Note [Sustained rate]: a clock that drops over the first windows and settles; the first half is left out.
+        windows = [800e12, 780e12, 760e12, 745e12, 740e12, 741e12, 739e12, 740e12]
+        summary = constants.sustained_summary(800e12, windows)
+        self.assertEqual(summary["first_window_per_s"], 800e12)
+        self.assertEqual(summary["sustained_per_s"], 740e12)
+        self.assertAlmostEqual(summary["fraction"], 740 / 800)
+        self.assertIsNone(constants.sustained_summary(800e12, []))
+        self.assertIsNone(constants.sustained_summary(0.0, windows))
+
+    def test_sustained_rates_set_the_clock_and_attention(self):
+        # The GEMM keeps 0.9 of its short rate and attention 0.8: the profile's clock is the GEMM's, and attention's
+        # plateaus come out at their own sustained rates (clock × efficiency × peak).
+        document = synthetic_document()
+        document["sustained"] = [
+            {"name": "GEMM 8192^3 bf16", "summary": constants.sustained_summary(RATE, [RATE * 0.9] * 4)},
+            {"name": "SDPA flash causal fwd+bwd, seq 8192", "summary": constants.sustained_summary(1.0, [0.8] * 4)},
+            {"name": "SDPA flash causal fwd+bwd, seq 8192", "error": "not run"}]
+        compute = constants.profile_from_measurements(document)["compute"]
+        self.assertAlmostEqual(compute["clock_fraction"], 0.9)
+        peak = compute["peak_bf16_flops"] * compute["clock_fraction"]
+        self.assertAlmostEqual(peak * compute["attention_forward_efficiency"] / (FORWARD * 0.8), 1.0, places=3)
+        self.assertAlmostEqual(peak * compute["attention_backward_efficiency"] / (BACKWARD * 0.8), 1.0, places=3)
+        # Without attention's own measurement it throttles as the GEMM does.
+        document["sustained"] = document["sustained"][:1]
+        compute = constants.profile_from_measurements(document)["compute"]
+        peak = compute["peak_bf16_flops"] * compute["clock_fraction"]
+        self.assertAlmostEqual(peak * compute["attention_forward_efficiency"] / (FORWARD * 0.9), 1.0, places=3)
+        # A sustained rate above the short one (noise) never raises the clock past 1.
+        document["sustained"] = [{"name": "GEMM 8192^3 bf16", "summary": constants.sustained_summary(1.0, [1.02] * 4)}]
+        self.assertEqual(constants.profile_from_measurements(document)["compute"]["clock_fraction"], 1.0)
+
     def test_the_profile_applies(self):
         binary = os.environ.get("SHARDPLAN_BIN")
         if not binary:
