@@ -16,16 +16,12 @@ void validate_context_parallel(int degree, const TrainingConfig& training, const
     throw InputError(value + "expected flash attention (torch's context_parallel runs SDPA's flash and efficient "
                      "kernels only; drop --no-flash-attention)");
   }
-  if (!model.architecture) {
-    throw InputError(value + "expected a decoder of known architecture (a preset or a Hugging Face config.json)");
-  }
-  if (model.architecture->mla) {
-    throw InputError(value + "expected 1 for multi-head latent attention (not yet lowered)");
-  }
   if (training.expert_parallel_degree > 1) {
     throw InputError(value + "expected 1 beside --expert-parallel " +
                      std::to_string(training.expert_parallel_degree) + " (not yet lowered together)");
   }
+  // The layers first: a model without a decoder architecture is often one with a layer CP cannot take (Llama 4's
+  // vision tower and chunked attention), which says more than the missing architecture.
   for (const LayerSpec& layer : model.layers) {
     if (layer.fixed_tokens_per_sample) {
       throw InputError(value + "expected 1 for a model with layers of their own token count ('" + layer.name +
@@ -35,6 +31,12 @@ void validate_context_parallel(int degree, const TrainingConfig& training, const
       throw InputError(value + "expected 1 for sliding-window or chunked attention ('" + layer.name +
                        "'): torch's ring attention takes a causal mask only");
     }
+  }
+  if (!model.architecture) {
+    throw InputError(value + "expected a decoder of known architecture (a preset or a Hugging Face config.json)");
+  }
+  if (model.architecture->mla) {
+    throw InputError(value + "expected 1 for multi-head latent attention (not yet lowered)");
   }
   if (training.seq_len % (2 * std::int64_t{degree}) != 0) {
     // torch's _generate_round_robin_indices (Note [Load-balanced causal sharding] in context_parallel.h).

@@ -43,7 +43,27 @@ void check_layout(const PipelineLayout& layout, const ModelSpec& model) {
     throw InputError("pipeline.stages: the stages end at layer " + std::to_string(next) + ", expected all " +
                      std::to_string(model.layers.size()) + " layers");
   }
+  // Note [Tied layers under a pipeline].
+  const std::string tie = pipeline_tie(model);
+  if (!tie.empty() && stages > 1) {
+    throw InputError("pipeline: " + tie + ", and a pipeline puts them on different stages (tied embeddings with "
+                     "pipeline parallelism are not modelled; plan it without --pipeline-parallel)");
+  }
 }
+
+}  // namespace
+
+std::string pipeline_tie(const ModelSpec& model) {
+  for (const LayerSpec& layer : model.layers) {
+    if (layer.tied_to_layer && *layer.tied_to_layer < model.layers.size()) {
+      return "layer '" + layer.name + "' shares its weight with '" + model.layers[*layer.tied_to_layer].name +
+             "' (tied embeddings)";
+    }
+  }
+  return "";
+}
+
+namespace {
 
 // The stage holding `layer`.
 std::size_t stage_of(const std::vector<LayerRange>& stages, std::size_t layer) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lowering.h"
@@ -81,6 +82,15 @@ struct PipelineLayout {
 // The pipeline of a plan (Note [Pipeline policy] in plan.h) laid out on `dims` = parallel_dims(plan, world): its
 // schedule, degree, stages and the tensor-parallel ranks per data-parallel rank.
 PipelineLayout pipeline_layout(const Plan& plan, const ParallelDims& dims);
+
+// Note [Tied layers under a pipeline]: a layer tied to another (Llama 3.2's and Qwen2.5's lm_head reading
+// embed_tokens' weight) needs both on one rank, while a pipeline puts the embedding on its first stage and the head
+// on its last. torch.distributed.pipelining has no shared-weight mechanism across stages (Megatron-LM keeps a copy
+// on the last stage and all-reduces the two gradients; no such op is modelled here), so the lowering refuses a tied
+// model with more than one stage, and `plan` leaves pipeline plans out for it, saying why.
+// "" when no layer of `model` is tied to another; else which ("layer 'lm_head' shares its weight with
+// 'model.embed_tokens' (tied embeddings)").
+std::string pipeline_tie(const ModelSpec& model);
 
 // What pipeline rank `rank` holds (Note [Pipeline programs]): its stages' layers concatenated in stage order, the
 // plan's units remapped onto them (every one kept gathered, the root too: reshard_after_forward is off under PP), and

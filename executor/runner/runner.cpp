@@ -72,14 +72,8 @@ Runner::Runner(const ModelSpec& model, const Plan& plan, comm::Communicator& wor
     const int tp = dims.tp();
     // ... the CPU kernels' checks (InputError when heads, FFN or vocabulary don't divide) ...
     if (tp > 1) (void)runtime::tensor_parallel_rank_model(model_, tp);
-    if (dims.pp() > 1) {
-      // ... what the CPU executor does not run with a pipeline (Note [Pipeline runner]): a tied head ...
-      for (const LayerSpec& layer : model_.layers) {
-        // torchtitan refuses it too: a tied head on the last stage reads the first stage's embedding.
-        if (layer.tied_to_layer) throw InputError("plan: tied embeddings with pipeline parallelism are not executed");
-      }
-      validate_plan(plan_, model_, world_size_, gpus_per_node);
-    }
+    // ... a pipeline plan whole (a tied head, which no pipeline lowers: Note [Tied layers under a pipeline]) ...
+    if (dims.pp() > 1) validate_plan(plan_, model_, world_size_, gpus_per_node);
     // ... and its program (Note [Rank program]): the model and units this rank holds, checked executable (with a
     // pipeline the rank's own plan, its units remapped onto its stages; else the user's), then its schedule.
     const auto check = [&](const RankProgram& held) {

@@ -83,6 +83,10 @@ TEST_CASE("`--context-parallel`: a sequence torch cannot split, or an export tha
   expect_input_error({"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--context-parallel", "2",
                       "--export", "fsdp2"},
                      {"--context-parallel 2", "--export torchtitan"});
+  // Llama 4 (a preset without one decoder architecture) is refused for the layer CP cannot take, not for the preset.
+  expect_input_error({"simulate", "-m", "llama4-scout-17b-16e", "-c", "2x8xH100-80GB", "--seq-len", "32768",
+                      "--context-parallel", "2"},
+                     {"--context-parallel 2", "'vision_model': a vision tower"});
 }
 
 // Note [Context-parallel search] (cli/plan_context_parallel.cpp): without --context-parallel, cp 2, 4, 8 are searched

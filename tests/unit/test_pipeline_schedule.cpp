@@ -163,6 +163,17 @@ TEST_CASE("pipeline programs: a unit across a stage boundary, bad stage ranges a
   Pipeline other_degrees(8, PipelineScheduleKind::one_f_one_b, 2, 1, 2);
   other_degrees.layout.dims = ParallelDims(ParallelDegrees{}, 4);  // pp 1 against the layout's 2
   CHECK_THROWS_WITH_AS(other_degrees.lower(), doctest::Contains("expected its degree 2"), InputError);
+  // Note [Tied layers under a pipeline]: a tie is refused by name, before any rank's model is cut from the stages
+  // (where the tie's layer index would name another layer of the rank's model).
+  Pipeline tied(8, PipelineScheduleKind::one_f_one_b, 2, 1, 2);
+  tied.model.layers.back().tied_to_layer = 0;
+  CHECK_THROWS_WITH_AS(tied.lower(), doctest::Contains("tied embeddings"), InputError);
+  const std::string tie_text = "shares its weight with '" + tied.model.layers.front().name + "'";
+  CHECK_THROWS_WITH_AS(pipeline_rank_model(tied.plan, tied.model, tied.layout, 1), doctest::Contains(tie_text.c_str()),
+                       InputError);
+  CHECK(pipeline_tie(preset_model("llama3.2-1b")) ==
+        "layer 'lm_head' shares its weight with 'model.embed_tokens' (tied embeddings)");
+  CHECK(pipeline_tie(preset_model("llama3-8b")).empty());
 }
 
 // torchtitan's default split (generate_llm_fqn_per_model_part, first and last stage one block lighter for the
