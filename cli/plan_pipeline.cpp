@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "errors.h"
+#include "pipeline_schedule.h"
 #include "plan_context_parallel.h"
 #include "plan_json.h"
 #include "step_analysis.h"
@@ -41,9 +42,11 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
   // Note [Optimizer in backward] (planner/optimizer_in_backward.h): torchtitan refuses it with a pipeline.
   if (training.optimizer_in_backward) conflict = "--optimizer-in-backward (torchtitan refuses it with a pipeline)";
-  const bool experts = std::any_of(model.layers.begin(), model.layers.end(),
-                                   [](const LayerSpec& layer) { return layer.moe.has_value(); });
-  if (experts) conflict = "a model with experts (expert parallelism under pipeline parallelism is not modelled)";
+  // Note [Tied layers under a pipeline] (planner/pipeline_schedule.h).
+  if (const std::string tie = pipeline_tie(model); !tie.empty()) {
+    conflict = "a model whose " + tie.substr(std::string("layer ").size()) +
+               ": a pipeline puts them on different stages, which is not modelled";
+  }
   if (request.pinned && !conflict.empty()) {
     throw InputError("--pipeline-parallel " + std::to_string(flags.pipeline_parallel) + ": not with " + conflict);
   }
@@ -73,6 +76,8 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   }
   options.stages_per_rank = flags.stages_per_rank;
   options.tensor_parallel_degrees = search.tensor_parallel_degrees;
+  options.expert_parallel_degrees = search.expert_parallel_degrees.empty() ? std::vector<int>{1}
+                                                                           : search.expert_parallel_degrees;
   options.pins = search.pins;
   options.usable_bytes = usable_bytes;
   options.threads = search.threads;
@@ -108,16 +113,27 @@ std::string render_pipeline_plan_text(const PipelineSearchResult& result, const 
 std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result) {
   if (!request.skipped.empty()) return "pipeline plans: not searched (" + request.skipped + ")\n";
   const bool cp_searched = result.context_parallel_degrees.size() > 1;
+  const bool ep_searched = result.expert_parallel_degrees.size() > 1;
   char line[512];
   std::snprintf(line, sizeof line,
-                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing%s), %zu simulated, %zu proven no "
+                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing%s%s), %zu simulated, %zu proven no "
                 "faster and %zu unable to fit by their floors, %zu refused, in %.3f s; %s (Note [Pipeline search]: "
                 "the fastest fitting of this grid; wrapping, strategy and prefetch as torchtitan sets them)\n",
-                result.candidates, cp_searched ? " x CP" : "", result.simulated, result.beaten_by_floor,
+                result.candidates, cp_searched ? " x CP" : "", ep_searched ? " x EP" : "", result.simulated,
+                result.beaten_by_floor,
                 result.over_memory_floor, result.refused,
                 result.seconds,
                 result.feasible ? "a pipeline plan is the fastest" : "none beats the plan above");
-  return line;
+  std::string text = line;
+  // A pinned degree with no plan: why its points were refused (the reasons first met, each once).
+  if (request.pinned && !result.feasible && !result.refusal_reasons.empty()) {
+    text += "  refused: ";
+    for (std::size_t index = 0; index < result.refusal_reasons.size(); ++index) {
+      text += (index > 0 ? "; " : "") + result.refusal_reasons[index];
+    }
+    text += result.refused > result.refusal_reasons.size() ? " (and the like)\n" : "\n";
+  }
+  return text;
 }
 
 nlohmann::json pipeline_search_json(const PipelineSearchRequest& request, const PipelineSearchResult& result,
@@ -127,11 +143,13 @@ nlohmann::json pipeline_search_json(const PipelineSearchRequest& request, const 
   if (!request.skipped.empty()) document["skipped"] = request.skipped;
   document["pinned"] = request.pinned;
   document["context_parallel_degrees"] = result.context_parallel_degrees;
+  document["expert_parallel_degrees"] = result.expert_parallel_degrees;
   document["candidates"] = result.candidates;
   document["simulated"] = result.simulated;
   document["beaten_by_floor"] = result.beaten_by_floor;
   document["over_memory_floor"] = result.over_memory_floor;
   document["refused"] = result.refused;
+  document["refusal_reasons"] = result.refusal_reasons;
   document["seconds"] = result.seconds;
   if (result.feasible) {
     document["planned"] = {{"knobs", result.best.knobs},

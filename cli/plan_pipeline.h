@@ -30,7 +30,7 @@ struct PipelineSearchRequest {
 
 // The request for this command: pinned, searched or skipped (with why). InputError (one line naming the flags) where
 // a pinned degree contradicts another flag: an export not written for pipeline plans, --objective memory,
-// CPU offload, optimizer in backward, a model with experts. `context_parallel`: the --context-parallel degree, fixed
+// CPU offload, optimizer in backward, a tied model. `context_parallel`: the --context-parallel degree, fixed
 // for every candidate; 0 when omitted: cp 1 and the degrees Note [Context-parallel search] tries are in the grid.
 PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, const ModelSpec& model,
                                               const Cluster& cluster, const TrainingConfig& training,
@@ -44,8 +44,8 @@ std::string render_pipeline_plan_text(const PipelineSearchResult& result, const 
 // One line: what the pipeline search did (or why it was skipped), after the FSDP search's proof.
 std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result);
 
-// {"searched", "skipped", "pinned", "candidates", "simulated", "beaten_by_floor", "refused", "seconds",
-//  "planned": {"knobs", "plan", "simulation"} when a pipeline plan is the answer}.
+// {"searched", "skipped", "pinned", "candidates", "simulated", "beaten_by_floor", "refused", "refusal_reasons",
+//  "seconds", "planned": {"knobs", "plan", "simulation"} when a pipeline plan is the answer}.
 nlohmann::json pipeline_search_json(const PipelineSearchRequest& request, const PipelineSearchResult& result,
                                     const ModelSpec& model, const MemoryHeadroom& headroom);
 

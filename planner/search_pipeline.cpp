@@ -33,6 +33,7 @@ constexpr int kLeastBlocksPerPipelineRank = 4;
 struct PipelinePoint {
   int context_parallel = 1;
   int tensor_parallel = 1;
+  int expert_parallel = 1;
   int degree = 2;
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
   int stages_per_rank = 1;
@@ -76,6 +77,7 @@ std::string describe_point(const PipelinePoint& point) {
   std::string text = "pp " + std::to_string(point.degree) + ", " + to_string(point.schedule);
   if (point.stages_per_rank > 1) text += " x " + std::to_string(point.stages_per_rank) + " stages per rank";
   if (point.context_parallel > 1) text += ", CP " + std::to_string(point.context_parallel);
+  if (point.expert_parallel > 1) text += ", EP " + std::to_string(point.expert_parallel);
   text += ", TP " + std::to_string(point.tensor_parallel) + ", " + point.knobs.label() + ", " +
           std::to_string(point.micro_batches) + " micro-batches";
   return text;
@@ -83,9 +85,11 @@ std::string describe_point(const PipelinePoint& point) {
 
 // One point's plan, lowered into its programs and simulated; none where the lowering refuses it (InputError).
 // `training` is the user's (the whole sequence); the point's knobs and micro-batch count are over its CP share.
+// None where the lowering refuses the point, with its reason in `refusal`.
 std::optional<PipelineCandidate> simulate_point(const PipelinePoint& point, const ModelSpec& model,
                                                 const Cluster& cluster, const HardwareProfile& profile,
-                                                const TrainingConfig& training, std::int64_t usable_bytes) {
+                                                const TrainingConfig& training, std::int64_t usable_bytes,
+                                                std::string& refusal) {
   Plan shape;
   shape.tensor_parallel_degree = point.tensor_parallel;
   shape.pipeline.degree = point.degree;
@@ -93,8 +97,11 @@ std::optional<PipelineCandidate> simulate_point(const PipelinePoint& point, cons
   PipelineCandidate candidate;
   try {
     const int data_parallel_ranks = parallel_dims(shape, cluster.world_size()).data_parallel_world_size();
+    TrainingConfig point_training = training;
+    point_training.expert_parallel_degree = point.expert_parallel;
     candidate.plan = plan_for_knobs(model, data_parallel_ranks,
-                                    context_parallel_share_training(training, point.context_parallel), point.knobs);
+                                    context_parallel_share_training(point_training, point.context_parallel),
+                                    point.knobs);
     // Note [Fixed context parallel degree]: the CP plan, its micro-batch count the share's.
     candidate.plan.training.seq_len = training.seq_len;
     candidate.plan.training.global_batch = training.global_batch;
@@ -103,7 +110,8 @@ std::optional<PipelineCandidate> simulate_point(const PipelinePoint& point, cons
     candidate.plan.pipeline = point.policy;
     candidate.plan.name = "planned";
     candidate.analysis = analyze_pipeline_step(model, cluster, profile, candidate.plan);
-  } catch (const InputError&) {
+  } catch (const InputError& error) {
+    refusal = error.what();
     return std::nullopt;
   }
   const auto& ranks = candidate.analysis.simulation.ranks;
@@ -256,76 +264,87 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
     } catch (const InputError&) {
       continue;  // a degree this model or node cannot take is not a candidate
     }
-    for (const KnobSetting& knobs : settings) {
-      SettingFloors floors;
-      try {
-        // Note [Pipeline floor]: under CP the floors of the CP rank's program with its ring (micro_batch_floors);
-        // where that view cannot lower it, the share's alone, a looser bound.
+    // Note [Pipeline search]: the expert-parallel degrees as the FSDP search takes them (a model with experts takes
+    // TP 1 only, validate_tensor_parallel_degree), each point's training carrying its degree.
+    for (const int expert_parallel : options.expert_parallel_degrees) {
+      TrainingConfig ep_share = share;
+      ep_share.expert_parallel_degree = expert_parallel;
+      for (const KnobSetting& knobs : settings) {
+        SettingFloors floors;
         try {
-          floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, share, knobs,
-                                         context_parallel);
-        } catch (const InputError&) {
-          if (context_parallel == 1) throw;
-          floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, share, knobs);
+          // Note [Pipeline floor]: under CP the floors of the CP rank's program with its ring (micro_batch_floors);
+          // where that view cannot lower it, the share's alone, a looser bound.
+          try {
+            floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, ep_share,
+                                           knobs, context_parallel);
+          } catch (const InputError&) {
+            if (context_parallel == 1) throw;
+            floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, ep_share,
+                                           knobs);
+          }
+        } catch (const InputError& error) {
+          result.refuse(error.what());
+          continue;
         }
-      } catch (const InputError&) {
-        ++result.refused;
-        continue;
-      }
-      for (const int degree : options.pipeline_degrees) {
-        for (const auto& [schedule, stages_per_rank] : schedules_of(options)) {
-          ++result.candidates;
-          PipelinePoint point{context_parallel, tensor_parallel, degree, schedule, stages_per_rank, knobs, {}, 1,
-                              0.0};
-          const std::int64_t ranks_per_stage = static_cast<std::int64_t>(tensor_parallel) * degree;
-          if (world % (ranks_per_stage * context_parallel) != 0) {
-            ++result.refused;
-            continue;
+        for (const int degree : options.pipeline_degrees) {
+          for (const auto& [schedule, stages_per_rank] : schedules_of(options)) {
+            ++result.candidates;
+            PipelinePoint point{context_parallel, tensor_parallel, expert_parallel, degree, schedule, stages_per_rank,
+                                knobs, {}, 1, 0.0};
+            const std::int64_t ranks_per_stage = static_cast<std::int64_t>(tensor_parallel) * degree;
+            if (world % (ranks_per_stage * context_parallel) != 0) {
+              result.refuse("pp " + std::to_string(degree) + " x TP " + std::to_string(tensor_parallel) + " x cp " +
+                            std::to_string(context_parallel) + " does not divide the " + std::to_string(world) +
+                            " GPUs");
+              continue;
+            }
+            // Every data-parallel rank (dp × cp) runs its own micro-batches of shares.
+            const std::int64_t shares_per_micro_batch = (world / ranks_per_stage) * knobs.micro_batch;
+            if (share.global_batch % shares_per_micro_batch != 0) {
+              result.refuse("the global batch of " + std::to_string(share.global_batch) +
+                            " sequences is not a multiple of " + std::to_string(world / ranks_per_stage) +
+                            " data-parallel ranks x micro-batch " + std::to_string(knobs.micro_batch));
+              continue;
+            }
+            point.micro_batches = static_cast<int>(share.global_batch / shares_per_micro_batch);
+            try {
+              point.policy = default_pipeline(model, degree, schedule, stages_per_rank);
+            } catch (const InputError& error) {
+              result.refuse(error.what());  // too few blocks for the stages
+              continue;
+            }
+            const StageFloors stages = stage_floors(floors, point.policy.stages);
+            point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches);
+            // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
+            const KnobSetting strategy_only{knobs.strategy, "", 0, false};
+            const std::string states_key = std::to_string(context_parallel) + "/" + std::to_string(tensor_parallel) +
+                                           "/" + std::to_string(expert_parallel) + "/" + std::to_string(degree) + "/" +
+                                           std::to_string(stages_per_rank) + "/" + strategy_only.label();
+            auto states = states_floors.find(states_key);
+            if (states == states_floors.end()) {
+              const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
+              states = states_floors
+                           .emplace(states_key, pipeline_states_floor(view.model, ep_share, knobs.strategy,
+                                                                      point.policy, data_parallel_ranks,
+                                                                      view.cluster.gpus_per_node))
+                           .first;
+            }
+            std::vector<std::int64_t> rank_bytes;
+            try {
+              rank_bytes = pipeline_live_floor_bytes(stages.held_bytes, &states->second, degree, schedule,
+                                                     point.micro_batches);
+            } catch (const InputError& error) {
+              result.refuse(error.what());  // an order torch refuses for this micro-batch count
+              continue;
+            }
+            point.memory_floor_bytes =
+                profile.context_overhead_bytes + *std::max_element(rank_bytes.begin(), rank_bytes.end());
+            if (point.memory_floor_bytes > options.usable_bytes) {
+              ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
+              continue;
+            }
+            points.push_back(std::move(point));
           }
-          // Every data-parallel rank (dp × cp) runs its own micro-batches of shares.
-          const std::int64_t shares_per_micro_batch = (world / ranks_per_stage) * knobs.micro_batch;
-          if (share.global_batch % shares_per_micro_batch != 0) {
-            ++result.refused;
-            continue;
-          }
-          point.micro_batches = static_cast<int>(share.global_batch / shares_per_micro_batch);
-          try {
-            point.policy = default_pipeline(model, degree, schedule, stages_per_rank);
-          } catch (const InputError&) {
-            ++result.refused;  // too few blocks for the stages
-            continue;
-          }
-          const StageFloors stages = stage_floors(floors, point.policy.stages);
-          point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches);
-          // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
-          const KnobSetting strategy_only{knobs.strategy, "", 0, false};
-          const std::string states_key = std::to_string(context_parallel) + "/" + std::to_string(tensor_parallel) +
-                                         "/" + std::to_string(degree) + "/" +
-                                         std::to_string(stages_per_rank) + "/" + strategy_only.label();
-          auto states = states_floors.find(states_key);
-          if (states == states_floors.end()) {
-            const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
-            states = states_floors
-                         .emplace(states_key, pipeline_states_floor(view.model, share, knobs.strategy,
-                                                                    point.policy, data_parallel_ranks,
-                                                                    view.cluster.gpus_per_node))
-                         .first;
-          }
-          std::vector<std::int64_t> rank_bytes;
-          try {
-            rank_bytes = pipeline_live_floor_bytes(stages.held_bytes, &states->second, degree, schedule,
-                                                   point.micro_batches);
-          } catch (const InputError&) {
-            ++result.refused;  // an order torch refuses for this micro-batch count
-            continue;
-          }
-          point.memory_floor_bytes =
-              profile.context_overhead_bytes + *std::max_element(rank_bytes.begin(), rank_bytes.end());
-          if (point.memory_floor_bytes > options.usable_bytes) {
-            ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
-            continue;
-          }
-          points.push_back(std::move(point));
         }
       }
     }
@@ -333,6 +352,14 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
 }
 
 }  // namespace
+
+void PipelineSearchResult::refuse(const std::string& reason) {
+  ++refused;
+  if (refusal_reasons.size() < kRefusalReasonsKept &&
+      std::find(refusal_reasons.begin(), refusal_reasons.end(), reason) == refusal_reasons.end()) {
+    refusal_reasons.push_back(reason);
+  }
+}
 
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {
   std::vector<int> degrees;
@@ -355,6 +382,7 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
   std::vector<PipelinePoint> points;
   std::map<std::string, PipelineStatesFloor> states_floors;  // Note [Pipeline floor]: by layout
   result.context_parallel_degrees = options.context_parallel_degrees;
+  result.expert_parallel_degrees = options.expert_parallel_degrees;
   for (const int context_parallel : options.context_parallel_degrees) {
     // Note [Fixed context parallel degree]: the grid's floors and micro-batch counts are one CP rank's share's.
     TrainingConfig share;
@@ -388,12 +416,14 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
       wave.push_back(&points[next]);
     }
     std::vector<std::optional<PipelineCandidate>> simulated(wave.size());
+    std::vector<std::string> refusals(wave.size());
     run_indexed(wave.size(), options.threads, [&](std::size_t index) {
-      simulated[index] = simulate_point(*wave[index], model, cluster, profile, at_batch, options.usable_bytes);
+      simulated[index] =
+          simulate_point(*wave[index], model, cluster, profile, at_batch, options.usable_bytes, refusals[index]);
     });
     for (std::size_t index = 0; index < wave.size(); ++index) {
       if (!simulated[index]) {
-        ++result.refused;  // e.g. a schedule the micro-batch count does not fit
+        result.refuse(refusals[index]);  // e.g. a schedule the micro-batch count does not fit
         continue;
       }
       ++result.simulated;

@@ -22,7 +22,9 @@ namespace shardplan {
 // batch] in search_2d.cpp: without --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp
 // ranks runs tp × pp micro-batches per step). Searched: pp (powers of two whose ranks divide the world and keep at
 // least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, and Interleaved1F1B
-// with 2 stages per rank), tp (the search's degrees) and the checkpointing patterns of knob_settings. The wrap,
+// with 2 stages per rank), tp and ep (the FSDP search's degrees: a model with experts takes tp 1 and the expert-
+// parallel degrees of expert_parallel_candidates, or the pinned one) and the checkpointing patterns of knob_settings.
+// A tied model has no pipeline plans (Note [Tied layers under a pipeline] in pipeline_schedule.h). The wrap,
 // strategy and prefetch knobs of a pipeline plan are torchtitan's, not searched: the answer is the fastest fitting
 // candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so. The context-parallel
 // degree is kept where the user pins it, else cp 1 and the degrees Note [Context-parallel search] tries
@@ -51,6 +53,7 @@ namespace shardplan {
 struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
   std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)
+  std::vector<int> expert_parallel_degrees{1};  // as SearchOptions: each point's training takes one
   // Pinned schedule and stages per rank (--pipeline-schedule, --stages-per-rank); empty: 1F1B and Interleaved1F1B × 2.
   std::optional<PipelineScheduleKind> schedule;
   int stages_per_rank = 0;
@@ -78,12 +81,18 @@ struct PipelineSearchResult {
   bool feasible = false;  // a candidate fits and beats known_step_s
   PipelineCandidate best;
   std::vector<int> context_parallel_degrees;  // the grid's (PipelineSearchOptions::context_parallel_degrees)
+  std::vector<int> expert_parallel_degrees;   // the grid's (PipelineSearchOptions::expert_parallel_degrees)
   std::size_t candidates = 0;        // grid points considered
   std::size_t simulated = 0;         // lowered and simulated
   std::size_t beaten_by_floor = 0;   // Note [Pipeline floor]: proven no faster than the best known
   std::size_t over_memory_floor = 0;  // Note [Pipeline floor]: proven not to fit
   std::size_t refused = 0;           // the plan's stages, batch or degrees do not divide (InputError on lowering)
+  // Why, in the order first met: the distinct reasons, the first kRefusalReasonsKept of them (`plan` names them when
+  // a pinned --pipeline-parallel gives no plan).
+  static constexpr std::size_t kRefusalReasonsKept = 4;
+  std::vector<std::string> refusal_reasons;
   double seconds = 0;
+  void refuse(const std::string& reason);  // counts a refused point and keeps its reason
 };
 
 // Powers of two from 2 whose pp ranks divide the world, each rank keeping at least 4 blocks (a work bound: Note

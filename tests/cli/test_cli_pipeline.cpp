@@ -189,6 +189,33 @@ TEST_CASE("`plan` without --pipeline-parallel: pipeline plans searched beside FS
                      {"--pipeline-parallel 2", "--export fsdp2"});
   expect_input_error({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--stages-per-rank", "2"},
                      {"--stages-per-rank"});
+  // Note [Tied layers under a pipeline]: a tied model's pipeline plans are left out with the reason, refused when
+  // pinned, and `simulate` names the tie (it once named another layer of the last rank's model).
+  const RunResult tied = run_shardplan({"plan", "-m", "llama3.2-1b", "-c", "2xRTX4090", "--seq-len", "2048"});
+  REQUIRE(tied.exit_status == 0);
+  CHECK(tied.out.find("pipeline plans: not searched (a model whose 'lm_head' shares its weight with "
+                      "'model.embed_tokens' (tied embeddings)") != std::string::npos);
+  expect_input_error({"plan", "-m", "llama3.2-1b", "-c", "2xRTX4090", "--pipeline-parallel", "2"},
+                     {"--pipeline-parallel 2", "tied embeddings"});
+  expect_input_error({"simulate", "-m", "llama3.2-1b", "-c", "2xRTX4090", "--pipeline-parallel", "2"},
+                     {"'lm_head' shares its weight with 'model.embed_tokens'", "without --pipeline-parallel"});
+  // A pinned degree whose every point is refused says why (64 stages for 32 blocks), in the text and the JSON.
+  const std::vector<std::string> too_many_stages = {"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--seq-len",
+                                                    "2048", "--pipeline-parallel", "8", "--pipeline-schedule",
+                                                    "Interleaved1F1B", "--stages-per-rank", "8"};
+  const RunResult refused = run_shardplan(too_many_stages);
+  CHECK(refused.exit_status == 3);
+  CHECK(refused.out.find("NO PLAN FITS with --pipeline-parallel 8") != std::string::npos);
+  CHECK(refused.out.find("  refused: --pipeline-parallel: 64 stages exceed the 34 effective layers") !=
+        std::string::npos);
+  std::vector<std::string> as_json = too_many_stages;
+  as_json.push_back("--json");
+  const RunResult refused_json = run_shardplan(as_json);
+  REQUIRE(refused_json.exit_status == 3);
+  const json reasons = json::parse(refused_json.out).at("pipeline_search").at("refusal_reasons");
+  REQUIRE(reasons.is_array());
+  REQUIRE_FALSE(reasons.empty());
+  CHECK(reasons.front().get<std::string>().find("64 stages exceed") != std::string::npos);
 }
 
 namespace {

@@ -228,3 +228,64 @@ TEST_CASE("pipeline floor under context parallelism: the CP rank's ring in it, n
     }
   }
 }
+
+// Note [Pipeline search]: a model with experts is pipelined at the expert-parallel degrees the FSDP search takes, each
+// point's training carrying its degree; the floors see the degree (the gathered experts are the rank's own).
+TEST_CASE("pipeline search: expert-parallel degrees in the grid, their floors below the simulated plans") {
+  Setup setup;
+  setup.model = preset_model("mixtral-8x7b");
+  setup.cluster = parse_cluster("4x8xH100-80GB", HardwareCatalog::builtin());
+  setup.profile = profile_from_cluster(setup.cluster);
+  PipelineSearchOptions joint = setup.options({2});
+  joint.tensor_parallel_degrees = {1};
+  joint.expert_parallel_degrees = {1, 8};
+  const PipelineSearchResult both =
+      search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, joint);
+  REQUIRE(both.feasible);
+  CHECK(both.expert_parallel_degrees == std::vector<int>{1, 8});
+  double best_alone_s = std::numeric_limits<double>::infinity();
+  std::size_t candidates_alone = 0;
+  for (const int degree : {1, 8}) {
+    PipelineSearchOptions alone = joint;
+    alone.expert_parallel_degrees = {degree};
+    const PipelineSearchResult part =
+        search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, alone);
+    candidates_alone += part.candidates;
+    if (!part.feasible) continue;
+    CHECK(part.best.plan.training.expert_parallel_degree == degree);
+    CHECK((part.best.knobs.find("EP 8") != std::string::npos) == (degree == 8));
+    best_alone_s = std::min(best_alone_s, part.best.analysis.simulation.step_time_s);
+  }
+  CHECK(both.candidates == candidates_alone);
+  CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(best_alone_s).epsilon(1e-12));
+  MESSAGE("EP grid: " << both.best.knobs << ", step " << both.best.analysis.simulation.step_time_s << " s");
+  // The floors of an EP 8 point against its simulated plan: step and every rank's device peak.
+  KnobSetting knobs{ShardingStrategy{}, "full", 1, false};
+  TrainingConfig training = setup.training;
+  training.global_batch = setup.cluster.world_size();
+  training.expert_parallel_degree = 8;
+  const int degree = 2;
+  Plan plan = plan_for_knobs(setup.model, setup.cluster.world_size() / degree, training, knobs);
+  plan.pipeline = default_pipeline(setup.model, degree, PipelineScheduleKind::one_f_one_b, 1);
+  const PipelineStepAnalysis analysis = analyze_pipeline_step(setup.model, setup.cluster, setup.profile, plan);
+  const StageFloors stages =
+      stage_floors(setting_floors(setup.model, setup.cluster, setup.profile, training, knobs), plan.pipeline.stages);
+  CHECK(pipeline_step_floor_s(stages.compute_s, degree, plan.grad_accumulation_steps) <=
+        analysis.simulation.step_time_s * (1 + 1e-9));
+  const PipelineStatesFloor states = pipeline_states_floor(setup.model, training, knobs.strategy, plan.pipeline,
+                                                           setup.cluster.world_size() / degree,
+                                                           setup.cluster.gpus_per_node);
+  TrainingConfig without_experts_split = training;
+  without_experts_split.expert_parallel_degree = 1;
+  const PipelineStatesFloor gathered_all = pipeline_states_floor(
+      setup.model, without_experts_split, knobs.strategy, plan.pipeline, setup.cluster.world_size() / degree,
+      setup.cluster.gpus_per_node);
+  CHECK(states.stage_gathered_bytes.front() < gathered_all.stage_gathered_bytes.front());  // only its own experts
+  const std::vector<std::int64_t> live_bytes = pipeline_live_floor_bytes(
+      stages.held_bytes, &states, degree, PipelineScheduleKind::one_f_one_b, plan.grad_accumulation_steps);
+  REQUIRE(live_bytes.size() == analysis.simulation.ranks.size());
+  for (std::size_t rank = 0; rank < live_bytes.size(); ++rank) {
+    CHECK(setup.profile.context_overhead_bytes + live_bytes[rank] <=
+          analysis.simulation.ranks[rank].device_peak_bytes);
+  }
+}
