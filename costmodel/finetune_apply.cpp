@@ -165,6 +165,14 @@ ModelSpec finetuned_model(const ModelSpec& base, const FinetuneConfig& config, c
       }
     }
   }
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py) has no entry for DeepSeek's
+  // multi-head latent attention (no v_proj there), so get_peft_model asks for target_modules: so do we, rather than
+  // fall back to names the model lacks.
+  if (lora && config.lora.target_modules.empty() && model.architecture && model.architecture->mla) {
+    throw InputError(names.target_modules + ": expected for " + model.name + " (PEFT has no default target_modules "
+                     "for multi-head latent attention, which has no v_proj; its linear modules: " +
+                     join(linear_module_names(model)) + ")");
+  }
   const std::vector<std::string> targets = lora ? lora_target_modules(model, config) : std::vector<std::string>{};
   std::set<std::string> patterns_used, targets_used;
   // Whether a tensor trains: not under LoRA (PEFT freezes every base parameter), not when a pattern matches it.

@@ -213,6 +213,8 @@ std::vector<int> expert_parallel_candidates(const ModelSpec& model, const Cluste
   }
   std::vector<int> degrees = {1};
   if (experts == 0) return degrees;  // no experts: nothing to search
+  // validate_expert_parallel refuses EP when fine-tuning: not a candidate then (a pinned degree still says so).
+  if (!model.finetune.trains_all()) return degrees;
   for (int degree = 2; degree <= cluster.gpus_per_node && degree <= experts; degree *= 2) {
     if (experts % degree == 0 && cluster.world_size() % degree == 0) degrees.push_back(degree);
   }

@@ -59,6 +59,13 @@ TEST_CASE("`estimate` DeepSeek-V3 on 8xH100-80GB runs and reports its 671B main-
 TEST_CASE("DeepSeek: tensor parallelism and `run` are refused in one line") {
   expect_input_error({"plan", "-m", "examples/hf/deepseek-v2-lite.json", "-c", "8xH100-80GB", "--tensor-parallel", "2"},
                      {"multi-head latent attention"});
+  // LoRA without target modules: PEFT has none for MLA, and q_proj / v_proj are not there (it once said the user's
+  // 'q_proj' was missing); with them it plans.
+  expect_input_error({"estimate", "-m", "examples/hf/deepseek-v2-lite.json", "-c", "8xH100-80GB", "--finetune", "lora"},
+                     {"--lora-target-modules: expected for", "kv_a_proj_with_mqa"});
+  CHECK(run_shardplan({"estimate", "-m", "examples/hf/deepseek-v2-lite.json", "-c", "8xH100-80GB", "--finetune",
+                       "lora", "--lora-target-modules", "q_proj,kv_a_proj_with_mqa"})
+            .exit_status == 0);
   if (shardplan_test::mpi_build()) {
     TempFile plan_file("tiny-deepseek-plan");
     const RunResult planned = run_shardplan({"plan", "-m", kTinyDeepseek, "-c", "2xcpu", "--seq-len", "64",

@@ -7,6 +7,7 @@
 #include "cluster.h"
 #include "decoder_builder.h"
 #include "errors.h"
+#include "finetune_apply.h"
 #include "hardware_catalog.h"
 #include "hardware_profile.h"
 #include "hf_config.h"
@@ -227,4 +228,9 @@ TEST_CASE("moe: the planner searches the expert-parallel degree only for models 
   CHECK(expert_parallel_candidates(hf_model("qwen3-8b"), cluster) == std::vector<int>{1});
   // Qwen1.5-MoE's 60 experts: 2 and 4 divide them, 8 does not.
   CHECK(expert_parallel_candidates(hf_model("qwen1.5-moe-a2.7b"), cluster) == std::vector<int>{1, 2, 4});
+  // Fine-tuning takes no expert parallelism (validate_expert_parallel): the search keeps to 1 rather than fail on 2.
+  FinetuneConfig lora;
+  lora.mode = FinetuneMode::lora;
+  const ModelSpec tuned = finetuned_model(hf_model("mixtral-8x7b"), lora, FinetuneFieldNames::cli());
+  CHECK(expert_parallel_candidates(tuned, cluster) == std::vector<int>{1});
 }
