@@ -100,6 +100,10 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     CapacityOptions options;
     options.gpus = split_names(flags->gpus);
     options.gpus_per_node = flags->gpus_per_node;
+    if (flags->min_gpus > flags->max_gpus) {
+      throw InputError("--min-gpus " + std::to_string(flags->min_gpus) + ": expected at most --max-gpus " +
+                       std::to_string(flags->max_gpus) + " (the sweep runs from the one to the other)");
+    }
     options.min_gpus = flags->min_gpus;
     options.max_gpus = flags->max_gpus;
     options.tokens = flags->tokens;
@@ -137,15 +141,22 @@ Action add_capacity_command(CLI::App& app, const Output& output) {
     }
     // Note [Step work]: the sweep's largest search is at each GPU type's smallest count, where the global batch
     // (when fixed) gives the most micro-batches per rank; refuse the request before searching anything.
+    bool any_count = false;
     for (const std::string& name : options.gpus) {
       const GpuSpec& gpu = catalog.gpu(name);
       const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : gpu.default_gpus_per_node;
       const auto counts = capacity_counts(options.min_gpus, options.max_gpus, per_node);
       if (counts.empty()) continue;
+      any_count = true;
       TrainingConfig sized = training;
       if (options.global_batch_tokens > 0) sized.global_batch = options.global_batch_tokens / training.seq_len;
       check_search_work(sized, model, counts.front(),
                         "capacity at " + std::to_string(counts.front()) + " x " + gpu.name + " (raise --min-gpus)");
+    }
+    if (!any_count) {
+      throw InputError("--min-gpus " + std::to_string(flags->min_gpus) + " --max-gpus " +
+                       std::to_string(flags->max_gpus) + ": no GPU count to sweep between them (the sweep takes "
+                       "powers of two, whole nodes beyond one node)");
     }
     const auto started = std::chrono::steady_clock::now();
     bool drew_progress = false;

@@ -90,6 +90,11 @@ TEST_CASE("reliability: flags out of their range exit 2 naming the range") {
   expect_input_error(plan_args({"--memory-cap", "NaN"}), {"--memory-cap"});
   expect_input_error({"capacity", "-m", "gpt2", "--tokens", "inf"}, {"--tokens", "[1, 1e+18]", "'inf'"});
   expect_input_error({"capacity", "-m", "gpt2", "--max-gpus", "4294967297"}, {"--max-gpus", "1..1000000"});
+  // A sweep with nothing in it is a mistake, not an empty table (both once printed "swept 0 configurations", exit 0).
+  expect_input_error({"capacity", "-m", "gpt2", "--min-gpus", "16", "--max-gpus", "8"},
+                     {"--min-gpus 16", "at most --max-gpus 8"});
+  expect_input_error({"capacity", "-m", "gpt2", "--gpus", "H100-80GB", "--min-gpus", "3", "--max-gpus", "3"},
+                     {"--min-gpus 3 --max-gpus 3", "no GPU count to sweep"});
 }
 
 TEST_CASE("reliability: a request whose work is unbounded is refused at once, naming the limit") {
