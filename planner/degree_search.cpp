@@ -110,9 +110,12 @@ void DegreeSearch::search_tightened_floors(double known_step_s) {
 void DegreeSearch::refine(const PlanCandidate& given) {
   const PlanCandidate base = given;  // `given` may be the searcher's best, which a variant evaluated below replaces
   refined_.emplace_back(base.knobs, base.summary.step_time_s);
-  for (const auto& [variant, how] : refinements(base.plan)) {
-    // A variant is not refined again (finish): its own variants are its base's.
-    const PlanCandidate evaluated = searcher_->evaluate(variant, base.knobs + ", " + how);
+  std::vector<std::pair<Plan, std::string>> variants;
+  for (auto& [variant, how] : refinements(base.plan)) {
+    variants.emplace_back(std::move(variant), base.knobs + ", " + how);
+  }
+  // A variant is not refined again (finish): its own variants are its base's.
+  for (const PlanCandidate& evaluated : searcher_->evaluate_all(variants)) {
     refined_.emplace_back(evaluated.knobs, evaluated.summary.step_time_s);
   }
 }
@@ -135,10 +138,13 @@ SearchResult DegreeSearch::finish() {
     result.baselines = baseline_plans(model_, cluster_, profile_, training_, result.usable_memory_bytes());
     // A baseline that fits is a candidate too, so the planned plan is never slower than the best fitting baseline.
     // Note [Pinned knobs]: only where it keeps every knob the user pinned.
+    std::vector<std::pair<Plan, std::string>> admitted;
     for (const auto& baseline : result.baselines) {
-      if (!options_.pins.admits(baseline.candidate.plan)) continue;
-      searcher.evaluate(baseline.candidate.plan, "baseline " + baseline.name);
+      if (options_.pins.admits(baseline.candidate.plan)) {
+        admitted.emplace_back(baseline.candidate.plan, "baseline " + baseline.name);
+      }
     }
+    searcher.evaluate_all(admitted);
   }
   if (searcher.found_fit() && options_.refine) {
     // Note [Refining unproven settings]: the best plan, and the best of each unproven setting close to it.

@@ -39,6 +39,18 @@ PlanCandidate Searcher::evaluate(const Plan& plan, const std::string& knobs) {
   return candidate;
 }
 
+// Note [Parallel evaluations]: `simulated` reads nothing the evaluations change (it is const), and `record` keeps the
+// first of equal candidates, so simulating them all first and recording them in order leaves the searcher as a loop
+// of `evaluate` would. The refinements of a 126-block plan are ~16 whole-step simulations each.
+std::vector<PlanCandidate> Searcher::evaluate_all(const std::vector<std::pair<Plan, std::string>>& plans) {
+  std::vector<PlanCandidate> candidates(plans.size());
+  run_indexed(plans.size(), options_.threads, [&](std::size_t index) {
+    candidates[index] = simulated(plans[index].first, plans[index].second);
+  });
+  for (const PlanCandidate& candidate : candidates) record(candidate, {});
+  return candidates;
+}
+
 // Whether any plan of `knobs` can fit. A lower bound of its peak: the model states of the whole model as one flat
 // parameter (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
 // per-unit sizes and persistent memory, plus the overhead, plus the activations one micro-batch's passes hold at

@@ -88,6 +88,9 @@ class Searcher {
 
   // A plan simulated and counted (baselines, refinements, the diagnosis's lean plans).
   PlanCandidate evaluate(const Plan& plan, const std::string& knobs);
+  // Note [Parallel evaluations]: plans (with their knobs) simulated on the search's threads, then counted in order —
+  // what evaluating them one after another counts, on any thread count.
+  std::vector<PlanCandidate> evaluate_all(const std::vector<std::pair<Plan, std::string>>& plans);
 
   // Whether any plan of `knobs` can fit. A lower bound of its peak: the model states of the whole model as one flat
   // parameter (padded once, so no wrapping's shards are smaller: Σ ceil(Ψ_i / g) >= ceil(Ψ / g)), by the lowering's own
