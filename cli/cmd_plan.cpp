@@ -268,6 +268,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       restrict_search_to_export(flags->export_format, model, training, pins.tensor_parallel.has_value(),
                                 options.tensor_parallel_degrees, options.expert_parallel_degrees);
       if (flags->export_format == "torchtitan") restrict_search_to_torchtitan(options);
+      restrict_offload_to_export(flags->export_format, options.pins);
     }
     const int context_parallel = flags->context_parallel;
     if (context_parallel > 1) {

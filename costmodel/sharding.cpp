@@ -44,6 +44,20 @@ bool reshards_after_forward(StrategyKind kind) {
   return kind != StrategyKind::shard_grad_op && kind != StrategyKind::hybrid_shard_zero2;
 }
 
+int zero_stage(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::full_shard:
+    case StrategyKind::zero3:
+    case StrategyKind::hybrid_shard: return 3;
+    case StrategyKind::shard_grad_op:
+    case StrategyKind::zero2:
+    case StrategyKind::hybrid_shard_zero2: return 2;
+    case StrategyKind::zero1: return 1;
+    case StrategyKind::no_shard: return 0;
+  }
+  return 3;
+}
+
 ShardingStrategy parse_strategy(const std::string& text) {
   const auto colon = text.find(':');
   const std::string name = text.substr(0, colon);

@@ -17,6 +17,10 @@ struct ShardingStrategy {
 
 // Whether a strategy frees gathered parameters after forward (false for SHARD_GRAD_OP and HYBRID_SHARD_ZERO2).
 bool reshards_after_forward(StrategyKind kind);
+// The DeepSpeed ZeRO stage a strategy is (Rajbhandari et al. 2020, §5: 1 shards the optimizer states, 2 the
+// gradients too, 3 the parameters too): full_shard, zero3 and hybrid_shard 3; shard_grad_op, zero2 and
+// hybrid_shard_zero2 2; zero1 1; no_shard 0.
+int zero_stage(StrategyKind kind);
 
 // "full_shard", "hybrid_shard", "hybrid_shard:4" (shard group of 4). InputError with the closest names when unknown.
 ShardingStrategy parse_strategy(const std::string& text);

@@ -9,6 +9,7 @@
 #include "name_suggest.h"
 #include "export_torchtitan.h"
 #include "plan_export.h"
+#include "search.h"
 
 namespace shardplan {
 namespace export_detail {
@@ -49,20 +50,6 @@ ShardingStrategy uniform_strategy(const Plan& plan, const std::string& format) {
 namespace {
 
 using export_detail::strategy_label;
-
-int zero_stage(StrategyKind kind) {
-  switch (kind) {
-    case StrategyKind::full_shard:
-    case StrategyKind::zero3:
-    case StrategyKind::hybrid_shard: return 3;
-    case StrategyKind::shard_grad_op:
-    case StrategyKind::zero2:
-    case StrategyKind::hybrid_shard_zero2: return 2;
-    case StrategyKind::zero1: return 1;
-    case StrategyKind::no_shard: return 0;
-  }
-  return 3;
-}
 
 // Which of DeepSpeed's two 16-bit modes the recipe is; fp32 enables neither. DeepSpeed's optimizers keep fp32 master
 // weights in both, so pure-bf16's all-bf16 state costs more under DeepSpeed than the plan predicts.
@@ -258,6 +245,19 @@ std::vector<ExportedFile> export_plan(const std::string& format, const Plan& pla
   if (format == "torchtitan") return {export_torchtitan(plan, model, world_size, gpus_per_node)};
   throw InputError("--export '" + format + "': unknown export format" + did_you_mean(format, export_formats()) +
                    "; expected fsdp2, fsdp1, deepspeed or torchtitan");
+}
+
+void restrict_offload_to_export(const std::string& format, KnobPins& pins) {
+  if (format != "deepspeed") return;
+  // DeepSpeed's offload_param exists at stage 3 alone (export_deepspeed refuses the rest): the plan's CPU offload
+  // moves parameter shards, so only a ZeRO-3 strategy can carry it.
+  pins.offload_at_zero3_only = true;
+  if (pins.offload.value_or(false) && pins.strategy && zero_stage(pins.strategy->kind) != 3) {
+    throw InputError("--cpu-offload with --strategy " + export_detail::strategy_label(*pins.strategy) +
+                     " and --export deepspeed: "
+                     "DeepSpeed offloads parameters only at ZeRO stage 3 (expected --strategy full_shard, "
+                     "hybrid_shard or zero3)");
+  }
 }
 
 }  // namespace shardplan

@@ -23,6 +23,9 @@ namespace shardplan {
 //   ([parallelism] pipeline_parallel_*, Note [Exported pipeline] in export_torchtitan.cpp). The FSDP2 and FSDP1
 //   scripts do not build torch.distributed.pipelining stages yet, and the DeepSpeed ZeRO config has no pipeline
 //   (DeepSpeed's PipelineModule is not written), so those exports refuse a pipeline plan; `plan` searches none yet.
+// - CPU offload: the plan's offload moves parameter shards to the host, which DeepSpeed does at ZeRO stage 3 only
+//   (offload_param; stages 1 and 2 offload the optimizer alone), so `--export deepspeed` searches offload with
+//   stage-3 strategies alone (restrict_offload_to_export in export_deepspeed.cpp).
 // The exporters check the same table (check_export_support), so a library caller handing them a plan the format
 // cannot express gets the same one-line InputError.
 ExportSupport export_support(const std::string& format, const ModelSpec& model, const TrainingConfig& training) {

@@ -131,6 +131,7 @@ std::vector<KnobSetting> knob_settings(const Cluster& cluster, const TrainingCon
   std::vector<KnobSetting> settings;
   for (const auto& strategy : strategies) {
     if (!carries_expert_parallel(strategy, training.expert_parallel_degree, cluster)) continue;
+    if (offload && pins.offload_at_zero3_only && zero_stage(strategy.kind) != 3) continue;
     for (const auto& pattern : patterns) {
       for (auto micro : micro_batches) settings.push_back({strategy, pattern, micro, offload, pins.checkpointing});
     }

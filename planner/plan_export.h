@@ -70,6 +70,13 @@ void restrict_search_to_export(const std::string& format, const ModelSpec& model
                                bool tensor_parallel_pinned, std::vector<int>& tensor_parallel_degrees,
                                std::vector<int>& expert_parallel_degrees);
 
+struct KnobPins;  // search.h
+
+// Before `plan`'s search: CPU offload kept to the strategies `format` offloads with (DeepSpeed offloads parameters at
+// ZeRO stage 3 only: KnobPins::offload_at_zero3_only); InputError, one line, when --cpu-offload and --strategy pin a
+// pair it cannot write.
+void restrict_offload_to_export(const std::string& format, KnobPins& pins);
+
 // InputError when `plan` uses a TP or EP degree `format` cannot write; every exporter calls it first.
 void check_export_support(const std::string& format, const Plan& plan, const ModelSpec& model);
 

@@ -39,6 +39,9 @@ struct KnobPins {
   // Search only checkpointing patterns that apply one mode to every block (none, full, selective-op), not full AC on
   // the first 25/50/75 % of the blocks: set by an export that cannot say those (restrict_search_to_torchtitan).
   bool whole_model_checkpointing = false;
+  // Search CPU offload only with ZeRO stage 3 strategies (zero_stage): set by an export whose offload of parameters
+  // exists at stage 3 alone (restrict_offload_to_export: DeepSpeed's offload_param).
+  bool offload_at_zero3_only = false;
 
   // Whether `plan` (a baseline offered as a candidate) keeps every pinned knob.
   bool admits(const Plan& plan) const;

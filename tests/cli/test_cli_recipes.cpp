@@ -252,3 +252,21 @@ TEST_CASE("recipes: --optimizer cpu-adamw plans CPU offload and exports DeepSpee
   expect_input_error({"simulate", "-m", "tiny-llama", "-c", "4xcpu", "--seq-len", "64", "--optimizer", "cpu-adamw"},
                      {"--optimizer cpu-adamw without --cpu-offload"});
 }
+
+// Note [Export constrains the search]: DeepSpeed offloads parameters at ZeRO stage 3 only, so `--export deepspeed`
+// searches CPU offload with stage-3 strategies alone (llama3-8b on 8 H100s once planned shard_grad_op with offload,
+// then refused to write it: "strategy shard_grad_op is ZeRO stage 2").
+TEST_CASE("recipes: --export deepspeed with CPU offload plans a ZeRO-3 strategy, and refuses a pinned stage 1 or 2") {
+  const auto dir = scratch("cpu-adam-stage3");
+  const RunResult result = run_shardplan({"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--optimizer", "cpu-adamw",
+                                          "--cpu-offload", "--export", "deepspeed", "--out-dir", dir.string()});
+  INFO(result.err);
+  REQUIRE(result.exit_status == 0);
+  const auto config = nlohmann::json::parse(read_text_file(dir / "ds_config.json"));
+  CHECK(config.at("zero_optimization").at("stage") == 3);
+  CHECK(config.at("zero_optimization").at("offload_param").at("device") == "cpu");
+  std::filesystem::remove_all(dir);
+  expect_input_error({"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--strategy", "zero1", "--cpu-offload",
+                      "--export", "deepspeed"},
+                     {"--cpu-offload with --strategy zero1 and --export deepspeed", "only at ZeRO stage 3"});
+}
