@@ -120,9 +120,7 @@ std::string render_pipeline_search_line(const PipelineSearchRequest& request, co
                 "faster and %zu unable to fit by their floors, %zu refused, in %.3f s; %s (Note [Pipeline search]: "
                 "the fastest fitting of this grid; wrapping, strategy and prefetch as torchtitan sets them)\n",
                 result.candidates, cp_searched ? " x CP" : "", ep_searched ? " x EP" : "", result.simulated,
-                result.beaten_by_floor,
-                result.over_memory_floor, result.refused,
-                result.seconds,
+                result.beaten_by_floor, result.over_memory_floor, result.refused, result.seconds,
                 result.feasible ? "a pipeline plan is the fastest" : "none beats the plan above");
   std::string text = line;
   // A pinned degree with no plan: why its points were refused (the reasons first met, each once).

@@ -254,9 +254,8 @@ void restrict_offload_to_export(const std::string& format, KnobPins& pins) {
   pins.offload_at_zero3_only = true;
   if (pins.offload.value_or(false) && pins.strategy && zero_stage(pins.strategy->kind) != 3) {
     throw InputError("--cpu-offload with --strategy " + export_detail::strategy_label(*pins.strategy) +
-                     " and --export deepspeed: "
-                     "DeepSpeed offloads parameters only at ZeRO stage 3 (expected --strategy full_shard, "
-                     "hybrid_shard or zero3)");
+                     " and --export deepspeed: DeepSpeed offloads parameters only at ZeRO stage 3 (expected "
+                     "--strategy full_shard, hybrid_shard or zero3)");
   }
 }
 
