@@ -68,7 +68,16 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
   auto* command = app.add_subcommand("simulate", "simulate one training step of a plan: time, overlap, memory");
   auto flags = std::make_shared<SimulateFlags>();
   add_model_cluster_flags(*command, flags->model_cluster);
+  const std::size_t options_before_training = command->get_options().size();
   add_training_flags(*command, flags->training);
+  // The flags that shape the default plan: a plan file gives its own of each (checked with --plan below).
+  auto default_plan_flags = std::make_shared<std::vector<std::string>>(std::vector<std::string>{
+      "--strategy", "--units", "--cpu-offload", "--tensor-parallel", "--pipeline-parallel", "--pipeline-schedule",
+      "--stages-per-rank"});
+  const std::vector<CLI::Option*> all_options = command->get_options();
+  for (std::size_t index = options_before_training; index < all_options.size(); ++index) {
+    default_plan_flags->push_back(all_options[index]->get_name());
+  }
   command->add_option("--plan,-p", flags->plan_file, "plan JSON (shardplan.plan/v1); default: FSDP's usual plan");
   command->add_option("--strategy", flags->strategy, "strategy of the default plan")->capture_default_str();
   command->add_option("--units", flags->units, "wrapping of the default plan: per-block | whole | N-blocks")
@@ -102,8 +111,19 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       ->check(CLI::Range(1, 1 << 20));
   add_memory_headroom_flag(*command, flags->memory_headroom_percent);
   command->add_flag("--json", flags->json, "print the summary as JSON");
-  return [command, flags, output]() {
+  return [command, flags, output, default_plan_flags]() {
     check_distinct_outputs({{"--trace", flags->trace_file}, {"--report", flags->report_file}});
+    // Nothing silently dropped: a flag that shapes the default plan means nothing beside a plan file, which gives
+    // its own training, units and degrees. Said on stderr rather than refused: callers pass the flags a plan was
+    // made with beside it (benchmarks/published-runs/run_dev_set.py simulates its edited plans so).
+    std::string ignored;
+    for (const std::string& name : *default_plan_flags) {
+      if (!flags->plan_file.empty() && command->count(name) > 0) ignored += (ignored.empty() ? "" : ", ") + name;
+    }
+    if (!ignored.empty()) {
+      std::cerr << "shardplan: warning: " << ignored << ": ignored beside --plan (the plan file gives its own "
+                << "training, units and degrees)\n";
+    }
     const ModelSpec base = load_model(flags->model_cluster.model);
     const Cluster cluster = resolve_cluster(flags->model_cluster);
     const HardwareProfile profile = resolve_profile(flags->model_cluster, cluster);

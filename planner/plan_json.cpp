@@ -174,6 +174,11 @@ Plan plan_from_json(const nlohmann::json& document, const std::string& origin, c
   Plan plan;
   plan.name = root.optional_string("name").value_or("plan");
   plan.model = root.optional_string("model").value_or(model.name);
+  // A plan's units, batch and degrees are its model's: another model would run it with its own layers under units cut
+  // for different ones (llama3-8b's 33 units over llama3-70b's 82 layers put 49 of them in the root).
+  if (plan.model != model.name) {
+    root.fail("model", "'" + model.name + "' (the model given: a plan runs on the model it was made for)");
+  }
   plan.training = read_training(root.object("training"), plan.grad_accumulation_steps);
   if (root.has("finetune")) {
     plan.training.finetune = finetune_from_json(root.object("finetune"), plan.training.precision);

@@ -14,6 +14,7 @@ namespace {
 using nlohmann::json;
 using shardplan_test::RunResult;
 using shardplan_test::run_shardplan;
+using shardplan_test::expect_input_error;
 using shardplan_test::TempFile;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -100,4 +101,22 @@ TEST_CASE("`simulate` with a bad plan names the unit and exits 2, writing nothin
                                           "--trace", trace.string()});
   CHECK(result.exit_status == 2);
   CHECK_FALSE(std::filesystem::exists(trace));
+}
+
+// A plan runs on the model it was made for (its JSON names it), and the default plan's flags beside a plan file are
+// said to be ignored, not silently dropped.
+TEST_CASE("`simulate --plan` refuses another model's plan and says which default-plan flags it ignores") {
+  const std::string per_block = "examples/plans/tiny-llama-per-block.json";
+  expect_input_error({"simulate", "-m", "gpt2", "-c", "2xcpu", "--plan", per_block},
+                     {"tiny-llama-per-block.json: field 'model'", "expected 'gpt2'", "\"tiny-llama\""});
+  const RunResult alone = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", per_block});
+  REQUIRE(alone.exit_status == 0);
+  CHECK(alone.err.empty());
+  const RunResult flagged = run_shardplan({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", per_block,
+                                           "--micro-batch", "4", "--strategy", "no_shard"});
+  REQUIRE(flagged.exit_status == 0);
+  CHECK(flagged.err.find("warning: --strategy, --micro-batch: ignored beside --plan") != std::string::npos);
+  CHECK(flagged.out == alone.out);
+  expect_input_error({"simulate", "-m", "tiny-llama", "-c", "2xcpu", "--plan", per_block, "--context-parallel", "2"},
+                     {"--context-parallel", "expected no --context-parallel with --plan"});
 }
