@@ -34,6 +34,29 @@ struct Setup {
   }
 };
 
+// Each degree's grid searched alone (`narrow` keeps one degree of the joint options; `check` reads each part's
+// answer with its degree): the parts' candidates summed, and the fastest answer among them.
+struct GridParts {
+  std::size_t candidates = 0;
+  double best_s = std::numeric_limits<double>::infinity();
+};
+template <class Narrow, class Check>
+GridParts search_grid_parts(const Setup& setup, const PipelineSearchOptions& joint, const std::vector<int>& degrees,
+                            Narrow narrow, Check check) {
+  GridParts parts;
+  for (const int degree : degrees) {
+    PipelineSearchOptions alone = joint;
+    narrow(alone, degree);
+    const PipelineSearchResult part =
+        search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, alone);
+    parts.candidates += part.candidates;
+    if (!part.feasible) continue;
+    check(part, degree);
+    parts.best_s = std::min(parts.best_s, part.best.analysis.simulation.step_time_s);
+  }
+  return parts;
+}
+
 }  // namespace
 
 TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fullest rank's activations") {
@@ -172,21 +195,16 @@ TEST_CASE("pipeline search: context-parallel degrees in the grid, the answer the
   INFO("candidates " << both.candidates << ", simulated " << both.simulated << ", refused " << both.refused
                      << ", over memory " << both.over_memory_floor);
   REQUIRE(both.feasible);
-  double best_alone_s = std::numeric_limits<double>::infinity();
-  std::size_t candidates_alone = 0;
-  for (const int degree : {1, 2, 4}) {
-    PipelineSearchOptions alone = joint;
+  const auto context_parallel_alone = [](PipelineSearchOptions& alone, int degree) {
     alone.context_parallel_degrees = {degree};
-    const PipelineSearchResult part =
-        search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, alone);
-    candidates_alone += part.candidates;
-    if (!part.feasible) continue;
-    CHECK(std::max(1, part.best.plan.context_parallel.degree) == degree);
-    best_alone_s = std::min(best_alone_s, part.best.analysis.simulation.step_time_s);
-  }
+  };
+  const GridParts parts = search_grid_parts(
+      setup, joint, {1, 2, 4}, context_parallel_alone, [](const PipelineSearchResult& part, int degree) {
+        CHECK(std::max(1, part.best.plan.context_parallel.degree) == degree);
+      });
   // Every degree's points are in the joint grid, and its answer is the fastest of them.
-  CHECK(both.candidates == candidates_alone);
-  CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(best_alone_s).epsilon(1e-12));
+  CHECK(both.candidates == parts.candidates);
+  CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(parts.best_s).epsilon(1e-12));
   MESSAGE("joint grid: " << both.best.knobs << ", step " << both.best.analysis.simulation.step_time_s << " s");
 }
 
@@ -243,21 +261,14 @@ TEST_CASE("pipeline search: expert-parallel degrees in the grid, their floors be
       search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, joint);
   REQUIRE(both.feasible);
   CHECK(both.expert_parallel_degrees == std::vector<int>{1, 8});
-  double best_alone_s = std::numeric_limits<double>::infinity();
-  std::size_t candidates_alone = 0;
-  for (const int degree : {1, 8}) {
-    PipelineSearchOptions alone = joint;
-    alone.expert_parallel_degrees = {degree};
-    const PipelineSearchResult part =
-        search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, alone);
-    candidates_alone += part.candidates;
-    if (!part.feasible) continue;
-    CHECK(part.best.plan.training.expert_parallel_degree == degree);
-    CHECK((part.best.knobs.find("EP 8") != std::string::npos) == (degree == 8));
-    best_alone_s = std::min(best_alone_s, part.best.analysis.simulation.step_time_s);
-  }
-  CHECK(both.candidates == candidates_alone);
-  CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(best_alone_s).epsilon(1e-12));
+  const GridParts parts = search_grid_parts(
+      setup, joint, {1, 8}, [](PipelineSearchOptions& alone, int degree) { alone.expert_parallel_degrees = {degree}; },
+      [](const PipelineSearchResult& part, int degree) {
+        CHECK(part.best.plan.training.expert_parallel_degree == degree);
+        CHECK((part.best.knobs.find("EP 8") != std::string::npos) == (degree == 8));
+      });
+  CHECK(both.candidates == parts.candidates);
+  CHECK(both.best.analysis.simulation.step_time_s == doctest::Approx(parts.best_s).epsilon(1e-12));
   MESSAGE("EP grid: " << both.best.knobs << ", step " << both.best.analysis.simulation.step_time_s << " s");
   // The floors of an EP 8 point against its simulated plan: step and every rank's device peak.
   KnobSetting knobs{ShardingStrategy{}, "full", 1, false};
