@@ -98,10 +98,12 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   command->add_option("--pipeline-schedule", flags->pipeline_schedule,
-                      "GPipe | 1F1B | Interleaved1F1B (torch.distributed.pipelining's names)")
+                      "GPipe | 1F1B | Interleaved1F1B | InterleavedZeroBubble (torch.distributed.pipelining's "
+                      "names; the last splits backward into input and weight gradients)")
       ->capture_default_str();
   command->add_option("--stages-per-rank", flags->stages_per_rank,
-                      "virtual stages per pipeline rank (Interleaved1F1B: 2 or more)")
+                      "virtual stages per pipeline rank (Interleaved1F1B: 2 or more; InterleavedZeroBubble: 1 or "
+                      "more)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 10));
   command->add_option("--context-parallel", flags->context_parallel,

@@ -19,10 +19,11 @@ void add_pipeline_plan_flags(CLI::App& command, PipelinePlanFlags& flags) {
                      "omitted: searched (2, 4, 8, ... beside FSDP alone)")
       ->check(CLI::Range(1, 1 << 20));
   command.add_option("--pipeline-schedule", flags.schedule,
-                     "GPipe | 1F1B | Interleaved1F1B (torch.distributed.pipelining's names); omitted: 1F1B and "
-                     "Interleaved1F1B searched");
+                     "GPipe | 1F1B | Interleaved1F1B | InterleavedZeroBubble (torch.distributed.pipelining's "
+                     "names); omitted: 1F1B and Interleaved1F1B searched");
   command.add_option("--stages-per-rank", flags.stages_per_rank,
-                     "virtual stages per pipeline rank (Interleaved1F1B: 2 or more); omitted: 2 for Interleaved1F1B")
+                     "virtual stages per pipeline rank (Interleaved1F1B: 2 or more); omitted: 2 for the interleaved "
+                     "schedules")
       ->check(CLI::Range(1, 1 << 10));
 }
 

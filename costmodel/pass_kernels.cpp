@@ -121,7 +121,11 @@ void add_dequantize(const ProjectionSpec& projection, const PassShape& shape, Pa
 // write out). Backward: the multiply's gradient (read and write out), each adapter's input and weight gradients (four
 // rank-r GEMMs), the dropout's gradient, and the sum of the adapter's input gradient into the base layer's (read
 // 2·in, write in).
-void add_lora(const ProjectionSpec& projection, const PassShape& shape, bool backward, PassKernels& kernels) {
+// Which part of a backward pass is built (Note [Split backward] in pass_kernels.h).
+enum class BackwardPart { whole, input, weight };
+
+void add_lora(const ProjectionSpec& projection, const PassShape& shape, bool backward, PassKernels& kernels,
+              BackwardPart part = BackwardPart::whole) {
   const std::int64_t t = shape.tokens, r = projection.lora_rank, in = projection.in_features,
                      out = projection.out_features;
   const double tokens = static_cast<double>(t), in_d = static_cast<double>(in), out_d = static_cast<double>(out);
@@ -136,12 +140,14 @@ void add_lora(const ProjectionSpec& projection, const PassShape& shape, bool bac
     traffic(5.0 * out_d, 0.0, 2);
     return;
   }
-  traffic(2.0 * out_d, 0.0, 1);
-  kernels.gemms.push_back({t, r, out, 1.0});   // lora_B: input gradient
-  kernels.gemms.push_back({out, r, t, 1.0});   // lora_B: weight gradient
-  kernels.gemms.push_back({t, in, r, 1.0});    // lora_A: input gradient
-  kernels.gemms.push_back({r, in, t, 1.0});    // lora_A: weight gradient
-  traffic(3.0 * in_d, 0.0, 1);
+  // Note [Split backward]: the adapters' weight gradients are the weight part, the rest the input part.
+  const bool input = part != BackwardPart::weight, weight = part != BackwardPart::input;
+  if (input) traffic(2.0 * out_d, 0.0, 1);
+  if (input) kernels.gemms.push_back({t, r, out, 1.0});   // lora_B: input gradient
+  if (weight) kernels.gemms.push_back({out, r, t, 1.0});  // lora_B: weight gradient
+  if (input) kernels.gemms.push_back({t, in, r, 1.0});    // lora_A: input gradient
+  if (weight) kernels.gemms.push_back({r, in, t, 1.0});   // lora_A: weight gradient
+  if (input) traffic(3.0 * in_d, 0.0, 1);
 }
 
 // softmax(QKᵀ)·V of one micro-batch. Flash: one kernel each way (FLOPs as in AttentionCall). Eager (the math path
@@ -230,6 +236,26 @@ void add_forward(const LayerKernelSpec& spec, const PassShape& shape, bool only_
   add_collectives(spec, spec.tp_forward, shape, only_recomputed_by_op_policy, kernels);
 }
 
+// The backward kernels, or one part of them (Note [Split backward] in pass_kernels.h).
+void add_backward(const LayerKernelSpec& spec, const PassShape& shape, BackwardPart part, PassKernels& kernels) {
+  const bool input = part != BackwardPart::weight, weight = part != BackwardPart::input;
+  for (const ProjectionSpec& projection : spec.projections) {
+    if (projection.lora_rank > 0) add_lora(projection, shape, true, kernels, part);
+    if (input && projection.quantized) add_dequantize(projection, shape, kernels);
+    // dX = dY·W (tokens × in × out) and dW = dYᵀ·X (out × in × tokens); a frozen weight needs no dW.
+    const bool fp8 = shape.fp8_layer && projection_fp8(projection);
+    if (input && fp8) add_fp8_casts(projection, shape, true, kernels);
+    if (input) kernels.gemms.push_back({shape.tokens, projection.in_features, projection.out_features, 1.0, fp8});
+    if (weight && !projection.frozen_weight) {
+      kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0, fp8});
+    }
+  }
+  if (!input) return;
+  if (spec.attention) add_attention(*spec.attention, shape, true, kernels);
+  for (const ElementwiseSpec& elementwise : spec.elementwise) add_elementwise(elementwise.backward, shape, kernels);
+  add_collectives(spec, spec.tp_backward, shape, false, kernels);
+}
+
 }  // namespace
 
 bool runs_in_fp8(const LayerSpec& layer, const ProjectionSpec& projection) {
@@ -290,21 +316,14 @@ PassKernels pass_kernels(const ModelSpec& model, std::size_t layer_index, const 
       }
       return kernels;
     case ComputePass::backward:
+    case ComputePass::backward_input:
+    case ComputePass::backward_weight:
       if (!backward_runs) return kernels;
-      for (const ProjectionSpec& projection : spec.projections) {
-        if (projection.lora_rank > 0) add_lora(projection, shape, true, kernels);
-        if (projection.quantized) add_dequantize(projection, shape, kernels);
-        // dX = dY·W (tokens × in × out) and dW = dYᵀ·X (out × in × tokens); a frozen weight needs no dW.
-        const bool fp8 = shape.fp8_layer && projection_fp8(projection);
-        if (fp8) add_fp8_casts(projection, shape, true, kernels);
-        kernels.gemms.push_back({shape.tokens, projection.in_features, projection.out_features, 1.0, fp8});
-        if (!projection.frozen_weight) {
-          kernels.gemms.push_back({projection.out_features, projection.in_features, shape.tokens, 1.0, fp8});
-        }
-      }
-      if (spec.attention) add_attention(*spec.attention, shape, true, kernels);
-      for (const ElementwiseSpec& elementwise : spec.elementwise) add_elementwise(elementwise.backward, shape, kernels);
-      add_collectives(spec, spec.tp_backward, shape, false, kernels);
+      add_backward(spec, shape,
+                   pass == ComputePass::backward         ? BackwardPart::whole
+                   : pass == ComputePass::backward_input ? BackwardPart::input
+                                                         : BackwardPart::weight,
+                   kernels);
       return kernels;
   }
   throw InternalError("unknown ComputePass " + std::to_string(static_cast<int>(pass)));

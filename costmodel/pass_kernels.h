@@ -2,6 +2,7 @@
 // with their shapes, the attention core, memory-bound traffic — built from the layer's LayerKernelSpec.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -10,7 +11,9 @@
 
 namespace shardplan {
 
-enum class ComputePass { forward, backward, recompute };
+// backward_input and backward_weight split backward for the zero-bubble pipeline schedules (Note [Split backward]).
+enum class ComputePass { forward, backward, recompute, backward_input, backward_weight };
+inline constexpr std::size_t kComputePasses = 5;
 
 // C[m×n] = A[m×k]·B[k×n] for `batch` independent matrices in one kernel (a batched GEMM: eager attention's scores
 // over sequences × heads).
@@ -68,6 +71,13 @@ struct PassKernels {
 // but the saved matmuls and attention — up to the last tensor backward needs (torch.utils.checkpoint stops its
 // recompute early), so the final residual add is not rerun. Kept per token: the block input, the saved matmuls'
 // outputs, and attention's output and log-sum-exp (ActivationFootprint::selective_op_elements_per_token).
+
+// Note [Split backward]: torch.distributed.pipelining's zero-bubble schedules run a stage's backward in two parts
+// (torch/distributed/pipelining/_backward.py): stage_backward_input, the gradients of the stage's inputs, and later
+// stage_backward_weight, the weights' gradients from the output gradients it kept (Qi et al., "Zero Bubble Pipeline
+// Parallelism", arXiv:2401.10241, §2: B and W). backward_weight is each trainable weight's dW = dYᵀ·X GEMM (and
+// LoRA's adapter weight gradients); backward_input is everything else backward launches — dX GEMMs, attention,
+// elementwise gradients, the float8 casts of dY, tensor parallelism's collectives. The two sum to backward.
 
 // The kernels of `pass` of model.layers[layer_index] for one micro-batch of `training`. `checkpointing` is the layer's
 // mode: it decides what a recompute pass reruns (full: the whole forward; selective: the attention core when the

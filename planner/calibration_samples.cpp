@@ -7,6 +7,7 @@
 
 #include "errors.h"
 #include "lowering.h"
+#include "op_placement.h"
 #include "simulator.h"
 
 namespace shardplan {
@@ -110,8 +111,7 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
   for (const TimelineEvent& event : measured.events) {
     if (event.op_id < 0 || static_cast<std::size_t>(event.op_id) >= schedule.ops.size()) continue;
     const OpKind kind = schedule.ops[static_cast<std::size_t>(event.op_id)].kind;
-    const bool computes = kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute ||
-                          kind == OpKind::optimizer_step;
+    const bool computes = is_layer_pass(kind) || kind == OpKind::optimizer_step;
     if (computes && event.end_s > event.start_s) compute_intervals[event.rank].emplace_back(event.start_s, event.end_s);
   }
   const auto computing_s = [&](int rank, double start_s, double end_s) {
@@ -130,6 +130,8 @@ void add_calibration_samples(const Timeline& measured, const ModelSpec& model, c
     switch (op.kind) {
       case OpKind::forward:
       case OpKind::backward:
+      case OpKind::backward_input:
+      case OpKind::backward_weight:
       case OpKind::recompute:
       {
         SHARDPLAN_CHECK(op.kernels != nullptr, "a compute op without kernels");

@@ -69,8 +69,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   bool freed_elsewhere = false;
   std::array<double, kStreamCount> floors_stream_s{};
   for (const Op& op : schedule.ops) {
-    const bool pass = op.stream == StreamKind::compute &&
-                      (op.kind == OpKind::forward || op.kind == OpKind::recompute || op.kind == OpKind::backward);
+    const bool pass = op.stream == StreamKind::compute && is_layer_pass(op.kind);
     if (runs_per_micro_batch(op.stream)) {
       floors_stream_s[static_cast<std::size_t>(op.stream)] +=
           base_duration_s(op, schedule.compute_element_bytes, profile);

@@ -67,7 +67,8 @@ class Lowerer {
   // `actions` gives, a recv before and a send after each pass that crosses a stage boundary, parameters gathered
   // once and kept until each stage's last backward, gradients reduced at it. `boundary_bytes`: the activation (and
   // its gradient) one micro-batch passes between stages; `output_bytes`: the model's output one micro-batch leaves on
-  // the last stage (Note [Pipeline buffers]). Forward and full-backward actions only.
+  // the last stage (Note [Pipeline buffers]). A split backward's actions are lowered as Note [Split backward
+  // lowering] says.
   // Note [Context-parallel lowering]: lower as one CP rank of `ring` (the plan given is context_parallel_rank_plan's).
   void set_ring(const ContextParallelRing& ring) { ring_ = ring; }
   StepSchedule run_actions(const std::vector<PipelineAction>& actions, const std::vector<StageSpan>& stages,
@@ -84,8 +85,15 @@ class Lowerer {
   // One pass over layers [first, last] (segments wholly inside): forward_pass and backward_pass over all layers, a
   // pipeline stage's pass over its own. `reshard`: free the gathered parameters after the backward.
   void forward_layers(int micro, std::size_t first, std::size_t last);
+  // `part`: the whole backward, or one part of a split one (Note [Split backward lowering] in lowering.cpp).
   void backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
-                       std::vector<int>& reductions);
+                       std::vector<int>& reductions, ComputePass part = ComputePass::backward);
+  // Note [Split backward lowering]: a split backward's input part of `layer` (its recompute and the input-gradient
+  // op), and its weight part (the recompute per weight-gradient group under checkpointing, then the weight op).
+  int emit_backward_input(std::size_t layer, int unit, int micro, int copied_in);
+  int emit_backward_weight(std::size_t layer, int unit, int micro);
+  void produce_grads(int unit, Op& op);
+  void emit_recompute(std::size_t layer, int unit, int micro, int copied_in, bool transient);
   int emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes);
   // The first `kind` op of `layer` emitted since op `first_op` (a stage pass's own op of that layer).
   Op& pass_op_of(std::size_t first_op, OpKind kind, std::size_t layer);
@@ -126,6 +134,7 @@ class Lowerer {
   // The FLOPs of kernels_of(layer, pass, mode), summed once per layer, pass and mode.
   double flops_of(std::size_t layer, ComputePass pass, ActivationCheckpointing mode, const PassKernels& kernels);
   int emit_compute(OpKind kind, std::size_t layer, int unit, int micro, ComputePass pass);
+  double model_flops_of(std::size_t layer, ComputePass pass);
   void emit_all_to_alls(std::size_t layer, int unit, int micro, int after);
 
   // --- context parallelism (lowering_context_parallel.cpp, Note [Context-parallel lowering]) ------------------------
@@ -184,9 +193,10 @@ class Lowerer {
   int last_reduce_scatter_ = -1;  // the latest reduce-scatter no compute op waited for yet (-1: none)
   MemoryChange pending_alloc_{MemoryCategory::activations, 0};
   ReductionHandover handover_;  // Note [Reduction buffers] (schedule.h)
-  std::array<std::vector<std::shared_ptr<const PassKernels>>, 3 * kCheckpointingModes> kernel_cache_;
+  std::array<std::vector<std::shared_ptr<const PassKernels>>, kComputePasses * kCheckpointingModes> kernel_cache_;
   std::vector<std::shared_ptr<const PassKernels>> distinct_kernels_;  // kernel_cache_'s objects, in creation order
-  std::array<std::vector<double>, 3 * kCheckpointingModes> flops_cache_;  // kernel_cache_'s FLOPs; < 0: not yet
+  // kernel_cache_'s FLOPs; < 0: not yet
+  std::array<std::vector<double>, kComputePasses * kCheckpointingModes> flops_cache_;
   std::vector<std::optional<LayerFacts>> layer_facts_;  // per layer, from its first pass on
 };
 

@@ -152,7 +152,7 @@ std::vector<int> Lowerer::backward_pass(int micro, bool synchronise) {
 }
 
 void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
-                              std::vector<int>& reductions) {
+                              std::vector<int>& reductions, ComputePass part) {
   // Units kept gathered from forward stay so; every other unit is gathered again (the pass state carries over).
   pending_.clear();
   for (std::size_t unit = 0; unit < layouts_.size(); ++unit) {
@@ -179,24 +179,23 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       }
     }
     for (std::size_t layer = segment.last_layer + 1; layer-- > segment.first_layer;) {
+      if (part == ComputePass::backward_weight) {
+        const int id = emit_backward_weight(layer, unit, micro);
+        produce_grads(unit, schedule_.ops[static_cast<std::size_t>(id)]);
+        last_backward_ = id;
+        continue;
+      }
       // Note [Activation offloading]: the layer's copy back, and the next layer's issued beside its backward.
       const int copied_in = emit_copy_in(layer, unit, micro);
       if (layer > first) emit_copy_in(layer - 1, owner_of(layer - 1), micro);
+      if (part == ComputePass::backward_input) {
+        emit_backward_input(layer, unit, micro, copied_in);
+        continue;
+      }
       const LayerFacts& facts = layer_facts(layer);
       const std::int64_t kept = facts.kept_bytes;
       const std::int64_t rebuilt = facts.recomputed_bytes;
-      if (rebuilt > 0) {
-        const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
-        auto& op = schedule_.ops[static_cast<std::size_t>(id)];
-        op.allocates.push_back({MemoryCategory::activations, rebuilt});
-        if (copied_in >= 0) op.deps.push_back(copied_in);
-        // Note [Workspaces]: QLoRA's dequantised weight during each recomputed GEMM.
-        if (const std::int64_t dequantized = facts.dequantized_weight_bytes; dequantized > 0) {
-          op.allocates.push_back({MemoryCategory::activations, dequantized});
-          op.frees.push_back({MemoryCategory::activations, dequantized});
-        }
-        take_pending_alloc(op);
-      }
+      emit_recompute(layer, unit, micro, copied_in, false);
       const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
       auto& op = schedule_.ops[static_cast<std::size_t>(id)];
       take_pending_alloc(op);
@@ -204,23 +203,11 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       const std::int64_t workspace = facts.backward_workspace_bytes;
       if (workspace > 0) op.allocates.push_back({MemoryCategory::activations, workspace});
       op.frees.push_back({MemoryCategory::activations, kept + rebuilt + workspace});
-      if (!grads_produced_[unit]) {
-        // The unit's first gradient write of this micro-batch reuses the buffer its previous reduction reads
-        // (FSDP makes the compute stream wait for that reduction before backward touches it again).
-        grads_produced_[unit] = true;
-        if (last_reduction_[unit] >= 0) op.deps.push_back(last_reduction_[unit]);
-        // Note [Optimizer in backward]: a gradient written in place exists from here until the unit's own step.
-        if (plan_.training.optimizer_in_backward && !layout.grad_copies && layout.grad_elements > 0) {
-          op.allocates.push_back({MemoryCategory::sharded_grads, in_backward_grad_bytes(layout, plan_)});
-        }
-      }
-      if (layout.grad_copies && !grads_allocated_[unit]) {
-        op.allocates.push_back({MemoryCategory::unsharded_grads, layout.grad_copy_bytes});
-        op.zeroed_bytes = layout.grad_copy_bytes;
-        grads_allocated_[unit] = true;
-      }
+      produce_grads(unit, op);
       last_backward_ = id;
     }
+    // A split backward's input part neither reshards nor reduces: the weight part has yet to write the gradients.
+    if (part == ComputePass::backward_input) continue;
     if (last_segment_of(unit, back, false)) {
       if (gathered_[unit] && reshard) emit_free(unit, micro, true);
       if (synchronise) {
@@ -234,6 +221,45 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
   // Note [Reduce-scatter waits]: the root's final backward callback waits for the pass's last reduce-scatter.
   if (synchronise) wait_for_reduce_scatter(0, micro);
   handover_.release_at_ends(schedule_.ops);
+}
+
+// A checkpointed layer's recompute before its backward (nothing when it rebuilds nothing); `transient`: its rebuilt
+// activations are freed at its end (Note [Split backward lowering]), else by the backward op after it.
+void Lowerer::emit_recompute(std::size_t layer, int unit, int micro, int copied_in, bool transient) {
+  const LayerFacts& facts = layer_facts(layer);
+  const std::int64_t rebuilt = facts.recomputed_bytes;
+  if (rebuilt <= 0) return;
+  const int id = emit_compute(OpKind::recompute, layer, unit, micro, ComputePass::recompute);
+  auto& op = schedule_.ops[static_cast<std::size_t>(id)];
+  op.allocates.push_back({MemoryCategory::activations, rebuilt});
+  if (transient) op.frees.push_back({MemoryCategory::activations, rebuilt});
+  if (copied_in >= 0) op.deps.push_back(copied_in);
+  // Note [Workspaces]: QLoRA's dequantised weight during each recomputed GEMM.
+  if (const std::int64_t dequantized = facts.dequantized_weight_bytes; dequantized > 0) {
+    op.allocates.push_back({MemoryCategory::activations, dequantized});
+    op.frees.push_back({MemoryCategory::activations, dequantized});
+  }
+  take_pending_alloc(op);
+}
+
+// The gradient writes of `unit`'s first backward op this micro-batch (`op`, a whole backward or a weight part).
+void Lowerer::produce_grads(int unit, Op& op) {
+  const auto& layout = layouts_[static_cast<std::size_t>(unit)];
+  if (!grads_produced_[unit]) {
+    // The unit's first gradient write of this micro-batch reuses the buffer its previous reduction reads
+    // (FSDP makes the compute stream wait for that reduction before backward touches it again).
+    grads_produced_[unit] = true;
+    if (last_reduction_[unit] >= 0) op.deps.push_back(last_reduction_[unit]);
+    // Note [Optimizer in backward]: a gradient written in place exists from here until the unit's own step.
+    if (plan_.training.optimizer_in_backward && !layout.grad_copies && layout.grad_elements > 0) {
+      op.allocates.push_back({MemoryCategory::sharded_grads, in_backward_grad_bytes(layout, plan_)});
+    }
+  }
+  if (layout.grad_copies && !grads_allocated_[unit]) {
+    op.allocates.push_back({MemoryCategory::unsharded_grads, layout.grad_copy_bytes});
+    op.zeroed_bytes = layout.grad_copy_bytes;
+    grads_allocated_[unit] = true;
+  }
 }
 
 // Note [Reduce-scatter waits]: FSDP2's post-backward makes the compute stream wait for the previous reduce-scatter

@@ -66,7 +66,7 @@ std::shared_ptr<const PassKernels> Lowerer::kernels_of(std::size_t layer, Comput
       built.attention.insert(built.attention.end(), step.begin(), step.end());
     }
     if (const auto& attention = ring_attention(layer); attention && !step.empty()) {
-      const bool backward = pass == ComputePass::backward;
+      const bool backward = pass == ComputePass::backward || pass == ComputePass::backward_input;
       built.memory_bytes += backward ? attention->backward_tensor_bytes : attention->forward_tensor_bytes;
       built.memory_kernels += backward ? attention->backward_tensor_kernels : attention->forward_tensor_kernels;
     }
@@ -101,15 +101,14 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
   op.kernels = kernels_of(layer, pass, op.checkpointing);
   op.flops = flops_of(layer, pass, op.checkpointing, *op.kernels);
   schedule_.hardware_flops_per_rank += op.flops;
-  if (pass != ComputePass::recompute) {
-    schedule_.model_flops_per_rank +=
-        pass == ComputePass::forward ? facts.forward_model_flops : facts.backward_model_flops;
-  }
+  schedule_.model_flops_per_rank += model_flops_of(layer, pass);
   // Note [Context-parallel lowering]: the ring's sends are issued before the pass they overlap; only a full
-  // recompute runs the ring again (torchtitan's selective-op policy saves SDPA's output).
-  const bool rings = ring_.enabled() &&
+  // recompute runs the ring again (torchtitan's selective-op policy saves SDPA's output). A split backward's
+  // attention is in its input part (Note [Split backward]), which runs the backward's ring.
+  const bool rings = ring_.enabled() && pass != ComputePass::backward_weight &&
                      (pass != ComputePass::recompute || facts.checkpointing == ActivationCheckpointing::full);
-  const int ring_sends = rings ? emit_ring_sends(layer, unit, micro, pass, before) : -1;
+  const ComputePass ring_pass = pass == ComputePass::backward_input ? ComputePass::backward : pass;
+  const int ring_sends = rings ? emit_ring_sends(layer, unit, micro, ring_pass, before) : -1;
   if (kind == OpKind::forward) {
     // Note [Workspaces] (unit_layout.h): what the op materialises beyond what it keeps is freed at its end.
     const std::int64_t workspace = facts.forward_workspace_bytes;
@@ -118,12 +117,33 @@ int Lowerer::emit_compute(OpKind kind, std::size_t layer, int unit, int micro, C
   }
   const int id = emit(std::move(op));
   // torchtitan's selective-op policy saves the all-to-alls' outputs (its _save_list holds all_to_all_single), and
-  // attention-core recompute does not reach the MLP: only full recompute exchanges the tokens again.
-  if (pass != ComputePass::recompute || facts.checkpointing == ActivationCheckpointing::full) {
+  // attention-core recompute does not reach the MLP: only full recompute exchanges the tokens again. The token
+  // gradients travel with a split backward's input part.
+  if (pass != ComputePass::backward_weight &&
+      (pass != ComputePass::recompute || facts.checkpointing == ActivationCheckpointing::full)) {
     emit_all_to_alls(layer, unit, micro, id);
   }
-  finish_ring(layer, unit, micro, pass, id, ring_sends);
+  finish_ring(layer, unit, micro, ring_pass, id, ring_sends);
   return id;
+}
+
+// Model FLOPs (LayerFacts) of one pass; a recompute adds none. A split backward's weight part counts its dW GEMMs'
+// FLOPs, each one 2·tokens·in·out as the model's weight-gradient FLOPs are, and the input part the rest of the
+// backward's (Note [Split backward]), so the two sum to the whole backward's.
+double Lowerer::model_flops_of(std::size_t layer, ComputePass pass) {
+  const LayerFacts& facts = layer_facts(layer);
+  switch (pass) {
+    case ComputePass::forward: return facts.forward_model_flops;
+    case ComputePass::backward: return facts.backward_model_flops;
+    case ComputePass::recompute: return 0.0;
+    case ComputePass::backward_input:
+    case ComputePass::backward_weight: {
+      const auto weight = kernels_of(layer, ComputePass::backward_weight, facts.checkpointing);
+      const double weight_flops = flops_of(layer, ComputePass::backward_weight, facts.checkpointing, *weight);
+      return pass == ComputePass::backward_weight ? weight_flops : facts.backward_model_flops - weight_flops;
+    }
+  }
+  return 0.0;
 }
 
 // Note [Expert parallelism] (unit_layout.h): an MoE block's dispatch and combine over its EP group, after the

@@ -57,28 +57,36 @@ StepSchedule Lowerer::run_actions(const std::vector<PipelineAction>& actions, co
         }
         break;
       }
-      case PipelineActionKind::full_backward: {
+      case PipelineActionKind::full_backward:
+      case PipelineActionKind::backward_input: {
+        // A split backward's input part (Note [Split backward lowering] in lowering_split_backward.cpp) sends the
+        // input gradients as a full backward does and lets the stage's output go (stage_backward_input detaches it);
+        // its saved activations stay, and it neither reshards nor reduces: the weight part does.
+        const bool whole = action.kind == PipelineActionKind::full_backward;
         if (!stage->last) emit_transfer(OpKind::recv, *stage, stage->stage + 1, micro, boundary_bytes);
         // torch.distributed.pipelining's stage backward (_PipelineStageBase.backward_maybe_with_nosync): FSDP
         // reshards after backward and synchronises gradients on the last micro-batch's backward only
         // (set_reshard_after_backward / set_requires_gradient_sync(last_backward)).
-        const bool last_backward = micro + 1 == micro_batches;
+        const bool last_backward = whole && micro + 1 == micro_batches;
         const std::size_t backward_begins = schedule_.ops.size();
-        backward_layers(micro, last_backward, last_backward, stage->first_layer, stage->last_layer, reductions);
+        backward_layers(micro, last_backward, last_backward, stage->first_layer, stage->last_layer, reductions,
+                        whole ? ComputePass::backward : ComputePass::backward_input);
         if (!stage->last) {
           // Freed by the backward of the layer that allocated it: activations are placed in their layer's size
           // class (Note [Allocator size classes]), and that backward runs first in the stage's backward.
-          pass_op_of(backward_begins, OpKind::backward, stage->last_layer)
+          pass_op_of(backward_begins, whole ? OpKind::backward : OpKind::backward_input, stage->last_layer)
               .frees.push_back({MemoryCategory::activations, boundary_bytes});
         }
         if (!stage->first) emit_transfer(OpKind::send, *stage, stage->stage - 1, micro, boundary_bytes);
         break;
       }
-      case PipelineActionKind::backward_input:
-      case PipelineActionKind::backward_weight:
-        throw InputError(std::string("pipeline: the split backward of ") + to_string(action.kind) +
-                         " actions (zero-bubble schedules) is not lowered yet; expected GPipe, 1F1B or "
-                         "Interleaved1F1B");
+      case PipelineActionKind::backward_weight: {
+        // FSDP reshards and synchronises at the stage's last weight part (backward_maybe_with_nosync("weight")).
+        const bool last_backward = micro + 1 == micro_batches;
+        backward_layers(micro, last_backward, last_backward, stage->first_layer, stage->last_layer, reductions,
+                        ComputePass::backward_weight);
+        break;
+      }
     }
   }
   if (returned_output_bytes > 0) {

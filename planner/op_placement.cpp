@@ -26,6 +26,8 @@ double base_duration_s(const Op& op, int compute_element_bytes, const HardwarePr
       return point_to_point_time_s(op.bytes, op.group_spans_nodes, profile);
     case OpKind::forward:
     case OpKind::backward:
+    case OpKind::backward_input:
+    case OpKind::backward_weight:
     case OpKind::recompute:
       return layer_pass_duration_s(op.kernels ? pass_time_s(*op.kernels, compute_element_bytes, profile) : 0.0,
                                    op.zeroed_bytes, profile);

@@ -14,9 +14,10 @@
 
 namespace shardplan {
 
-// A layer's forward, backward or recompute: the ops that run a layer pass's kernels (Op::kernels).
+// A layer's forward, backward (whole or one part) or recompute: the ops that run a layer pass's kernels (Op::kernels).
 inline bool is_layer_pass(OpKind kind) {
-  return kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute;
+  return kind == OpKind::forward || kind == OpKind::backward || kind == OpKind::recompute ||
+         kind == OpKind::backward_input || kind == OpKind::backward_weight;
 }
 
 // Relaxations of the cost model that a search may ask for; none by default. Each only shortens ops, so a step timed

@@ -51,6 +51,22 @@ void check_layout(const PipelineLayout& layout, const ModelSpec& model) {
   }
 }
 
+// Note [Split backward lowering]: torchtitan runs the zero-bubble schedules without torch.compile and float8
+// ("for Zero Bubble, no torch.compile / async TP / Float8 is used since not compatible", pytorch/torchtitan#773):
+// a compiled block's backward is one autograd node, which stage_backward_input cannot split at its weights.
+void check_split_backward(const PipelineLayout& layout, const TrainingConfig& training) {
+  if (layout.schedule != PipelineScheduleKind::interleaved_zero_bubble) return;
+  const std::string schedule = std::string("pipeline: ") + to_string(layout.schedule);
+  if (training.torch_compile) {
+    throw InputError(schedule + " splits backward at the weights, which a torch.compile'd block's backward cannot "
+                     "(pytorch/torchtitan#773); plan it without --compile, or another schedule");
+  }
+  if (training.precision.uses_fp8()) {
+    throw InputError(schedule + " with float8 linears ('" + training.precision.name + "') is not run by torchtitan "
+                     "(pytorch/torchtitan#773); expected a bf16 precision, or another schedule");
+  }
+}
+
 }  // namespace
 
 std::string pipeline_tie(const ModelSpec& model) {
@@ -134,6 +150,7 @@ PipelineRankModel pipeline_rank_model(const Plan& plan, const ModelSpec& model, 
 PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const LoweringOptions& options,
                                 const PipelineLayout& layout) {
   check_layout(layout, model);
+  check_split_backward(layout, plan.training);
   check_optimizer_in_backward(plan);  // Note [Optimizer in backward]: refused with a pipeline
   PipelineSchedule pipeline;
   pipeline.order = pipeline_order(layout.schedule, layout.degree, layout.stages_per_rank, plan.grad_accumulation_steps);

@@ -108,11 +108,13 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
     rank.device_peak_bytes = memory.device_peak_bytes;
     rank.memory_at_peak = memory.at_peak;
     // Micro-batches in flight on the rank, over all its stages: a stage's forward of a micro-batch begins one, its
-    // backward ends it; in program order (the compute stream runs them in that order).
+    // backward (or, split, its weight part: Note [Split backward lowering]) ends it; in program order (the compute
+    // stream runs them in that order).
     int count = 0;
     std::vector<std::vector<bool>> forwarded(static_cast<std::size_t>(pipeline.order.stage_count()));
     for (const Op& op : schedule.ops) {
-      if (op.stage < 0 || (op.kind != OpKind::forward && op.kind != OpKind::backward)) continue;
+      const bool ends = op.kind == OpKind::backward || op.kind == OpKind::backward_weight;
+      if (op.stage < 0 || (op.kind != OpKind::forward && !ends)) continue;
       auto& seen = forwarded[static_cast<std::size_t>(op.stage)];
       if (seen.size() <= static_cast<std::size_t>(op.micro_batch)) {
         seen.resize(static_cast<std::size_t>(op.micro_batch) + 1);
@@ -121,7 +123,7 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& pipeline, const Har
         seen[static_cast<std::size_t>(op.micro_batch)] = true;
         ++count;
         rank.peak_in_flight_micro_batches = std::max(rank.peak_in_flight_micro_batches, count);
-      } else if (op.kind == OpKind::backward && seen[static_cast<std::size_t>(op.micro_batch)]) {
+      } else if (ends && seen[static_cast<std::size_t>(op.micro_batch)]) {
         seen[static_cast<std::size_t>(op.micro_batch)] = false;
         --count;
       }

@@ -26,6 +26,8 @@ const char* to_string(OpKind kind) {
     case OpKind::forward: return "forward";
     case OpKind::recompute: return "recompute";
     case OpKind::backward: return "backward";
+    case OpKind::backward_input: return "backward_input";
+    case OpKind::backward_weight: return "backward_weight";
     case OpKind::free_unsharded: return "free_unsharded";
     case OpKind::reduce_scatter: return "reduce_scatter";
     case OpKind::all_reduce: return "all_reduce";

@@ -31,6 +31,8 @@ enum class OpKind {
   forward,         // one layer's forward on one micro-batch
   recompute,       // one checkpointed layer's forward again, before its backward
   backward,        // one layer's backward
+  backward_input,  // zero-bubble pipelines: one layer's input-gradient part of backward (Note [Split backward])
+  backward_weight, // zero-bubble pipelines: one layer's weight-gradient part of backward, after its input part
   free_unsharded,  // free a unit's gathered parameters (reshard); zero duration
   reduce_scatter,  // reduce a unit's gradients into shards (reduce_scatter stream)
   all_reduce,      // all-reduce gradients: across replicas (HSDP) or the world (replicated gradients)

@@ -44,8 +44,8 @@ struct PipelinePoint {
   std::int64_t memory_floor_bytes = 0;  // Note [Pipeline floor]: the fullest rank's
 };
 
-// The schedules searched: the pinned one, or 1F1B and interleaved 1F1B with two stages per rank (torchtitan's
-// [parallelism] pipeline_parallel_schedule default and its interleaved choice for deep models).
+// The schedules searched: the pinned one, or 1F1B, interleaved 1F1B (torchtitan's default and its interleaved choice
+// for deep models) and interleaved zero-bubble with two stages per rank (Note [Pipeline search] says when).
 std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSearchOptions& options) {
   if (options.schedule) {
     const bool interleaved = *options.schedule == PipelineScheduleKind::interleaved_1f1b ||
@@ -53,7 +53,8 @@ std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSea
     const int stages = options.stages_per_rank > 0 ? options.stages_per_rank : (interleaved ? 2 : 1);
     return {{*options.schedule, stages}};
   }
-  return {{PipelineScheduleKind::one_f_one_b, 1}, {PipelineScheduleKind::interleaved_1f1b, 2}};
+  return {{PipelineScheduleKind::one_f_one_b, 1}, {PipelineScheduleKind::interleaved_1f1b, 2},
+          {PipelineScheduleKind::interleaved_zero_bubble, 2}};
 }
 
 // Per checkpointing pattern, the first setting of the smallest micro-batch knob_settings gives (its leanest strategy,
@@ -138,7 +139,8 @@ StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRan
   return result;
 }
 
-double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches) {
+double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches,
+                             bool split_backward) {
   SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_compute_s.empty() &&
                       stage_compute_s.size() % static_cast<std::size_t>(pipeline_degree) == 0,
                   "stages are pp x stages per rank");
@@ -151,6 +153,7 @@ double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pip
   double before_last_s = 0;  // Σ_{s < pp − 1} c_s: micro-batch 0's way in and the last one's way out
   for (std::size_t stage = 0; stage + 1 < ranks; ++stage) before_last_s += stage_compute_s[stage];
   const double m = static_cast<double>(micro_batches);
+  if (split_backward) return m * busiest_s;
   return std::max(m * busiest_s, m * rank_compute_s[ranks - 1] + before_last_s);
 }
 
@@ -168,9 +171,9 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
   const int stages_per_rank = static_cast<int>(stages) / pipeline_degree;
   const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
   // Each rank's actions in its order: a forward adds its stage's activations once it ends (and, the first time, the
-  // stage's gathered parameters, kept to its last backward); a backward (full, or the input gradient's, which frees
-  // the activations) releases them and, the first time, adds the stage's full-size gradient, reduced and freed with
-  // the parameters at the last micro-batch's. The most live between two actions is a floor.
+  // stage's gathered parameters, kept to its last backward); a backward (full, or a split one's weight part: Note
+  // [Split backward lowering]) releases them and, the first time, adds the stage's full-size gradient, reduced and
+  // freed with the parameters at the last micro-batch's. The most live between two actions is a floor.
   std::vector<std::int64_t> fullest_bytes;
   for (std::size_t rank = 0; rank < order.by_rank.size(); ++rank) {
     std::vector<int> forwards(stages, 0), backwards(stages, 0);
@@ -183,7 +186,7 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
         if (forwards[stage]++ == 0) live_bytes += gathered_bytes;
         live_bytes += stage_held_bytes[stage];
         most_bytes = std::max(most_bytes, live_bytes);
-      } else if (action.kind != PipelineActionKind::backward_weight) {
+      } else if (action.kind != PipelineActionKind::backward_input) {
         live_bytes -= stage_held_bytes[stage];
         if (backwards[stage]++ == 0) live_bytes += gradient_bytes;
         most_bytes = std::max(most_bytes, live_bytes);
@@ -288,6 +291,11 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
         }
         for (const int degree : options.pipeline_degrees) {
           for (const auto& [schedule, stages_per_rank] : schedules_of(options)) {
+            // Note [Pipeline search]: the zero-bubble schedule is searched without checkpointing, compile or float8.
+            if (!options.schedule && schedule == PipelineScheduleKind::interleaved_zero_bubble &&
+                (knobs.ac != "none" || share.torch_compile || share.precision.uses_fp8())) {
+              continue;
+            }
             ++result.candidates;
             PipelinePoint point{context_parallel, tensor_parallel, expert_parallel, degree, schedule, stages_per_rank,
                                 knobs, {}, 1, 0.0};
@@ -314,7 +322,8 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
               continue;
             }
             const StageFloors stages = stage_floors(floors, point.policy.stages);
-            point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches);
+            point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches,
+                                                  schedule == PipelineScheduleKind::interleaved_zero_bubble);
             // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
             const KnobSetting strategy_only{knobs.strategy, "", 0, false};
             const std::string states_key = std::to_string(context_parallel) + "/" + std::to_string(tensor_parallel) +

@@ -21,9 +21,13 @@ namespace shardplan {
 // stage split of default_pipeline, micro-batch 1 unless pinned, and the user's global batch (Note [Equal global
 // batch] in search_2d.cpp: without --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp
 // ranks runs tp × pp micro-batches per step). Searched: pp (powers of two whose ranks divide the world and keep at
-// least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, and Interleaved1F1B
-// with 2 stages per rank), tp and ep (the FSDP search's degrees: a model with experts takes tp 1 and the expert-
-// parallel degrees of expert_parallel_candidates, or the pinned one) and the checkpointing patterns of knob_settings.
+// least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, Interleaved1F1B
+// with 2 stages per rank, and InterleavedZeroBubble with 2, torch's ZB1P, without activation checkpointing only:
+// under checkpointing torch's split backward recomputes each block once per weight group, Note [Split backward
+// lowering], which torchtitan measured at a tenth of Interleaved1F1B's throughput, pytorch/torchtitan#773; pinned,
+// it is planned with any checkpointing; never with torch.compile or float8, which torchtitan does not run it with),
+// tp and ep (the FSDP search's degrees: a model with experts takes tp 1 and the expert-parallel degrees of
+// expert_parallel_candidates, or the pinned one) and the checkpointing patterns of knob_settings.
 // A tied model has no pipeline plans (Note [Tied layers under a pipeline] in pipeline_schedule.h). The wrap,
 // strategy and prefetch knobs of a pipeline plan are torchtitan's, not searched: the answer is the fastest fitting
 // candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so. The context-parallel
@@ -39,14 +43,17 @@ namespace shardplan {
 // - each rank's compute stream runs its M · C_r of kernels one at a time: step ≥ M · max_r C_r;
 // - the rank holding stage pp − 1 cannot start before micro-batch 0's forward crossed stages 0 … pp − 2, and after
 //   its last backward the last micro-batch's backward still crosses them: step ≥ M · C_{pp−1} + Σ_{s<pp−1} c_s (any
-//   order: GPipe, 1F1B and interleaved — the first stage on that rank is pp − 1).
+//   order: GPipe, 1F1B and interleaved — the first stage on that rank is pp − 1). Not for a split backward
+//   (InterleavedZeroBubble, Note [Split backward lowering]): the last stage's final weight parts may run beside
+//   the last micro-batch's input gradients crossing the stages before it, so such a schedule takes the first bound.
 // Both leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
 // bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
 // holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
 // rank's device peak is at least the context overhead plus what is live at any point of its actions in the
 // schedule's own order (pipeline_order) — after each pass, Σ over its stages of in-flight × h_s, the gathered
 // parameters of the stages it has run (kept from the first forward, as Note [Pipeline programs] lowers FSDP under
-// PP) and the full-size gradients of those it has run backward — plus the model states of its layers as one flat
+// PP) and the full-size gradients of those it has run backward (a split backward's weight part: its input part
+// keeps the activations and writes no gradient) — plus the model states of its layers as one flat
 // unit over the stage's data-parallel ranks (states_floor_layout, as Searcher::can_fit). Each is a floor of what the
 // lowering allocates (one flat unit pads no more than per-block units); a candidate with a rank over the usable
 // bytes is not simulated.
@@ -113,8 +120,10 @@ struct StageFloors {
 StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages);
 
 // Note [Pipeline floor]: the bound for stage floors `stage_compute_s` (one micro-batch each), `stages_per_rank`
-// stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`.
-double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches);
+// stages per rank placed round robin (stage s on rank s mod pp), over `micro_batches`; `split_backward`: the
+// schedule splits backward (the first bound alone).
+double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches,
+                             bool split_backward = false);
 // Note [Pipeline floor]: what FSDP holds for a pipeline plan's layers (states_floor_layout on one TP rank's
 // `view_model`, over the stage's `data_parallel_ranks`): per rank its shards, persistent; per stage its gathered
 // parameters, kept from its first forward to its last backward, and its full-size gradient, accumulated from its first

@@ -47,6 +47,15 @@ inline HardwareProfile round_profile() {
 }
 
 // fp32 (no casts), AdamW, seq 4, micro-batch 1; one unit per block; FSDP's default one-ahead prefetch.
+// round_profile with communication all but free: only compute and a pipeline's dependencies set the step.
+inline HardwareProfile compute_bound_profile() {
+  HardwareProfile profile = round_profile();
+  profile.intra_node = {"link", 0.0, 1e18, 1.0};
+  profile.inter_node = {"fabric", 0.0, 1e18, 1.0};
+  profile.pcie_bytes_per_s = 1e18;
+  return profile;
+}
+
 inline Plan toy_plan(const ModelSpec& model, int world, StrategyKind kind = StrategyKind::full_shard) {
   TrainingConfig training;
   training.seq_len = 4;
