@@ -33,7 +33,6 @@ Plan run_plan(const RunFlags& flags, const ModelSpec& model, int world_size) {
     }
     try {
       runner::check_not_compiled(plan, -1, {executor, {}});
-      runner::check_backward_not_split(plan, -1, {executor, {}});
     } catch (const InputError& error) {
       throw InputError(flags.plan_file + ": " + error.what());  // the file that asked for it, as for bad input
     }

@@ -62,6 +62,7 @@ int Lowerer::emit_backward_input(std::size_t layer, int unit, int micro, int cop
   const std::int64_t workspace = facts.backward_workspace_bytes;
   const std::int64_t kept_gradients = weight_grad_groups(model_, plan_.training, layer).output_grad_bytes;
   if (workspace + kept_gradients > 0) op.allocates.push_back({MemoryCategory::activations, workspace + kept_gradients});
+  op.kept_gradient_bytes = kept_gradients;
   if (facts.recomputed_bytes + workspace > 0) {
     op.frees.push_back({MemoryCategory::activations, facts.recomputed_bytes + workspace});
   }

@@ -97,6 +97,9 @@ struct Op {
   std::int64_t zeroed_bytes = 0;  // a fresh buffer zero-filled before the op's work: its unit's full-size gradient,
                                   // at the unit's first backward op of a micro-batch (both runners fill it)
   std::int64_t optimizer_elements = 0;  // optimizer_step: shard elements updated
+  // backward_input: of its activation allocates, the output gradients kept for the weight part (Note [Split backward
+  // lowering] in lowering_split_backward.cpp), which that op frees; a runner holds them as torch does.
+  std::int64_t kept_gradient_bytes = 0;
   bool on_host = false;                 // runs in host memory (CPU offload of the optimizer)
 
   // Memory changes (CompactVector: an op has one or two of each, kept in place of a heap block).

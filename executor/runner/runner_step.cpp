@@ -7,6 +7,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "errors.h"
 #include "runner.h"
@@ -117,11 +118,8 @@ class Runner::StepWalker {
 
   void request(const Op& op) {
     if (op.kind != OpKind::all_gather) reduction_of_[static_cast<std::size_t>(op.unit)] = op.id;
-    if (ready(op) && !stream_blocked(op)) {
-      issue(op);
-    } else {
-      parked_.push_back(op.id);
-    }
+    if (!ready(op) || stream_blocked(op)) return parked_.push_back(op.id);
+    issue(op);
   }
 
   void issue(const Op& op) {
@@ -168,14 +166,8 @@ class Runner::StepWalker {
 
   // Polls every in-flight collective (driving MPI progress) and issues parked ones that became ready, in order.
   void progress() {
-    for (auto flight = in_flight_.begin(); flight != in_flight_.end();) {
-      if (flight->handle.test()) {
-        finish(*flight);
-        flight = in_flight_.erase(flight);
-      } else {
-        ++flight;
-      }
-    }
+    // In issue order: each one that completed is finished and leaves.
+    std::erase_if(in_flight_, [this](InFlight& flight) { return flight.handle.test() && (finish(flight), true); });
     while (!parked_.empty() && ready(ops_[static_cast<std::size_t>(parked_.front())]) &&
            !stream_busy(ops_[static_cast<std::size_t>(parked_.front())].stream)) {
       const int next = parked_.front();
@@ -212,9 +204,11 @@ class Runner::StepWalker {
       case OpKind::forward: forward(op); break;
       case OpKind::recompute: recompute(op); break;
       case OpKind::backward:
+      case OpKind::backward_input:
         backward(op);
         stages_.release_stage_output(op);  // Note [Pipeline buffers]: by its own layer's backward, the stage's first
         break;
+      case OpKind::backward_weight: backward_weight(op); break;
       case OpKind::free_unsharded: r_.param_groups_.at(static_cast<std::size_t>(op.unit)).reshard(); break;
       case OpKind::optimizer_step: optimizer_step(); break;
       case OpKind::recv: receive(op); break;
@@ -229,11 +223,17 @@ class Runner::StepWalker {
 
   // The layer's parameters, or its gradients: those of its trainable tensors, frozen ones bound to null (Note
   // [Trainable-first unit layout] in param_layout.h), so no kernel computes a frozen weight's gradient.
-  runtime::LayerParams params_of(const Op& op, bool gradient) {
+  // `parked`: the gradients go to a buffer parked for the layer's weight part (Note [Split backward lowering]).
+  runtime::LayerParams params_of(const Op& op, bool gradient, bool parked = false) {
     FlatParam& param = *r_.params_.at(static_cast<std::size_t>(op.unit));
     const auto layer = static_cast<std::size_t>(op.layer);
-    if (gradient) return runtime::bind_unit_grads(r_.layout_, param.unit_layout(), layer, param.compute_grads());
-    return runtime::bind_unit_layer(r_.layout_, param.unit_layout(), layer, param.compute_params());
+    const runtime::UnitParamLayout& unit = param.unit_layout();
+    if (parked) {
+      return runtime::bind_unit_grads(r_.layout_, unit, layer,
+                                      stages_.park_weight_gradients(slot(op), r_.tracker_, unit.trainable_elements, op));
+    }
+    if (gradient) return runtime::bind_unit_grads(r_.layout_, unit, layer, param.compute_grads());
+    return runtime::bind_unit_layer(r_.layout_, unit, layer, param.compute_params());
   }
 
   // What a layer keeps for its backward, per (micro-batch, layer): a pipeline runs several micro-batches' forwards
@@ -261,7 +261,7 @@ class Runner::StepWalker {
     const bool forward = op.peer_stage > op.stage;
     const Op* pass = last_compute_ >= 0 ? &ops_[static_cast<std::size_t>(last_compute_)] : nullptr;
     if (!pass || pass->micro_batch != op.micro_batch || pass->stage != op.stage ||
-        (pass->kind == OpKind::backward) == forward) {
+        (pass->kind == OpKind::backward || pass->kind == OpKind::backward_input) == forward) {
       fail("send op " + std::to_string(op.id) + " does not follow the pass whose output it sends");
     }
     const runtime::Activations& tensor = forward ? hidden_ : grad_;
@@ -340,20 +340,19 @@ class Runner::StepWalker {
     // gradient reduced in place, or the full-size copy a reduce-scatter reads). FSDP orders these by making the
     // next backward's stream wait for the reduction's event; the runner does the same by completing the reduction
     // before the first write. Without gradient accumulation there is no next backward within the step.
-    int& pending = reduction_of_[static_cast<std::size_t>(op.unit)];
-    if (pending >= 0) {
-      complete(pending);
-      pending = -1;
-    }
+    // A split backward's input part (Note [Split backward lowering]) writes the layer's weight gradients into a
+    // parked buffer and keeps its saved activations; its weight part (backward_weight) writes the unit's.
+    const bool input_part = op.kind == OpKind::backward_input;
+    if (!input_part) complete_reduction_before_write(op);
     // A layer before every trainable parameter runs no backward kernel: autograd records nothing there
     // (LayerFinetune::backward_needed; the embedding under LoRA). Its op still ends the pass where the schedule says.
     const auto& finetune = r_.rank_model_.layers[layer].finetune;
     if (finetune && !finetune->backward_needed) {
-      keep(slot(op), runtime::SavedActivations{});
+      if (!input_part) keep(slot(op), runtime::SavedActivations{});
       return;
     }
     const runtime::LayerParams params = params_of(op, false);
-    const runtime::LayerParams grads = params_of(op, true);
+    const runtime::LayerParams grads = params_of(op, true, input_part);
     const std::int64_t workspace = r_.kernels_[layer]->backward_workspace_bytes(saved_[slot(op)]);
     if (workspace > 0) r_.tracker_.allocate(MemoryCategory::activations, workspace);
     std::optional<ReplicatedGradients> replicated;  // Note [Replicated gradients]
@@ -361,7 +360,24 @@ class Runner::StepWalker {
     grad_ = r_.kernels_[layer]->backward(params, saved_[slot(op)], grad_, grads);
     if (replicated) replicated->sum_over(*r_.tensor_parallel_);
     if (workspace > 0) r_.tracker_.release(MemoryCategory::activations, workspace);
+    if (!input_part) keep(slot(op), runtime::SavedActivations{});
+  }
+
+  // Note [Split backward lowering]: the weight part adds what the input part parked and lets the activations go.
+  void backward_weight(const Op& op) {
+    last_compute_ = op.id;
+    if (const auto& finetune = r_.rank_model_.layers[static_cast<std::size_t>(op.layer)].finetune;
+        !finetune || finetune->backward_needed) {
+      complete_reduction_before_write(op);
+      stages_.add_parked_weight_gradients(slot(op), r_.params_.at(static_cast<std::size_t>(op.unit))->compute_grads());
+    }
     keep(slot(op), runtime::SavedActivations{});
+  }
+
+  // Note [Gradient hazard] (backward): a unit's pending reduction completes before its gradients are written again.
+  void complete_reduction_before_write(const Op& op) {
+    const int pending = std::exchange(reduction_of_[static_cast<std::size_t>(op.unit)], -1);
+    if (pending >= 0) complete(pending);
   }
 
   void optimizer_step() {

@@ -74,21 +74,11 @@ void check_not_compiled(const Plan& plan, int rank, const ExecutorSupport& suppo
   }
 }
 
-void check_backward_not_split(const Plan& plan, int rank, const ExecutorSupport& support) {
-  if (plan.pipeline.enabled() && plan.pipeline.schedule == PipelineScheduleKind::interleaved_zero_bubble) {
-    reject(std::string("pipeline schedule ") + to_string(plan.pipeline.schedule) + " splits each layer's backward "
-               "into input- and weight-gradient parts, which the runtime's layer kernels compute together; plan "
-               "--pipeline-schedule Interleaved1F1B or 1F1B to run it",
-           support, rank);
-  }
-}
-
 void check_executable(const Plan& plan, const std::vector<UnitLayout>& layouts, int rank,
                       const ExecutorSupport& support) {
   check_finetune_supported(plan, rank, support);
   check_no_expert_parallel(plan, rank, support);
   check_not_compiled(plan, rank, support);
-  check_backward_not_split(plan, rank, support);
   if (plan.context_parallel.enabled()) {  // Note [Context-parallel runner]: what the CPU runner's ring runs
     const std::string cp = "context_parallel_degree " + std::to_string(plan.context_parallel.degree);
     if (!support.context_parallel) {

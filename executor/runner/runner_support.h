@@ -48,9 +48,6 @@ void check_no_expert_parallel(const Plan& plan, int rank, const ExecutorSupport&
 // Likewise: a torch.compile'd plan (training.torch_compile, Note [Compiled blocks]) predicts what compiled blocks keep;
 // the runners execute eager kernels, so a run of it would be compared with a prediction it does not run.
 void check_not_compiled(const Plan& plan, int rank, const ExecutorSupport& support = {});
-// Likewise: a zero-bubble pipeline splits each layer's backward into input- and weight-gradient ops (Note [Split
-// backward lowering] in planner/lowering_split_backward.cpp); the runtime's layer kernels compute both in one call.
-void check_backward_not_split(const Plan& plan, int rank, const ExecutorSupport& support = {});
 
 // InputError (carrying `rank`) unless `micro_batches` is one step of the schedule: schedule.micro_batches batches,
 // each of the schedule's sequences per micro-batch × seq_len — × context_parallel: a CP rank's schedule is on its

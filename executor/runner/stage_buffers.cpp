@@ -2,6 +2,9 @@
 #include "stage_buffers.h"
 
 #include <algorithm>
+#include <string>
+
+#include "errors.h"
 
 namespace shardplan::runner {
 
@@ -37,6 +40,26 @@ void StageBuffers::release_stage_output(const Op& backward) {
 
 void StageBuffers::keep_returned_output(TrackingAllocator& tracker, std::int64_t elements) {
   returned_outputs_.emplace_back(tracker, MemoryCategory::activations, elements);
+}
+
+std::span<float> StageBuffers::park_weight_gradients(std::size_t key, TrackingAllocator& tracker,
+                                                    std::int64_t elements, const Op& input_part) {
+  const auto [parked, added] = parked_weight_gradients_.try_emplace(key);
+  SHARDPLAN_CHECK(added, "a layer's input part parks its weight gradients once before its weight part");
+  parked->second = {std::vector<float>(static_cast<std::size_t>(elements), 0.0f), &tracker,
+                    input_part.kept_gradient_bytes};
+  tracker.allocate(MemoryCategory::activations, input_part.kept_gradient_bytes);
+  return parked->second.values;
+}
+
+void StageBuffers::add_parked_weight_gradients(std::size_t key, std::span<float> into) {
+  const auto found = parked_weight_gradients_.find(key);
+  SHARDPLAN_CHECK(found != parked_weight_gradients_.end() && found->second.values.size() <= into.size(),
+                  "a layer's weight part follows its input part, over the same unit's gradients");
+  const std::vector<float>& parked = found->second.values;  // the unit's trainable region, at the buffer's start
+  for (std::size_t index = 0; index < parked.size(); ++index) into[index] += parked[index];
+  found->second.tracker->release(MemoryCategory::activations, found->second.tracked_bytes);
+  parked_weight_gradients_.erase(found);
 }
 
 }  // namespace shardplan::runner

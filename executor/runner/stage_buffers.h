@@ -2,6 +2,7 @@
 // holds them on a pipeline rank (Note [Pipeline buffers] in planner/pipeline_schedule.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -33,12 +34,26 @@ class StageBuffers {
   void keep_returned_output(TrackingAllocator& tracker, std::int64_t elements);
   // step() returns the kept outputs (the schedule's wait of the head after the rank's last pass).
   void return_outputs() { returned_outputs_.clear(); }
+  // Note [Split backward lowering] (planner/lowering_split_backward.cpp): a zero-bubble schedule's input part of a
+  // layer computes its weight gradients too (the runtime's kernels compute both at once) into a zeroed buffer of
+  // `elements` parked under `key`; the layer's weight part adds them into the unit's gradients `into` (whose first
+  // `elements` are the trainable region the input part bound) and frees it. torch keeps the weights' output
+  // gradients over that span instead: the tracker holds their bytes, `input_part`'s kept_gradient_bytes.
+  std::span<float> park_weight_gradients(std::size_t key, TrackingAllocator& tracker, std::int64_t elements,
+                                         const Op& input_part);
+  void add_parked_weight_gradients(std::size_t key, std::span<float> into);
 
  private:
   std::map<int, int> first_layer_of_stage_, last_layer_of_stage_;
   std::int64_t boundary_bytes_ = 0;
   std::map<std::pair<int, int>, TrackedBuffer> stage_outputs_;  // by (stage, micro-batch)
   std::vector<TrackedBuffer> returned_outputs_;
+  struct ParkedGradients {
+    std::vector<float> values;
+    TrackingAllocator* tracker = nullptr;
+    std::int64_t tracked_bytes = 0;  // torch's kept output gradients
+  };
+  std::map<std::size_t, ParkedGradients> parked_weight_gradients_;
 };
 
 }  // namespace shardplan::runner

@@ -1,5 +1,6 @@
 // Pipeline parallelism × FSDP (PP 2 outer, FSDP 2 over each stage's ranks), and × tensor parallelism (PP 2 × FSDP ×
-// TP 2 inner, torchtitan's 3-D mesh), trains like the single-process reference under 1F1B and Interleaved1F1B:
+// TP 2 inner, torchtitan's 3-D mesh), trains like the single-process reference under 1F1B, Interleaved1F1B and
+// InterleavedZeroBubble:
 // losses, AdamW's moments (the reduced gradients), final parameters, and per step the collectives equal the rank's
 // program's collective ops (and its passes' TP collectives), the point-to-point messages its send and recv ops, and
 // the tracked model-state memory its bytes.
@@ -220,6 +221,12 @@ TEST_CASE("runner: pipeline 1F1B 2 × full_shard 2 trains tiny-llama like the re
 
 TEST_CASE("runner: pipeline Interleaved1F1B 2 × 2 stages × full_shard 2 trains tiny-llama like the reference") {
   check_pipeline({PipelineScheduleKind::interleaved_1f1b, 2});
+}
+
+// Note [Split backward lowering]: the zero-bubble schedule's input parts park each layer's weight gradients, its
+// weight parts add them and the last one of each unit reduces them; 2 stages per rank as torchtitan runs it.
+TEST_CASE("runner: pipeline InterleavedZeroBubble 2 × 2 stages × full_shard 2 trains tiny-llama like the reference") {
+  check_pipeline({PipelineScheduleKind::interleaved_zero_bubble, 2});
 }
 
 // torchtitan's 3-D layout (PP × FSDP × TP, its 405B recipe's) on tiny-llama: at 4 ranks PP 2 × TP 2 (FSDP over one
