@@ -229,6 +229,13 @@ TEST_CASE("runner: pipeline InterleavedZeroBubble 2 × 2 stages × full_shard 2 
   check_pipeline({PipelineScheduleKind::interleaved_zero_bubble, 2});
 }
 
+// With TP 2 in each stage: the input part runs the passes' TP collectives and sums the replicated gradients over the
+// TP group (into the parked buffer), as the schedule's input-part kernels carry them.
+TEST_CASE("runner: pipeline InterleavedZeroBubble 2 × 2 stages × tensor_parallel 2 × full_shard trains tiny-llama") {
+  check_pipeline({.schedule = PipelineScheduleKind::interleaved_zero_bubble, .stages_per_rank = 2,
+                  .compared_steps = 1, .tensor_parallel = 2, .parameters = {true, -1}});
+}
+
 // torchtitan's 3-D layout (PP × FSDP × TP, its 405B recipe's) on tiny-llama: at 4 ranks PP 2 × TP 2 (FSDP over one
 // rank), at 8 PP 2 × FSDP 2 × TP 2. TP on tiny-llama compares the moments and parameters after the first step, as
 // test_tensor_parallel.cpp's tiny-llama case does (Note [Ill-conditioned first step]); losses, collectives, messages
