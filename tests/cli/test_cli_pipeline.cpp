@@ -313,7 +313,7 @@ TEST_CASE("`plan --pipeline-parallel 2` at 32k tokens without --context-parallel
 // The CPU runner executes PP with TP or CP inside each stage, both, and fine-tuning (tests/mpi_runner/test_pipeline.cpp
 // and test_pipeline_finetune.cpp check them against the reference): `run` of the plan `simulate` writes trains on 8
 // ranks, every step's line printed.
-TEST_CASE("`run` executes pipeline plans with TP or CP or both in each stage, LoRA and zero-bubble on CPU ranks" *
+TEST_CASE("`run` executes pipeline plans with TP or CP or both in each stage and LoRA or zero-bubble on CPU ranks" *
           doctest::test_suite("can-skip")) {
   if (const std::string why = shardplan_test::mpirun_missing(); !why.empty()) SKIP_CASE(why);
   const auto run_plan = [](const std::vector<std::string>& flags) {
