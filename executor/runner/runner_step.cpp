@@ -166,8 +166,14 @@ class Runner::StepWalker {
 
   // Polls every in-flight collective (driving MPI progress) and issues parked ones that became ready, in order.
   void progress() {
-    // In issue order: each one that completed is finished and leaves.
-    std::erase_if(in_flight_, [this](InFlight& flight) { return flight.handle.test() && (finish(flight), true); });
+    for (auto flight = in_flight_.begin(); flight != in_flight_.end();) {
+      if (flight->handle.test()) {
+        finish(*flight);
+        flight = in_flight_.erase(flight);
+      } else {
+        ++flight;
+      }
+    }
     while (!parked_.empty() && ready(ops_[static_cast<std::size_t>(parked_.front())]) &&
            !stream_busy(ops_[static_cast<std::size_t>(parked_.front())].stream)) {
       const int next = parked_.front();
@@ -222,8 +228,8 @@ class Runner::StepWalker {
   }
 
   // The layer's parameters, or its gradients: those of its trainable tensors, frozen ones bound to null (Note
-  // [Trainable-first unit layout] in param_layout.h), so no kernel computes a frozen weight's gradient.
-  // `parked`: the gradients go to a buffer parked for the layer's weight part (Note [Split backward lowering]).
+  // [Trainable-first unit layout] in param_layout.h), so no kernel computes a frozen weight's gradient; `parked`: in
+  // a buffer parked for the layer's weight part (Note [Split backward lowering]).
   runtime::LayerParams params_of(const Op& op, bool gradient, bool parked = false) {
     FlatParam& param = *r_.params_.at(static_cast<std::size_t>(op.unit));
     const auto layer = static_cast<std::size_t>(op.layer);
@@ -340,8 +346,7 @@ class Runner::StepWalker {
     // gradient reduced in place, or the full-size copy a reduce-scatter reads). FSDP orders these by making the
     // next backward's stream wait for the reduction's event; the runner does the same by completing the reduction
     // before the first write. Without gradient accumulation there is no next backward within the step.
-    // A split backward's input part (Note [Split backward lowering]) writes the layer's weight gradients into a
-    // parked buffer and keeps its saved activations; its weight part (backward_weight) writes the unit's.
+    // A split backward's input part parks its weight gradients and keeps its activations (see backward_weight).
     const bool input_part = op.kind == OpKind::backward_input;
     if (!input_part) complete_reduction_before_write(op);
     // A layer before every trainable parameter runs no backward kernel: autograd records nothing there
