@@ -36,7 +36,7 @@ struct SimulateFlags {
   std::string tensor_parallel = "1";
   int pipeline_parallel = 1;
   std::string pipeline_schedule = "1F1B";
-  int stages_per_rank = 1;
+  int stages_per_rank = 0;  // 0: torchtitan's default for the schedule (default_stages_per_rank)
   int context_parallel = 1;
   bool json = false;
 };
@@ -103,8 +103,7 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       ->capture_default_str();
   command->add_option("--stages-per-rank", flags->stages_per_rank,
                       "virtual stages per pipeline rank (Interleaved1F1B: 2 or more; InterleavedZeroBubble: 1 or "
-                      "more)")
-      ->capture_default_str()
+                      "more); omitted: torchtitan's, 1 for GPipe and 1F1B, 2 for the interleaved schedules")
       ->check(CLI::Range(1, 1 << 10));
   command->add_option("--context-parallel", flags->context_parallel,
                       "context-parallel ranks (cp) of the default plan: ring attention over each sequence split cp "
@@ -158,9 +157,11 @@ Action add_simulate_command(CLI::App& app, const Output& output) {
       plan.offload.params = flags->cpu_offload;
       check_optimizer_offload(plan.training, plan.offload.params, "--cpu-offload");
       if (flags->pipeline_parallel > 1) {
-        plan.pipeline = default_pipeline(base, flags->pipeline_parallel,
-                                         pipeline_schedule_from_string(flags->pipeline_schedule, "--pipeline-schedule"),
-                                         flags->stages_per_rank);
+        const PipelineScheduleKind schedule =
+            pipeline_schedule_from_string(flags->pipeline_schedule, "--pipeline-schedule");
+        plan.pipeline = default_pipeline(base, flags->pipeline_parallel, schedule,
+                                         flags->stages_per_rank > 0 ? flags->stages_per_rank
+                                                                    : default_stages_per_rank(schedule));
       }
     }
     // The layers resolved for the plan's fine-tuning (a plan file's was checked against the model as it was read).

@@ -104,6 +104,11 @@ std::vector<PipelineAction> interleaved_rank(int rank, int ranks, int local_stag
 
 }  // namespace
 
+int default_stages_per_rank(PipelineScheduleKind kind) {
+  return kind == PipelineScheduleKind::interleaved_1f1b || kind == PipelineScheduleKind::interleaved_zero_bubble ? 2
+                                                                                                                : 1;
+}
+
 const char* to_string(PipelineScheduleKind kind) {
   for (const auto& [known, name] : kScheduleNames) {
     if (known == kind) return name;

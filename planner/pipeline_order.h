@@ -28,6 +28,9 @@ enum class PipelineScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, interlea
 const char* to_string(PipelineScheduleKind kind);  // torch's names: "GPipe", "1F1B", ...
 // InputError naming `field` and the four names when `name` is none of them (case-insensitive, as torch's lookup).
 PipelineScheduleKind pipeline_schedule_from_string(const std::string& name, const std::string& field);
+// The stages per rank torchtitan gives a schedule when none is asked for (pipeline_module_split without
+// pipeline_parallel_layers_per_stage): 1 for GPipe and 1F1B, 2 for the looped (interleaved) schedules.
+int default_stages_per_rank(PipelineScheduleKind kind);
 
 enum class PipelineActionKind { forward, full_backward, backward_input, backward_weight };
 const char* to_string(PipelineActionKind kind);  // "F", "B", "I", "W" (torch's action letters)

@@ -48,10 +48,8 @@ struct PipelinePoint {
 // for deep models) and interleaved zero-bubble with two stages per rank (Note [Pipeline search] says when).
 std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSearchOptions& options) {
   if (options.schedule) {
-    const bool interleaved = *options.schedule == PipelineScheduleKind::interleaved_1f1b ||
-                             *options.schedule == PipelineScheduleKind::interleaved_zero_bubble;
-    const int stages = options.stages_per_rank > 0 ? options.stages_per_rank : (interleaved ? 2 : 1);
-    return {{*options.schedule, stages}};
+    return {{*options.schedule, options.stages_per_rank > 0 ? options.stages_per_rank
+                                                            : default_stages_per_rank(*options.schedule)}};
   }
   return {{PipelineScheduleKind::one_f_one_b, 1}, {PipelineScheduleKind::interleaved_1f1b, 2},
           {PipelineScheduleKind::interleaved_zero_bubble, 2}};

@@ -372,6 +372,12 @@ TEST_CASE("`simulate --pipeline-schedule InterleavedZeroBubble`: the split backw
       CHECK(split.at("tokens_per_s").get<double>() < plain.at("tokens_per_s").get<double>());
     }
   }
+  // Without --stages-per-rank, torchtitan's default (default_stages_per_rank): 2 for the interleaved schedules.
+  for (const char* schedule : {"Interleaved1F1B", "InterleavedZeroBubble"}) {
+    std::vector<std::string> defaulted = shape;
+    defaulted.insert(defaulted.end(), {"none", "--pipeline-schedule", schedule});
+    CHECK(run_json(defaulted).at("plan").at("pipeline").at("stages_per_rank") == 2);
+  }
   const PlannedPipeline planned = plan_pipeline(
       {"plan", "-m", "tiny-llama", "-c", "8xcpu", "--seq-len", "64", "--global-batch", "16", "--precision", "fp32",
        "--pipeline-parallel", "2", "--pipeline-schedule", "InterleavedZeroBubble"},
