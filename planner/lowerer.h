@@ -88,10 +88,12 @@ class Lowerer {
   // `part`: the whole backward, or one part of a split one (Note [Split backward lowering] in lowering.cpp).
   void backward_layers(int micro, bool synchronise, bool reshard, std::size_t first, std::size_t last,
                        std::vector<int>& reductions, ComputePass part = ComputePass::backward);
-  // Note [Split backward lowering]: a split backward's input part of `layer` (its recompute and the input-gradient
-  // op), and its weight part (the recompute per weight-gradient group under checkpointing, then the weight op).
-  int emit_backward_input(std::size_t layer, int unit, int micro, int copied_in);
+  // `layer`'s recompute and backward op, whole or a split backward's input part; Note [Split backward lowering]:
+  // its weight part (the recompute per weight-gradient group under checkpointing, then the weight op), and the
+  // output gradients the input part keeps for it.
+  int emit_layer_backward(std::size_t layer, int unit, int micro, int copied_in, bool input_part);
   int emit_backward_weight(std::size_t layer, int unit, int micro);
+  std::int64_t kept_weight_gradient_bytes(std::size_t layer) const;
   void produce_grads(int unit, Op& op);
   void emit_recompute(std::size_t layer, int unit, int micro, int copied_in, bool transient);
   int emit_transfer(OpKind kind, const StageSpan& stage, int peer_stage, int micro, std::int64_t bytes);

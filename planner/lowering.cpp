@@ -188,22 +188,10 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
       // Note [Activation offloading]: the layer's copy back, and the next layer's issued beside its backward.
       const int copied_in = emit_copy_in(layer, unit, micro);
       if (layer > first) emit_copy_in(layer - 1, owner_of(layer - 1), micro);
-      if (part == ComputePass::backward_input) {
-        emit_backward_input(layer, unit, micro, copied_in);
-        continue;
-      }
-      const LayerFacts& facts = layer_facts(layer);
-      const std::int64_t kept = facts.kept_bytes;
-      const std::int64_t rebuilt = facts.recomputed_bytes;
-      emit_recompute(layer, unit, micro, copied_in, false);
-      const int id = emit_compute(OpKind::backward, layer, unit, micro, ComputePass::backward);
-      auto& op = schedule_.ops[static_cast<std::size_t>(id)];
-      take_pending_alloc(op);
-      if (copied_in >= 0) op.deps.push_back(copied_in);
-      const std::int64_t workspace = facts.backward_workspace_bytes;
-      if (workspace > 0) op.allocates.push_back({MemoryCategory::activations, workspace});
-      op.frees.push_back({MemoryCategory::activations, kept + rebuilt + workspace});
-      produce_grads(unit, op);
+      const bool input_part = part == ComputePass::backward_input;
+      const int id = emit_layer_backward(layer, unit, micro, copied_in, input_part);
+      if (input_part) continue;
+      produce_grads(unit, schedule_.ops[static_cast<std::size_t>(id)]);
       last_backward_ = id;
     }
     // A split backward's input part neither reshards nor reduces: the weight part has yet to write the gradients.
@@ -221,6 +209,27 @@ void Lowerer::backward_layers(int micro, bool synchronise, bool reshard, std::si
   // Note [Reduce-scatter waits]: the root's final backward callback waits for the pass's last reduce-scatter.
   if (synchronise) wait_for_reduce_scatter(0, micro);
   handover_.release_at_ends(schedule_.ops);
+}
+
+// A layer's backward op — whole, or a split backward's input part — after its recompute: what it waits for, its
+// workspace, and what it frees: everything the layer kept and rebuilt for a whole backward; what a checkpoint rebuilt
+// for an input part, which also holds the output gradients kept for the weight part (Note [Split backward lowering]).
+int Lowerer::emit_layer_backward(std::size_t layer, int unit, int micro, int copied_in, bool input_part) {
+  const LayerFacts& facts = layer_facts(layer);
+  emit_recompute(layer, unit, micro, copied_in, false);
+  const int id = emit_compute(input_part ? OpKind::backward_input : OpKind::backward, layer, unit, micro,
+                              input_part ? ComputePass::backward_input : ComputePass::backward);
+  auto& op = schedule_.ops[static_cast<std::size_t>(id)];
+  take_pending_alloc(op);
+  if (copied_in >= 0) op.deps.push_back(copied_in);
+  const std::int64_t workspace = facts.backward_workspace_bytes;
+  op.kept_gradient_bytes = input_part ? kept_weight_gradient_bytes(layer) : 0;
+  if (workspace + op.kept_gradient_bytes > 0) {
+    op.allocates.push_back({MemoryCategory::activations, workspace + op.kept_gradient_bytes});
+  }
+  const std::int64_t kept = input_part ? 0 : facts.kept_bytes;
+  op.frees.push_back({MemoryCategory::activations, kept + facts.recomputed_bytes + workspace});
+  return id;
 }
 
 // A checkpointed layer's recompute before its backward (nothing when it rebuilds nothing); `transient`: its rebuilt

@@ -52,21 +52,8 @@ WeightGradGroups weight_grad_groups(const ModelSpec& model, const TrainingConfig
 
 }  // namespace
 
-int Lowerer::emit_backward_input(std::size_t layer, int unit, int micro, int copied_in) {
-  const LayerFacts& facts = layer_facts(layer);
-  emit_recompute(layer, unit, micro, copied_in, false);
-  const int id = emit_compute(OpKind::backward_input, layer, unit, micro, ComputePass::backward_input);
-  Op& op = schedule_.ops[static_cast<std::size_t>(id)];
-  take_pending_alloc(op);
-  if (copied_in >= 0) op.deps.push_back(copied_in);
-  const std::int64_t workspace = facts.backward_workspace_bytes;
-  const std::int64_t kept_gradients = weight_grad_groups(model_, plan_.training, layer).output_grad_bytes;
-  if (workspace + kept_gradients > 0) op.allocates.push_back({MemoryCategory::activations, workspace + kept_gradients});
-  op.kept_gradient_bytes = kept_gradients;
-  if (facts.recomputed_bytes + workspace > 0) {
-    op.frees.push_back({MemoryCategory::activations, facts.recomputed_bytes + workspace});
-  }
-  return id;
+std::int64_t Lowerer::kept_weight_gradient_bytes(std::size_t layer) const {
+  return weight_grad_groups(model_, plan_.training, layer).output_grad_bytes;
 }
 
 int Lowerer::emit_backward_weight(std::size_t layer, int unit, int micro) {
