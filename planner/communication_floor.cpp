@@ -42,6 +42,9 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
   std::set<std::pair<OpKind, int>> counted;  // (kind, unit) of the once-per-unit ops seen
   CommunicationFloor floor;
   floor.compute_element_bytes = schedule.compute_element_bytes;
+  floor.micro_batches = std::max(1, per_block.grad_accumulation_steps);
+  // The one micro-batch lowered synchronises: its reductions repeat on every synchronising micro-batch of the step.
+  const int synchronising = training.no_sync_accumulation ? 1 : floor.micro_batches;
   const bool partial_copies = std::any_of(per_block.units.begin(), per_block.units.end(), [](const PlanUnit& unit) {
     return unit.reshard_after_forward.keeps_partial_copy();
   });
@@ -55,8 +58,12 @@ CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cl
     if (runs_per_micro_batch(op.stream)) continue;
     if (once_per_unit(op.kind) && !counted.insert({op.kind, op.unit}).second) continue;
     if (op.kind == OpKind::all_gather && !partial_copies && floor.whole_gather.bytes == 0) floor.whole_gather = op;
-    floor.step_stream_s[static_cast<std::size_t>(op.stream)] +=
-        base_duration_s(op, schedule.compute_element_bytes, profile);
+    const double op_s = base_duration_s(op, schedule.compute_element_bytes, profile);
+    if (op.stream == StreamKind::all_gather) floor.first_micro_batch_gather_s += op_s;
+    // Gathers and shard copies-in repeat every micro-batch; the reduction streams' ops (and whatever else a stream
+    // carries there, e.g. activation copies) on the synchronising ones at least.
+    const bool gathers = op.stream == StreamKind::all_gather || op.stream == StreamKind::host_to_device;
+    floor.step_stream_s[static_cast<std::size_t>(op.stream)] += op_s * (gathers ? floor.micro_batches : synchronising);
   }
   return floor;
 }
@@ -69,7 +76,7 @@ double busiest_stream_floor_s(const CommunicationFloor& communication, const Set
     Op regather = communication.whole_gather;
     regather.bytes -= keepable_bytes;
     stream_s[static_cast<std::size_t>(StreamKind::all_gather)] +=
-        base_duration_s(regather, communication.compute_element_bytes, profile);
+        communication.micro_batches * base_duration_s(regather, communication.compute_element_bytes, profile);
   }
   double busiest_s = 0;
   for (std::size_t stream = 0; stream < kStreamCount; ++stream) {
@@ -83,7 +90,7 @@ double gathers_then_reductions_s(const CommunicationFloor& communication, const 
     const auto at = static_cast<std::size_t>(stream);
     return communication.step_stream_s[at] + floors.micro_batch_stream_s[at];
   };
-  return communication.step_stream_s[static_cast<std::size_t>(StreamKind::all_gather)] +
+  return communication.first_micro_batch_gather_s +
          std::max(busy_s(StreamKind::reduce_scatter), busy_s(StreamKind::all_reduce));
 }
 

@@ -15,14 +15,17 @@ namespace shardplan {
 
 // Note [Communication floor]: every plan of a knob setting, whatever its wrapping, kept units or prefetch depth,
 // runs at least these collectives and copies in a step, each stream one op at a time:
-//  - per step, every parameter gathered once (the forward's all-gather of each unit; a unit resharded after forward
-//    gathers again in backward, a kept one does not), and its offloaded shard copied in once; every gradient reduced
-//    once (the reduce-scatter, HSDP's all-reduce across replicas or the replicated all-reduce, the offloaded copy
-//    out) — the micro-batches that do not synchronise reduce nothing;
+//  - per micro-batch, every parameter gathered once (the forward's all-gather of each unit; a unit resharded after
+//    forward gathers again in backward, a kept one does not) and its offloaded shard copied in once: every unit, the
+//    root too, is resharded after each micro-batch's backward (Lowerer::backward_pass; FSDP2's reshard after
+//    backward), so the next micro-batch's forward gathers it again — llama3-8b on 8 H100s at 4 micro-batches a step
+//    gathers each of its 32 blocks 8 times and the root 4 (`simulate --global-batch 32`);
+//  - per synchronising micro-batch (each one, or the last alone with --no-sync), every gradient reduced once (the
+//    reduce-scatter, HSDP's all-reduce across replicas or the replicated all-reduce, the offloaded copy out);
 //  - per micro-batch, the ops a layer's passes carry whatever the units (MoE all-to-alls, context parallelism's ring
 //    sends), times the step's micro-batches.
-// Of the per-step ops, the whole model as the root unit alone (wrap_whole) moves the fewest bytes in the fewest
-// collectives: its one flat parameter is padded once (Σ ceil(Ψ_i / g) >= ceil(Ψ / g); FSDP2 pads per parameter, the
+// Of the per-micro-batch gathers and reductions, the whole model as the root unit alone (wrap_whole) moves the
+// fewest bytes in the fewest collectives: its one flat parameter is padded once (Σ ceil(Ψ_i / g) >= ceil(Ψ / g); FSDP2 pads per parameter, the
 // same in every wrapping), and a collective's cost, α + β·S in every tier (collective_cost.cpp: the latency plus the
 // bus time of S + S½; a calibrated cell's α-β fit; a host copy's S / bandwidth), is subadditive in S. So the stream
 // sums of that plan's one micro-batch lowering are at most any wrapping's, and the busiest stream's sum is at most
@@ -38,6 +41,7 @@ namespace shardplan {
 //   keepable = cap − states floor − those activations (SettingFloors::turnaround_activation_bytes),
 // and the rest of the model's gathered bytes, at least B − keepable with B the whole model's (padded once), is gathered
 // again in backward over the same shard group — a second collective on the all-gather stream, subadditive as above.
+// Every micro-batch's backward starts so (its forward gathered every unit again), so each regathers that much.
 // A setting whose units reshard to a partial copy (a smaller group's gather) gets no such term, and a front end that
 // cannot hold the whole model in one unit (FSDP1 without use_orig_params over frozen and trainable layers) no
 // communication floor at all.
@@ -45,21 +49,26 @@ namespace shardplan {
 // Note [Gathers before reductions]: the streams' busy time is a union, and two parts of it never overlap. Every unit's
 // forward all-gather of the first micro-batch ends before that unit's forward runs, so before the step's first
 // backward op starts; every reduction (reduce-scatter, HSDP's or the replicated all-reduce) waits for a backward op,
-// so starts after it. The first set alone keeps the all-gather stream busy at least the whole model's gather (the
-// per-step all-gather term above, subadditive as above); the second keeps the reduction streams busy at least the
-// busier of their per-step terms. So the union is at least their sum — on a ZeRO-2 setting, whose units are never
+// so starts after it. The first set alone keeps the all-gather stream busy at least the whole model's gather (one
+// micro-batch's all-gather term above, subadditive as above); the second — every synchronising micro-batch's
+// reductions — keeps the reduction streams busy at least the busier of their per-step terms. So the union is at least their sum — on a ZeRO-2 setting, whose units are never
 // regathered, up to twice the busiest stream. The backward regathers are left out of the sum: a unit's may be issued
 // before the first backward op (prefetched at the loss) and run beside the reductions.
 struct CommunicationFloor {
-  // Per step, by stream: the ops every wrapping runs at least once a step (the per-micro-batch streams' ops are
-  // SettingFloors::micro_batch_stream_s, from the compute floor's lowering).
+  // Per step, by stream: the gathers and reductions every wrapping runs at least, over the step's micro-batches (the
+  // per-micro-batch streams' layer ops are SettingFloors::micro_batch_stream_s, from the compute floor's lowering).
   std::array<double, kStreamCount> step_stream_s{};
+  // Note [Gathers before reductions]: one micro-batch's all-gathers of the whole model.
+  double first_micro_batch_gather_s = 0;
   double optimizer_step_s = 0;  // the compute stream's optimizer step (0 with the optimizer in backward)
-  // Note [Regather floor]: the whole model's forward all-gather (bytes 0: none, or a partial copy regathers).
+  // Note [Regather floor]: the whole model's forward all-gather (bytes 0: none, or a partial copy regathers), and
+  // how many micro-batches regather the rest of it.
   Op whole_gather;
+  int micro_batches = 1;
   int compute_element_bytes = 2;
 };
-// The per-step part depends on the strategy and offload only: the search keys it so (Searcher::step_floor).
+// It depends on the strategy, offload and micro-batch (the step's micro-batches) only: the search keys it so
+// (Searcher::step_floor).
 CommunicationFloor communication_floor(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
                                        const TrainingConfig& training, const KnobSetting& knobs);
 // Streams whose ops a layer's passes carry, the same in every wrapping, once per micro-batch (MoE all-to-alls,

@@ -87,11 +87,10 @@ const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
 const Searcher::StepFloors& Searcher::step_floors(const KnobSetting& knobs) {
   const auto [known, inserted] = step_floors_.try_emplace(knobs.label());
   if (inserted) {
-    // Note [Communication floor]: its per-step collectives depend on the strategy and offload only.
+    // Note [Communication floor]: its collectives depend on the strategy, offload and micro-batch only.
     KnobSetting collectives_key = knobs;
     collectives_key.ac = "none";
     collectives_key.ac_given = false;
-    collectives_key.micro_batch = 1;
     auto [communication, first] = communication_floors_.try_emplace(collectives_key.label());
     if (first) communication->second = communication_floor(model_, cluster_, profile_, training_, knobs);
     // Note [Regather floor]: what a fitting plan's kept units can hold where backward starts.

@@ -237,7 +237,7 @@ class Searcher {
   };
   const StepFloors& step_floors(const KnobSetting& knobs);
   std::map<std::string, StepFloors> step_floors_;  // by the setting's label
-  std::map<std::string, CommunicationFloor> communication_floors_;  // by strategy and offload (Searcher::step_floor)
+  std::map<std::string, CommunicationFloor> communication_floors_;  // by strategy, offload, micro-batch (step_floor)
   std::map<std::string, PlanCandidate> setting_best_;  // by setting label: its fastest fitting wrapping evaluated
   // Settings for the tightened-floor pass, with the refused wrapping's peak (Note [Tightened floor]).
   std::vector<std::pair<KnobSetting, std::int64_t>> tighten_later_;

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "cluster.h"
@@ -117,9 +118,14 @@ TEST_CASE("communication floor: the step floor is below every plan of its settin
     if (c.slowdown > 0) profile.overlap_compute_slowdown = c.slowdown;
     TrainingConfig training;
     training.seq_len = 256;
-    training.global_batch = 2 * cluster.world_size();  // micro-batches 1 and 2
     FloorCounts counts;
-    for (const bool offload : {false, true}) {
+    // Micro-batches 1 and 2 (2 and 1 a step); micro-batches 1, 2 and 4 (4, 2 and 1 a step) with and without
+    // --no-sync, offloaded or not (Note [Communication floor]: gathers per micro-batch, reductions per synchronising).
+    for (const auto& [sequences_per_rank, no_sync, offload] :
+         {std::tuple{2, false, false}, std::tuple{2, false, true}, std::tuple{4, false, false},
+          std::tuple{4, true, false}, std::tuple{4, false, true}}) {
+      training.global_batch = sequences_per_rank * cluster.world_size();
+      training.no_sync_accumulation = no_sync;
       const FloorCounts some = check_step_floors(model, cluster, profile, training, offload);
       counts.settings += some.settings;
       counts.communication_bound += some.communication_bound;
@@ -131,6 +137,50 @@ TEST_CASE("communication floor: the step floor is below every plan of its settin
     CHECK(counts.communication_bound > 0);
     CHECK(counts.fitting_under_tight_cap > 0);
     CHECK(counts.sum_raised > 0);  // the regather term, subsumed here by the sum: the LoRA case below
+  }
+}
+
+// Note [Communication floor]: every micro-batch gathers the model again (each backward reshards every unit), and
+// every synchronising micro-batch reduces it — four micro-batches a step here, and one with --no-sync.
+TEST_CASE("communication floor: gathers per micro-batch, reductions per synchronising micro-batch") {
+  const ModelSpec model = llama_blocks(4);
+  const Cluster cluster = parse_cluster("4x8xA100-40GB", HardwareCatalog::builtin());
+  const HardwareProfile profile = profile_from_cluster(cluster);
+  const auto stream = [](StreamKind kind) { return static_cast<std::size_t>(kind); };
+  for (const bool no_sync : {false, true}) {
+    TrainingConfig training;
+    training.seq_len = 256;
+    training.global_batch = 4 * cluster.world_size();  // micro-batches 1, 2 and 4: 4, 2 and 1 a step
+    training.no_sync_accumulation = no_sync;
+    std::size_t repeated = 0;
+    for (const KnobSetting& knobs : knob_settings(cluster, training, false)) {
+      const CommunicationFloor communication = communication_floor(model, cluster, profile, training, knobs);
+      const Plan per_block = plan_for_knobs(model, cluster, training, knobs);
+      const int micro_batches = per_block.grad_accumulation_steps;
+      INFO(knobs.label() << (no_sync ? " no_sync" : "") << ", " << micro_batches << " micro-batches");
+      CHECK(communication.micro_batches == micro_batches);
+      const double gather_s = communication.step_stream_s[stream(StreamKind::all_gather)];
+      CHECK(gather_s == doctest::Approx(micro_batches * communication.first_micro_batch_gather_s));
+      // Against the simulated per-block plan: its streams are busy at least the floor's terms.
+      const SimulationSummary summary = analyze_step(model, cluster, profile, per_block, false).simulation.summary;
+      for (const auto& [name, busy_s] : summary.stream_busy_s) {
+        for (const StreamKind kind : {StreamKind::all_gather, StreamKind::reduce_scatter, StreamKind::all_reduce}) {
+          if (name == to_string(kind)) CHECK(communication.step_stream_s[stream(kind)] <= busy_s * (1 + 1e-9));
+        }
+      }
+      if (micro_batches > 1 && communication.first_micro_batch_gather_s > 0) {
+        ++repeated;
+        // The per-step reductions of the one synchronising micro-batch lowered, times the synchronising ones.
+        KnobSetting one = knobs;
+        one.micro_batch = knobs.micro_batch * micro_batches;
+        const CommunicationFloor single = communication_floor(model, cluster, profile, training, one);
+        REQUIRE(single.micro_batches == 1);
+        const double reduce_s = communication.step_stream_s[stream(StreamKind::reduce_scatter)];
+        const double one_reduce_s = single.step_stream_s[stream(StreamKind::reduce_scatter)];
+        if (one_reduce_s > 0) CHECK(reduce_s == doctest::Approx((no_sync ? 1 : micro_batches) * one_reduce_s));
+      }
+    }
+    CHECK(repeated > 5);
   }
 }
 
