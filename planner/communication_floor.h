@@ -51,9 +51,10 @@ namespace shardplan {
 // backward op starts; every reduction (reduce-scatter, HSDP's or the replicated all-reduce) waits for a backward op,
 // so starts after it. The first set alone keeps the all-gather stream busy at least the whole model's gather (one
 // micro-batch's all-gather term above, subadditive as above); the second — every synchronising micro-batch's
-// reductions — keeps the reduction streams busy at least the busier of their per-step terms. So the union is at least their sum — on a ZeRO-2 setting, whose units are never
-// regathered, up to twice the busiest stream. The backward regathers are left out of the sum: a unit's may be issued
-// before the first backward op (prefetched at the loss) and run beside the reductions.
+// reductions — keeps the reduction streams busy at least the busier of their per-step terms. So the union is at
+// least their sum — on a ZeRO-2 setting, whose units are never regathered, up to twice the busiest stream. The
+// backward regathers are left out of the sum: a unit's may be issued before the first backward op (prefetched at the
+// loss) and run beside the reductions.
 struct CommunicationFloor {
   // Per step, by stream: the gathers and reductions every wrapping runs at least, over the step's micro-batches (the
   // per-micro-batch streams' layer ops are SettingFloors::micro_batch_stream_s, from the compute floor's lowering).

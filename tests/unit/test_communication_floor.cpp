@@ -94,7 +94,7 @@ FloorCounts check_step_floors(const ModelSpec& model, const Cluster& cluster, co
       fastest_s = std::min(fastest_s, summary.step_time_s);
     }
     // Not vacuous: where communication (or the host's optimizer step) dominates, the floor is well above the compute
-    // floor and near the plans (backward regathers and per-micro-batch reductions are left out).
+    // floor and near the plans (the backward regathers beyond the regather floor are left out).
     if (busy_s + communication.optimizer_step_s > 2 * floors.compute_s) {
       ++counts.communication_bound;
       CHECK(floor_s >= 1.5 * floors.compute_s);
