@@ -25,12 +25,13 @@ namespace shardplan {
 //  - per micro-batch, the ops a layer's passes carry whatever the units (MoE all-to-alls, context parallelism's ring
 //    sends), times the step's micro-batches.
 // Of the per-micro-batch gathers and reductions, the whole model as the root unit alone (wrap_whole) moves the
-// fewest bytes in the fewest collectives: its one flat parameter is padded once (Σ ceil(Ψ_i / g) >= ceil(Ψ / g); FSDP2 pads per parameter, the
-// same in every wrapping), and a collective's cost, α + β·S in every tier (collective_cost.cpp: the latency plus the
-// bus time of S + S½; a calibrated cell's α-β fit; a host copy's S / bandwidth), is subadditive in S. So the stream
-// sums of that plan's one micro-batch lowering are at most any wrapping's, and the busiest stream's sum is at most
-// the union of the communication streams' busy time (Note [Communication busy time] in op_placement.h), which
-// collective slowdowns only lengthen. The same lowering's optimizer step on the compute stream (the step's update after
+// fewest bytes in the fewest collectives: its one flat parameter is padded once (Σ ceil(Ψ_i / g) >= ceil(Ψ / g);
+// FSDP2 pads per parameter, the same in every wrapping), and a collective's cost, α + β·S in every tier
+// (collective_cost.cpp: the latency plus the bus time of S + S½; a calibrated cell's α-β fit; a host copy's
+// S / bandwidth), is subadditive in S. So the stream sums of that plan's one micro-batch lowering, times the
+// micro-batches that repeat them, are at most any wrapping's, and the busiest stream's sum is at most the union of
+// the communication streams' busy time (Note [Communication busy time] in op_placement.h), which collective
+// slowdowns only lengthen. The same lowering's optimizer step on the compute stream (the step's update after
 // its reductions; in host memory when offloaded, where it is most of a step) is likewise at most any wrapping's: its
 // time is linear in the shard bytes it streams, least when padded once.
 //
@@ -93,9 +94,9 @@ double least_overlap_compute_slowdown(const HardwareProfile& profile);
 // Note [Step floor]: a lower bound of the simulated step of every plan of a setting, from its compute floor's kernels
 // K and dispatch overheads D (SettingFloors), with the optimizer step counted in D (the compute stream runs it too;
 // taking it as unstretched only lowers the bound), and a lower bound U of its communication busy time, with s the
-// least overlap slowdown. The walk (OpWalk::place) stretches a compute op by (s − 1)·o, o the part of its kernels' interval
-// that communication overlaps; communication may also overlap that stretch and the dispatch overhead without cost, and
-// is exposed elsewhere. With Y = Σ s·o the time compute runs stretched:
+// least overlap slowdown. The walk (OpWalk::place) stretches a compute op by (s − 1)·o, o the part of its kernels'
+// interval that communication overlaps; communication may also overlap that stretch and the dispatch overhead
+// without cost, and is exposed elsewhere. With Y = Σ s·o the time compute runs stretched:
 //   step >= K + D + (1 − 1/s)·Y + max(0, U − Y − D) >= K + D + (1 − 1/s)·max(0, U − D)
 // (the second for Y below and above U − D alike), and step >= U, the streams' own busy time. So for s >= 1
 //   floor = max(U, K + D + (1 − 1/s)·max(0, U − D));
