@@ -90,6 +90,15 @@ inline constexpr std::size_t kMaxWrapChecks = 48;
 // searches); the rest ran to the budget and gave up — 363 in the tests, 282 in those commands, 10-20 ms each on the
 // large models (llama3-70b on 2048 H100s: 39 of them, 0.40 of its 1.65 CPU s). Same plans at 10,000.
 inline constexpr std::size_t kMaxWrapSearchNodes = 10'000;
+// And at most this many partial wrappings × blocks: a long model's tree completes a wrapping later (its wrappings
+// have more units) and its nodes cost more (Note [Block budget]).
+inline constexpr std::size_t kMaxWrapSearchBlockNodes = 250'000;
+// Note [Block budget]: counted over the unit tests and 13 planning commands (2026-12-07), the best-first searches
+// that ran after the label DP's wrapping (the simulator refusing it) and ended held at most 6,741 partial wrappings
+// of a 32-block model (215,712 block-nodes; 6,507 of 10 blocks, 5,620 of 12); over 80 or 126 blocks (llama3-70b,
+// llama3.1-405b) 4 ended holding 7 and the other 30 ran to the 10,000 and gave up, about 10 ms each, the answer
+// coming from the tightened floors, the per-cap DPs and the refinements. So a search over n blocks holds at most
+// min(kMaxWrapSearchNodes, kMaxWrapSearchBlockNodes / n) partial wrappings: 1,984 over 126 blocks, 3,125 over 80.
 // The same budget for a best-first search that runs without the label DP (Note [Bound-only wrap search]), measured
 // there.
 inline constexpr std::size_t kMaxBoundOnlySearchNodes = 4'000;
@@ -104,6 +113,8 @@ struct WrapSearchOptions {
   bool per_unit_reshard = true;
   std::size_t max_checks = kMaxWrapChecks;  // give up after this many wrappings fail `check`
   std::size_t max_search_nodes = kMaxWrapSearchNodes;  // give up when the best-first tree holds more partial wrappings
+  // ... or more than this many divided by the blocks (Note [Block budget]; a search without the DP keeps its own).
+  std::size_t max_search_block_nodes = kMaxWrapSearchBlockNodes;
   // Give up (reshard_choice_dropped set) rather than search without the per-unit choice when its labels outgrow
   // their budget: for a search that is only worth running with it (Note [Tightened floor] in searcher_setting.cpp).
   bool give_up_without_choice = false;
@@ -128,6 +139,7 @@ struct WrapSearchResult {
   bool reshard_choice_dropped = false;  // it was asked for, but its labels grew too many: partitions only
   bool bound_only = false;  // the label DP went past its budget (Note [Bound-only wrap search])
   std::size_t checked = 0;  // wrappings given to `check`
+  std::size_t nodes = 0;    // partial and complete wrappings the best-first tree held when the search ended
   std::size_t pruned_by_memory = 0;
 };
 

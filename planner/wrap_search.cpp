@@ -132,9 +132,12 @@ WrapSearchResult fastest_fitting_wrapping(WrapFragments& fragments, const WrapSe
       push(std::move(node), key, fits);
     }
   }
+  // Note [Block budget] (wrap_dp.h).
+  const std::size_t block_nodes = options.max_search_block_nodes / std::max<std::size_t>(1, context.n);
   const std::size_t max_nodes = bound_only ? std::min(options.max_search_nodes, options.bound_only_max_search_nodes)
-                                           : options.max_search_nodes;
+                                           : std::min(options.max_search_nodes, block_nodes);
   while (!queue.empty()) {
+    result.nodes = nodes.size();
     if (nodes.size() > max_nodes) {
       result.gave_up = true;
       return result;

@@ -82,7 +82,7 @@ const WrapCase kSearchCases[] = {
 // fails the cases with only a lower-bound model, e.g. "llama2-7b-10 on 8xA100-80GB full_shard seq 2048 accumulation
 // 2": CHECK( 0.261753 == Approx( 0.261743 ) ).
 TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search under a cap") {
-  int searched_past_the_first = 0, bound_only_searches = 0, bound_only_gave_up = 0;
+  int searched_past_the_first = 0, bound_only_searches = 0, bound_only_gave_up = 0, block_budget_gave_up = 0;
   std::size_t most_checked = 0;
   for (const WrapCase& c : kSearchCases) {
     INFO(c.name());
@@ -135,6 +135,20 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
             CHECK(small.simulated_step_s == result.simulated_step_s);
           }
         }
+        if (!result.bound_only) {
+          // Note [Block budget]: a tree allowed one partial wrapping per block's worth of budget gives up holding at
+          // most one node's expansion past it, or ends as the search with the whole budget did.
+          WrapSearchOptions tight = options;
+          tight.max_search_block_nodes = fragments.block_count();
+          const WrapSearchResult small = fastest_fitting_wrapping(fragments, tight);
+          if (small.gave_up && !result.gave_up) {
+            ++block_budget_gave_up;
+            CHECK(small.nodes <= 1 + 2 * static_cast<std::size_t>(options.max_unit_blocks));
+          } else if (!small.gave_up) {
+            CHECK(small.found == result.found);
+            CHECK(small.simulated_step_s == result.simulated_step_s);
+          }
+        }
         const bool kept_searched = per_unit_reshard && fragments.keep_choice();
         INFO("cap " << cap << " B (quantile " << quantile << "), per-unit reshard " << per_unit_reshard
                     << ", DP label budget " << dp_labels << ": checked " << result.checked << ", exhausted "
@@ -166,6 +180,7 @@ TEST_CASE("wrap search: the fastest fitting wrapping equals exhaustive search un
   CHECK(searched_past_the_first > 0);  // the best-first part ran, not only the floor DP
   CHECK(bound_only_searches > 0);      // and alone, where the DP went past its budget
   CHECK(bound_only_gave_up > 0);       // whose own node budget ends it
+  CHECK(block_budget_gave_up > 0);     // Note [Block budget] ends some trees
 }
 
 // Note [Prefetch depth] (planner/searcher_setting.cpp): the fragments with free all-gathers and free collective issue bound the
