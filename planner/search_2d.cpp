@@ -13,6 +13,7 @@
 
 #include "errors.h"
 #include "degree_search.h"
+#include "indexed_pool.h"
 #include "memory_headroom.h"
 #include "setting_floor_cache.h"
 #include "step_analysis.h"
@@ -147,7 +148,10 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   if (options.objective == SearchObjective::time) {
     const MemoryHeadroom headroom{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
                                   options.memory_headroom_fraction};
-    for (DegreeView& view : views) view.seed_step_s = seed_step_s(view, profile, headroom.usable_bytes());
+    // Each degree's seed on the search's threads: they share only the floor cache, which is safe to share.
+    run_indexed(views.size(), options.threads, [&](std::size_t index) {
+      views[index].seed_step_s = seed_step_s(views[index], profile, headroom.usable_bytes());
+    });
     std::stable_sort(views.begin(), views.end(),
                      [](const DegreeView& a, const DegreeView& b) { return a.seed_step_s < b.seed_step_s; });
   }
