@@ -156,6 +156,9 @@ void print_text(const SearchResult& result, const ModelSpec& model, const Cluste
                 summary.tokens_per_s, global_batch_text(baseline.candidate, cluster.world_size()).c_str(),
                 gib(summary.peak_memory_bytes).c_str(), baseline.candidate.fits ? "yes" : "no", speedup);
   }
+  if (!result.baselines_refused.empty()) {
+    std::printf("  (none: FSDP alone refuses this input — %s)\n", result.baselines_refused.c_str());
+  }
   std::printf("\nsearch: %zu candidates simulated in %.3f s\n", result.candidates_evaluated, result.seconds);
   std::printf("%s", render_search_proof(result).c_str());
 }
@@ -300,7 +303,12 @@ Action add_plan_command(CLI::App& app, const Output& output) {
         flags->pipeline, model, cluster, training, options, flags->export_format, pinned_context_parallel,
         usable.usable_bytes());
     SearchResult result;
-    if (pipeline_request.pinned) {
+    // Note [Degrees a batch rules out] (planner/search_2d.cpp): where no FSDP plan of any TP degree takes the input
+    // — a global batch below the data-parallel ranks that FSDP and TP leave, 16 sequences on 512 GPUs — the
+    // pipeline grid may (pp x TP ranks share each sequence); its refusal is printed and answers only where the grid
+    // finds nothing either.
+    std::string fsdp_refused;
+    const auto pipeline_only = [&] {
       result.memory_cap_bytes = usable.cap_bytes;
       result.memory_headroom_fraction = usable.fraction;
       result.memory_headroom_bytes = usable.headroom_bytes();
@@ -308,9 +316,19 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       // [Context-parallel search] has degrees to try; else cp 1, said nothing of).
       context_outcome.pinned =
           pinned_context_parallel > 0 || pipeline_request.options.context_parallel_degrees.size() == 1;
+    };
+    if (pipeline_request.pinned) {
+      pipeline_only();
     } else {
-      result = search_with_context_parallel(model, cluster, profile, training, options, pinned_context_parallel,
-                                            context_outcome);
+      try {
+        result = search_with_context_parallel(model, cluster, profile, training, options, pinned_context_parallel,
+                                              context_outcome);
+      } catch (const InputError& error) {
+        if (!pipeline_request.skipped.empty() || training.global_batch == 0) throw;
+        fsdp_refused = error.what();
+        context_outcome = {};
+        pipeline_only();
+      }
     }
     PipelineSearchResult pipeline;
     if (pipeline_request.skipped.empty()) {
@@ -329,6 +347,11 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       if (result.feasible) pipeline_options.known_step_s = result.best.summary.step_time_s;
       pipeline = search_pipeline_plans(model, cluster, profile, training, pipeline_options);
     }
+    // Nothing of the grid got past its refusals either: the FSDP search's error is the answer (exit 2).
+    if (!fsdp_refused.empty() && pipeline.simulated == 0 && pipeline.beaten_by_floor == 0 &&
+        pipeline.over_memory_floor == 0) {
+      throw InputError(fsdp_refused);
+    }
     const bool feasible = result.feasible || pipeline.feasible;
     const Plan& planned = pipeline.feasible ? pipeline.best.plan : result.best.plan;
     context_outcome.degree = std::max(1, planned.context_parallel.degree);  // the printed plan's, pipeline or not
@@ -344,6 +367,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                                              {"pipeline_searched", context_outcome.pipeline_searched},
                                              {"line", render_context_parallel_line(context_outcome)}};
       document["pipeline_search"] = pipeline_search_json(pipeline_request, pipeline, model, usable);
+      if (!fsdp_refused.empty()) document["fsdp_refused"] = fsdp_refused;
       if (pipeline.feasible) {  // the planned plan is the pipeline's; FSDP's best stays under without_pipeline
         nlohmann::json without;
         for (const char* key : {"plan", "predicted", "knobs", "host_memory"}) {
@@ -367,6 +391,10 @@ Action add_plan_command(CLI::App& app, const Output& output) {
                                             : ("NO PLAN FITS with --pipeline-parallel " +
                                                std::to_string(flags->pipeline.pipeline_parallel) + "\n")
                                                   .c_str());
+      } else if (!fsdp_refused.empty()) {  // Note [Degrees a batch rules out]: pipeline plans only
+        print_header(result, model, cluster, headroom);
+        std::printf("FSDP without a pipeline: no plan (%s)\n", fsdp_refused.c_str());
+        std::printf("%s", pipeline.feasible ? pipeline_text.c_str() : "NO PLAN FITS\n");
       } else {
         print_text(result, model, cluster, bands, headroom, pipeline_text);
       }

@@ -125,6 +125,7 @@ struct SearchResult {
   bool feasible = false;
   PlanCandidate best;
   std::vector<BaselineResult> baselines;
+  std::string baselines_refused;  // why there are none: FSDP alone cannot run the input (Note [Degrees a batch ...])
   InfeasibleDiagnosis diagnosis;  // filled when !feasible
   HostMemoryUse host_memory;      // the planned plan's host memory when feasible (zero unless it offloads)
   std::size_t candidates_evaluated = 0;

@@ -173,14 +173,18 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
   }
   std::vector<search_internal::DegreeOutcome> outcomes = search_internal::search_degrees(inputs, profile);
   std::vector<std::optional<SearchResult>> found(views.size());
+  // Note [Degrees a batch rules out]: a degree whose search refuses the input (an InputError: a global batch its
+  // data-parallel ranks do not divide — 4 sequences on 8 GPUs take TP 2, not FSDP alone) is not a candidate, FSDP
+  // alone (degree 1) included; its error is the answer only where no degree gives a result.
+  std::exception_ptr refused;  // degree 1's refusal, else the first in search order
   for (std::size_t index = 0; index < views.size(); ++index) {
     std::exception_ptr failure = outcomes[index].failure;
     if (failure) {
       try {
         std::rethrow_exception(failure);
       } catch (const InputError&) {
-        // Another degree: e.g. a global batch its data-parallel ranks do not divide; not a candidate.
-        if (views[index].degree != 1) continue;
+        if (!refused || views[index].degree == 1) refused = failure;
+        continue;
       } catch (...) {
       }
       std::rethrow_exception(failure);  // the first in search order, as a sequential search throws
@@ -221,9 +225,15 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
       result.baselines = std::move(searched.baselines);
     }
   }
-  // A single TP degree's search ran without FSDP's auto-wrap baselines (degree-1 plans): compare against them still.
+  if (!have_result && refused) std::rethrow_exception(refused);
+  // A single TP degree's search ran without FSDP's auto-wrap baselines (degree-1 plans): compare against them still —
+  // where FSDP alone can run the batch (Note [Degrees a batch rules out]).
   if (options.with_baselines && result.baselines.empty()) {
-    result.baselines = baseline_plans(model, cluster, profile, training, result.usable_memory_bytes());
+    try {
+      result.baselines = baseline_plans(model, cluster, profile, training, result.usable_memory_bytes());
+    } catch (const InputError& error) {
+      result.baselines_refused = error.what();
+    }
   }
   result.candidates_evaluated = evaluated;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

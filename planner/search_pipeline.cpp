@@ -270,18 +270,20 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
     for (const int expert_parallel : options.expert_parallel_degrees) {
       TrainingConfig ep_share = share;
       ep_share.expert_parallel_degree = expert_parallel;
+      TrainingConfig one_micro_batch = ep_share;
+      one_micro_batch.global_batch = 0;
       for (const KnobSetting& knobs : settings) {
         SettingFloors floors;
         try {
-          // Note [Pipeline floor]: under CP the floors of the CP rank's program with its ring (micro_batch_floors);
-          // where that view cannot lower it, the share's alone, a looser bound.
+          // Note [Pipeline floor]: one micro-batch's floors by layer (the TP view's ranks need not divide the batch);
+          // under CP the CP rank's program with its ring (micro_batch_floors), else the share's alone, a looser bound.
           try {
-            floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, ep_share,
-                                           knobs, context_parallel);
+            floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile,
+                                           one_micro_batch, knobs, context_parallel);
           } catch (const InputError&) {
             if (context_parallel == 1) throw;
-            floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile, ep_share,
-                                           knobs);
+            floors = cached_setting_floors(options.floor_cache.get(), view.model, view.cluster, profile,
+                                           one_micro_batch, knobs);
           }
         } catch (const InputError& error) {
           result.refuse(error.what());

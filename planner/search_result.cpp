@@ -40,6 +40,7 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                                {"knob_settings_over_memory_floor", result.memory_floor_settings},
                                {"knob_settings_heuristic", result.heuristic_settings},
                                {"knob_settings_partitions_only", result.partitions_only_settings}}}};
+  if (!result.baselines_refused.empty()) document["baselines_refused"] = result.baselines_refused;
   if (result.feasible) {
     document["plan"] = to_json(result.best.plan, model);
     document["predicted"] = to_json(result.best.summary);

@@ -1,0 +1,80 @@
+// Note [Degrees a batch rules out] (planner/search_2d.cpp): `plan` with a global batch that FSDP alone cannot split
+// over the GPUs plans the degrees that can — TP, or a pipeline — and says why FSDP alone has no plan; where none can,
+// the batch's error is the answer (exit 2).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "run_binary.h"
+#include "run_json.h"
+
+namespace {
+
+using shardplan_test::expect_input_error;
+using shardplan_test::RunResult;
+using shardplan_test::run_json;
+using shardplan_test::run_shardplan;
+
+const char* const kFsdpRefusal = "--global-batch 4: expected a multiple of micro-batch × data-parallel ranks";
+
+}  // namespace
+
+TEST_CASE("`plan --global-batch` below the GPUs: a TP plan, no FSDP-alone baselines and why") {
+  // 4 sequences on 8 GPUs: FSDP alone would need 8; TP 2 leaves 4 data-parallel ranks.
+  const std::vector<std::string> args = {"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--global-batch", "4",
+                                         "--pipeline-parallel", "1"};
+  const RunResult text = run_shardplan(args);
+  INFO(text.err);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find("planned: TP ") != std::string::npos);
+  CHECK(text.out.find("(none: FSDP alone refuses this input — " + std::string(kFsdpRefusal)) != std::string::npos);
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  const nlohmann::json document = run_json(json_args);
+  CHECK(document.at("feasible").get<bool>());
+  CHECK(document.at("plan").at("tensor_parallel_degree").get<int>() >= 2);
+  CHECK(document.at("predicted").at("tokens_per_step").get<long>() == 4 * 8192);  // the user's batch, unchanged
+  CHECK(document.at("baselines").empty());
+  CHECK(document.at("baselines_refused").get<std::string>().find(kFsdpRefusal) != std::string::npos);
+  // Pinned to FSDP alone, the batch's error stands; with TP 1 pinned and the pipeline left out, pp 2 takes it.
+  expect_input_error({"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--global-batch", "4", "--tensor-parallel", "1",
+                      "--pipeline-parallel", "1"},
+                     {kFsdpRefusal});
+  const RunResult pipelined =
+      run_shardplan({"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--global-batch", "4", "--tensor-parallel", "1"});
+  INFO(pipelined.err);
+  CHECK(pipelined.exit_status == 0);
+  CHECK(pipelined.out.find("FSDP without a pipeline: no plan (" + std::string(kFsdpRefusal)) != std::string::npos);
+  CHECK(pipelined.out.find("planned: pp ") != std::string::npos);
+}
+
+TEST_CASE("`plan --global-batch 1` on 16 GPUs: only a pipeline takes it (pp 2 x TP 8)") {
+  const std::vector<std::string> args = {"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--global-batch", "1"};
+  const RunResult text = run_shardplan(args);
+  INFO(text.err);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find("FSDP without a pipeline: no plan (--global-batch 1: expected a multiple") != std::string::npos);
+  CHECK(text.out.find("planned: pp 2, ") != std::string::npos);
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  const nlohmann::json document = run_json(json_args);
+  CHECK(document.at("feasible").get<bool>());
+  CHECK(document.at("fsdp_refused").get<std::string>().find("--global-batch 1") != std::string::npos);
+  const nlohmann::json& plan = document.at("plan");
+  CHECK(plan.at("pipeline").at("degree").get<int>() * plan.at("tensor_parallel_degree").get<int>() == 16);
+  // A pinned pipeline degree plans it too: the grid's floors are one micro-batch's, whatever the batch.
+  const RunResult pinned = run_shardplan({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--global-batch", "1",
+                                          "--pipeline-parallel", "2"});
+  INFO(pinned.err);
+  CHECK(pinned.exit_status == 0);
+  CHECK(pinned.out.find("planned: pp 2, ") != std::string::npos);
+}
+
+TEST_CASE("`plan --global-batch 1` where no pipeline is searched either: the batch's error, exit 2") {
+  // A tied model takes no pipeline (Note [Tied layers under a pipeline]), so nothing splits one sequence 16 ways.
+  expect_input_error({"plan", "-m", "llama3.2-1b", "-c", "2x8xH100-80GB", "--global-batch", "1"},
+                     {"--global-batch 1: expected a multiple of micro-batch × data-parallel ranks = 1 × 16 = 16"});
+}
