@@ -398,7 +398,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       } else {
         print_text(result, model, cluster, bands, headroom, pipeline_text);
       }
-      std::printf("%s", render_pipeline_search_line(pipeline_request, pipeline).c_str());
+      std::printf("%s", render_pipeline_search_line(pipeline_request, pipeline, result.feasible).c_str());
     }
     if (!feasible) return kExitInfeasible;
     // Everything is built in memory first, then written together (Note [Output files]): a failure leaves no file.

@@ -111,7 +111,8 @@ std::string render_pipeline_plan_text(const PipelineSearchResult& result, const 
   return out.str();
 }
 
-std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result) {
+std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result,
+                                        bool beside_fsdp_plan) {
   if (!request.skipped.empty()) return "pipeline plans: not searched (" + request.skipped + ")\n";
   const bool cp_searched = result.context_parallel_degrees.size() > 1;
   const bool ep_searched = result.expert_parallel_degrees.size() > 1;
@@ -122,7 +123,9 @@ std::string render_pipeline_search_line(const PipelineSearchRequest& request, co
                 "the fastest fitting of this grid; wrapping, strategy and prefetch as torchtitan sets them)\n",
                 result.candidates, cp_searched ? " x CP" : "", ep_searched ? " x EP" : "", result.simulated,
                 result.beaten_by_floor, result.over_memory_floor, result.refused, result.seconds,
-                result.feasible ? "a pipeline plan is the fastest" : "none beats the plan above");
+                result.feasible     ? "a pipeline plan is the fastest"
+                : beside_fsdp_plan ? "none beats the plan above"
+                                   : "none fits");
   std::string text = line;
   // A pinned degree with no plan: why its points were refused (the reasons first met, each once).
   if (request.pinned && !result.feasible && !result.refusal_reasons.empty()) {

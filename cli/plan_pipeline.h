@@ -41,8 +41,10 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
 // The planned pipeline plan: knobs, the per-rank table (render_pipeline_text), the global batch.
 std::string render_pipeline_plan_text(const PipelineSearchResult& result, const Cluster& cluster,
                                       const MemoryHeadroom& headroom);
-// One line: what the pipeline search did (or why it was skipped), after the FSDP search's proof.
-std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result);
+// One line: what the pipeline search did (or why it was skipped), after the FSDP search's proof;
+// `beside_fsdp_plan`: an FSDP plan was found, which the grid's had to beat.
+std::string render_pipeline_search_line(const PipelineSearchRequest& request, const PipelineSearchResult& result,
+                                        bool beside_fsdp_plan);
 
 // {"searched", "skipped", "pinned", "candidates", "simulated", "beaten_by_floor", "refused", "refusal_reasons",
 //  "seconds", "planned": {"knobs", "plan", "simulation"} when a pipeline plan is the answer}.

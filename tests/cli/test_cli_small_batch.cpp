@@ -73,6 +73,16 @@ TEST_CASE("`plan --global-batch 1` on 16 GPUs: only a pipeline takes it (pp 2 x 
   CHECK(pinned.out.find("planned: pp 2, ") != std::string::npos);
 }
 
+TEST_CASE("`plan --global-batch 1` where no pipeline plan fits: NO PLAN FITS, exit 3") {
+  // llama3.1-405b on 16 GPUs: pp x TP 16 takes the one sequence, but no rank holds its stage.
+  const RunResult text = run_shardplan({"plan", "-m", "llama3.1-405b", "-c", "2x8xH100-80GB", "--global-batch", "1"});
+  INFO(text.err);
+  CHECK(text.exit_status == 3);
+  CHECK(text.out.find("FSDP without a pipeline: no plan (--global-batch 1: ") != std::string::npos);
+  CHECK(text.out.find("NO PLAN FITS\n") != std::string::npos);
+  CHECK(text.out.find("; none fits (Note [Pipeline search]") != std::string::npos);
+}
+
 TEST_CASE("`plan --global-batch 1` where no pipeline is searched either: the batch's error, exit 2") {
   // A tied model takes no pipeline (Note [Tied layers under a pipeline]), so nothing splits one sequence 16 ways.
   expect_input_error({"plan", "-m", "llama3.2-1b", "-c", "2x8xH100-80GB", "--global-batch", "1"},
