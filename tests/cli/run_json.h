@@ -19,4 +19,19 @@ inline nlohmann::json run_json(const std::vector<std::string>& args) {
   return nlohmann::json::parse(result.out);
 }
 
+// A command's text output and the same command's `--json` document; both must succeed.
+struct TextAndJson {
+  RunResult text;
+  nlohmann::json document;
+};
+inline TextAndJson run_text_and_json(const std::vector<std::string>& args) {
+  TextAndJson both{run_shardplan(args), {}};
+  INFO(both.text.err);
+  REQUIRE(both.text.exit_status == 0);
+  std::vector<std::string> with_json = args;
+  with_json.push_back("--json");
+  both.document = run_json(with_json);
+  return both;
+}
+
 }  // namespace shardplan_test

@@ -15,8 +15,8 @@ namespace {
 
 using shardplan_test::expect_input_error;
 using shardplan_test::RunResult;
-using shardplan_test::run_json;
 using shardplan_test::run_shardplan;
+using shardplan_test::run_text_and_json;
 
 const char* const kFsdpRefusal = "--global-batch 4: expected a multiple of micro-batch × data-parallel ranks";
 
@@ -24,16 +24,10 @@ const char* const kFsdpRefusal = "--global-batch 4: expected a multiple of micro
 
 TEST_CASE("`plan --global-batch` below the GPUs: a TP plan, no FSDP-alone baselines and why") {
   // 4 sequences on 8 GPUs: FSDP alone would need 8; TP 2 leaves 4 data-parallel ranks.
-  const std::vector<std::string> args = {"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--global-batch", "4",
-                                         "--pipeline-parallel", "1"};
-  const RunResult text = run_shardplan(args);
-  INFO(text.err);
-  REQUIRE(text.exit_status == 0);
+  const auto [text, document] = run_text_and_json(
+      {"plan", "-m", "llama3-8b", "-c", "8xH100-80GB", "--global-batch", "4", "--pipeline-parallel", "1"});
   CHECK(text.out.find("planned: TP ") != std::string::npos);
   CHECK(text.out.find("(none: FSDP alone refuses this input — " + std::string(kFsdpRefusal)) != std::string::npos);
-  std::vector<std::string> json_args = args;
-  json_args.push_back("--json");
-  const nlohmann::json document = run_json(json_args);
   CHECK(document.at("feasible").get<bool>());
   CHECK(document.at("plan").at("tensor_parallel_degree").get<int>() >= 2);
   CHECK(document.at("predicted").at("tokens_per_step").get<long>() == 4 * 8192);  // the user's batch, unchanged
@@ -52,15 +46,10 @@ TEST_CASE("`plan --global-batch` below the GPUs: a TP plan, no FSDP-alone baseli
 }
 
 TEST_CASE("`plan --global-batch 1` on 16 GPUs: only a pipeline takes it (pp 2 x TP 8)") {
-  const std::vector<std::string> args = {"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--global-batch", "1"};
-  const RunResult text = run_shardplan(args);
-  INFO(text.err);
-  REQUIRE(text.exit_status == 0);
+  const auto [text, document] =
+      run_text_and_json({"plan", "-m", "llama3-8b", "-c", "2x8xH100-80GB", "--global-batch", "1"});
   CHECK(text.out.find("FSDP without a pipeline: no plan (--global-batch 1: expected a multiple") != std::string::npos);
   CHECK(text.out.find("planned: pp 2, ") != std::string::npos);
-  std::vector<std::string> json_args = args;
-  json_args.push_back("--json");
-  const nlohmann::json document = run_json(json_args);
   CHECK(document.at("feasible").get<bool>());
   CHECK(document.at("fsdp_refused").get<std::string>().find("--global-batch 1") != std::string::npos);
   const nlohmann::json& plan = document.at("plan");
