@@ -40,11 +40,18 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
   point.gpus = job.count;
   point.nodes = cluster.nodes;
   TrainingConfig sized = training;
+  // Note [Degrees a batch rules out] (search_2d.cpp): a batch FSDP alone cannot split over the GPUs may still take a
+  // TP degree (256 sequences on 1024 GPUs at TP 4), so the search decides; where no degree does, this says why.
+  const auto batch_refused = [&] {
+    return "global batch of " + std::to_string(sized.global_batch) + " sequences does not divide over " +
+           std::to_string(job.count) + " GPUs";
+  };
+  bool batch_divides = true;
   if (options.global_batch_tokens > 0) {
     sized.global_batch = options.global_batch_tokens / training.seq_len;
-    if (sized.global_batch < job.count || sized.global_batch % job.count != 0) {
-      point.why_not = "global batch of " + std::to_string(sized.global_batch) + " sequences does not divide over " +
-                      std::to_string(job.count) + " GPUs";
+    batch_divides = sized.global_batch >= job.count && sized.global_batch % job.count == 0;
+    if (sized.global_batch < 1) {
+      point.why_not = batch_refused();
       point.limit = "batch";
     }
   }
@@ -79,7 +86,15 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
     for (const auto& [document, origin] : options.profiles) {
       if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);
     }
-    const SearchResult search = search_plans(model, cluster, profile, sized, search_options);
+    SearchResult search;
+    try {
+      search = search_plans(model, cluster, profile, sized, search_options);
+    } catch (const InputError&) {
+      if (batch_divides) throw;
+      point.why_not = batch_refused() + " at any TP degree";
+      point.limit = "batch";
+      return point;
+    }
     point.fits = search.feasible;
     if (search.feasible) {
       const auto& summary = search.best.summary;

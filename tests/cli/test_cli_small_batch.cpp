@@ -1,6 +1,6 @@
 // Note [Degrees a batch rules out] (planner/search_2d.cpp): `plan` with a global batch that FSDP alone cannot split
 // over the GPUs plans the degrees that can — TP, or a pipeline — and says why FSDP alone has no plan; where none can,
-// the batch's error is the answer (exit 2).
+// the batch's error is the answer (exit 2). `capacity --global-batch-tokens` prices such points at a TP degree.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -76,4 +76,30 @@ TEST_CASE("`plan --global-batch 1` where no pipeline is searched either: the bat
   // A tied model takes no pipeline (Note [Tied layers under a pipeline]), so nothing splits one sequence 16 ways.
   expect_input_error({"plan", "-m", "llama3.2-1b", "-c", "2x8xH100-80GB", "--global-batch", "1"},
                      {"--global-batch 1: expected a multiple of micro-batch × data-parallel ranks = 1 × 16 = 16"});
+}
+
+TEST_CASE("`capacity --global-batch-tokens` below the GPUs: TP points where a degree takes it, else why") {
+  // 16 sequences of 8192 tokens: 8 and 16 GPUs take FSDP alone, 32-128 a TP degree, 256 none (TP stops at 8).
+  const nlohmann::json sweep =
+      shardplan_test::run_json({"capacity", "-m", "llama3-8b", "--gpus", "H100-80GB", "--min-gpus", "8", "--max-gpus",
+                                "256", "--global-batch-tokens", "131072", "--json"});
+  const nlohmann::json& points = sweep.at("points");
+  REQUIRE(points.size() == 6);
+  for (const nlohmann::json& point : points) {
+    const int gpus = point.at("gpus").get<int>();
+    INFO(gpus << " GPUs: " << point.dump());
+    const std::string plan = point.at("plan").get<std::string>();
+    if (gpus <= 16) {
+      CHECK(point.at("fits").get<bool>());
+      CHECK(plan.find("TP ") == std::string::npos);
+    } else if (gpus <= 128) {
+      CHECK(point.at("fits").get<bool>());
+      CHECK(plan.rfind("TP " + std::to_string(gpus / 16) + ",", 0) == 0);  // 16 data-parallel ranks, one sequence each
+    } else {
+      CHECK_FALSE(point.at("fits").get<bool>());
+      CHECK(point.at("limit").get<std::string>() == "batch");
+      CHECK(point.at("why_not").get<std::string>() ==
+            "global batch of 16 sequences does not divide over 256 GPUs at any TP degree");
+    }
+  }
 }
