@@ -63,7 +63,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   double kernels_s = 0;
   std::size_t dispatched_ops = 0;
   const double slowdown = std::min(1.0, profile.overlap_compute_slowdown);
-  std::vector<double> layer_compute_s(model.layers.size(), 0.0);
+  std::vector<double> layer_compute_s(model.layers.size(), 0.0), layer_forward_s(model.layers.size(), 0.0);
   std::vector<std::int64_t> layer_held_bytes(model.layers.size(), 0);
   std::int64_t live_bytes = 0, peak_bytes = 0, turnaround_bytes = -1;
   bool freed_elsewhere = false;
@@ -83,8 +83,10 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
     if (does_compute_work(op.kind)) ++dispatched_ops;
     if (op.layer >= 0 && static_cast<std::size_t>(op.layer) < layer_compute_s.size()) {
       const auto layer = static_cast<std::size_t>(op.layer);
-      layer_compute_s[layer] +=
+      const double op_floor_s =
           op_kernels_s * slowdown + (does_compute_work(op.kind) ? profile.op_dispatch_overhead_s : 0.0);
+      layer_compute_s[layer] += op_floor_s;
+      if (op.kind == OpKind::forward) layer_forward_s[layer] += op_floor_s;
       if (op.kind != OpKind::forward) {
         layer_held_bytes[layer] +=
             activation_bytes(op.frees) + activation_bytes(op.frees_at_start) - activation_bytes(op.allocates);
@@ -105,6 +107,7 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   floors.activation_peak_bytes = freed_elsewhere ? 0 : peak_bytes;
   floors.turnaround_activation_bytes = freed_elsewhere ? 0 : std::max<std::int64_t>(0, turnaround_bytes);
   floors.layer_compute_s = std::move(layer_compute_s);
+  floors.layer_forward_s = std::move(layer_forward_s);
   if (freed_elsewhere) std::fill(layer_held_bytes.begin(), layer_held_bytes.end(), 0);  // as the activation floor
   floors.layer_held_activation_bytes = std::move(layer_held_bytes);
   one.accumulation_steps = accumulation;

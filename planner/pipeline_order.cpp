@@ -6,7 +6,6 @@
 #include <cctype>
 #include <map>
 #include <numeric>
-#include <tuple>
 
 #include "errors.h"
 
@@ -184,12 +183,29 @@ double PipelineReplay::bubble_fraction() const {
 
 PipelineReplay replay_pipeline_order(const PipelineOrder& order, double forward_s, double backward_input_s,
                                      double backward_weight_s) {
+  const auto stages = static_cast<std::size_t>(order.stage_count());
+  return replay_pipeline_order(order, StageDurations{std::vector<double>(stages, forward_s),
+                                                     std::vector<double>(stages, backward_input_s),
+                                                     std::vector<double>(stages, backward_weight_s)});
+}
+
+PipelineReplay replay_pipeline_order(const PipelineOrder& order, const StageDurations& durations) {
   const int stages = order.stage_count();
-  // End time of each (kind, stage, micro-batch) placed so far.
-  std::map<std::tuple<PipelineActionKind, int, int>, double> ended;
+  const auto stage_count = static_cast<std::size_t>(stages);
+  SHARDPLAN_CHECK(durations.forward_s.size() == stage_count && durations.backward_input_s.size() == stage_count &&
+                      durations.backward_weight_s.size() == stage_count,
+                  "a replay's durations have one entry per stage");
+  // End time of each (kind, stage, micro-batch) placed so far (negative: not yet).
+  constexpr std::size_t kKinds = 4;
+  const auto micros = static_cast<std::size_t>(order.micro_batches);
+  std::vector<double> ended(kKinds * stage_count * micros, -1.0);
+  const auto slot = [&](PipelineActionKind kind, int stage, int micro) -> double& {
+    return ended[(static_cast<std::size_t>(kind) * stage_count + static_cast<std::size_t>(stage)) * micros +
+                 static_cast<std::size_t>(micro)];
+  };
   const auto end_of = [&](PipelineActionKind kind, int stage, int micro) -> const double* {
-    const auto found = ended.find({kind, stage, micro});
-    return found == ended.end() ? nullptr : &found->second;
+    const double& end = slot(kind, stage, micro);
+    return end < 0 ? nullptr : &end;
   };
   // The end of what `action` waits for on other stages (and its own forward), or nullptr while one has not run.
   const auto ready_at = [&](const PipelineAction& action, double& at) {
@@ -215,20 +231,22 @@ PipelineReplay replay_pipeline_order(const PipelineOrder& order, double forward_
     }
     return false;
   };
-  const auto duration = [&](PipelineActionKind kind) {
-    switch (kind) {
-      case PipelineActionKind::forward: return forward_s;
-      case PipelineActionKind::full_backward: return backward_input_s + backward_weight_s;
-      case PipelineActionKind::backward_input: return backward_input_s;
-      case PipelineActionKind::backward_weight: return backward_weight_s;
+  const auto duration = [&](const PipelineAction& action) {
+    const auto stage = static_cast<std::size_t>(action.stage);
+    switch (action.kind) {
+      case PipelineActionKind::forward: return durations.forward_s[stage];
+      case PipelineActionKind::full_backward:
+        return durations.backward_input_s[stage] + durations.backward_weight_s[stage];
+      case PipelineActionKind::backward_input: return durations.backward_input_s[stage];
+      case PipelineActionKind::backward_weight: return durations.backward_weight_s[stage];
     }
     return 0.0;
   };
   PipelineReplay replay;
   const auto ranks = static_cast<std::size_t>(order.ranks);
   replay.busy_by_rank.assign(ranks, 0.0);
-  replay.peak_in_flight_by_stage.assign(static_cast<std::size_t>(stages), 0);
-  std::vector<int> in_flight(static_cast<std::size_t>(stages), 0);
+  replay.peak_in_flight_by_stage.assign(stage_count, 0);
+  std::vector<int> in_flight(stage_count, 0);
   std::vector<double> free_at(ranks, 0.0);
   std::vector<std::size_t> next(ranks, 0);
   for (bool progress = true; progress;) {
@@ -239,15 +257,17 @@ PipelineReplay replay_pipeline_order(const PipelineOrder& order, double forward_
       while (next[rank] < actions.size() && ready_at(actions[next[rank]], at)) {
         const PipelineAction& action = actions[next[rank]++];
         SHARDPLAN_CHECK(action.stage >= 0 && action.stage < stages && order.rank_of_stage(action.stage) ==
-                                                                           static_cast<int>(rank),
+                                                                           static_cast<int>(rank) &&
+                            action.micro_batch >= 0 && action.micro_batch < order.micro_batches,
                         "a pipeline action runs on its stage's rank");
-        const double end = std::max(at, free_at[rank]) + duration(action.kind);
-        SHARDPLAN_CHECK(ended.emplace(std::tuple{action.kind, action.stage, action.micro_batch}, end).second,
-                        std::string("pipeline action ") + to_string(action.kind) + " of stage " +
-                            std::to_string(action.stage) + ", micro-batch " + std::to_string(action.micro_batch) +
-                            " runs once");
+        const double end = std::max(at, free_at[rank]) + duration(action);
+        double& recorded = slot(action.kind, action.stage, action.micro_batch);
+        SHARDPLAN_CHECK(recorded < 0, std::string("pipeline action ") + to_string(action.kind) + " of stage " +
+                                          std::to_string(action.stage) + ", micro-batch " +
+                                          std::to_string(action.micro_batch) + " runs once");
+        recorded = end;
         free_at[rank] = end;
-        replay.busy_by_rank[rank] += duration(action.kind);
+        replay.busy_by_rank[rank] += duration(action);
         replay.makespan = std::max(replay.makespan, end);
         int& flying = in_flight[static_cast<std::size_t>(action.stage)];
         if (action.kind == PipelineActionKind::forward) {

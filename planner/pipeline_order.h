@@ -72,5 +72,11 @@ struct PipelineReplay {
 // InternalError when an action waits for one that never runs (a deadlock) or an action is missing or repeated.
 PipelineReplay replay_pipeline_order(const PipelineOrder& order, double forward_s, double backward_input_s,
                                      double backward_weight_s);
+// The same with each stage's own times (one entry per stage; a full backward takes its input and weight parts):
+// Note [Pipeline floor] replays an order so with floors of the stages' compute.
+struct StageDurations {
+  std::vector<double> forward_s, backward_input_s, backward_weight_s;
+};
+PipelineReplay replay_pipeline_order(const PipelineOrder& order, const StageDurations& durations);
 
 }  // namespace shardplan

@@ -234,6 +234,9 @@ struct SettingFloors {
   // The same kernels of one micro-batch by model layer (the layer's forward, recompute and backward): the pipeline
   // search's floor of a stage (Note [Pipeline floor] in search_pipeline.h).
   std::vector<double> layer_compute_s;
+  // Their forward part alone (the rest, recompute and backward, runs in the layer's backward): the pipeline search's
+  // replay of its schedule (Note [Pipeline floor]).
+  std::vector<double> layer_forward_s;
   // The activation bytes a micro-batch holds from each layer's forward to its backward (what the layer's backward and
   // recompute ops free less what they allocate): the pipeline search's memory floor of a stage (Note [Pipeline floor]).
   std::vector<std::int64_t> layer_held_activation_bytes;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline_order.h"
 #include "search.h"
 #include "step_analysis.h"
 
@@ -45,8 +46,17 @@ namespace shardplan {
 //   its last backward the last micro-batch's backward still crosses them: step ≥ M · C_{pp−1} + Σ_{s<pp−1} c_s (any
 //   order: GPipe, 1F1B and interleaved — the first stage on that rank is pp − 1). Not for a split backward
 //   (InterleavedZeroBubble, Note [Split backward lowering]): the last stage's final weight parts may run beside
-//   the last micro-batch's input gradients crossing the stages before it, so such a schedule takes the first bound.
-// Both leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
+//   the last micro-batch's input gradients crossing the stages before it, so such a schedule takes the first bound;
+// - the schedule's own order replayed (replay_pipeline_order) with f_s and c_s − f_s, the forward and the backward
+//   (recompute included) parts of c_s: each rank's compute stream runs its actions in that order, each after the
+//   actions it waits for on other stages (the forward of the stage before, the backward of the stage after), and in
+//   the lowered programs each waits for at least that (a recv for its send, which follows the pass) and takes at
+//   least its floor, so every action ends no earlier than in the replay. It holds the bubbles the two bounds above
+//   miss — a middle rank's way in and out, the warm-up torch's interleaved schedule runs in rounds (llama3.1-405b on
+//   256 x 8 H100s, pp 8 Interleaved1F1B x 2 at 64 micro-batches: 43.16 s by those bounds, the simulated step 46.31 s,
+//   its ranks idle 8-14 %). Not for a split backward: the per-layer floors do not part a stage's backward into its
+//   input and weight gradients.
+// All leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
 // bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
 // holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
 // rank's device peak is at least the context overhead plus what is live at any point of its actions in the
@@ -115,6 +125,7 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
 // micro-batch, summed from a setting's per-layer floors (setting_floors).
 struct StageFloors {
   std::vector<double> compute_s;
+  std::vector<double> forward_s;  // compute_s's forward part
   std::vector<std::int64_t> held_bytes;
 };
 StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages);
@@ -124,6 +135,10 @@ StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRan
 // schedule splits backward (the first bound alone).
 double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches,
                              bool split_backward = false);
+// Note [Pipeline floor]: the schedule's order replayed with each stage's compute floor — its forward, and its
+// recompute and backward as one — and communication free. 0 for a split backward (the floors do not part a stage's
+// backward into its input and weight gradients).
+double pipeline_replay_floor_s(const StageFloors& stages, const PipelineOrder& order);
 // Note [Pipeline floor]: what FSDP holds for a pipeline plan's layers (states_floor_layout on one TP rank's
 // `view_model`, over the stage's `data_parallel_ranks`): per rank its shards, persistent; per stage its gathered
 // parameters, kept from its first forward to its last backward, and its full-size gradient, accumulated from its first

@@ -92,6 +92,14 @@ TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fu
   // The first bound alone for its step (the busiest rank: 8 x 4).
   CHECK(pipeline_live_floor_bytes({10, 20}, &states, 2, Kind::interleaved_zero_bubble, 4).at(1) == 190 + 7);
   CHECK(pipeline_step_floor_s({1, 2, 3, 4}, 4, 8, true) == doctest::Approx(32.0));
+  // The order replayed: stages (forward, backward) of (1, 1), (3, 3), (1, 1) s on pp 3 under 1F1B, 2 micro-batches.
+  // Rank 0 runs F0 F0 at 0-1, 1-2; rank 1 F1 F1 at 1-4, 4-7; rank 2 F2 at 4-5, B2 5-6, F2 7-8 (after rank 1's second
+  // forward), B2 8-9; rank 1 B1 7-10, 10-13; rank 0 B0 10-11, 13-14: 14 s, where the bounds above give 12 (the busy
+  // rank's 2 x 6, the last rank's 2 x 2 + 2 + 6) — the middle rank's way in and out is the bubble they miss.
+  const StageFloors heavy_middle{{2, 6, 2}, {1, 3, 1}, {}};
+  CHECK(pipeline_step_floor_s(heavy_middle.compute_s, 3, 2) == doctest::Approx(12.0));
+  CHECK(pipeline_replay_floor_s(heavy_middle, pipeline_order(Kind::one_f_one_b, 3, 1, 2)) == doctest::Approx(14.0));
+  CHECK(pipeline_replay_floor_s(heavy_middle, pipeline_order(Kind::interleaved_zero_bubble, 3, 1, 2)) == 0.0);
 }
 
 TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes") {
@@ -119,6 +127,14 @@ TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes
         // A bound worth its name (a split backward under AC recomputes once per weight group: a looser one).
         CHECK(floor_s > (split && std::string(ac) == "full" ? 0.25 : 0.5) * analysis.simulation.step_time_s);
         CHECK(floor_s <= analysis.simulation.step_time_s * (1 + 1e-9));
+        // The order replayed with the stages' floors: below the simulated step too, and at least the bounds above
+        // (it holds every rank's work and the last rank's way in and out); 0 for a split backward.
+        const double replay_s = pipeline_replay_floor_s(
+            stages, pipeline_order(schedule, degree, stages_per_rank, plan.grad_accumulation_steps));
+        MESSAGE("pp " << degree << " " << std::string(to_string(schedule)) << " AC " << std::string(ac) << ": floors " << floor_s << " s, replayed "
+                      << replay_s << " s, simulated " << analysis.simulation.step_time_s << " s");
+        CHECK(replay_s <= analysis.simulation.step_time_s * (1 + 1e-9));
+        CHECK((split ? replay_s == 0 : replay_s >= floor_s * (1 - 1e-9)));
         // The memory floor of Note [Pipeline floor]: never above the fullest rank's simulated device peak.
         std::int64_t fullest_bytes = 0;
         for (const PipelineRankSummary& rank : analysis.simulation.ranks) {
@@ -253,6 +269,13 @@ TEST_CASE("pipeline floor under context parallelism: the CP rank's ring in it, n
       CHECK(ring_floor_s > share_floor_s);  // every ring step's attention, not one
       CHECK(ring_floor_s <= analysis.simulation.step_time_s * (1 + 1e-9));
       CHECK(ring_floor_s > 0.5 * analysis.simulation.step_time_s);
+      // The order replayed with the ring's stage floors: below the simulated step as well.
+      const double replay_s =
+          pipeline_replay_floor_s(stage_floors(ring.floors, plan.pipeline.stages),
+                                  pipeline_order(PipelineScheduleKind::one_f_one_b, degree, 1,
+                                                 plan.grad_accumulation_steps));
+      CHECK(replay_s >= ring_floor_s * (1 - 1e-9));
+      CHECK(replay_s <= analysis.simulation.step_time_s * (1 + 1e-9));
     }
   }
 }
@@ -292,6 +315,9 @@ TEST_CASE("pipeline search: expert-parallel degrees in the grid, their floors be
   const StageFloors stages =
       stage_floors(setting_floors(setup.model, setup.cluster, setup.profile, training, knobs), plan.pipeline.stages);
   CHECK(pipeline_step_floor_s(stages.compute_s, degree, plan.grad_accumulation_steps) <=
+        analysis.simulation.step_time_s * (1 + 1e-9));
+  CHECK(pipeline_replay_floor_s(
+            stages, pipeline_order(PipelineScheduleKind::one_f_one_b, degree, 1, plan.grad_accumulation_steps)) <=
         analysis.simulation.step_time_s * (1 + 1e-9));
   const PipelineStatesFloor states = pipeline_states_floor(setup.model, training, knobs.strategy, plan.pipeline,
                                                            setup.cluster.world_size() / degree,

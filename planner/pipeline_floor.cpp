@@ -1,0 +1,140 @@
+// Note [Pipeline floor] (search_pipeline.h): the bounds of a pipeline candidate's step and of its ranks' memory that
+// the pipeline search prunes its grid by, from the per-layer floors of Note [Compute floor] and the schedule's order.
+#include <algorithm>
+#include <optional>
+
+#include "errors.h"
+#include "search_pipeline.h"
+#include "unit_layout.h"
+
+namespace shardplan {
+
+StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages) {
+  StageFloors result;
+  for (const LayerRange& range : stages) {
+    double compute_s = 0, forward_s = 0;
+    std::int64_t held_bytes = 0;
+    for (std::size_t layer = range.begin; layer < range.end; ++layer) {
+      compute_s += floors.layer_compute_s[layer];
+      forward_s += floors.layer_forward_s[layer];
+      held_bytes += floors.layer_held_activation_bytes[layer];
+    }
+    result.compute_s.push_back(compute_s);
+    result.forward_s.push_back(forward_s);
+    result.held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
+  }
+  return result;
+}
+
+double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pipeline_degree, int micro_batches,
+                             bool split_backward) {
+  SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_compute_s.empty() &&
+                      stage_compute_s.size() % static_cast<std::size_t>(pipeline_degree) == 0,
+                  "stages are pp x stages per rank");
+  const auto ranks = static_cast<std::size_t>(pipeline_degree);
+  std::vector<double> rank_compute_s(ranks, 0.0);
+  for (std::size_t stage = 0; stage < stage_compute_s.size(); ++stage) {
+    rank_compute_s[stage % ranks] += stage_compute_s[stage];
+  }
+  const double busiest_s = *std::max_element(rank_compute_s.begin(), rank_compute_s.end());
+  double before_last_s = 0;  // Σ_{s < pp − 1} c_s: micro-batch 0's way in and the last one's way out
+  for (std::size_t stage = 0; stage + 1 < ranks; ++stage) before_last_s += stage_compute_s[stage];
+  const double m = static_cast<double>(micro_batches);
+  if (split_backward) return m * busiest_s;
+  return std::max(m * busiest_s, m * rank_compute_s[ranks - 1] + before_last_s);
+}
+
+double pipeline_replay_floor_s(const StageFloors& stages, const PipelineOrder& order) {
+  SHARDPLAN_CHECK(stages.compute_s.size() == static_cast<std::size_t>(order.stage_count()) &&
+                      stages.forward_s.size() == stages.compute_s.size(),
+                  "a floor per stage of the order");
+  if (order.kind == PipelineScheduleKind::interleaved_zero_bubble) return 0;
+  StageDurations durations{stages.forward_s, {}, std::vector<double>(stages.compute_s.size(), 0.0)};
+  for (std::size_t stage = 0; stage < stages.compute_s.size(); ++stage) {
+    durations.backward_input_s.push_back(std::max(0.0, stages.compute_s[stage] - stages.forward_s[stage]));
+  }
+  return replay_pipeline_order(order, durations).makespan;
+}
+
+std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                    const PipelineStatesFloor* states, int pipeline_degree,
+                                                    PipelineScheduleKind schedule, int micro_batches) {
+  SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_held_bytes.empty() &&
+                      stage_held_bytes.size() % static_cast<std::size_t>(pipeline_degree) == 0,
+                  "stages are pp x stages per rank");
+  const std::size_t stages = stage_held_bytes.size();
+  SHARDPLAN_CHECK(states == nullptr || (states->stage_gathered_bytes.size() == stages &&
+                                        states->stage_gradient_bytes.size() == stages &&
+                                        states->rank_states_bytes.size() == static_cast<std::size_t>(pipeline_degree)),
+                  "states floor per stage and rank");
+  const int stages_per_rank = static_cast<int>(stages) / pipeline_degree;
+  const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
+  // Each rank's actions in its order: a forward adds its stage's activations once it ends (and, the first time, the
+  // stage's gathered parameters, kept to its last backward); a backward (full, or a split one's weight part: Note
+  // [Split backward lowering]) releases them and, the first time, adds the stage's full-size gradient, reduced and
+  // freed with the parameters at the last micro-batch's. The most live between two actions is a floor.
+  std::vector<std::int64_t> fullest_bytes;
+  for (std::size_t rank = 0; rank < order.by_rank.size(); ++rank) {
+    std::vector<int> forwards(stages, 0), backwards(stages, 0);
+    std::int64_t live_bytes = 0, most_bytes = 0;
+    for (const PipelineAction& action : order.by_rank[rank]) {
+      const auto stage = static_cast<std::size_t>(action.stage);
+      const std::int64_t gathered_bytes = states ? states->stage_gathered_bytes[stage] : 0;
+      const std::int64_t gradient_bytes = states ? states->stage_gradient_bytes[stage] : 0;
+      if (action.kind == PipelineActionKind::forward) {
+        if (forwards[stage]++ == 0) live_bytes += gathered_bytes;
+        live_bytes += stage_held_bytes[stage];
+        most_bytes = std::max(most_bytes, live_bytes);
+      } else if (action.kind != PipelineActionKind::backward_input) {
+        live_bytes -= stage_held_bytes[stage];
+        if (backwards[stage]++ == 0) live_bytes += gradient_bytes;
+        most_bytes = std::max(most_bytes, live_bytes);
+        if (backwards[stage] == micro_batches) live_bytes -= gradient_bytes + gathered_bytes;
+      }
+    }
+    fullest_bytes.push_back(most_bytes + (states ? states->rank_states_bytes[rank] : 0));
+  }
+  return fullest_bytes;
+}
+
+PipelineStatesFloor pipeline_states_floor(const ModelSpec& view_model, const TrainingConfig& training,
+                                          const ShardingStrategy& strategy, const PipelinePolicy& policy,
+                                          int data_parallel_ranks, int gpus_per_node) {
+  const auto ranks = static_cast<std::size_t>(policy.degree);
+  PipelineStatesFloor floor;
+  floor.rank_states_bytes.assign(ranks, 0);
+  const auto layout_of = [&](const std::vector<std::size_t>& layers) -> std::optional<UnitLayout> {
+    try {
+      return states_floor_layout(strategy, view_model, layers, training, data_parallel_ranks, gpus_per_node);
+    } catch (const InputError&) {
+      return std::nullopt;  // no floor where the layout refuses (the simulation judges the plan)
+    }
+  };
+  for (std::size_t stage = 0; stage < policy.stages.size(); ++stage) {
+    std::vector<std::size_t> layers;
+    for (std::size_t layer = policy.stages[stage].begin; layer < policy.stages[stage].end; ++layer) {
+      layers.push_back(layer);
+    }
+    const std::optional<UnitLayout> layout = layout_of(layers);
+    floor.stage_gathered_bytes.push_back(layout && layout->gathers ? layout->gathered_bytes : 0);
+    floor.stage_gradient_bytes.push_back(layout && layout->grad_copies ? layout->grad_copy_bytes : 0);
+  }
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    std::vector<std::size_t> held;
+    for (std::size_t stage = rank; stage < policy.stages.size(); stage += ranks) {
+      for (std::size_t layer = policy.stages[stage].begin; layer < policy.stages[stage].end; ++layer) {
+        held.push_back(layer);
+      }
+    }
+    if (const std::optional<UnitLayout> layout = layout_of(held)) {
+      Plan states_only;
+      states_only.training = training;
+      for (const std::int64_t bytes : persistent_memory({*layout}, states_only, 0)) {
+        floor.rank_states_bytes[rank] += bytes;
+      }
+    }
+  }
+  return floor;
+}
+
+}  // namespace shardplan
