@@ -104,7 +104,10 @@ double least_overlap_compute_slowdown(const HardwareProfile& profile) { return p
 
 double step_floor_s(const SettingFloors& floors, double communication_busy_s, double optimizer_step_s,
                     double least_slowdown) {
-  const double kernels_s = floors.kernels_s, dispatch_s = floors.dispatch_s + optimizer_step_s;
+  return step_floor_s(floors.kernels_s, floors.dispatch_s + optimizer_step_s, communication_busy_s, least_slowdown);
+}
+
+double step_floor_s(double kernels_s, double dispatch_s, double communication_busy_s, double least_slowdown) {
   if (least_slowdown < 1.0) return std::max(communication_busy_s, least_slowdown * kernels_s + dispatch_s);
   const double stretched_s = (1.0 - 1.0 / least_slowdown) * std::max(0.0, communication_busy_s - dispatch_s);
   return std::max(communication_busy_s, kernels_s + dispatch_s + stretched_s);

@@ -103,5 +103,8 @@ double least_overlap_compute_slowdown(const HardwareProfile& profile);
 // a calibrated s < 1 (overlap speeds compute up) gives max(U, s·K + D), the compute floor's own.
 double step_floor_s(const SettingFloors& floors, double communication_busy_s, double optimizer_step_s,
                     double least_slowdown);
+// The same from one compute stream's kernels K and unstretched time D (dispatch overheads, an optimizer step) and a
+// lower bound U of its communication busy time: a pipeline rank's (Note [Pipeline floor]).
+double step_floor_s(double kernels_s, double dispatch_s, double communication_busy_s, double least_slowdown);
 
 }  // namespace shardplan

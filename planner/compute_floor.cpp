@@ -64,6 +64,8 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   std::size_t dispatched_ops = 0;
   const double slowdown = std::min(1.0, profile.overlap_compute_slowdown);
   std::vector<double> layer_compute_s(model.layers.size(), 0.0), layer_forward_s(model.layers.size(), 0.0);
+  std::vector<double> layer_dispatch_s(model.layers.size(), 0.0);
+  std::vector<std::array<double, kStreamCount>> layer_stream_s(model.layers.size());
   std::vector<std::int64_t> layer_held_bytes(model.layers.size(), 0);
   std::int64_t live_bytes = 0, peak_bytes = 0, turnaround_bytes = -1;
   bool freed_elsewhere = false;
@@ -71,8 +73,11 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   for (const Op& op : schedule.ops) {
     const bool pass = op.stream == StreamKind::compute && is_layer_pass(op.kind);
     if (runs_per_micro_batch(op.stream)) {
-      floors_stream_s[static_cast<std::size_t>(op.stream)] +=
-          base_duration_s(op, schedule.compute_element_bytes, profile);
+      const double op_s = base_duration_s(op, schedule.compute_element_bytes, profile);
+      floors_stream_s[static_cast<std::size_t>(op.stream)] += op_s;
+      if (op.layer >= 0 && static_cast<std::size_t>(op.layer) < layer_stream_s.size()) {
+        layer_stream_s[static_cast<std::size_t>(op.layer)][static_cast<std::size_t>(op.stream)] += op_s;
+      }
     }
     if (!pass) {
       freed_elsewhere = freed_elsewhere || activation_bytes(op.frees) > 0 || activation_bytes(op.frees_at_start) > 0;
@@ -83,9 +88,10 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
     if (does_compute_work(op.kind)) ++dispatched_ops;
     if (op.layer >= 0 && static_cast<std::size_t>(op.layer) < layer_compute_s.size()) {
       const auto layer = static_cast<std::size_t>(op.layer);
-      const double op_floor_s =
-          op_kernels_s * slowdown + (does_compute_work(op.kind) ? profile.op_dispatch_overhead_s : 0.0);
+      const double dispatch_s = does_compute_work(op.kind) ? profile.op_dispatch_overhead_s : 0.0;
+      const double op_floor_s = op_kernels_s * slowdown + dispatch_s;
       layer_compute_s[layer] += op_floor_s;
+      layer_dispatch_s[layer] += dispatch_s;
       if (op.kind == OpKind::forward) layer_forward_s[layer] += op_floor_s;
       if (op.kind != OpKind::forward) {
         layer_held_bytes[layer] +=
@@ -108,6 +114,8 @@ MicroBatchFloors micro_batch_floors(const ModelSpec& model, const Cluster& clust
   floors.turnaround_activation_bytes = freed_elsewhere ? 0 : std::max<std::int64_t>(0, turnaround_bytes);
   floors.layer_compute_s = std::move(layer_compute_s);
   floors.layer_forward_s = std::move(layer_forward_s);
+  floors.layer_dispatch_s = std::move(layer_dispatch_s);
+  floors.layer_stream_s = std::move(layer_stream_s);
   if (freed_elsewhere) std::fill(layer_held_bytes.begin(), layer_held_bytes.end(), 0);  // as the activation floor
   floors.layer_held_activation_bytes = std::move(layer_held_bytes);
   one.accumulation_steps = accumulation;

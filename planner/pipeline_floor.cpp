@@ -1,8 +1,10 @@
 // Note [Pipeline floor] (search_pipeline.h): the bounds of a pipeline candidate's step and of its ranks' memory that
 // the pipeline search prunes its grid by, from the per-layer floors of Note [Compute floor] and the schedule's order.
 #include <algorithm>
+#include <array>
 #include <optional>
 
+#include "communication_floor.h"
 #include "errors.h"
 #include "search_pipeline.h"
 #include "unit_layout.h"
@@ -12,15 +14,22 @@ namespace shardplan {
 StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages) {
   StageFloors result;
   for (const LayerRange& range : stages) {
-    double compute_s = 0, forward_s = 0;
+    double compute_s = 0, forward_s = 0, dispatch_s = 0;
+    std::array<double, kStreamCount> stream_s{};
     std::int64_t held_bytes = 0;
     for (std::size_t layer = range.begin; layer < range.end; ++layer) {
       compute_s += floors.layer_compute_s[layer];
       forward_s += floors.layer_forward_s[layer];
+      dispatch_s += floors.layer_dispatch_s[layer];
+      for (std::size_t stream = 0; stream < kStreamCount; ++stream) {
+        stream_s[stream] += floors.layer_stream_s[layer][stream];
+      }
       held_bytes += floors.layer_held_activation_bytes[layer];
     }
     result.compute_s.push_back(compute_s);
     result.forward_s.push_back(forward_s);
+    result.dispatch_s.push_back(dispatch_s);
+    result.stream_s.push_back(stream_s);
     result.held_bytes.push_back(std::max<std::int64_t>(0, held_bytes));
   }
   return result;
@@ -54,6 +63,30 @@ double pipeline_replay_floor_s(const StageFloors& stages, const PipelineOrder& o
     durations.backward_input_s.push_back(std::max(0.0, stages.compute_s[stage] - stages.forward_s[stage]));
   }
   return replay_pipeline_order(order, durations).makespan;
+}
+
+double pipeline_stretch_floor_s(const StageFloors& stages, int pipeline_degree, int micro_batches,
+                                double least_slowdown) {
+  SHARDPLAN_CHECK(pipeline_degree >= 1 && stages.compute_s.size() % static_cast<std::size_t>(pipeline_degree) == 0 &&
+                      stages.dispatch_s.size() == stages.compute_s.size() &&
+                      stages.stream_s.size() == stages.compute_s.size(),
+                  "stage floors for pp x stages per rank");
+  if (least_slowdown < 1.0) return 0;  // compute_s holds the kernels times the slowdown: no K to part from it
+  const auto ranks = static_cast<std::size_t>(pipeline_degree);
+  const double m = static_cast<double>(micro_batches);
+  double floor_s = 0;
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    double kernels_s = 0, dispatch_s = 0;
+    std::array<double, kStreamCount> stream_s{};
+    for (std::size_t stage = rank; stage < stages.compute_s.size(); stage += ranks) {
+      kernels_s += stages.compute_s[stage] - stages.dispatch_s[stage];
+      dispatch_s += stages.dispatch_s[stage];
+      for (std::size_t stream = 0; stream < kStreamCount; ++stream) stream_s[stream] += stages.stream_s[stage][stream];
+    }
+    const double busiest_stream_s = *std::max_element(stream_s.begin(), stream_s.end());
+    floor_s = std::max(floor_s, step_floor_s(m * kernels_s, m * dispatch_s, m * busiest_stream_s, least_slowdown));
+  }
+  return floor_s;
 }
 
 std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,

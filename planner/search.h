@@ -237,6 +237,11 @@ struct SettingFloors {
   // Their forward part alone (the rest, recompute and backward, runs in the layer's backward): the pipeline search's
   // replay of its schedule (Note [Pipeline floor]).
   std::vector<double> layer_forward_s;
+  // The dispatch overheads in layer_compute_s, and by stream the ops the layer's passes carry on the streams that run
+  // them once per micro-batch whatever the wrapping (runs_per_micro_batch: context parallelism's ring sends, MoE
+  // all-to-alls), one micro-batch: a pipeline rank's communication floor (Note [Pipeline floor]).
+  std::vector<double> layer_dispatch_s;
+  std::vector<std::array<double, kStreamCount>> layer_stream_s;
   // The activation bytes a micro-batch holds from each layer's forward to its backward (what the layer's backward and
   // recompute ops free less what they allocate): the pipeline search's memory floor of a stage (Note [Pipeline floor]).
   std::vector<std::int64_t> layer_held_activation_bytes;

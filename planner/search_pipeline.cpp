@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "communication_floor.h"
 #include "context_parallel_lowering.h"
 #include "errors.h"
 #include "indexed_pool.h"
@@ -240,6 +241,8 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
             // Note [Pipeline floor]: the order's bubbles (it was built above without refusal).
             const PipelineOrder order = pipeline_order(schedule, degree, stages_per_rank, point.micro_batches);
             point.floor_s = std::max(point.floor_s, pipeline_replay_floor_s(stages, order));
+            point.floor_s = std::max(point.floor_s, pipeline_stretch_floor_s(stages, degree, point.micro_batches,
+                                                                             least_overlap_compute_slowdown(profile)));
             points.push_back(std::move(point));
           }
         }

@@ -3,6 +3,7 @@
 // programs and simulated together, pruned by a floor of its step against the best plan known.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -55,9 +56,15 @@ namespace shardplan {
 //   miss — a middle rank's way in and out, the warm-up torch's interleaved schedule runs in rounds (llama3.1-405b on
 //   256 x 8 H100s, pp 8 Interleaved1F1B x 2 at 64 micro-batches: 43.16 s by those bounds, the simulated step 46.31 s,
 //   its ranks idle 8-14 %). Not for a split backward: the per-layer floors do not part a stage's backward into its
-//   input and weight gradients.
-// All leave out every collective and point-to-point op, the optimizer step and memory waits, which only lowers the
-// bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
+//   input and weight gradients;
+// - each rank's own stream (Note [Step floor] for one GPU): its kernels K_r = M · Σ its stages' kernels, its dispatch
+//   D_r, and U_r the busiest of the streams its layers' passes carry every micro-batch (context parallelism's ring
+//   sends, MoE all-to-alls: SettingFloors::layer_stream_s, M times) give max(U_r, K_r + D_r + (1 − 1/s)·max(0,
+//   U_r − D_r)) — what the communication stretches the compute beside it, or is exposed. The ring is what the first
+//   bounds missed most: llama3.1-405b on 64 x 8 H100s at 32,768 tokens simulated five CP 4-8 points (floors 216-222 s,
+//   steps 274-330 s, 1.1 s of a 2.3 s plan) against a 229 s FSDP plan; all five are proven no faster now.
+// The first three leave out every collective and point-to-point op, and all of them the optimizer step and memory
+// waits, which only lowers the bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
 // holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
 // rank's device peak is at least the context overhead plus what is live at any point of its actions in the
 // schedule's own order (pipeline_order) — after each pass, Σ over its stages of in-flight × h_s, the gathered
@@ -125,7 +132,9 @@ PipelineSearchResult search_pipeline_plans(const ModelSpec& model, const Cluster
 // micro-batch, summed from a setting's per-layer floors (setting_floors).
 struct StageFloors {
   std::vector<double> compute_s;
-  std::vector<double> forward_s;  // compute_s's forward part
+  std::vector<double> forward_s;   // compute_s's forward part
+  std::vector<double> dispatch_s;  // compute_s's dispatch overheads
+  std::vector<std::array<double, kStreamCount>> stream_s;  // SettingFloors::layer_stream_s of its layers
   std::vector<std::int64_t> held_bytes;
 };
 StageFloors stage_floors(const SettingFloors& floors, const std::vector<LayerRange>& stages);
@@ -139,6 +148,10 @@ double pipeline_step_floor_s(const std::vector<double>& stage_compute_s, int pip
 // recompute and backward as one — and communication free. 0 for a split backward (the floors do not part a stage's
 // backward into its input and weight gradients).
 double pipeline_replay_floor_s(const StageFloors& stages, const PipelineOrder& order);
+// Note [Pipeline floor]: each rank's compute stream stretched by its layers' per-micro-batch communication (Note
+// [Step floor] for one rank: its kernels K, its dispatch D, its busiest such stream U); 0 when `least_slowdown` < 1.
+double pipeline_stretch_floor_s(const StageFloors& stages, int pipeline_degree, int micro_batches,
+                                double least_slowdown);
 // Note [Pipeline floor]: what FSDP holds for a pipeline plan's layers (states_floor_layout on one TP rank's
 // `view_model`, over the stage's `data_parallel_ranks`): per rank its shards, persistent; per stage its gathered
 // parameters, kept from its first forward to its last backward, and its full-size gradient, accumulated from its first

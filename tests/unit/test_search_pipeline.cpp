@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cluster.h"
+#include "communication_floor.h"
 #include "context_parallel_lowering.h"
 #include "model_presets.h"
 #include "search_pipeline.h"
@@ -96,10 +97,20 @@ TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fu
   // Rank 0 runs F0 F0 at 0-1, 1-2; rank 1 F1 F1 at 1-4, 4-7; rank 2 F2 at 4-5, B2 5-6, F2 7-8 (after rank 1's second
   // forward), B2 8-9; rank 1 B1 7-10, 10-13; rank 0 B0 10-11, 13-14: 14 s, where the bounds above give 12 (the busy
   // rank's 2 x 6, the last rank's 2 x 2 + 2 + 6) — the middle rank's way in and out is the bubble they miss.
-  const StageFloors heavy_middle{{2, 6, 2}, {1, 3, 1}, {}};
+  const StageFloors heavy_middle{{2, 6, 2}, {1, 3, 1}, {0, 0, 0}, {{}, {}, {}}, {}};
   CHECK(pipeline_step_floor_s(heavy_middle.compute_s, 3, 2) == doctest::Approx(12.0));
   CHECK(pipeline_replay_floor_s(heavy_middle, pipeline_order(Kind::one_f_one_b, 3, 1, 2)) == doctest::Approx(14.0));
   CHECK(pipeline_replay_floor_s(heavy_middle, pipeline_order(Kind::interleaved_zero_bubble, 3, 1, 2)) == 0.0);
+  // Each rank's compute stretched by its layers' communication: two stages of 4 s on pp 2 (1 s of it dispatch), 3 s
+  // of ring sends each, 2 micro-batches, slowdown 1.5: K = 6, D = 2, U = 6 s per rank, so 6 + 2 + (1 − 1/1.5) x
+  // (6 − 2) = 9.33 s; without the dispatch 8 + 6 / 3 = 10 s; none where overlap speeds compute up.
+  std::array<double, kStreamCount> ring{};
+  ring[static_cast<std::size_t>(StreamKind::p2p)] = 3;
+  StageFloors stretched{{4, 4}, {2, 2}, {1, 1}, {ring, ring}, {}};
+  CHECK(pipeline_stretch_floor_s(stretched, 2, 2, 1.5) == doctest::Approx(6 + 2 + 4.0 / 3));
+  stretched.dispatch_s = {0, 0};
+  CHECK(pipeline_stretch_floor_s(stretched, 2, 2, 1.5) == doctest::Approx(10.0));
+  CHECK(pipeline_stretch_floor_s(stretched, 2, 2, 0.9) == 0.0);
 }
 
 TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes") {
@@ -135,6 +146,9 @@ TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes
                       << replay_s << " s, simulated " << analysis.simulation.step_time_s << " s");
         CHECK(replay_s <= analysis.simulation.step_time_s * (1 + 1e-9));
         CHECK((split ? replay_s == 0 : replay_s >= floor_s * (1 - 1e-9)));
+        CHECK(pipeline_stretch_floor_s(stages, degree, plan.grad_accumulation_steps,
+                                       least_overlap_compute_slowdown(setup.profile)) <=
+              analysis.simulation.step_time_s * (1 + 1e-9));
         // The memory floor of Note [Pipeline floor]: never above the fullest rank's simulated device peak.
         std::int64_t fullest_bytes = 0;
         for (const PipelineRankSummary& rank : analysis.simulation.ranks) {
@@ -276,6 +290,15 @@ TEST_CASE("pipeline floor under context parallelism: the CP rank's ring in it, n
                                                  plan.grad_accumulation_steps));
       CHECK(replay_s >= ring_floor_s * (1 - 1e-9));
       CHECK(replay_s <= analysis.simulation.step_time_s * (1 + 1e-9));
+      // Each rank stretched by its ring sends: above its compute alone (the busiest rank's, the bound a split
+      // backward takes), below the simulated step.
+      const StageFloors ring_stages = stage_floors(ring.floors, plan.pipeline.stages);
+      const double stretch_s = pipeline_stretch_floor_s(ring_stages, degree, plan.grad_accumulation_steps,
+                                                        least_overlap_compute_slowdown(setup.profile));
+      MESSAGE("cp " << context_parallel << " AC " << std::string(ac) << ": replayed " << replay_s
+                    << " s, stretched " << stretch_s << " s");
+      CHECK(stretch_s > pipeline_step_floor_s(ring_stages.compute_s, degree, plan.grad_accumulation_steps, true));
+      CHECK(stretch_s <= analysis.simulation.step_time_s * (1 + 1e-9));
     }
   }
 }
@@ -319,6 +342,11 @@ TEST_CASE("pipeline search: expert-parallel degrees in the grid, their floors be
   CHECK(pipeline_replay_floor_s(
             stages, pipeline_order(PipelineScheduleKind::one_f_one_b, degree, 1, plan.grad_accumulation_steps)) <=
         analysis.simulation.step_time_s * (1 + 1e-9));
+  // Stretched by the experts' all-to-alls: above the busiest rank's compute alone.
+  const double stretch_s = pipeline_stretch_floor_s(stages, degree, plan.grad_accumulation_steps,
+                                                    least_overlap_compute_slowdown(setup.profile));
+  CHECK(stretch_s > pipeline_step_floor_s(stages.compute_s, degree, plan.grad_accumulation_steps, true));
+  CHECK(stretch_s <= analysis.simulation.step_time_s * (1 + 1e-9));
   const PipelineStatesFloor states = pipeline_states_floor(setup.model, training, knobs.strategy, plan.pipeline,
                                                            setup.cluster.world_size() / degree,
                                                            setup.cluster.gpus_per_node);
