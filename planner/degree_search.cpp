@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "errors.h"
+#include "indexed_pool.h"
 #include "infeasible_diagnosis.h"
 #include "memory_headroom.h"
 #include "searcher.h"
@@ -227,12 +228,25 @@ std::vector<DegreeOutcome> search_degrees(const std::vector<DegreeInput>& degree
   }
   if (shared) {
     // Note [Joint setting order] (searcher.h): the degrees' one-ahead passes as one, then each tightened pass.
+    // Each degree's order (its settings' floors, one lowering per checkpointing pattern and micro-batch) on the
+    // threads: a degree reads its own searcher and the shared floor cache only; then in degree order, as stage().
+    std::vector<SettingOrder> computed(degrees.size());
+    std::vector<std::exception_ptr> order_failures(degrees.size());
+    run_indexed(degrees.size(), degrees.front().options.threads, [&](std::size_t index) {
+      if (!searches[index]) return;
+      try {
+        computed[index] = searches[index]->searcher().one_ahead_order(false);
+      } catch (...) {
+        order_failures[index] = std::current_exception();
+      }
+    });
     std::vector<Searcher*> searchers;
     std::vector<SettingOrder> orders;
     std::vector<std::size_t> joined;
     for (std::size_t index = 0; index < degrees.size(); ++index) {
       stage(index, [&](DegreeSearch& search) {
-        orders.push_back(search.searcher().one_ahead_order(false));
+        if (order_failures[index]) std::rethrow_exception(order_failures[index]);
+        orders.push_back(std::move(computed[index]));
         searchers.push_back(&search.searcher());
         joined.push_back(index);
       });
