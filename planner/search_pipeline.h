@@ -64,16 +64,15 @@ namespace shardplan {
 //   bounds missed most: llama3.1-405b on 64 x 8 H100s at 32,768 tokens simulated five CP 4-8 points (floors 216-222 s,
 //   steps 274-330 s, 1.1 s of a 2.3 s plan) against a 229 s FSDP plan; all five are proven no faster now.
 // The first three leave out every collective and point-to-point op, and all of them the optimizer step and memory
-// waits, which only lowers the bound, so pruning by it never drops a candidate that would have won. Memory, with h_s the activation bytes stage s
-// holds per micro-batch from its forward to its backward (the per-layer floor beside Note [Activation floor]): a
-// rank's device peak is at least the context overhead plus what is live at any point of its actions in the
-// schedule's own order (pipeline_order) — after each pass, Σ over its stages of in-flight × h_s, the gathered
-// parameters of the stages it has run (kept from the first forward, as Note [Pipeline programs] lowers FSDP under
-// PP) and the full-size gradients of those it has run backward (a split backward's weight part: its input part
-// keeps the activations and writes no gradient) — plus the model states of its layers as one flat
-// unit over the stage's data-parallel ranks (states_floor_layout, as Searcher::can_fit). Each is a floor of what the
-// lowering allocates (one flat unit pads no more than per-block units); a candidate with a rank over the usable
-// bytes is not simulated.
+// waits, which only lowers the bound, so pruning by it never drops a candidate that would have won. Memory, with h_s
+// the activation bytes stage s holds per micro-batch from its forward to its backward (the per-layer floor beside Note
+// [Activation floor]): a rank's device peak is at least the context overhead plus what is live at any point of its
+// actions in the schedule's own order (pipeline_order) — after each pass, Σ over its stages of in-flight × h_s, the
+// gathered parameters of the stages it has run (kept from the first forward, as Note [Pipeline programs] lowers FSDP
+// under PP) and the full-size gradients of those it has run backward (a split backward's weight part: its input part
+// keeps the activations and writes no gradient) — plus the model states of its layers as one flat unit over the stage's
+// data-parallel ranks (states_floor_layout, as Searcher::can_fit). Each is a floor of what the lowering allocates (one
+// flat unit pads no more than per-block units); a candidate with a rank over the usable bytes is not simulated.
 struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
   std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)

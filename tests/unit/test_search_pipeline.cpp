@@ -142,8 +142,9 @@ TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes
         // (it holds every rank's work and the last rank's way in and out); 0 for a split backward.
         const double replay_s = pipeline_replay_floor_s(
             stages, pipeline_order(schedule, degree, stages_per_rank, plan.grad_accumulation_steps));
-        MESSAGE("pp " << degree << " " << std::string(to_string(schedule)) << " AC " << std::string(ac) << ": floors " << floor_s << " s, replayed "
-                      << replay_s << " s, simulated " << analysis.simulation.step_time_s << " s");
+        MESSAGE("pp " << degree << " " << std::string(to_string(schedule)) << " AC " << std::string(ac) << ": floors "
+                      << floor_s << " s, replayed " << replay_s << " s, simulated " << analysis.simulation.step_time_s
+                      << " s");
         CHECK(replay_s <= analysis.simulation.step_time_s * (1 + 1e-9));
         CHECK((split ? replay_s == 0 : replay_s >= floor_s * (1 - 1e-9)));
         CHECK(pipeline_stretch_floor_s(stages, degree, plan.grad_accumulation_steps,
