@@ -24,6 +24,9 @@ void check_equal(const SettingFloors& cached, const SettingFloors& direct) {
   CHECK(cached.activation_peak_bytes == direct.activation_peak_bytes);
   CHECK(cached.layer_compute_s == direct.layer_compute_s);
   CHECK(cached.layer_held_activation_bytes == direct.layer_held_activation_bytes);
+  CHECK(cached.layer_forward_s == direct.layer_forward_s);
+  CHECK(cached.layer_dispatch_s == direct.layer_dispatch_s);
+  CHECK(cached.layer_stream_s == direct.layer_stream_s);
 }
 
 }  // namespace
