@@ -40,13 +40,8 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   if (!export_format.empty() && export_format != "torchtitan") {
     conflict = "--export " + export_format + " (it writes no pipeline plan; torchtitan does)";
   }
-  if (search.pins.offload.value_or(false)) conflict = "--cpu-offload (not modelled with pipeline parallelism)";
-  // Note [Optimizer in backward] (planner/optimizer_in_backward.h): torchtitan refuses it with a pipeline.
-  if (training.optimizer_in_backward) conflict = "--optimizer-in-backward (torchtitan refuses it with a pipeline)";
-  // Note [Tied layers under a pipeline] (planner/pipeline_schedule.h).
-  if (const std::string tie = pipeline_tie(model); !tie.empty()) {
-    conflict = "a model whose " + tie.substr(std::string("layer ").size()) +
-               ": a pipeline puts them on different stages, which is not modelled";
+  if (std::string model_conflict = pipeline_model_conflict(model, training, search.pins); !model_conflict.empty()) {
+    conflict = std::move(model_conflict);
   }
   if (request.pinned && !conflict.empty()) {
     throw InputError("--pipeline-parallel " + std::to_string(flags.pipeline_parallel) + ": not with " + conflict);

@@ -4,13 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <mutex>
 
 #include "cluster.h"
 #include "errors.h"
 #include "indexed_pool.h"
 #include "optimizer_in_backward.h"
+#include "memory_headroom.h"
 #include "search.h"
+#include "search_pipeline.h"
 #include "setting_floor_cache.h"
 
 namespace shardplan {
@@ -21,6 +24,72 @@ struct SweepJob {
   int count;
   int per_node;
 };
+
+// Note [Capacity pipelines]: a point answers what `plan` answers on its cluster: FSDP's best plan, or the pipeline
+// grid's (Note [Pipeline search] in search_pipeline.h) where one fits and is faster, pruned by FSDP's best as there
+// — and the grid alone where no FSDP plan of any TP degree takes a fixed global batch (Note [Degrees a batch rules
+// out] in search_2d.cpp: 256 sequences do not split over 4096 GPUs, pp 4 x TP 8 takes them). The grid runs with the
+// sweep's pins, headroom and floors, at cp 1 (the sweep searches no context parallelism, FSDP's neither), and not
+// where `plan` leaves it out for the model or training (pipeline_model_conflict). Weak scaling (one micro-batch per
+// GPU) rarely gives it a point: FSDP's full shard already spreads the states over every GPU, and the grid adds a
+// bubble; a fixed batch at many GPUs is where it answers.
+PipelineSearchResult pipeline_point_search(const ModelSpec& model, const Cluster& cluster,
+                                           const HardwareProfile& profile, const TrainingConfig& training,
+                                           const SearchOptions& search_options, double known_step_s) {
+  PipelineSearchOptions options;
+  options.pipeline_degrees = pipeline_degree_candidates(model, cluster);
+  if (options.pipeline_degrees.empty() || !pipeline_model_conflict(model, training, search_options.pins).empty()) {
+    return {};
+  }
+  options.tensor_parallel_degrees = search_options.tensor_parallel_degrees;
+  options.expert_parallel_degrees = search_options.expert_parallel_degrees.empty()
+                                        ? std::vector<int>{1}
+                                        : search_options.expert_parallel_degrees;
+  options.pins = search_options.pins;
+  const MemoryHeadroom usable{
+      search_options.memory_cap_bytes > 0 ? search_options.memory_cap_bytes : cluster.gpu.memory_bytes,
+      search_options.memory_headroom_fraction};
+  options.usable_bytes = usable.usable_bytes();
+  options.threads = search_options.threads;
+  options.floor_cache = search_options.floor_cache;
+  options.known_step_s = known_step_s;
+  return search_pipeline_plans(model, cluster, profile, training, options);
+}
+
+// The point's speed, memory, days and cost from its plan's simulated step.
+void price_point(CapacityPoint& point, const CapacityOptions& options, const Cluster& cluster, double tokens_per_s) {
+  point.tokens_per_s = tokens_per_s;
+  point.days = options.tokens / tokens_per_s / 86400.0;
+  point.practical = point.days <= options.max_practical_days;  // Note [Practical points]
+  point.cost_usd = point.days * 24.0 * point.gpus * cluster.price_per_gpu_hour;
+}
+
+// Note [Capacity pipelines]: a pipeline plan's point. Its compute is the busiest rank's compute stream, its exposed
+// share what that rank waits for beside it (communication and the bubble), and its limit the bubble where the ranks
+// idle a quarter of the step or more on average (Note [Capacity limits]).
+void pipeline_point(CapacityPoint& point, const CapacityOptions& options, const Cluster& cluster,
+                    const PipelineCandidate& best) {
+  const PipelineSimulation& simulation = best.analysis.simulation;
+  point.fits = true;
+  point.why_not.clear();
+  point.knobs = best.knobs;
+  point.pipeline_parallel = best.plan.pipeline.degree;
+  point.step_time_s = simulation.step_time_s;
+  point.compute_time_s = 0;
+  point.peak_memory_bytes = point.device_peak_bytes = 0;
+  for (const PipelineRankSummary& rank : simulation.ranks) {
+    point.compute_time_s = std::max(point.compute_time_s, rank.compute_busy_s);
+    point.peak_memory_bytes = std::max(point.peak_memory_bytes, rank.peak_memory_bytes);
+    point.device_peak_bytes = std::max(point.device_peak_bytes, rank.device_peak_bytes);
+  }
+  point.exposed_comm_s = std::max(0.0, point.step_time_s - point.compute_time_s);
+  point.host_memory_bytes_per_node = 0;  // no offload with a pipeline (pipeline_model_conflict)
+  point.mfu = simulation.mfu;
+  point.limit = simulation.bubble_fraction >= kCommunicationLimitedShare ? "pipeline_bubble"
+                : point.exposed_comm_s >= kCommunicationLimitedShare * point.step_time_s ? "communication"
+                                                                                          : "compute";
+  price_point(point, options, cluster, simulation.tokens_per_s);
+}
 
 // One (GPU type, count) point: its own cluster and plan search, sharing nothing mutable with other points but the
 // floors cache (Note [Shared setting floors], safe between threads), so the sweep runs points on several threads
@@ -93,10 +162,28 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
       if (batch_divides) throw;
       point.why_not = batch_refused() + " at any TP degree";
       point.limit = "batch";
+      // Note [Capacity pipelines]: the grid alone. Where every point of it refuses the batch too, the why says so;
+      // where some lowered but none fits, that.
+      const PipelineSearchResult pipeline = pipeline_point_search(
+          model, cluster, profile, sized, search_options, std::numeric_limits<double>::infinity());
+      if (pipeline.feasible) {
+        pipeline_point(point, options, cluster, pipeline.best);
+      } else if (pipeline.candidates > 0) {
+        point.why_not = pipeline.refused == pipeline.candidates
+                            ? batch_refused() + " at any TP degree or pipeline (pp x TP)"
+                            : point.why_not + "; no pipeline plan fits";
+      }
       return point;
     }
     point.fits = search.feasible;
-    if (search.feasible) {
+    // Note [Capacity pipelines]: the grid beside FSDP's best, pruned by it.
+    const PipelineSearchResult pipeline =
+        pipeline_point_search(model, cluster, profile, sized, search_options,
+                              search.feasible ? search.best.summary.step_time_s
+                                              : std::numeric_limits<double>::infinity());
+    if (pipeline.feasible) {
+      pipeline_point(point, options, cluster, pipeline.best);
+    } else if (search.feasible) {
       const auto& summary = search.best.summary;
       point.knobs = search.best.knobs;
       point.step_time_s = summary.step_time_s;
@@ -105,13 +192,10 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
       point.limit = summary.exposed_comm_s >= kCommunicationLimitedShare * summary.step_time_s ? "communication"
                                                                                                 : "compute";
       point.host_memory_bytes_per_node = search.host_memory.per_node_bytes;
-      point.tokens_per_s = summary.tokens_per_s;
       point.mfu = summary.mfu;
       point.peak_memory_bytes = summary.peak_memory_bytes;
       point.device_peak_bytes = summary.device_peak_bytes;
-      point.days = options.tokens / summary.tokens_per_s / 86400.0;
-      point.practical = point.days <= options.max_practical_days;  // Note [Practical points]
-      point.cost_usd = point.days * 24.0 * job.count * cluster.price_per_gpu_hour;
+      price_point(point, options, cluster, summary.tokens_per_s);
     } else if (search.diagnosis.host_memory_limited) {
       const HostMemoryUse& host = search.diagnosis.host_memory;
       point.why_not = "host memory: offloaded states need " + host_bytes_text(host.per_node_bytes) + " per node, " +
@@ -204,6 +288,7 @@ nlohmann::json to_json(const CapacityResult& result) {
                       {"why_not", point.why_not},
                       {"limit", point.limit},
                       {"plan", point.knobs},
+                      {"pipeline_parallel", point.pipeline_parallel},
                       {"step_time_s", point.step_time_s},
                       {"compute_time_s", point.compute_time_s},
                       {"exposed_comm_s", point.exposed_comm_s},

@@ -54,8 +54,10 @@ struct CapacityPoint {
   bool fits = false;
   std::string why_not;  // when it does not fit: the dominant memory term, host memory, or the batch being too small
   std::string knobs;    // the best plan's settings
+  int pipeline_parallel = 1;  // its pipeline ranks (Note [Capacity pipelines] in capacity.cpp): 1 for FSDP's plans
   // Note [Capacity limits]: what limits the point — "memory" (GPU), "host_memory", "batch" or "pinned" (a knob the
   // user pinned that this point cannot take, e.g. a TP degree above its GPUs) when it does not fit;
+  // "pipeline_bubble" when the best plan is a pipeline whose ranks idle a quarter of the step or more on average;
   // "communication" when a quarter or more of the best plan's step is exposed communication, else "compute".
   std::string limit;
   double step_time_s = 0;

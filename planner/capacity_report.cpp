@@ -18,6 +18,7 @@ struct LimitStyle {
 constexpr LimitStyle kLimits[] = {
     {"compute", "#59a14f", "compute (exposed communication under a quarter of the step)"},
     {"communication", "#f28e2b", "communication (a quarter of the step or more)"},
+    {"pipeline_bubble", "#edc948", "pipeline bubble (the ranks idle a quarter of the step or more)"},
     {"memory", "#e15759", "GPU memory (no plan fits)"},
     {"host_memory", "#b07aa1", "host memory (offloaded states do not fit a node)"},
     {"batch", "#bab0ac", "global batch does not divide over the GPUs"},

@@ -78,7 +78,7 @@ std::string describe_point(const PipelinePoint& point) {
   if (point.context_parallel > 1) text += ", CP " + std::to_string(point.context_parallel);
   if (point.expert_parallel > 1) text += ", EP " + std::to_string(point.expert_parallel);
   text += ", TP " + std::to_string(point.tensor_parallel) + ", " + point.knobs.label() + ", " +
-          std::to_string(point.micro_batches) + " micro-batches";
+          std::to_string(point.micro_batches) + (point.micro_batches == 1 ? " micro-batch" : " micro-batches");
   return text;
 }
 
@@ -259,6 +259,16 @@ void PipelineSearchResult::refuse(const std::string& reason) {
       std::find(refusal_reasons.begin(), refusal_reasons.end(), reason) == refusal_reasons.end()) {
     refusal_reasons.push_back(reason);
   }
+}
+
+std::string pipeline_model_conflict(const ModelSpec& model, const TrainingConfig& training, const KnobPins& pins) {
+  if (const std::string tie = pipeline_tie(model); !tie.empty()) {
+    return "a model whose " + tie.substr(std::string("layer ").size()) +
+           ": a pipeline puts them on different stages, which is not modelled";
+  }
+  if (training.optimizer_in_backward) return "--optimizer-in-backward (torchtitan refuses it with a pipeline)";
+  if (pins.offload.value_or(false)) return "--cpu-offload (not modelled with pipeline parallelism)";
+  return "";
 }
 
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster) {

@@ -118,6 +118,12 @@ struct PipelineSearchResult {
   void refuse(const std::string& reason);  // counts a refused point and keeps its reason
 };
 
+// Why no pipeline plan can answer for this model and training ("" where one can), first met of: a model whose tied
+// layers a pipeline would put on different stages (Note [Tied layers under a pipeline] in pipeline_schedule.h),
+// optimizer-in-backward (torchtitan refuses it with a pipeline; Note [Optimizer in backward]), pinned CPU offload
+// (not modelled with pipeline parallelism). `plan` and `capacity` both leave the grid out for it.
+std::string pipeline_model_conflict(const ModelSpec& model, const TrainingConfig& training, const KnobPins& pins);
+
 // Powers of two from 2 whose pp ranks divide the world, each rank keeping at least 4 blocks (a work bound: Note
 // [Pipeline search] in search_pipeline.cpp).
 std::vector<int> pipeline_degree_candidates(const ModelSpec& model, const Cluster& cluster);

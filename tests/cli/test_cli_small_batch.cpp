@@ -78,28 +78,61 @@ TEST_CASE("`plan --global-batch 1` where no pipeline is searched either: the bat
                      {"--global-batch 1: expected a multiple of micro-batch × data-parallel ranks = 1 × 16 = 16"});
 }
 
-TEST_CASE("`capacity --global-batch-tokens` below the GPUs: TP points where a degree takes it, else why") {
-  // 16 sequences of 8192 tokens: 8 and 16 GPUs take FSDP alone, 32-128 a TP degree, 256 none (TP stops at 8).
+TEST_CASE("`capacity --global-batch-tokens` below the GPUs: TP points where a degree takes it, else a pipeline") {
+  // 16 sequences of 8192 tokens: 8 and 16 GPUs take FSDP alone, 32-128 a TP degree; 256 none (TP stops at 8), so the
+  // pipeline grid answers there, as `plan` does on those GPUs (Note [Capacity pipelines] in planner/capacity.cpp).
   const nlohmann::json sweep =
       shardplan_test::run_json({"capacity", "-m", "llama3-8b", "--gpus", "H100-80GB", "--min-gpus", "8", "--max-gpus",
                                 "256", "--global-batch-tokens", "131072", "--json"});
+  const nlohmann::json planned = shardplan_test::run_json(
+      {"plan", "-m", "llama3-8b", "-c", "32x8xH100-80GB", "--global-batch", "16", "--json"});
   const nlohmann::json& points = sweep.at("points");
   REQUIRE(points.size() == 6);
   for (const nlohmann::json& point : points) {
     const int gpus = point.at("gpus").get<int>();
     INFO(gpus << " GPUs: " << point.dump());
     const std::string plan = point.at("plan").get<std::string>();
+    REQUIRE(point.at("fits").get<bool>());
     if (gpus <= 16) {
-      CHECK(point.at("fits").get<bool>());
       CHECK(plan.find("TP ") == std::string::npos);
+      CHECK(point.at("pipeline_parallel").get<int>() == 1);
     } else if (gpus <= 128) {
-      CHECK(point.at("fits").get<bool>());
       CHECK(plan.rfind("TP " + std::to_string(gpus / 16) + ",", 0) == 0);  // 16 data-parallel ranks, one sequence each
+      CHECK(point.at("pipeline_parallel").get<int>() == 1);
     } else {
-      CHECK_FALSE(point.at("fits").get<bool>());
-      CHECK(point.at("limit").get<std::string>() == "batch");
-      CHECK(point.at("why_not").get<std::string>() ==
-            "global batch of 16 sequences does not divide over 256 GPUs at any TP degree");
+      const nlohmann::json& pipeline = planned.at("pipeline_search").at("planned");
+      CHECK(plan == pipeline.at("knobs").get<std::string>());
+      CHECK(plan.rfind("pp ", 0) == 0);
+      CHECK(point.at("pipeline_parallel").get<int>() == planned.at("plan").at("pipeline").at("degree").get<int>());
+      CHECK(point.at("pipeline_parallel").get<int>() > 1);
+      CHECK(point.at("step_time_s").get<double>() ==
+            doctest::Approx(pipeline.at("simulation").at("step_time_s").get<double>()).epsilon(1e-12));
+      // one micro-batch on two or more stages: most of the step is the bubble
+      CHECK(point.at("limit").get<std::string>() == "pipeline_bubble");
+      CHECK(point.at("exposed_comm_s").get<double>() > 0);
+      CHECK(point.at("compute_time_s").get<double>() + point.at("exposed_comm_s").get<double>() ==
+            doctest::Approx(point.at("step_time_s").get<double>()));
     }
   }
+}
+
+TEST_CASE("`capacity --global-batch-tokens` where neither TP nor a pipeline splits the batch: why, each way") {
+  // 16 sequences on 2048 GPUs: pp x TP reaches 8 x 8 = 64 GPUs per sequence (llama3-8b's 32 blocks, 4 per rank), 32
+  // data-parallel ranks; every grid point refuses the batch too.
+  const nlohmann::json wide = shardplan_test::run_json({"capacity", "-m", "llama3-8b", "--gpus", "H100-80GB",
+                                                         "--min-gpus", "2048", "--max-gpus", "2048",
+                                                         "--global-batch-tokens", "131072", "--json"});
+  REQUIRE(wide.at("points").size() == 1);
+  const nlohmann::json& point = wide.at("points").at(0);
+  CHECK_FALSE(point.at("fits").get<bool>());
+  CHECK(point.at("limit").get<std::string>() == "batch");
+  CHECK(point.at("why_not").get<std::string>() ==
+        "global batch of 16 sequences does not divide over 2048 GPUs at any TP degree or pipeline (pp x TP)");
+  // A tied model takes no pipeline (Note [Tied layers under a pipeline]): TP alone is tried.
+  const nlohmann::json tied = shardplan_test::run_json({"capacity", "-m", "llama3.2-1b", "--gpus", "H100-80GB",
+                                                         "--min-gpus", "256", "--max-gpus", "256",
+                                                         "--global-batch-tokens", "131072", "--json"});
+  REQUIRE(tied.at("points").size() == 1);
+  CHECK(tied.at("points").at(0).at("why_not").get<std::string>() ==
+        "global batch of 16 sequences does not divide over 256 GPUs at any TP degree");
 }
