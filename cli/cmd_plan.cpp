@@ -25,7 +25,7 @@
 #include "plan_export.h"
 #include "precision.h"
 #include "plan_json.h"
-#include "plan_context_parallel.h"
+#include "search_context_parallel.h"
 #include "plan_pipeline.h"
 #include "search.h"
 #include "setting_floor_cache.h"
@@ -292,7 +292,7 @@ Action add_plan_command(CLI::App& app, const Output& output) {
       std::erase_if(options.tensor_parallel_degrees,
                     [&](int degree) { return cluster.world_size() % (degree * context_parallel) != 0; });
     }
-    // Note [Context-parallel search] (cli/plan_context_parallel.cpp): a given degree is fixed, else searched.
+    // Note [Context-parallel search] (planner/search_context_parallel.cpp): a given degree is fixed, else searched.
     const int pinned_context_parallel = command->count("--context-parallel") > 0 ? context_parallel : 0;
     ContextParallelOutcome context_outcome;
     // Note [Pipeline search] (planner/search_pipeline.h): pipeline plans beside FSDP's, pruned by FSDP's best; a

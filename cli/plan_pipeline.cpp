@@ -7,8 +7,8 @@
 
 #include "errors.h"
 #include "pipeline_schedule.h"
-#include "plan_context_parallel.h"
 #include "plan_json.h"
+#include "search_context_parallel.h"
 #include "step_analysis.h"
 
 namespace shardplan::cli {
@@ -78,7 +78,7 @@ PipelineSearchRequest pipeline_search_request(const PipelinePlanFlags& flags, co
   options.usable_bytes = usable_bytes;
   options.threads = search.threads;
   options.floor_cache = search.floor_cache;  // Note [Shared setting floors]: FSDP's searches lowered them already
-  // A pinned degree, or 1 and those Note [Context-parallel search] tries (cli/plan_context_parallel.h).
+  // A pinned degree, or 1 and those Note [Context-parallel search] tries (planner/search_context_parallel.h).
   options.context_parallel_degrees = {std::max(1, context_parallel)};
   if (context_parallel == 0) {
     for (const int degree : context_parallel_candidates(model, cluster, training)) {

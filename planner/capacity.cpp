@@ -13,6 +13,7 @@
 #include "optimizer_in_backward.h"
 #include "memory_headroom.h"
 #include "search.h"
+#include "search_context_parallel.h"
 #include "search_pipeline.h"
 #include "setting_floor_cache.h"
 
@@ -25,17 +26,20 @@ struct SweepJob {
   int per_node;
 };
 
-// Note [Capacity pipelines]: a point answers what `plan` answers on its cluster: FSDP's best plan, or the pipeline
-// grid's (Note [Pipeline search] in search_pipeline.h) where one fits and is faster, pruned by FSDP's best as there
-// — and the grid alone where no FSDP plan of any TP degree takes a fixed global batch (Note [Degrees a batch rules
-// out] in search_2d.cpp: 256 sequences do not split over 4096 GPUs, pp 4 x TP 8 takes them). The grid runs with the
-// sweep's pins, headroom and floors, at cp 1 (the sweep searches no context parallelism, FSDP's neither), and not
-// where `plan` leaves it out for the model or training (pipeline_model_conflict). Weak scaling (one micro-batch per
-// GPU) rarely gives it a point: FSDP's full shard already spreads the states over every GPU, and the grid adds a
-// bubble; a fixed batch at many GPUs is where it answers.
+// Note [Capacity answers]: a point is searched as `plan` searches its cluster, with the sweep's lighter FSDP search
+// (below: no tightened floors, prefetch depth by refinement): FSDP's best plan over the
+// context-parallel degrees Note [Context-parallel search] tries (search_context_parallel.h: sequences of 16,384
+// tokens or more), or the pipeline grid's (Note [Pipeline search] in search_pipeline.h) at cp 1 and those degrees
+// where one fits and is faster, pruned by FSDP's best as there — and the grid alone where no FSDP plan of any TP
+// degree takes a fixed global batch (Note [Degrees a batch rules out] in search_2d.cpp: 256 sequences do not split
+// over 4096 GPUs, pp 4 x TP 8 takes them). The grid runs with the sweep's pins, headroom and floors, and not where
+// `plan` leaves it out for the model or training (pipeline_model_conflict). Weak scaling (one micro-batch per GPU)
+// rarely gives it a point: FSDP's full shard already spreads the states over every GPU, and the grid adds a bubble;
+// a fixed batch of many micro-batches or at many GPUs is where it answers.
 PipelineSearchResult pipeline_point_search(const ModelSpec& model, const Cluster& cluster,
                                            const HardwareProfile& profile, const TrainingConfig& training,
-                                           const SearchOptions& search_options, double known_step_s) {
+                                           const SearchOptions& search_options,
+                                           const std::vector<int>& context_parallel_degrees, double known_step_s) {
   PipelineSearchOptions options;
   options.pipeline_degrees = pipeline_degree_candidates(model, cluster);
   if (options.pipeline_degrees.empty() || !pipeline_model_conflict(model, training, search_options.pins).empty()) {
@@ -53,6 +57,8 @@ PipelineSearchResult pipeline_point_search(const ModelSpec& model, const Cluster
   options.threads = search_options.threads;
   options.floor_cache = search_options.floor_cache;
   options.known_step_s = known_step_s;
+  options.context_parallel_degrees = {1};
+  for (const int degree : context_parallel_degrees) options.context_parallel_degrees.push_back(degree);
   return search_pipeline_plans(model, cluster, profile, training, options);
 }
 
@@ -64,7 +70,7 @@ void price_point(CapacityPoint& point, const CapacityOptions& options, const Clu
   point.cost_usd = point.days * 24.0 * point.gpus * cluster.price_per_gpu_hour;
 }
 
-// Note [Capacity pipelines]: a pipeline plan's point. Its compute is the busiest rank's compute stream, its exposed
+// Note [Capacity answers]: a pipeline plan's point. Its compute is the busiest rank's compute stream, its exposed
 // share what that rank waits for beside it (communication and the bubble), and its limit the bubble where the ranks
 // idle a quarter of the step or more on average (Note [Capacity limits]).
 void pipeline_point(CapacityPoint& point, const CapacityOptions& options, const Cluster& cluster,
@@ -156,16 +162,19 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
       if (document.value("device", std::string()) == job.gpu.name) profile = apply_profile_json(profile, document, origin);
     }
     SearchResult search;
+    ContextParallelOutcome context;
     try {
-      search = search_plans(model, cluster, profile, sized, search_options);
+      search = search_with_context_parallel(model, cluster, profile, sized, search_options, 0, context);
     } catch (const InputError&) {
       if (batch_divides) throw;
       point.why_not = batch_refused() + " at any TP degree";
       point.limit = "batch";
-      // Note [Capacity pipelines]: the grid alone. Where every point of it refuses the batch too, the why says so;
+      // Note [Capacity answers]: the grid alone. Where every point of it refuses the batch too, the why says so;
       // where some lowered but none fits, that.
-      const PipelineSearchResult pipeline = pipeline_point_search(
-          model, cluster, profile, sized, search_options, std::numeric_limits<double>::infinity());
+      const PipelineSearchResult pipeline =
+          pipeline_point_search(model, cluster, profile, sized, search_options,
+                                context_parallel_candidates(model, cluster, sized),
+                                std::numeric_limits<double>::infinity());
       if (pipeline.feasible) {
         pipeline_point(point, options, cluster, pipeline.best);
       } else if (pipeline.candidates > 0) {
@@ -176,9 +185,9 @@ CapacityPoint sweep_point(const ModelSpec& model, const HardwareCatalog& catalog
       return point;
     }
     point.fits = search.feasible;
-    // Note [Capacity pipelines]: the grid beside FSDP's best, pruned by it.
+    // Note [Capacity answers]: the grid beside FSDP's best, pruned by it.
     const PipelineSearchResult pipeline =
-        pipeline_point_search(model, cluster, profile, sized, search_options,
+        pipeline_point_search(model, cluster, profile, sized, search_options, context.searched,
                               search.feasible ? search.best.summary.step_time_s
                                               : std::numeric_limits<double>::infinity());
     if (pipeline.feasible) {

@@ -54,7 +54,7 @@ struct CapacityPoint {
   bool fits = false;
   std::string why_not;  // when it does not fit: the dominant memory term, host memory, or the batch being too small
   std::string knobs;    // the best plan's settings
-  int pipeline_parallel = 1;  // its pipeline ranks (Note [Capacity pipelines] in capacity.cpp): 1 for FSDP's plans
+  int pipeline_parallel = 1;  // its pipeline ranks (Note [Capacity answers] in capacity.cpp): 1 for FSDP's plans
   // Note [Capacity limits]: what limits the point — "memory" (GPU), "host_memory", "batch" or "pinned" (a knob the
   // user pinned that this point cannot take, e.g. a TP degree above its GPUs) when it does not fit;
   // "pipeline_bubble" when the best plan is a pipeline whose ranks idle a quarter of the step or more on average;

@@ -34,7 +34,7 @@ namespace shardplan {
 // strategy and prefetch knobs of a pipeline plan are torchtitan's, not searched: the answer is the fastest fitting
 // candidate of this grid (exact over the grid, a heuristic over the rest), and the CLI says so. The context-parallel
 // degree is kept where the user pins it, else cp 1 and the degrees Note [Context-parallel search] tries
-// (cli/plan_context_parallel.h: 2, 4, 8 for sequences of 16,384 tokens or more) are in the grid
+// (search_context_parallel.h: 2, 4, 8 for sequences of 16,384 tokens or more) are in the grid
 // (PipelineSearchOptions::context_parallel_degrees). Their floors are those of one CP rank's program with its ring
 // (micro_batch_floors with the degree: every ring step's attention and the ring's tensor ops on the compute stream),
 // or, where the TP view cannot lower that, the share's alone (one ring step of attention: valid, looser).

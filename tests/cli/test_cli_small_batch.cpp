@@ -80,7 +80,7 @@ TEST_CASE("`plan --global-batch 1` where no pipeline is searched either: the bat
 
 TEST_CASE("`capacity --global-batch-tokens` below the GPUs: TP points where a degree takes it, else a pipeline") {
   // 16 sequences of 8192 tokens: 8 and 16 GPUs take FSDP alone, 32-128 a TP degree; 256 none (TP stops at 8), so the
-  // pipeline grid answers there, as `plan` does on those GPUs (Note [Capacity pipelines] in planner/capacity.cpp).
+  // pipeline grid answers there, as `plan` does on those GPUs (Note [Capacity answers] in planner/capacity.cpp).
   const nlohmann::json sweep =
       shardplan_test::run_json({"capacity", "-m", "llama3-8b", "--gpus", "H100-80GB", "--min-gpus", "8", "--max-gpus",
                                 "256", "--global-batch-tokens", "131072", "--json"});
@@ -135,4 +135,24 @@ TEST_CASE("`capacity --global-batch-tokens` where neither TP nor a pipeline spli
   REQUIRE(tied.at("points").size() == 1);
   CHECK(tied.at("points").at(0).at("why_not").get<std::string>() ==
         "global batch of 16 sequences does not divide over 256 GPUs at any TP degree");
+}
+
+TEST_CASE("`capacity` at long sequences searches the context-parallel degrees `plan` does, with the same answer") {
+  // llama3.1-8b at 131,072 tokens on 8 H100s: the best plan without CP checkpoints one sequence per micro-batch, so
+  // cp 2, 4, 8 are searched (Note [Context-parallel search]); the sweep's point and `plan` pick the same CP plan.
+  const nlohmann::json sweep =
+      shardplan_test::run_json({"capacity", "-m", "llama3.1-8b", "--gpus", "H100-80GB", "--min-gpus", "8",
+                                "--max-gpus", "8", "--seq-len", "131072", "--json"});
+  const nlohmann::json planned =
+      shardplan_test::run_json({"plan", "-m", "llama3.1-8b", "-c", "8xH100-80GB", "--seq-len", "131072", "--json"});
+  REQUIRE(sweep.at("points").size() == 1);
+  const nlohmann::json& point = sweep.at("points").at(0);
+  INFO(point.dump());
+  REQUIRE(point.at("fits").get<bool>());
+  REQUIRE(planned.at("context_parallel_degree").get<int>() > 1);
+  CHECK(point.at("plan").get<std::string>().rfind(
+            "CP " + std::to_string(planned.at("context_parallel_degree").get<int>()) + ", ", 0) == 0);
+  CHECK(point.at("plan").get<std::string>() == planned.at("knobs").get<std::string>());
+  CHECK(point.at("step_time_s").get<double>() ==
+        doctest::Approx(planned.at("predicted").at("step_time_s").get<double>()).epsilon(1e-12));
 }

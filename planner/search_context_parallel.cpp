@@ -1,5 +1,6 @@
-// `plan`'s context parallelism (plan_context_parallel.h): one CP rank's search, the degree restored, the degree search.
-#include "plan_context_parallel.h"
+// The search over context parallelism (search_context_parallel.h): one CP rank's search, the degree restored, the
+// degree search.
+#include "search_context_parallel.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include "errors.h"
 #include "step_analysis.h"
 
-namespace shardplan::cli {
+namespace shardplan {
 
 namespace {
 
@@ -181,4 +182,4 @@ std::string render_context_parallel_line(const ContextParallelOutcome& outcome) 
          pipeline + planned + "\n";
 }
 
-}  // namespace shardplan::cli
+}  // namespace shardplan

@@ -1,5 +1,5 @@
-// `plan`'s context parallelism: the search on one CP rank's share of every sequence, the planned plan given its
-// degree back, and the search over the degree (Note [Context-parallel search]).
+// The search over context parallelism (`plan`'s and `capacity`'s): the search on one CP rank's share of every
+// sequence, the planned plan given its degree back, and the search over the degree (Note [Context-parallel search]).
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "search.h"
 
-namespace shardplan::cli {
+namespace shardplan {
 
 // What the context-parallel part of `plan` did: the planned degree, the degrees searched, or why none were.
 struct ContextParallelOutcome {
@@ -35,4 +35,4 @@ std::vector<int> context_parallel_candidates(const ModelSpec& model, const Clust
 // One line: what was planned or searched for cp.
 std::string render_context_parallel_line(const ContextParallelOutcome& outcome);
 
-}  // namespace shardplan::cli
+}  // namespace shardplan
