@@ -89,9 +89,9 @@ TEST_CASE("`--context-parallel`: a sequence torch cannot split, or an export tha
                      {"--context-parallel 2", "'vision_model': a vision tower"});
 }
 
-// Note [Context-parallel search] (planner/search_context_parallel.cpp): without --context-parallel, cp 2, 4, 8 are searched
-// where one sequence per micro-batch still needs checkpointing (llama3.1-8b at 64k tokens on 8 H100s; at 32k the
-// ring's repeated K/V and fp32 merges, Note [Ring tensor traffic], cost more than it saves), and not on
+// Note [Context-parallel search] (planner/search_context_parallel.cpp): without --context-parallel, cp 2, 4, 8 are
+// searched where one sequence per micro-batch still needs checkpointing (llama3.1-8b at 64k tokens on 8 H100s; at
+// 32k the ring's repeated K/V and fp32 merges, Note [Ring tensor traffic], cost more than it saves), and not on
 // short sequences (llama3-8b at its 8192) or where the best plan needs no checkpointing.
 TEST_CASE("`plan` without --context-parallel: the degree searched where a sequence's activations stand in the way") {
   const json long_context =
