@@ -107,6 +107,12 @@ double step_floor_s(const SettingFloors& floors, double communication_busy_s, do
   return step_floor_s(floors.kernels_s, floors.dispatch_s + optimizer_step_s, communication_busy_s, least_slowdown);
 }
 
+double setting_step_floor_s(const SettingFloors& floors, const CommunicationFloor& communication,
+                            std::int64_t keepable_bytes, const HardwareProfile& profile) {
+  return step_floor_s(floors, communication_busy_floor_s(communication, floors, keepable_bytes, profile),
+                      communication.optimizer_step_s, least_overlap_compute_slowdown(profile));
+}
+
 double step_floor_s(double kernels_s, double dispatch_s, double communication_busy_s, double least_slowdown) {
   if (least_slowdown < 1.0) return std::max(communication_busy_s, least_slowdown * kernels_s + dispatch_s);
   const double stretched_s = (1.0 - 1.0 / least_slowdown) * std::max(0.0, communication_busy_s - dispatch_s);

@@ -103,6 +103,12 @@ double least_overlap_compute_slowdown(const HardwareProfile& profile);
 // a calibrated s < 1 (overlap speeds compute up) gives max(U, s·K + D), the compute floor's own.
 double step_floor_s(const SettingFloors& floors, double communication_busy_s, double optimizer_step_s,
                     double least_slowdown);
+// The step floor every plan of a setting with these floors and collectives takes, U being communication_busy_floor_s
+// (units kept gathered bounded by `keepable_bytes`, Note [Regather floor]): what the search prunes a setting by
+// (Searcher::step_floor), and a context-parallel setting by with its CP rank's floors (Note [Context-parallel floors]
+// in search_context_parallel.cpp).
+double setting_step_floor_s(const SettingFloors& floors, const CommunicationFloor& communication,
+                            std::int64_t keepable_bytes, const HardwareProfile& profile);
 // The same from one compute stream's kernels K and unstretched time D (dispatch overheads, an optimizer step) and a
 // lower bound U of its communication busy time: a pipeline rank's (Note [Pipeline floor]).
 double step_floor_s(double kernels_s, double dispatch_s, double communication_busy_s, double least_slowdown);

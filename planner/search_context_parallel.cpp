@@ -53,6 +53,7 @@ SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, co
   std::erase_if(options.tensor_parallel_degrees,
                 [&](int tp) { return cluster.world_size() % (tp * degree) != 0; });
   if (options.tensor_parallel_degrees.empty()) options.tensor_parallel_degrees = {1};
+  options.context_parallel_floor_degree = degree;  // Note [Context-parallel floors]
   SearchResult result =
       search_plans(model, cluster, profile, context_parallel_share_training(training, degree), options);
   restore_context_parallel(result, training, degree, model, cluster, profile);
@@ -71,6 +72,21 @@ SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, co
 // micro-batches per step for every setting, which took `plan` for llama3.1-405b on 2048 H100s from 0.5 s to 30 s.
 constexpr std::int64_t kLeastContextParallelTokens = 16384;
 constexpr std::int64_t kLeastTokensPerContextRank = 4096;
+
+// Note [Context-parallel floors]: the search at a degree runs on one CP rank's share, whose setting floors hold one
+// ring step of attention and no ring buffers, so they prune little against plans with the ring: for llama3.1-405b at
+// 32,768 tokens on 512 H100s the share's floors were 154-186 s against a 229 s plan, and cp 2, 4 and 8 took 1.1 of
+// the plan's 1.4 s to find nothing faster. So each setting is first floored as the CP rank's program itself, its
+// ring included (micro_batch_floors with the degree, as the pipeline grid floors its CP points): a setting whose
+// states and activations with the ring's buffers exceed the cap, or whose step floor (setting_step_floor_s) exceeds
+// the best plan known before the degree's search (SearchOptions::known_step_s: a plan simulated with its ring, or
+// without CP — never the share's own plans, whose steps lack the ring), is proven without a search
+// (Searcher::ruled_out_by_ring_floors). Every CP plan of such a setting is at least its floor, so none it drops could
+// beat or fit; what stays is searched as before, on the share. The 405B plan takes 0.6 s, the same plan (cp 8's floors
+// start at 245 s). The share's best plan is still a heuristic for the best CP plan: with the settings that cannot win
+// gone, its best is more often one whose ring costs little — llama3.1-8b at 131,072 tokens on 16 H100s now plans CP 8
+// at 69.82 s: the share's best plan at cp 8 had been TP 2 without checkpointing, 99.66 s with its ring, so cp 2's
+// 75.72 s was planned; that setting's ring floor is above 75.72 s.
 
 }  // namespace
 

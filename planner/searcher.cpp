@@ -91,21 +91,52 @@ const Searcher::StepFloors& Searcher::step_floors(const KnobSetting& knobs) {
     KnobSetting collectives_key = knobs;
     collectives_key.ac = "none";
     collectives_key.ac_given = false;
-    auto [communication, first] = communication_floors_.try_emplace(collectives_key.label());
-    if (first) communication->second = communication_floor(model_, cluster_, profile_, training_, knobs);
+    const CommunicationFloor& communication = communication_floor_of(knobs);
     // Note [Regather floor]: what a fitting plan's kept units can hold where backward starts.
     const SettingFloors& setting = floors(knobs);
     const std::int64_t keepable_bytes = cap_ - states_floor_bytes(knobs) - setting.turnaround_activation_bytes;
-    const auto floor_s = [&](double busy_s) {
-      return step_floor_s(setting, busy_s, communication->second.optimizer_step_s,
-                          least_overlap_compute_slowdown(profile_));
-    };
     known->second.order_s =
-        floor_s(busiest_stream_floor_s(communication->second, setting, keepable_bytes, profile_));
-    known->second.prune_s =
-        floor_s(communication_busy_floor_s(communication->second, setting, keepable_bytes, profile_));
+        step_floor_s(setting, busiest_stream_floor_s(communication, setting, keepable_bytes, profile_),
+                     communication.optimizer_step_s, least_overlap_compute_slowdown(profile_));
+    known->second.prune_s = setting_step_floor_s(setting, communication, keepable_bytes, profile_);
   }
   return known->second;
+}
+
+const CommunicationFloor& Searcher::communication_floor_of(const KnobSetting& knobs) {
+  // Note [Communication floor]: its collectives depend on the strategy, offload and micro-batch only.
+  KnobSetting collectives_key = knobs;
+  collectives_key.ac = "none";
+  collectives_key.ac_given = false;
+  auto [communication, first] = communication_floors_.try_emplace(collectives_key.label());
+  if (first) communication->second = communication_floor(model_, cluster_, profile_, training_, knobs);
+  return communication->second;
+}
+
+bool Searcher::ruled_out_by_ring_floors(const KnobSetting& knobs) {
+  const int degree = options_.context_parallel_floor_degree;
+  if (degree <= 1) return false;
+  SettingFloors ring;
+  try {
+    ring = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs, degree);
+  } catch (const InputError&) {
+    return false;  // a view that cannot lower the ring: the share's floors alone, as the pipeline grid does
+  }
+  const std::int64_t states_bytes = states_floor_bytes(knobs);
+  if (states_bytes + ring.activation_peak_bytes > cap_) {
+    ++memory_floor_settings_;  // proven: no plan of it fits with the ring's buffers
+    return true;
+  }
+  // Only a step some plan really takes: the share's own plans (know_step_s) run without the ring's other steps.
+  const bool known = options_.known_step_s < std::numeric_limits<double>::infinity();
+  if (options_.objective != SearchObjective::time || !known) return false;
+  const std::int64_t keepable_bytes = cap_ - states_bytes - ring.turnaround_activation_bytes;
+  if (setting_step_floor_s(ring, communication_floor_of(knobs), keepable_bytes, profile_) <= options_.known_step_s) {
+    return false;
+  }
+  ++exact_settings_;  // proven: no plan of it, given its ring, is faster than one already known
+  ++beaten_by_floor_settings_;
+  return true;
 }
 
 SettingOrder Searcher::one_ahead_order(bool offload) {
@@ -120,6 +151,7 @@ SettingOrder Searcher::one_ahead_order(bool offload) {
       ++memory_floor_settings_;  // proven: no plan of it fits
       continue;
     }
+    if (ruled_out_by_ring_floors(knobs)) continue;  // Note [Context-parallel floors]
     const bool timed = options_.objective == SearchObjective::time;
     ordered.push_back({timed ? order_floor(knobs) : 0.0, timed ? step_floor(knobs) : 0.0, knobs});
   }
