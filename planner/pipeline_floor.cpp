@@ -91,7 +91,8 @@ double pipeline_stretch_floor_s(const StageFloors& stages, int pipeline_degree, 
 
 std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
                                                     const PipelineStatesFloor* states, int pipeline_degree,
-                                                    PipelineScheduleKind schedule, int micro_batches) {
+                                                    PipelineScheduleKind schedule, int micro_batches,
+                                                    const PipelineBufferBytes* buffers) {
   SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_held_bytes.empty() &&
                       stage_held_bytes.size() % static_cast<std::size_t>(pipeline_degree) == 0,
                   "stages are pp x stages per rank");
@@ -102,6 +103,20 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
                   "states floor per stage and rank");
   const int stages_per_rank = static_cast<int>(stages) / pipeline_degree;
   const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
+  // Note [Pipeline buffers], as the lowering allocates them: every micro-batch's receive buffers, made once and kept
+  // (a non-first stage's for its input, a non-last stage's for its output's gradient); the input lives in its buffer,
+  // so a non-first stage's first layer keeps up to one boundary tensor less of its own (the lowering takes the
+  // buffer's bytes off that layer's kept activations: taking the whole tensor off keeps this a floor); a non-last
+  // stage's output stays in its forward cache until the micro-batch's backward; the last stage keeps every
+  // micro-batch's output until the step ends.
+  const std::int64_t boundary_bytes = buffers ? buffers->boundary_bytes : 0;
+  std::vector<std::int64_t> held_bytes = stage_held_bytes, receive_bytes(stages, 0);
+  for (std::size_t stage = 0; stage < stages; ++stage) {
+    const bool first = stage == 0, last = stage + 1 == stages;
+    held_bytes[stage] += (last ? 0 : boundary_bytes) - (first ? 0 : boundary_bytes);
+    receive_bytes[stage] = static_cast<std::int64_t>((first ? 0 : 1) + (last ? 0 : 1)) * micro_batches * boundary_bytes;
+  }
+  const std::int64_t kept_output_bytes = buffers ? buffers->output_bytes : 0;
   // Each rank's actions in its order: a forward adds its stage's activations once it ends (and, the first time, the
   // stage's gathered parameters, kept to its last backward); a backward (full, or a split one's weight part: Note
   // [Split backward lowering]) releases them and, the first time, adds the stage's full-size gradient, reduced and
@@ -109,23 +124,27 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
   std::vector<std::int64_t> fullest_bytes;
   for (std::size_t rank = 0; rank < order.by_rank.size(); ++rank) {
     std::vector<int> forwards(stages, 0), backwards(stages, 0);
-    std::int64_t live_bytes = 0, most_bytes = 0;
+    std::int64_t live_bytes = 0, most_bytes = 0, persistent_bytes = 0;
+    for (std::size_t stage = rank; stage < stages; stage += static_cast<std::size_t>(pipeline_degree)) {
+      persistent_bytes += receive_bytes[stage];
+    }
     for (const PipelineAction& action : order.by_rank[rank]) {
       const auto stage = static_cast<std::size_t>(action.stage);
       const std::int64_t gathered_bytes = states ? states->stage_gathered_bytes[stage] : 0;
       const std::int64_t gradient_bytes = states ? states->stage_gradient_bytes[stage] : 0;
       if (action.kind == PipelineActionKind::forward) {
         if (forwards[stage]++ == 0) live_bytes += gathered_bytes;
-        live_bytes += stage_held_bytes[stage];
+        live_bytes += held_bytes[stage];
+        if (stage + 1 == stages) live_bytes += kept_output_bytes;  // until the step returns it
         most_bytes = std::max(most_bytes, live_bytes);
       } else if (action.kind != PipelineActionKind::backward_input) {
-        live_bytes -= stage_held_bytes[stage];
+        live_bytes -= held_bytes[stage];
         if (backwards[stage]++ == 0) live_bytes += gradient_bytes;
         most_bytes = std::max(most_bytes, live_bytes);
         if (backwards[stage] == micro_batches) live_bytes -= gradient_bytes + gathered_bytes;
       }
     }
-    fullest_bytes.push_back(most_bytes + (states ? states->rank_states_bytes[rank] : 0));
+    fullest_bytes.push_back(most_bytes + persistent_bytes + (states ? states->rank_states_bytes[rank] : 0));
   }
   return fullest_bytes;
 }

@@ -69,6 +69,23 @@ void check_split_backward(const PipelineLayout& layout, const TrainingConfig& tr
 
 }  // namespace
 
+PipelineBufferBytes pipeline_buffer_bytes(const ModelSpec& model, const TrainingConfig& rank_training,
+                                          int tensor_parallel) {
+  // Note [Pipeline programs]: one TP rank's boundary is its sequence shard under sequence parallelism.
+  const bool sequence_parallel = tensor_parallel > 1 && pytorch_tensor_parallel(tensor_parallel).sequence_parallel;
+  const int sequence_shards = sequence_parallel ? tensor_parallel : 1;
+  const std::int64_t rows = (rank_training.seq_len + sequence_shards - 1) / sequence_shards;
+  const std::int64_t element_bytes = rank_training.precision.param_compute_bytes;
+  PipelineBufferBytes bytes;
+  bytes.boundary_bytes = rank_training.micro_batch * rows * model.hidden_size * element_bytes;
+  // Note [Pipeline buffers]: the logits, every token's row of one TP rank's vocabulary shard (loss parallel: the head's
+  // output stays sharded on the vocabulary) in the compute dtype (torchtitan's Transformer.forward returns
+  // self.output(h) as is).
+  const std::int64_t vocabulary_shard = (model.vocab_size + tensor_parallel - 1) / tensor_parallel;
+  bytes.output_bytes = rank_training.micro_batch * rank_training.seq_len * vocabulary_shard * element_bytes;
+  return bytes;
+}
+
 std::string pipeline_tie(const ModelSpec& model) {
   for (const LayerSpec& layer : model.layers) {
     if (layer.tied_to_layer && *layer.tied_to_layer < model.layers.size()) {
@@ -192,23 +209,11 @@ PipelineSchedule lower_pipeline(const Plan& plan, const ModelSpec& model, const 
     const bool rings = plan.context_parallel.enabled();
     const Plan rank_plan = rings ? context_parallel_rank_plan(held.plan) : held.plan;
     const std::vector<std::size_t>& stage_starts = held.stage_starts;
-    // Note [Pipeline programs]: one TP rank's boundary is its sequence shard under sequence parallelism.
-    const bool sequence_parallel =
-        tensor_parallel > 1 && pytorch_tensor_parallel(tensor_parallel).sequence_parallel;
-    const int sequence_shards = sequence_parallel ? tensor_parallel : 1;
-    const std::int64_t rows = (rank_plan.training.seq_len + sequence_shards - 1) / sequence_shards;
-    const std::int64_t boundary_bytes =
-        plan.training.micro_batch * rows * model.hidden_size * plan.training.precision.param_compute_bytes;
-    // Note [Pipeline buffers]: the last stage's output per micro-batch is the logits, every token's row of one TP
-    // rank's vocabulary shard (loss parallel: the head's output stays sharded on the vocabulary) in the compute dtype
-    // (torchtitan's Transformer.forward returns self.output(h) as is); none where the model has no vocabulary.
-    const std::int64_t vocabulary_shard = (model.vocab_size + tensor_parallel - 1) / tensor_parallel;
-    const std::int64_t output_bytes = plan.training.micro_batch * rank_plan.training.seq_len * vocabulary_shard *
-                                      plan.training.precision.param_compute_bytes;
+    const PipelineBufferBytes buffers = pipeline_buffer_bytes(model, rank_plan.training, tensor_parallel);
     lowering_internal::Lowerer lowerer(rank_plan, rank_model, options, stage_starts);
     if (rings) lowerer.set_ring({plan.context_parallel.degree, plan.training.seq_len});
     StepSchedule program = lowerer.run_actions(pipeline.order.by_rank[static_cast<std::size_t>(rank)], spans,
-                                               boundary_bytes, output_bytes);
+                                               buffers.boundary_bytes, buffers.output_bytes);
     lowering_internal::finish_lowering(program, rank_plan, rank_model, options.flatten_memory_effects);
     program.parallel = layout.dims;
     pipeline.programs.push_back(std::move(program));

@@ -53,8 +53,22 @@ namespace shardplan {
 //    tensors stay, not their graphs): allocated by the head's forward, released by a zero-time wait of the head's
 //    layer after the rank's last pass. torch before pytorch/pytorch#153383 (2025-05) kept every stage's outputs so;
 //    the model keeps the last stage's, which every version does (a non-last stage's are one boundary tensor each).
+// pipeline_buffer_bytes gives the two tensors' sizes, which the lowering and the pipeline grid's memory floor share.
 // A send is placed when its stage's pass has run and takes its link's time; NCCL's pairing with the receiver's
 // posting is not modelled (the receiver posts its recv before it is needed in these orders).
+// Note [Pipeline buffers]: the tensors one micro-batch passes between stages and the last stage keeps, for a pipeline
+// rank whose plan trains `rank_training` (under context parallelism the CP rank's share of each sequence).
+struct PipelineBufferBytes {
+  // One boundary tensor: the micro-batch's rows of hidden states (one TP rank's sequence shard under sequence
+  // parallelism, Note [Pipeline programs]) in the compute dtype.
+  std::int64_t boundary_bytes = 0;
+  // The last stage's output: every token's row of one TP rank's vocabulary shard (loss parallel) in the compute dtype;
+  // 0 where the model has no vocabulary.
+  std::int64_t output_bytes = 0;
+};
+PipelineBufferBytes pipeline_buffer_bytes(const ModelSpec& model, const TrainingConfig& rank_training,
+                                          int tensor_parallel);
+
 struct PipelineSchedule {
   PipelineOrder order;
   std::vector<LayerRange> stage_layers;  // per global stage, in the model's layer numbering

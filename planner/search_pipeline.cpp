@@ -224,10 +224,14 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
                                                                       view.cluster.gpus_per_node))
                            .first;
             }
+            // Note [Pipeline buffers]: the pipeline's own tensors of each micro-batch, as the lowering sizes them.
+            TrainingConfig rank_training = ep_share;
+            rank_training.micro_batch = knobs.micro_batch;
+            const PipelineBufferBytes buffers = pipeline_buffer_bytes(model, rank_training, tensor_parallel);
             std::vector<std::int64_t> rank_bytes;
             try {
               rank_bytes = pipeline_live_floor_bytes(stages.held_bytes, &states->second, degree, schedule,
-                                                     point.micro_batches);
+                                                     point.micro_batches, &buffers);
             } catch (const InputError& error) {
               result.refuse(error.what());  // an order torch refuses for this micro-batch count
               continue;

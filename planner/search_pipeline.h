@@ -71,8 +71,14 @@ namespace shardplan {
 // gathered parameters of the stages it has run (kept from the first forward, as Note [Pipeline programs] lowers FSDP
 // under PP) and the full-size gradients of those it has run backward (a split backward's weight part: its input part
 // keeps the activations and writes no gradient) — plus the model states of its layers as one flat unit over the stage's
-// data-parallel ranks (states_floor_layout, as Searcher::can_fit). Each is a floor of what the lowering allocates (one
-// flat unit pads no more than per-block units); a candidate with a rank over the usable bytes is not simulated.
+// data-parallel ranks (states_floor_layout, as Searcher::can_fit), and torch.distributed.pipelining's own buffers as
+// the lowering sizes them (Note [Pipeline buffers] in pipeline_schedule.h, pipeline_buffer_bytes): every
+// micro-batch's receive buffers, each stage output in the forward cache until its backward, and the last stage's
+// every output until the step ends. Each is a floor of what the lowering allocates (one flat unit pads no more than
+// per-block units); a candidate with a rank over the usable bytes is not simulated. The buffers grow with the
+// micro-batches: llama3.1-405b at 131,072 tokens on 512 H100s simulated 16 CP points of 128-512 micro-batches whose
+// floors were 40-75 GiB and whose peaks 208-753 GiB (5.1 of the plan's 6.5 s); with the buffers none is simulated
+// (1.2 s, the same "no plan fits").
 struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
   std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)
@@ -172,9 +178,11 @@ PipelineStatesFloor pipeline_states_floor(const ModelSpec& view_model, const Tra
 
 // Note [Pipeline floor]: per pipeline rank, the most bytes live at once for stages holding `stage_held_bytes` of
 // activations per micro-batch (pp × stages per rank of them, round robin), walking `schedule`'s order, with `states`
-// (none: activations only); InputError where the order refuses the shape.
+// and torch.distributed.pipelining's `buffers` (Note [Pipeline buffers] in pipeline_schedule.h; none: activations
+// only); InputError where the order refuses the shape.
 std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
                                                     const PipelineStatesFloor* states, int pipeline_degree,
-                                                    PipelineScheduleKind schedule, int micro_batches);
+                                                    PipelineScheduleKind schedule, int micro_batches,
+                                                    const PipelineBufferBytes* buffers = nullptr);
 
 }  // namespace shardplan

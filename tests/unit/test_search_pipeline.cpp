@@ -92,6 +92,12 @@ TEST_CASE("pipeline floor: the busiest rank's work, the last rank's wait, the fu
   // F2.
   // The first bound alone for its step (the busiest rank: 8 x 4).
   CHECK(pipeline_live_floor_bytes({10, 20}, &states, 2, Kind::interleaved_zero_bubble, 4).at(1) == 190 + 7);
+  // torch.distributed.pipelining's buffers (Note [Pipeline buffers]): a boundary tensor of 3 and a last-stage output
+  // of 5 per micro-batch. Rank 0 (first stage) keeps each output in its forward cache (10 + 3 = 13 per micro-batch
+  // in flight, 2 of them: 26) and 4 gradient receive buffers (12); rank 1 (last stage) holds 20 − 3 (its input is a
+  // receive buffer) and keeps every output: after F3, 4 x 5 + 17 = 37, beside its 4 input receive buffers (12).
+  const PipelineBufferBytes buffers{3, 5};
+  CHECK(pipeline_live_floor_bytes({10, 20}, nullptr, 2, Kind::one_f_one_b, 4, &buffers) == Bytes{26 + 12, 37 + 12});
   CHECK(pipeline_step_floor_s({1, 2, 3, 4}, 4, 8, true) == doctest::Approx(32.0));
   // The order replayed: stages (forward, backward) of (1, 1), (3, 3), (1, 1) s on pp 3 under 1F1B, 2 micro-batches.
   // Rank 0 runs F0 F0 at 0-1, 1-2; rank 1 F1 F1 at 1-4, 4-7; rank 2 F2 at 4-5, B2 5-6, F2 7-8 (after rank 1's second
@@ -160,11 +166,20 @@ TEST_CASE("pipeline floor: never above the simulated step of the plans it prunes
                                   setup.cluster.world_size() / degree, setup.cluster.gpus_per_node);
         const std::vector<std::int64_t> live_bytes =
             pipeline_live_floor_bytes(stage_held_bytes, &states, degree, schedule, plan.grad_accumulation_steps);
+        // With torch.distributed.pipelining's buffers (Note [Pipeline buffers]): higher, still never above.
+        TrainingConfig rank_training = training;
+        rank_training.micro_batch = knobs.micro_batch;
+        const PipelineBufferBytes buffers = pipeline_buffer_bytes(setup.model, rank_training, 1);
+        const std::vector<std::int64_t> buffered_bytes = pipeline_live_floor_bytes(
+            stage_held_bytes, &states, degree, schedule, plan.grad_accumulation_steps, &buffers);
         REQUIRE(live_bytes.size() == analysis.simulation.ranks.size());
         for (std::size_t rank = 0; rank < live_bytes.size(); ++rank) {
           CHECK(states.rank_states_bytes[rank] > 0);
           CHECK(live_bytes[rank] > states.rank_states_bytes[rank]);
           CHECK(setup.profile.context_overhead_bytes + live_bytes[rank] <=
+                analysis.simulation.ranks[rank].device_peak_bytes);
+          CHECK(buffered_bytes[rank] > live_bytes[rank]);
+          CHECK(setup.profile.context_overhead_bytes + buffered_bytes[rank] <=
                 analysis.simulation.ranks[rank].device_peak_bytes);
           // A bound worth its name: within a third of the simulated peak.
           CHECK(setup.profile.context_overhead_bytes + live_bytes[rank] >
@@ -294,6 +309,22 @@ TEST_CASE("pipeline floor under context parallelism: the CP rank's ring in it, n
       // Each rank stretched by its ring sends: above its compute alone (the busiest rank's, the bound a split
       // backward takes), below the simulated step.
       const StageFloors ring_stages = stage_floors(ring.floors, plan.pipeline.stages);
+      // Memory with the pipeline's own buffers of the CP rank's rows (Note [Pipeline buffers]): never above a rank's
+      // simulated device peak.
+      TrainingConfig rank_training = share;
+      rank_training.micro_batch = knobs.micro_batch;
+      const PipelineBufferBytes buffers = pipeline_buffer_bytes(setup.model, rank_training, 1);
+      const PipelineStatesFloor states = pipeline_states_floor(
+          setup.model, share, knobs.strategy, plan.pipeline, setup.cluster.world_size() / degree,
+          setup.cluster.gpus_per_node);
+      const std::vector<std::int64_t> live_bytes =
+          pipeline_live_floor_bytes(ring_stages.held_bytes, &states, degree, PipelineScheduleKind::one_f_one_b,
+                                    plan.grad_accumulation_steps, &buffers);
+      REQUIRE(live_bytes.size() == analysis.simulation.ranks.size());
+      for (std::size_t rank = 0; rank < live_bytes.size(); ++rank) {
+        CHECK(setup.profile.context_overhead_bytes + live_bytes[rank] <=
+              analysis.simulation.ranks[rank].device_peak_bytes);
+      }
       const double stretch_s = pipeline_stretch_floor_s(ring_stages, degree, plan.grad_accumulation_steps,
                                                         least_overlap_compute_slowdown(setup.profile));
       MESSAGE("cp " << context_parallel << " AC " << std::string(ac) << ": replayed " << replay_s
