@@ -87,10 +87,6 @@ const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
 const Searcher::StepFloors& Searcher::step_floors(const KnobSetting& knobs) {
   const auto [known, inserted] = step_floors_.try_emplace(knobs.label());
   if (inserted) {
-    // Note [Communication floor]: its collectives depend on the strategy, offload and micro-batch only.
-    KnobSetting collectives_key = knobs;
-    collectives_key.ac = "none";
-    collectives_key.ac_given = false;
     const CommunicationFloor& communication = communication_floor_of(knobs);
     // Note [Regather floor]: what a fitting plan's kept units can hold where backward starts.
     const SettingFloors& setting = floors(knobs);
