@@ -31,10 +31,11 @@ struct SweepJob {
 // [Context-parallel search] tries (search_context_parallel.h: sequences of 16,384 tokens or more), or the pipeline
 // grid's (Note [Pipeline search] in search_pipeline.h) at cp 1 and those degrees where one fits and is faster, pruned
 // by FSDP's best as there — and the grid alone where no FSDP plan of any TP degree takes a fixed global batch (Note
-// [Degrees a batch rules out] in search_2d.cpp: 256 sequences do not split over 4096 GPUs, pp 4 x TP 8 takes them). The grid runs with the sweep's pins, headroom and floors, and not where
-// `plan` leaves it out for the model or training (pipeline_model_conflict). Weak scaling (one micro-batch per GPU)
-// rarely gives it a point: FSDP's full shard already spreads the states over every GPU, and the grid adds a bubble;
-// a fixed batch of many micro-batches or at many GPUs is where it answers.
+// [Degrees a batch rules out] in search_2d.cpp: 256 sequences do not split over 4096 GPUs, pp 4 x TP 8 takes them).
+// The grid runs with the sweep's pins, headroom and floors, and not where `plan` leaves it out for the model or
+// training (pipeline_model_conflict). Weak scaling (one micro-batch per GPU) rarely gives it a point: FSDP's full
+// shard already spreads the states over every GPU, and the grid adds a bubble; a fixed batch of many micro-batches
+// or at many GPUs is where it answers.
 PipelineSearchResult pipeline_point_search(const ModelSpec& model, const Cluster& cluster,
                                            const HardwareProfile& profile, const TrainingConfig& training,
                                            const SearchOptions& search_options,
