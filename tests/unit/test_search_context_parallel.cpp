@@ -1,6 +1,7 @@
 // Tests of the search over context parallelism (Note [Context-parallel search], [Context-parallel floors] in
 // planner/search_context_parallel.cpp): the CP rank's floors below every CP plan's simulated step and peak, above the
-// share's, and the degree search finding a faster plan once the settings that cannot win are proven away.
+// share's, the degree search finding a faster plan once the settings that cannot win are proven away, and a pinned
+// degree searched again where the share's best overflows with its ring (Note [Fixed context parallel degree]).
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -9,6 +10,7 @@
 #include "cluster.h"
 #include "communication_floor.h"
 #include "context_parallel_lowering.h"
+#include "memory_headroom.h"
 #include "model_presets.h"
 #include "search_context_parallel.h"
 #include "setting_floor_cache.h"
@@ -98,4 +100,30 @@ TEST_CASE("context-parallel search: settings proven away by their ring floors le
   const SimulationSummary again =
       analyze_step(setup.model, setup.cluster, setup.profile, searched.best.plan, false).simulation.summary;
   CHECK(again.step_time_s == doctest::Approx(searched.best.summary.step_time_s).epsilon(1e-12));
+}
+
+TEST_CASE("a pinned context-parallel degree: where the share's best overflows with its ring, searched again") {
+  // cp 4 pinned: the share's best plan (TP 4, hybrid_shard:2, AC 25 %) is over the cap once its ring's buffers are
+  // added (Note [Fixed context parallel degree]); searched again under a cap that leaves that much room, a CP 4 plan
+  // that fits is the answer (before: "no plan fits").
+  const Setup setup;
+  SearchOptions options;
+  options.tensor_parallel_degrees = {1, 2, 4, 8};
+  options.memory_headroom_fraction = 0.03;
+  ContextParallelOutcome outcome;
+  const SearchResult result =
+      search_with_context_parallel(setup.model, setup.cluster, setup.profile, setup.training, options, 4, outcome);
+  CHECK(outcome.pinned);
+  CHECK(outcome.degree == 4);
+  REQUIRE(result.feasible);
+  CHECK(result.best.plan.context_parallel.degree == 4);
+  CHECK(result.best.knobs.rfind("CP 4, ", 0) == 0);
+  // The cap and headroom said are the user's, and the plan fits them simulated with its ring.
+  CHECK(result.memory_cap_bytes == setup.cluster.gpu.memory_bytes);
+  const SimulationSummary again =
+      analyze_step(setup.model, setup.cluster, setup.profile, result.best.plan, false).simulation.summary;
+  CHECK(again.step_time_s == doctest::Approx(result.best.summary.step_time_s).epsilon(1e-12));
+  CHECK(fits_in_memory(again, result.usable_memory_bytes()));
+  CHECK(result.usable_memory_bytes() ==
+        MemoryHeadroom{setup.cluster.gpu.memory_bytes, 0.03}.usable_bytes());
 }
