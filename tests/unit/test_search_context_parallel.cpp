@@ -13,6 +13,7 @@
 #include "memory_headroom.h"
 #include "model_presets.h"
 #include "search_context_parallel.h"
+#include "search_fixtures.h"
 #include "setting_floor_cache.h"
 #include "step_analysis.h"
 
@@ -20,15 +21,9 @@ using namespace shardplan;
 
 namespace {
 
-struct Setup {
-  ModelSpec model = preset_model("llama3.1-8b");
-  Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
-  HardwareProfile profile = profile_from_cluster(cluster);
-  TrainingConfig training;
-  Setup() {
-    training.seq_len = 131072;
-    training.global_batch = 16;  // one sequence per GPU at cp 1 (Note [Equal global batch])
-  }
+// llama3.1-8b at 131,072 tokens on 16 H100s, one sequence per GPU at cp 1 (Note [Equal global batch]).
+struct Setup : testing::SearchCase {
+  Setup() : SearchCase("llama3.1-8b", "2x8xH100-80GB", 131072) { training.global_batch = 16; }
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "communication_floor.h"
 #include "context_parallel_lowering.h"
 #include "model_presets.h"
+#include "search_fixtures.h"
 #include "search_pipeline.h"
 #include "step_analysis.h"
 
@@ -19,12 +20,8 @@ using namespace shardplan;
 
 namespace {
 
-struct Setup {
-  ModelSpec model = preset_model("llama3-8b");
-  Cluster cluster = parse_cluster("2x8xH100-80GB", HardwareCatalog::builtin());
-  HardwareProfile profile = profile_from_cluster(cluster);
-  TrainingConfig training;
-  Setup() { training.seq_len = 2048; }
+struct Setup : testing::SearchCase {
+  Setup() : SearchCase("llama3-8b", "2x8xH100-80GB", 2048) {}
   PipelineSearchOptions options(std::vector<int> degrees, std::size_t threads = 1) const {
     PipelineSearchOptions searched;
     searched.pipeline_degrees = std::move(degrees);
