@@ -1,5 +1,7 @@
-// Pipeline stage partitions: which consecutive blocks each pipeline stage runs — torchtitan's default split, and the
-// split that minimises the slowest stage's time under per-stage memory limits (what the pipeline search uses).
+// Pipeline stage partitions: which consecutive blocks each pipeline stage runs — torchtitan's default split (what the
+// pipeline search and default_pipeline use), and the split that minimises the slowest stage's time under per-stage
+// memory limits (balanced_stage_partition: tested, not yet searched; torchtitan could run it through [parallelism]
+// module_fqns_per_model_part).
 #pragma once
 
 #include <cstdint>
