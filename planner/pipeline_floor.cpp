@@ -107,13 +107,14 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
   // (a non-first stage's for its input, a non-last stage's for its output's gradient); the input lives in its buffer,
   // so a non-first stage's first layer keeps up to one boundary tensor less of its own (the lowering takes the
   // buffer's bytes off that layer's kept activations: taking the whole tensor off keeps this a floor); a non-last
-  // stage's output stays in its forward cache until the micro-batch's backward; the last stage keeps every
-  // micro-batch's output until the step ends.
+  // stage's output stays in its forward cache until the micro-batch's backward (a split backward's input part lets it
+  // go); the last stage keeps every micro-batch's output until the step ends.
   const std::int64_t boundary_bytes = buffers ? buffers->boundary_bytes : 0;
-  std::vector<std::int64_t> held_bytes = stage_held_bytes, receive_bytes(stages, 0);
+  std::vector<std::int64_t> held_bytes = stage_held_bytes, cached_bytes(stages, 0), receive_bytes(stages, 0);
   for (std::size_t stage = 0; stage < stages; ++stage) {
     const bool first = stage == 0, last = stage + 1 == stages;
-    held_bytes[stage] += (last ? 0 : boundary_bytes) - (first ? 0 : boundary_bytes);
+    if (!first) held_bytes[stage] -= boundary_bytes;
+    if (!last) cached_bytes[stage] = boundary_bytes;
     receive_bytes[stage] = static_cast<std::int64_t>((first ? 0 : 1) + (last ? 0 : 1)) * micro_batches * boundary_bytes;
   }
   const std::int64_t kept_output_bytes = buffers ? buffers->output_bytes : 0;
@@ -134,10 +135,13 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
       const std::int64_t gradient_bytes = states ? states->stage_gradient_bytes[stage] : 0;
       if (action.kind == PipelineActionKind::forward) {
         if (forwards[stage]++ == 0) live_bytes += gathered_bytes;
-        live_bytes += held_bytes[stage];
+        live_bytes += held_bytes[stage] + cached_bytes[stage];
         if (stage + 1 == stages) live_bytes += kept_output_bytes;  // until the step returns it
         most_bytes = std::max(most_bytes, live_bytes);
-      } else if (action.kind != PipelineActionKind::backward_input) {
+        continue;
+      }
+      if (action.kind != PipelineActionKind::backward_weight) live_bytes -= cached_bytes[stage];
+      if (action.kind != PipelineActionKind::backward_input) {
         live_bytes -= held_bytes[stage];
         if (backwards[stage]++ == 0) live_bytes += gradient_bytes;
         most_bytes = std::max(most_bytes, live_bytes);
