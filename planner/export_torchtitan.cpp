@@ -1,5 +1,6 @@
 // The torchtitan export: the plan as torchtitan's job-config TOML, or the one-line reason torchtitan cannot run it.
 #include "export_torchtitan.h"
+#include "export_torchtitan_stages.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -40,12 +41,14 @@ namespace shardplan {
 // pipeline_llm (torchtitan/distributed/pipeline_parallel.py) counts ceil((blocks + 2) / layers_per_stage) stages
 // when pipeline_parallel_layers_per_stage is set, else 1 per rank for GPipe and 1F1B and 2 for the looped schedules,
 // and splits the blocks by generate_llm_fqn_per_model_part with the embedding and head weighing one block each —
-// the split default_pipeline gives. So a plan is written with the layers_per_stage that gives its stage count, or
-// without it where torchtitan's default count is the plan's; any other split or count is refused (the export does
-// not write module_fqns_per_model_part). Under a pipeline torchtitan's "default" fsdp_reshard_after_forward keeps
-// blocks gathered (apply_fsdp: `not pp_enabled`) — what the pipeline lowering simulates (Note [Pipeline programs]:
-// each unit gathered from its stage's first forward to its last backward) — so a pipeline plan is written "default":
-// "always" would run all-gathers and memory the simulated step does not have.
+// the split default_pipeline gives. So a plan with that split is written with the layers_per_stage that gives its
+// stage count, or without it where torchtitan's default count is the plan's; any other split or count (the search's
+// balanced split, Note [Balanced stage split] in stage_balance.h) as [parallelism] module_fqns_per_model_part, the
+// modules of each stage by name (tok_embeddings, layers.<i>, norm, output), which pipeline_module_split builds the
+// stages from whatever the schedule, num_stages being the lists' count. Under a pipeline torchtitan's "default"
+// fsdp_reshard_after_forward keeps blocks gathered (apply_fsdp: `not pp_enabled`) — what the pipeline lowering
+// simulates (Note [Pipeline programs]: each unit gathered from its stage's first forward to its last backward) — so a
+// pipeline plan is written "default": "always" would run all-gathers and memory the simulated step does not have.
 
 namespace {
 
@@ -193,33 +196,6 @@ TorchtitanCheckpointing torchtitan_checkpointing(const Plan& plan, const ModelSp
   return {"selective", std::to_string(every)};
 }
 
-// [parallelism] pipeline_parallel_layers_per_stage for the plan's stages (Note [Exported pipeline]); 0: left out.
-int torchtitan_layers_per_stage(const Plan& plan, const ModelSpec& model) {
-  const PipelinePolicy& pipeline = plan.pipeline;
-  const bool single_stage = pipeline.schedule == PipelineScheduleKind::gpipe ||
-                            pipeline.schedule == PipelineScheduleKind::one_f_one_b;
-  const std::string schedule = to_string(pipeline.schedule);
-  if (single_stage != (pipeline.stages_per_rank == 1)) {
-    refuse("pipeline schedule " + schedule + " with " + std::to_string(pipeline.stages_per_rank) +
-           " stages per rank, but torchtitan runs GPipe and 1F1B with 1 stage per rank and the looped schedules "
-           "with 2 or more (pipeline_parallel_layers_per_stage)");
-  }
-  const int stages = pipeline.degree * pipeline.stages_per_rank;
-  if (default_pipeline(model, pipeline.degree, pipeline.schedule, pipeline.stages_per_rank).stages !=
-      pipeline.stages) {
-    refuse("the plan's " + std::to_string(stages) + " pipeline stages split the blocks unlike torchtitan's "
-           "generate_llm_fqn_per_model_part, the only split pipeline_parallel_layers_per_stage can say");
-  }
-  // The embedding and head weigh one block each (pipeline_parallel_first/last_stage_less_layers, default 1).
-  const int effective = static_cast<int>(block_layers(model).size()) + 2;
-  const int per_stage = (effective + stages - 1) / stages;
-  if ((effective + per_stage - 1) / per_stage == stages) return per_stage;
-  if (pipeline.stages_per_rank == (single_stage ? 1 : 2)) return 0;  // torchtitan's default count
-  refuse("no pipeline_parallel_layers_per_stage gives " + std::to_string(stages) + " stages of " +
-         std::to_string(effective - 2) + " blocks (torchtitan counts ceil((blocks + 2) / layers_per_stage)), and " +
-         std::to_string(pipeline.stages_per_rank) + " stages per rank is not " + schedule + "'s default");
-}
-
 }  // namespace
 
 TorchtitanModel torchtitan_model(const std::string& preset) {
@@ -330,7 +306,7 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
   // Note [Exported pipeline]: "default" keeps a pipeline plan's blocks gathered, as simulated.
   const std::string reshard = reshard_policy(plan, reshards_after_forward(plan.units.front().strategy.kind));
   const bool pipelined = plan.pipeline.enabled();
-  const int layers_per_stage = pipelined ? torchtitan_layers_per_stage(plan, model) : 0;
+  const TorchtitanStages stages = pipelined ? torchtitan_stages(plan, model) : TorchtitanStages{};
   if (plan.offload.optimizer && !plan.offload.params) {
     refuse("the plan offloads optimizer states alone, but torchtitan's enable_cpu_offload offloads parameters, "
            "gradients and optimizer states together (expected --export deepspeed)");
@@ -356,8 +332,10 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
        << "# [norm, output] as units of their own, which the plan keeps in its root unit.\n"
        << "# [training] steps is not part of a plan (torchtitan's default, 10000, applies): set it for the run.\n";
   if (pipelined) {
-    toml << "# Pipeline: " << plan.pipeline.stages.size()
-         << " stages split as torchtitan's generate_llm_fqn_per_model_part does, " << plan.grad_accumulation_steps << " micro-batches per step.\n";
+    toml << "# Pipeline: " << plan.pipeline.stages.size() << " stages split "
+         << (stages.module_fqns.empty() ? "as torchtitan's generate_llm_fqn_per_model_part does"
+                                        : "as planned (module_fqns_per_model_part)")
+         << ", " << plan.grad_accumulation_steps << " micro-batches per step.\n";
   }
   toml << "\n";
   toml << "[job]\n"
@@ -391,7 +369,18 @@ ExportedFile export_torchtitan(const Plan& plan, const ModelSpec& model, int wor
        << "pipeline_parallel_degree = " << degrees.pp() << "\n"
        << "pipeline_parallel_schedule = " << toml_string(to_string(plan.pipeline.schedule)) << "\n";
   if (pipelined) toml << "pipeline_parallel_microbatch_size = " << plan.training.micro_batch << "\n";
-  if (layers_per_stage > 0) toml << "pipeline_parallel_layers_per_stage = " << layers_per_stage << "\n";
+  if (stages.layers_per_stage > 0) {
+    toml << "pipeline_parallel_layers_per_stage = " << stages.layers_per_stage << "\n";
+  }
+  if (!stages.module_fqns.empty()) {
+    toml << "module_fqns_per_model_part = [\n";
+    for (const std::vector<std::string>& stage : stages.module_fqns) {
+      toml << "  [";
+      for (std::size_t at = 0; at < stage.size(); ++at) toml << (at == 0 ? "" : ", ") << toml_string(stage[at]);
+      toml << "],\n";
+    }
+    toml << "]\n";
+  }
   toml << "context_parallel_degree = " << degrees.cp() << "\n"
        << "expert_parallel_degree = " << degrees.ep() << "\n\n";
   toml << "[activation_checkpoint]\n"

@@ -13,6 +13,8 @@
 #include "errors.h"
 #include "indexed_pool.h"
 #include "setting_floor_cache.h"
+#include "stage_balance.h"
+#include "stage_partition.h"
 
 namespace shardplan {
 
@@ -42,6 +44,7 @@ struct PipelinePoint {
   int micro_batches = 1;
   double floor_s = 0;
   std::int64_t memory_floor_bytes = 0;  // Note [Pipeline floor]: the fullest rank's
+  std::vector<int> balanced_blocks;     // Note [Balanced stage split]: its blocks per stage; empty: torchtitan's
 };
 
 // The schedules searched: the pinned one, or 1F1B, interleaved 1F1B (torchtitan's default and its interleaved choice
@@ -75,6 +78,13 @@ std::vector<KnobSetting> pattern_settings(const Cluster& view_cluster, const Tra
 std::string describe_point(const PipelinePoint& point) {
   std::string text = "pp " + std::to_string(point.degree) + ", " + to_string(point.schedule);
   if (point.stages_per_rank > 1) text += " x " + std::to_string(point.stages_per_rank) + " stages per rank";
+  if (!point.balanced_blocks.empty()) {
+    text += ", balanced split";
+    for (std::size_t stage = 0; stage < point.balanced_blocks.size(); ++stage) {
+      text += (stage == 0 ? " " : "/") + std::to_string(point.balanced_blocks[stage]);
+    }
+    text += " blocks";
+  }
   if (point.context_parallel > 1) text += ", CP " + std::to_string(point.context_parallel);
   if (point.expert_parallel > 1) text += ", EP " + std::to_string(point.expert_parallel);
   text += ", TP " + std::to_string(point.tensor_parallel) + ", " + point.knobs.label() + ", " +
@@ -184,7 +194,7 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
             }
             ++result.candidates;
             PipelinePoint point{context_parallel, tensor_parallel, expert_parallel, degree, schedule, stages_per_rank,
-                                knobs, {}, 1, 0.0};
+                                knobs, {}, 1, 0.0, 0, {}};
             const std::int64_t ranks_per_stage = static_cast<std::int64_t>(tensor_parallel) * degree;
             if (world % (ranks_per_stage * context_parallel) != 0) {
               result.refuse("pp " + std::to_string(degree) + " x TP " + std::to_string(tensor_parallel) + " x cp " +
@@ -207,47 +217,77 @@ void add_grid_points(int context_parallel, const TrainingConfig& share, const Mo
               result.refuse(error.what());  // too few blocks for the stages
               continue;
             }
-            const StageFloors stages = stage_floors(floors, point.policy.stages);
-            point.floor_s = pipeline_step_floor_s(stages.compute_s, degree, point.micro_batches,
-                                                  schedule == PipelineScheduleKind::interleaved_zero_bubble);
-            // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
-            const KnobSetting strategy_only{knobs.strategy, "", 0, false};
-            const std::string states_key = std::to_string(context_parallel) + "/" + std::to_string(tensor_parallel) +
-                                           "/" + std::to_string(expert_parallel) + "/" + std::to_string(degree) + "/" +
-                                           std::to_string(stages_per_rank) + "/" + strategy_only.label();
-            auto states = states_floors.find(states_key);
-            if (states == states_floors.end()) {
-              const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
-              states = states_floors
-                           .emplace(states_key, pipeline_states_floor(view.model, ep_share, knobs.strategy,
-                                                                      point.policy, data_parallel_ranks,
-                                                                      view.cluster.gpus_per_node))
-                           .first;
-            }
-            // Note [Pipeline buffers]: the pipeline's own tensors of each micro-batch, as the lowering sizes them.
-            TrainingConfig rank_training = ep_share;
-            rank_training.micro_batch = knobs.micro_batch;
-            const PipelineBufferBytes buffers = pipeline_buffer_bytes(model, rank_training, tensor_parallel);
-            std::vector<std::int64_t> rank_bytes;
+            const bool split_backward = schedule == PipelineScheduleKind::interleaved_zero_bubble;
+            // Admits a point whose floors leave room; false where its memory floor or its order rules it out.
+            const auto admit = [&](PipelinePoint candidate) {
+              const StageFloors stages = stage_floors(floors, candidate.policy.stages);
+              candidate.floor_s = pipeline_step_floor_s(stages.compute_s, degree, candidate.micro_batches,
+                                                        split_backward);
+              // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or
+              // micro-batch).
+              const KnobSetting strategy_only{knobs.strategy, "", 0, false};
+              std::string states_key = std::to_string(context_parallel) + "/" + std::to_string(tensor_parallel) + "/" +
+                                       std::to_string(expert_parallel) + "/" + std::to_string(degree) + "/" +
+                                       std::to_string(stages_per_rank) + "/" + strategy_only.label();
+              for (const LayerRange& stage : candidate.policy.stages) states_key += "/" + std::to_string(stage.end);
+              auto states = states_floors.find(states_key);
+              if (states == states_floors.end()) {
+                const int data_parallel_ranks = static_cast<int>(world / ranks_per_stage);
+                states = states_floors
+                             .emplace(states_key, pipeline_states_floor(view.model, ep_share, knobs.strategy,
+                                                                        candidate.policy, data_parallel_ranks,
+                                                                        view.cluster.gpus_per_node))
+                             .first;
+              }
+              // Note [Pipeline buffers]: the pipeline's own tensors of each micro-batch, as the lowering sizes them.
+              TrainingConfig rank_training = ep_share;
+              rank_training.micro_batch = knobs.micro_batch;
+              const PipelineBufferBytes buffers = pipeline_buffer_bytes(model, rank_training, tensor_parallel);
+              std::vector<std::int64_t> rank_bytes;
+              try {
+                rank_bytes = pipeline_live_floor_bytes(stages.held_bytes, &states->second, degree, schedule,
+                                                       candidate.micro_batches, &buffers);
+              } catch (const InputError& error) {
+                result.refuse(error.what());  // an order torch refuses for this micro-batch count
+                return false;
+              }
+              candidate.memory_floor_bytes =
+                  profile.context_overhead_bytes + *std::max_element(rank_bytes.begin(), rank_bytes.end());
+              if (candidate.memory_floor_bytes > options.usable_bytes) {
+                ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
+                return false;
+              }
+              // Note [Pipeline floor]: the order's bubbles (it was built above without refusal).
+              const PipelineOrder order = pipeline_order(schedule, degree, stages_per_rank, candidate.micro_batches);
+              candidate.floor_s = std::max(candidate.floor_s, pipeline_replay_floor_s(stages, order));
+              candidate.floor_s =
+                  std::max(candidate.floor_s, pipeline_stretch_floor_s(stages, degree, candidate.micro_batches,
+                                                                       least_overlap_compute_slowdown(profile)));
+              points.push_back(std::move(candidate));
+              return true;
+            };
+            PipelinePoint other = point;
+            // Note [Balanced stage split]: a second split beside torchtitan's where that one's memory floor leaves
+            // room (memory is not what the split balances) and a perfectly balanced pipeline, M · ΣC / pp, would
+            // be faster than the best plan known.
+            if (!admit(std::move(point))) continue;
+            double step_compute_s = 0;
+            for (const double layer_s : floors.layer_compute_s) step_compute_s += layer_s;
+            if (step_compute_s * other.micro_batches / degree >= options.known_step_s) continue;
+            std::vector<int> balanced;
             try {
-              rank_bytes = pipeline_live_floor_bytes(stages.held_bytes, &states->second, degree, schedule,
-                                                     point.micro_batches, &buffers);
-            } catch (const InputError& error) {
-              result.refuse(error.what());  // an order torch refuses for this micro-batch count
-              continue;
+              const PipelineOrder order = pipeline_order(schedule, degree, stages_per_rank, other.micro_batches);
+              const std::vector<int> torchtitan_blocks = stage_block_counts(model, other.policy.stages);
+              balanced = balanced_stage_blocks(model, {floors.layer_compute_s, floors.layer_forward_s, torchtitan_blocks,
+                                                       degree, other.micro_batches, &order, split_backward});
+            } catch (const InputError&) {
+              continue;  // an order torch refuses (counted with torchtitan's split)
             }
-            point.memory_floor_bytes =
-                profile.context_overhead_bytes + *std::max_element(rank_bytes.begin(), rank_bytes.end());
-            if (point.memory_floor_bytes > options.usable_bytes) {
-              ++result.over_memory_floor;  // Note [Pipeline floor]: no rank of it can fit
-              continue;
-            }
-            // Note [Pipeline floor]: the order's bubbles (it was built above without refusal).
-            const PipelineOrder order = pipeline_order(schedule, degree, stages_per_rank, point.micro_batches);
-            point.floor_s = std::max(point.floor_s, pipeline_replay_floor_s(stages, order));
-            point.floor_s = std::max(point.floor_s, pipeline_stretch_floor_s(stages, degree, point.micro_batches,
-                                                                             least_overlap_compute_slowdown(profile)));
-            points.push_back(std::move(point));
+            if (balanced.empty()) continue;
+            other.policy.stages = stage_layer_ranges(model, balanced, "the balanced stage split");
+            other.balanced_blocks = std::move(balanced);
+            ++result.candidates;
+            admit(std::move(other));
           }
         }
       }

@@ -20,9 +20,10 @@ namespace shardplan {
 // Note [Pipeline search]: torchtitan's layout (torchtitan/distributed/parallel_dims.py: mesh [pp, dp_replicate,
 // dp_shard, cp, tp], pp outermost) — pipeline ranks each hold world / pp GPUs — with its defaults: FSDP full shard
 // over each stage's data-parallel ranks, one unit per block ([parallelism] fsdp over every TransformerBlock), the
-// stage split of default_pipeline, micro-batch 1 unless pinned, and the user's global batch (Note [Equal global
-// batch] in search_2d.cpp: without --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp
-// ranks runs tp × pp micro-batches per step). Searched: pp (powers of two whose ranks divide the world and keep at
+// stage split of default_pipeline (and beside it a balanced split, Note [Balanced stage split] in stage_balance.h),
+// micro-batch 1 unless pinned, and the user's global batch (Note [Equal global batch] in search_2d.cpp: without
+// --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp ranks runs tp × pp micro-batches
+// per step). Searched: pp (powers of two whose ranks divide the world and keep at
 // least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, Interleaved1F1B
 // with 2 stages per rank, and InterleavedZeroBubble with 2, torch's ZB1P, without activation checkpointing only:
 // under checkpointing torch's split backward recomputes each block once per weight group, Note [Split backward

@@ -65,6 +65,18 @@ std::vector<LayerRange> stage_layer_ranges(const ModelSpec& model, const std::ve
   return ranges;
 }
 
+std::vector<int> stage_block_counts(const ModelSpec& model, const std::vector<LayerRange>& stages) {
+  std::vector<int> counts;
+  for (const LayerRange& stage : stages) {
+    int blocks = 0;
+    for (std::size_t layer = stage.begin; layer < stage.end && layer < model.layers.size(); ++layer) {
+      blocks += model.layers[layer].kind == LayerKind::transformer_block ? 1 : 0;
+    }
+    counts.push_back(blocks);
+  }
+  return counts;
+}
+
 StagePartition balanced_stage_partition(const StagePartitionInput& input, int stages) {
   const int blocks = static_cast<int>(input.block_s.size());
   StagePartition result;

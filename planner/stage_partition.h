@@ -1,7 +1,7 @@
-// Pipeline stage partitions: which consecutive blocks each pipeline stage runs — torchtitan's default split (what the
-// pipeline search and default_pipeline use), and the split that minimises the slowest stage's time under per-stage
-// memory limits (balanced_stage_partition: tested, not yet searched; torchtitan could run it through [parallelism]
-// module_fqns_per_model_part).
+// Pipeline stage partitions: which consecutive blocks each pipeline stage runs — torchtitan's default split (what
+// default_pipeline uses), and the split that minimises the slowest stage's time under per-stage memory limits
+// (balanced_stage_partition: the start of the pipeline search's balanced split, Note [Balanced stage split] in
+// stage_balance.h, which the torchtitan export writes as [parallelism] module_fqns_per_model_part).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,9 @@ std::vector<int> torchtitan_stage_blocks(int stages, int blocks, int input_weigh
 // InputError naming `field` when the counts do not add up to the model's blocks or a stage would hold no layer.
 std::vector<LayerRange> stage_layer_ranges(const ModelSpec& model, const std::vector<int>& blocks_per_stage,
                                            const char* field);
+
+// The transformer blocks in each of `stages` (layer ranges of `model`), in order.
+std::vector<int> stage_block_counts(const ModelSpec& model, const std::vector<LayerRange>& stages);
 
 struct StagePartitionInput {
   std::vector<double> block_s;           // each block's forward + backward time per micro-batch

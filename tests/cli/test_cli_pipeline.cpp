@@ -172,6 +172,16 @@ TEST_CASE("`plan --pipeline-parallel 2`: a pipeline plan, as printed in its file
   CHECK(contents.find("pipeline_parallel_schedule = \"" +
                       document.at("plan").at("pipeline").at("schedule").get<std::string>() + "\"") !=
         std::string::npos);
+  // Note [Balanced stage split]: a split other than torchtitan's is written by module name, one list per stage.
+  const bool balanced = text.find("balanced split") != std::string::npos;
+  CHECK((contents.find("module_fqns_per_model_part = [\n") != std::string::npos) == balanced);
+  if (balanced) {
+    std::size_t lists = 0;
+    for (std::size_t at = contents.find("\n  [\""); at != std::string::npos; at = contents.find("\n  [\"", at + 1)) {
+      ++lists;
+    }
+    CHECK(lists == document.at("plan").at("pipeline").at("stages").size());
+  }
 }
 
 TEST_CASE("`plan` without --pipeline-parallel: pipeline plans searched beside FSDP's, or skipped with the reason") {
@@ -285,7 +295,7 @@ TEST_CASE("`plan --pipeline-parallel 2` at 32k tokens without --context-parallel
   REQUIRE(text.exit_status == 0);
   CHECK(text.out.find("context parallel: cp 2, 4, 8 searched beside cp 1 in the pipeline plans' grid") !=
         std::string::npos);
-  CHECK(text.out.find("(pp x schedule x TP x checkpointing x CP)") != std::string::npos);
+  CHECK(text.out.find("(pp x schedule x TP x checkpointing x CP x split)") != std::string::npos);
   std::vector<std::string> with_json = args;
   with_json.push_back("--json");
   const RunResult run = run_shardplan(with_json);

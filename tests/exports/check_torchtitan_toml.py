@@ -138,6 +138,36 @@ def pipeline_problems(document):
     elif per_stage is not None:
         problems.append(f"[parallelism] pipeline_parallel_layers_per_stage = {per_stage!r} for a model of unknown "
                         f"layers, or below 1")
+    fqns = parallelism.get("module_fqns_per_model_part")
+    if fqns is not None:
+        problems += module_fqn_problems(fqns, layers, degree, schedule, per_stage)
+    return problems
+
+
+def module_fqn_problems(fqns, layers, degree, schedule, per_stage):
+    """module_fqns_per_model_part as pipeline_llm and pipeline_module_split read it: one stage per list (num_stages =
+    len), the pipeline degree dividing them (its assertion), 1 per rank for a single-stage schedule (build_pipeline_
+    schedule hands it stages[0] alone) and 2 or more for a looped one, and, since pipeline_module_split drops every
+    module a stage does not name, each of the model's modules on exactly one stage, in model order, by torchtitan's
+    names (tok_embeddings, layers.<i>, norm, output); layers_per_stage set beside it would only validate a count."""
+    problems = []
+    if per_stage is not None:
+        problems.append("both pipeline_parallel_layers_per_stage and module_fqns_per_model_part are set")
+    if not fqns or any(not stage for stage in fqns):
+        return problems + ["module_fqns_per_model_part has an empty stage"]
+    if len(fqns) % degree != 0:
+        problems.append(f"{len(fqns)} stages in module_fqns_per_model_part do not divide over pipeline_parallel_degree "
+                        f"{degree}")
+    elif (schedule in SINGLE_STAGE_SCHEDULES) != (len(fqns) // degree == 1):
+        problems.append(f"{len(fqns) // degree} stages per rank in module_fqns_per_model_part do not suit schedule "
+                        f"'{schedule}'")
+    if layers is None:
+        return problems + ["module_fqns_per_model_part for a model of unknown layers"]
+    expected = ["tok_embeddings"] + [f"layers.{i}" for i in range(layers)] + ["norm", "output"]
+    placed = [name for stage in fqns for name in stage]
+    if placed != expected:
+        problems.append("module_fqns_per_model_part does not place each module once in model order (tok_embeddings, "
+                        f"layers.0..{layers - 1}, norm, output)")
     return problems
 
 
@@ -274,7 +304,7 @@ MUTATIONS = [
 
 # The unit test's pipeline plans (tests/unit/test_torchtitan_pipeline_export.cpp: llama3-8b on 2 x 8 GPUs, pipeline
 # degree 4 over FSDP 4): file, what it must say.
-PIPELINE_TEST = "torchtitan pipeline export: degree*"  # doctest's -tc splits at commas: the name's start
+PIPELINE_TEST = "torchtitan pipeline export*"  # doctest's -tc splits at commas: the names' start
 PIPELINE_WORLD = 16
 PIPELINE_PLANS = [
     ("1F1B.toml", [("parallelism", "pipeline_parallel_degree", 4),
@@ -285,6 +315,11 @@ PIPELINE_PLANS = [
                               ("parallelism", "pipeline_parallel_layers_per_stage", None)]),
     ("InterleavedZeroBubble.toml", [("parallelism", "pipeline_parallel_schedule", "InterleavedZeroBubble"),
                                     ("parallelism", "pipeline_parallel_layers_per_stage", 3)]),
+    # Other splits and counts by name (module_fqns_per_model_part): one block moved, and 4 stages per rank.
+    ("1F1B-moved.toml", [("parallelism", "pipeline_parallel_schedule", "1F1B"),
+                         ("parallelism", "pipeline_parallel_layers_per_stage", None)]),
+    ("Interleaved1F1B-16.toml", [("parallelism", "pipeline_parallel_schedule", "Interleaved1F1B"),
+                                 ("parallelism", "pipeline_parallel_layers_per_stage", None)]),
 ]
 PIPELINE_MUTATIONS = [
     ("a looped schedule, 1 stage per rank", "1F1B.toml", 'pipeline_parallel_schedule = "1F1B"',
@@ -294,6 +329,10 @@ PIPELINE_MUTATIONS = [
     ("stages the degree does not divide", "InterleavedZeroBubble.toml", "pipeline_parallel_layers_per_stage = 3",
      "pipeline_parallel_layers_per_stage = 4"),
     ("a schedule torch lacks", "Interleaved1F1B.toml", '"Interleaved1F1B"', '"Interleaved2F2B"'),
+    ("a block on two stages", "1F1B-moved.toml", '["layers.9", ', '["layers.8", "layers.9", '),
+    ("a block on no stage", "1F1B-moved.toml", '["layers.9", ', '['),
+    ("a looped schedule on named stages", "1F1B-moved.toml", 'pipeline_parallel_schedule = "1F1B"',
+     'pipeline_parallel_schedule = "Interleaved1F1B"'),
 ]
 
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cluster.h"
+#include "hardware_profile.h"
 #include "model_presets.h"
 #include "training.h"
 

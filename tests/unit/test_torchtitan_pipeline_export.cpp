@@ -1,7 +1,8 @@
 // Tests of the torchtitan export of a pipeline plan: [parallelism] pipeline_parallel_* for torchtitan's split, pp in
-// the degrees, and the one-line refusal of a split or stage count torchtitan's fields cannot say (Note [Exported
-// pipeline] in planner/export_torchtitan.cpp). With SHARDPLAN_TORCHTITAN_PIPELINE_DIR set, the files are written there
-// for tests/exports/check_torchtitan_toml.py to check against torchtitan's job config.
+// the degrees, module_fqns_per_model_part for any other split or stage count, and the one-line refusal of a schedule
+// torchtitan runs with another stage count per rank (Note [Exported pipeline] in planner/export_torchtitan.cpp). With
+// SHARDPLAN_TORCHTITAN_PIPELINE_DIR set, the files are written there for tests/exports/check_torchtitan_toml.py to
+// check against torchtitan's job config.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -70,17 +71,30 @@ TEST_CASE("torchtitan pipeline export: degree, schedule, micro-batch and torchti
   CHECK(contains(zero_bubble, "pipeline_parallel_layers_per_stage = 3\n"));  // ceil(34 / 3) = 12 stages
 }
 
-TEST_CASE("torchtitan pipeline export: a split or stage count torchtitan cannot say is refused in one line") {
+TEST_CASE("torchtitan pipeline export: another split or stage count as module_fqns_per_model_part") {
   const ModelSpec model = preset_model("llama3-8b");
+  // torchtitan's [8, 9, 8, 7] blocks with one block moved from stage 1 to stage 0 (as the search's balanced split
+  // moves them, Note [Balanced stage split]): every module once, in order, by torchtitan's names.
   Plan moved = pipeline_plan(model, PipelineScheduleKind::one_f_one_b, 1);
   moved.pipeline.stages[0].end += 1;
   moved.pipeline.stages[1].begin += 1;
-  CHECK_THROWS_WITH_AS(export_torchtitan(moved, model, 16, 8),
-                       doctest::Contains("--export torchtitan: the plan's 4 pipeline stages split the blocks unlike "
-                                         "torchtitan's generate_llm_fqn_per_model_part"),
-                       InputError);
-  // 16 stages: ceil(34 / 3) = 12, ceil(34 / 2) = 17, and 4 per rank is not the default.
+  const std::string toml = exported(moved, model, "1F1B-moved.toml");
+  CHECK_FALSE(contains(toml, "pipeline_parallel_layers_per_stage"));
+  std::string expected = "module_fqns_per_model_part = [\n  [\"tok_embeddings\"";
+  for (int block = 0; block < 9; ++block) expected += ", \"layers." + std::to_string(block) + "\"";
+  expected += "],\n  [\"layers.9\"";
+  CHECK(contains(toml, expected));
+  CHECK(contains(toml, "\"layers.31\", \"norm\", \"output\"],\n]\n"));
+  CHECK(contains(toml, "# Pipeline: 4 stages split as planned (module_fqns_per_model_part)"));
+  // 16 stages, 4 per rank: no layers_per_stage gives ceil(34 / n) = 16 and 4 is not the default per rank, so the
+  // split is written by name (torchtitan's own split of 16 stages: 34 effective layers, 2 each and 2 more, so stage
+  // 0 takes 3 less the embedding).
+  const std::string sixteen =
+      exported(pipeline_plan(model, PipelineScheduleKind::interleaved_1f1b, 4), model, "Interleaved1F1B-16.toml");
+  CHECK(contains(sixteen,
+                 "module_fqns_per_model_part = [\n  [\"tok_embeddings\", \"layers.0\", \"layers.1\"],\n"));
+  // A single-stage schedule with two stages per rank: torchtitan would run each rank's first stage only.
   CHECK_THROWS_WITH_AS(
-      export_torchtitan(pipeline_plan(model, PipelineScheduleKind::interleaved_1f1b, 4), model, 16, 8),
-      doctest::Contains("no pipeline_parallel_layers_per_stage gives 16 stages"), InputError);
+      export_torchtitan(pipeline_plan(model, PipelineScheduleKind::one_f_one_b, 2), model, 16, 8),
+      doctest::Contains("pipeline schedule 1F1B with 2 stages per rank"), InputError);
 }
