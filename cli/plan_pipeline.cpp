@@ -113,11 +113,13 @@ std::string render_pipeline_search_line(const PipelineSearchRequest& request, co
   const bool ep_searched = result.expert_parallel_degrees.size() > 1;
   char line[512];
   std::snprintf(line, sizeof line,
-                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing%s%s x split), %zu simulated, "
-                "%zu proven no faster and %zu unable to fit by their floors, %zu refused, in %.3f s; %s (Note [Pipeline "
-                "search]: the fastest fitting of this grid; wrapping, strategy and prefetch as torchtitan sets them)\n",
-                result.candidates, cp_searched ? " x CP" : "", ep_searched ? " x EP" : "", result.simulated,
-                result.beaten_by_floor, result.over_memory_floor, result.refused, result.seconds,
+                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing%s%s) and %zu balanced stage "
+                "split%s, %zu simulated, %zu proven no faster and %zu unable to fit by their floors, %zu refused, in "
+                "%.3f s; %s (Note [Pipeline search]: the fastest fitting of this grid; wrapping, strategy and prefetch "
+                "as torchtitan sets them)\n",
+                result.candidates, cp_searched ? " x CP" : "", ep_searched ? " x EP" : "", result.balanced_splits,
+                result.balanced_splits == 1 ? "" : "s", result.simulated, result.beaten_by_floor,
+                result.over_memory_floor, result.refused, result.seconds,
                 result.feasible     ? "a pipeline plan is the fastest"
                 : beside_fsdp_plan ? "none beats the plan above"
                                    : "none fits");
@@ -142,6 +144,7 @@ nlohmann::json pipeline_search_json(const PipelineSearchRequest& request, const 
   document["context_parallel_degrees"] = result.context_parallel_degrees;
   document["expert_parallel_degrees"] = result.expert_parallel_degrees;
   document["candidates"] = result.candidates;
+  document["balanced_splits"] = result.balanced_splits;
   document["simulated"] = result.simulated;
   document["beaten_by_floor"] = result.beaten_by_floor;
   document["over_memory_floor"] = result.over_memory_floor;

@@ -96,13 +96,22 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
   SHARDPLAN_CHECK(pipeline_degree >= 1 && !stage_held_bytes.empty() &&
                       stage_held_bytes.size() % static_cast<std::size_t>(pipeline_degree) == 0,
                   "stages are pp x stages per rank");
+  const int stages_per_rank = static_cast<int>(stage_held_bytes.size()) / pipeline_degree;
+  return pipeline_live_floor_bytes(stage_held_bytes, states,
+                                   pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches), buffers);
+}
+
+std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                    const PipelineStatesFloor* states, const PipelineOrder& order,
+                                                    const PipelineBufferBytes* buffers, PipelineFloorPeaks* peaks) {
+  const int pipeline_degree = order.ranks, micro_batches = order.micro_batches;
+  SHARDPLAN_CHECK(stage_held_bytes.size() == static_cast<std::size_t>(order.stage_count()),
+                  "stages are pp x stages per rank");
   const std::size_t stages = stage_held_bytes.size();
   SHARDPLAN_CHECK(states == nullptr || (states->stage_gathered_bytes.size() == stages &&
                                         states->stage_gradient_bytes.size() == stages &&
                                         states->rank_states_bytes.size() == static_cast<std::size_t>(pipeline_degree)),
                   "states floor per stage and rank");
-  const int stages_per_rank = static_cast<int>(stages) / pipeline_degree;
-  const PipelineOrder order = pipeline_order(schedule, pipeline_degree, stages_per_rank, micro_batches);
   // Note [Pipeline buffers], as the lowering allocates them: every micro-batch's receive buffers, made once and kept
   // (a non-first stage's for its input, a non-last stage's for its output's gradient); the input lives in its buffer,
   // so a non-first stage's first layer keeps up to one boundary tensor less of its own (the lowering takes the
@@ -123,9 +132,18 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
   // [Split backward lowering]) releases them and, the first time, adds the stage's full-size gradient, reduced and
   // freed with the parameters at the last micro-batch's. The most live between two actions is a floor.
   std::vector<std::int64_t> fullest_bytes;
+  if (peaks != nullptr) peaks->held_micro_batches.assign(order.by_rank.size(), std::vector<int>(stages, 0));
   for (std::size_t rank = 0; rank < order.by_rank.size(); ++rank) {
     std::vector<int> forwards(stages, 0), backwards(stages, 0);
     std::int64_t live_bytes = 0, most_bytes = 0, persistent_bytes = 0;
+    const auto reached = [&] {  // a new most: where the rank's stages hold how many micro-batches
+      if (live_bytes <= most_bytes) return;
+      most_bytes = live_bytes;
+      if (peaks == nullptr) return;
+      for (std::size_t stage = rank; stage < stages; stage += static_cast<std::size_t>(pipeline_degree)) {
+        peaks->held_micro_batches[rank][stage] = forwards[stage] - backwards[stage];
+      }
+    };
     for (std::size_t stage = rank; stage < stages; stage += static_cast<std::size_t>(pipeline_degree)) {
       persistent_bytes += receive_bytes[stage];
     }
@@ -137,14 +155,14 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
         if (forwards[stage]++ == 0) live_bytes += gathered_bytes;
         live_bytes += held_bytes[stage] + cached_bytes[stage];
         if (stage + 1 == stages) live_bytes += kept_output_bytes;  // until the step returns it
-        most_bytes = std::max(most_bytes, live_bytes);
+        reached();
         continue;
       }
       if (action.kind != PipelineActionKind::backward_weight) live_bytes -= cached_bytes[stage];
       if (action.kind != PipelineActionKind::backward_input) {
         live_bytes -= held_bytes[stage];
         if (backwards[stage]++ == 0) live_bytes += gradient_bytes;
-        most_bytes = std::max(most_bytes, live_bytes);
+        reached();
         if (backwards[stage] == micro_batches) live_bytes -= gradient_bytes + gathered_bytes;
       }
     }

@@ -112,7 +112,10 @@ struct PipelineSearchResult {
   PipelineCandidate best;
   std::vector<int> context_parallel_degrees;  // the grid's (PipelineSearchOptions::context_parallel_degrees)
   std::vector<int> expert_parallel_degrees;   // the grid's (PipelineSearchOptions::expert_parallel_degrees)
-  std::size_t candidates = 0;        // grid points considered
+  std::size_t candidates = 0;        // grid points considered (torchtitan's split of each)
+  // Note [Balanced stage split]: the other splits of those points tried, for time or memory (each then counted as
+  // simulated, proven no faster, unable to fit or refused as the grid's points are).
+  std::size_t balanced_splits = 0;
   std::size_t simulated = 0;         // lowered and simulated
   std::size_t beaten_by_floor = 0;   // Note [Pipeline floor]: proven no faster than the best known
   std::size_t over_memory_floor = 0;  // Note [Pipeline floor]: proven not to fit
@@ -185,5 +188,15 @@ std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64
                                                     const PipelineStatesFloor* states, int pipeline_degree,
                                                     PipelineScheduleKind schedule, int micro_batches,
                                                     const PipelineBufferBytes* buffers = nullptr);
+// Where each rank's floor peaks: per stage, the micro-batches whose activations the rank holds there (Note
+// [Balanced stage split]'s memory estimate of other splits).
+struct PipelineFloorPeaks {
+  std::vector<std::vector<int>> held_micro_batches;  // [rank][stage]; 0 for the stages of other ranks
+};
+// The same on the schedule's order built once, and where each rank peaks (`peaks`, when given).
+std::vector<std::int64_t> pipeline_live_floor_bytes(const std::vector<std::int64_t>& stage_held_bytes,
+                                                    const PipelineStatesFloor* states, const PipelineOrder& order,
+                                                    const PipelineBufferBytes* buffers,
+                                                    PipelineFloorPeaks* peaks = nullptr);
 
 }  // namespace shardplan

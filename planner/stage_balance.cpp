@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 #include "errors.h"
 #include "search_pipeline.h"
@@ -48,7 +49,9 @@ std::vector<int> balanced_stage_blocks(const ModelSpec& model, const StageBalanc
   StageFloors floors;
   floors.compute_s.assign(stages, 0.0);
   floors.forward_s.assign(stages, 0.0);
-  const auto floor_of = [&](const std::vector<int>& split) {
+  // The floor of `split`; the step floor alone where that is already no lower than `bound` (the replay only raises
+  // it, and it is the costly part: every action of every micro-batch).
+  const auto floor_of = [&](const std::vector<int>& split, double bound) {
     std::size_t first = 0;
     for (std::size_t stage = 0; stage < stages; ++stage) {
       const std::size_t end = first + static_cast<std::size_t>(split[stage]);
@@ -58,45 +61,64 @@ std::vector<int> balanced_stage_blocks(const ModelSpec& model, const StageBalanc
     }
     const double step_s =
         pipeline_step_floor_s(floors.compute_s, input.pipeline_degree, input.micro_batches, input.split_backward);
-    if (input.split_backward || input.order == nullptr) return step_s;
+    if (input.split_backward || input.order == nullptr || step_s >= bound) return step_s;
     return std::max(step_s, pipeline_replay_floor_s(floors, *input.order));
   };
-  const double start_s = floor_of(input.start_blocks);
+  constexpr double kNoBound = std::numeric_limits<double>::infinity();
+  // Memory mode's order: the overflow, then the time; time alone: the overflow is always 0.
+  const bool memory = static_cast<bool>(input.overflow_bytes);
+  struct Cost {
+    std::int64_t overflow_bytes = 0;
+    double floor_s = 0;
+  };
+  // A split's cost, its floor exact where it may be lower than `than`'s; while a split overflows, the step floor alone
+  // orders the splits of equal overflow (the replay is for the splits that fit).
+  const auto cost_of = [&](const std::vector<int>& split, const Cost& than) {
+    const std::int64_t overflow = memory ? input.overflow_bytes(split) : 0;
+    if (overflow > than.overflow_bytes) return Cost{overflow, kNoBound};
+    if (overflow > 0) return Cost{overflow, floor_of(split, 0.0)};
+    return Cost{overflow, floor_of(split, overflow < than.overflow_bytes ? kNoBound : than.floor_s * (1 - kLowerBy))};
+  };
+  const auto lower = [](const Cost& a, const Cost& b) {
+    if (a.overflow_bytes != b.overflow_bytes) return a.overflow_bytes < b.overflow_bytes;
+    return a.floor_s < b.floor_s * (1 - kLowerBy);
+  };
+  const Cost start = cost_of(input.start_blocks, Cost{std::numeric_limits<std::int64_t>::max(), kNoBound});
   std::vector<int> split = input.start_blocks;
-  double split_s = start_s;
+  Cost split_cost = start;
   if (stages == static_cast<std::size_t>(input.pipeline_degree)) {
     StagePartitionInput linear_input;
     linear_input.block_s = block_s;
     const StagePartition linear = balanced_stage_partition(linear_input, static_cast<int>(stages));
     if (linear.found) {
-      const double linear_s = floor_of(linear.blocks);
-      if (linear_s < split_s) {
+      const Cost linear_cost = cost_of(linear.blocks, split_cost);
+      if (lower(linear_cost, split_cost)) {
         split = linear.blocks;
-        split_s = linear_s;
+        split_cost = linear_cost;
       }
     }
   }
   for (;;) {
     std::vector<int> best_move;
-    double best_s = split_s * (1 - kLowerBy);
+    Cost best = split_cost;
     for (std::size_t boundary = 0; boundary + 1 < stages; ++boundary) {
       for (const int towards_first : {1, -1}) {
         std::vector<int> moved = split;
         moved[boundary] += towards_first;
         moved[boundary + 1] -= towards_first;
         if (moved[boundary] < 1 || moved[boundary + 1] < 1) continue;
-        const double moved_s = floor_of(moved);
-        if (moved_s < best_s) {
-          best_s = moved_s;
+        const Cost moved_cost = cost_of(moved, best);
+        if (lower(moved_cost, best)) {
+          best = moved_cost;
           best_move = std::move(moved);
         }
       }
     }
     if (best_move.empty()) break;
     split = std::move(best_move);
-    split_s = best_s;
+    split_cost = best;
   }
-  if (split_s >= start_s * (1 - kLowerBy)) return {};
+  if (split_cost.overflow_bytes > 0 || !lower(split_cost, start)) return {};
   return split;
 }
 

@@ -2,6 +2,8 @@
 // until the pipeline's step floor stops falling.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model_spec.h"
@@ -25,8 +27,20 @@ namespace shardplan {
 //   (a local optimum: the split is a heuristic candidate, simulated like the grid's others).
 // A block's time is its layers' floors (SettingFloors::layer_compute_s, layer_forward_s) with the non-block layers
 // before it, which stage_layer_ranges puts on the block's stage; the layers after the last block go with the last
-// block. Memory is not balanced here: the grid's memory floor judges the split as it judges torchtitan's, and a split
-// that cannot fit is not simulated.
+// block.
+// Memory: where torchtitan's split fits by the grid's memory floor, the split balances time alone and the memory
+// floor judges it after, as it judges torchtitan's. A split is also sought for memory (PipelineGrid::repaired in
+// pipeline_grid.h) where torchtitan's does not fit — most often the last stage, which keeps every micro-batch's output
+// until the step ends (llama3.1-405b at 32,768 tokens, pp 8 1F1B: 83 GiB on the last rank, 53-63 on the others), or
+// 1F1B's first, which holds pp micro-batches of activations: by its memory floor (when the point comes up in floor
+// order, and only where the ranks' mean floor is within the usable bytes: moving blocks keeps roughly their sum), or
+// by its simulation (the floors fit, a simulated rank did not). Its ranks are estimated from torchtitan's — the
+// exact floor, or the simulated peak where higher — plus each stage's change of states (each layer laid out alone,
+// all taken as live) and of held activations times the micro-batches that stage holds at its rank's peak (the floor
+// walk's, PipelineFloorPeaks): O(stages) per split. The descent takes `overflow_bytes` (how far the fullest estimate
+// is over the usable bytes) first and time second: moves lower the overflow until it is 0 (the step floor alone
+// ordering equal overflows), then lower the time among splits that fit. Such a split is returned only where it fits
+// by the estimate; its exact floors and its simulation judge it as any other point's.
 struct StageBalanceInput {
   std::vector<double> layer_compute_s;  // per model layer: forward, recompute and backward of one micro-batch
   std::vector<double> layer_forward_s;  // per model layer: the forward part of it
@@ -35,8 +49,11 @@ struct StageBalanceInput {
   int micro_batches = 1;
   const PipelineOrder* order = nullptr;  // the schedule's order, replayed where it is not a split backward's
   bool split_backward = false;           // InterleavedZeroBubble: the step floor's first bound alone
+  // Memory mode: bytes over the usable memory for a split (blocks per stage), 0 where it fits; empty: time alone.
+  std::function<std::int64_t(const std::vector<int>&)> overflow_bytes;
 };
-// The blocks per stage of that split; empty where it does not lower the floor below `start_blocks`'.
+// The blocks per stage of that split; empty where it does not lower the floor below `start_blocks'` (time alone), or
+// where no split found fits (memory mode).
 std::vector<int> balanced_stage_blocks(const ModelSpec& model, const StageBalanceInput& input);
 
 }  // namespace shardplan
