@@ -268,6 +268,12 @@ TEST_CASE("`run` of a pipeline plan on 4 ranks trains like its FSDP plan on 2" *
   const json with_pp = check_runs_like_fsdp("examples/plans/tiny-llama-pp2.json", fsdp_plan.path(), 3,
                                             "pipeline degree 2: not yet supported");
   CHECK(with_pp.at("plan").at("pipeline").at("degree") == 2);
+  // Note [Balanced stage split]: a split other than torchtitan's (a block moved to the first stage) trains alike.
+  json moved = json::parse(std::ifstream("examples/plans/tiny-llama-pp2.json"));
+  moved["pipeline"]["stages"][0]["last_layer"] = 3;
+  moved["pipeline"]["stages"][1]["first_layer"] = 4;
+  const shardplan_test::TempFile moved_plan("tiny-llama-pp2-moved", moved.dump());
+  check_runs_like_fsdp(moved_plan.path(), fsdp_plan.path(), 3, "pipeline degree 2: not yet supported");
 }
 
 // Note [Context-parallel runner] (executor/runner/context_parallel_runner.h): CP 2 × FSDP 2 — both CP ranks of a
