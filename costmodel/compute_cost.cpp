@@ -41,8 +41,13 @@ double gemm_time_s(const GemmCall& gemm, int element_bytes, const HardwareProfil
   // (F + f½) / R: the plateau rate R with a fixed cost of f½ / R per kernel (wave quantisation, prologue and tail),
   // fitted with R on XLA's measured H100 table (XLA default_matmul_perf_table, sm_90: R = 0.79 of peak, f½ = 4.8
   // GFLOP ≈ 6 µs; rms error 6% over its GEMMs of m ≥ 1024, n, k ≥ 512; docs/research/xla_gemm_table.md).
-  const double rate = tensor_rate(element_bytes, profile) * profile.max_compute_efficiency;
-  const double compute_s = (flops + profile.half_efficiency_flops) / rate;
+  // Float8 GEMMs at their own measured plateau and fixed cost where the profile has them (HardwareProfile).
+  const bool fp8 = element_bytes == 1 && profile.fp8_compute_efficiency > 0;
+  const double efficiency = fp8 ? profile.fp8_compute_efficiency : profile.max_compute_efficiency;
+  const double half_flops = fp8 && profile.fp8_half_efficiency_flops > 0 ? profile.fp8_half_efficiency_flops
+                                                                         : profile.half_efficiency_flops;
+  const double rate = tensor_rate(element_bytes, profile) * efficiency;
+  const double compute_s = (flops + half_flops) / rate;
   // A GEMM with a short dimension moves more bytes than it computes on (arithmetic intensity 1/(1/m + 1/n + 1/k)
   // FLOP per element): then A, B and C stream at the memory rate (the roofline, Williams, Waterman & Patterson 2009).
   const double m = static_cast<double>(gemm.m), n = static_cast<double>(gemm.n), k = static_cast<double>(gemm.k);

@@ -111,6 +111,14 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   // throttling report (tile-ai/TileOPs#1588, deepseek-ai/DeepGEMM#120), not from training GEMMs.
   h100.max_compute_efficiency = 0.80;
   h100.half_efficiency_flops = 4.8e9;
+  // Float8 GEMMs: cuBLASLt FP8 on ND H100 v5 (H100 80GB HBM3) after 10,000 warm-up iterations, so at the clock the
+  // GPU sustains (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md): 1,011.3, 1,216.9, 1,290.1,
+  // 1,377.3 and 1,382.2 TFLOP/s at 2048³ ... 32768³, fitted by a 1,340 TFLOP/s plateau (0.677 of the dense fp8 peak)
+  // with 6.0 GFLOP fixed (4.5 µs; rms 3.4 %, docs/research/kernel_rates.md). The bf16 plateau's 0.80 is MAMF's best
+  // shape of the bf16 kernels; torchao's float8 linears run cuBLASLt's fp8 ones (torch._scaled_mm), which this
+  // measures: the same guide's method as the A100 entry's GEMM rates.
+  h100.fp8_compute_efficiency = 1340.0 / 1978.9;
+  h100.fp8_half_efficiency_flops = 6.0e9;
   h100.clock_fraction = 1.0;
   // Compute beside a collective (Note [Overlap slowdown by kernel kind]). GEMMs: in Llama3 8B training on 8 × H100
   // over NVLink (torch.compile, transformer-block bucketing), "NCCL collectives use SMs, which makes matmuls that are
@@ -151,6 +159,11 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   h200.hbm_bytes_per_s = 4.8e12;    // datasheet, HBM3e
   h200.price_per_gpu_hour = 3.79;   // Note [Prices]
   h200.memory_efficiency = 0.86;    // BabelStream Triad 4,150 of 4,800 GB/s (Azure ND H200 v5 results)
+  // Float8 GEMMs as H100's, from the guide's own ND H200 v5 run (Azure_Results/ND_H200_v5_results.md: 1,134.6,
+  // 1,249.2, 1,269.4, 1,305.0 and 1,333.2 TFLOP/s at 2048³ ... 32768³): a 1,305 TFLOP/s plateau (0.659 of the fp8
+  // peak) with 3.0 GFLOP fixed (rms 2.0 %).
+  h200.fp8_compute_efficiency = 1305.0 / 1978.9;
+  h200.fp8_half_efficiency_flops = 3.0e9;
   // clock_fraction and the overlap slowdowns as H100's (the same GH100 compute): TileOPs#1588's 1,500 MHz is the clock
   // its CI locks to, not one measured under training load.
   h200.host_memory_bytes_per_node = tib(2);  // DGX H200 datasheet: System Memory 2TB
@@ -182,6 +195,8 @@ void add_nvidia_hopper_blackwell(HardwareCatalog& catalog) {
   // the driver's 7.67 TB/s peak (pytorch/ao#4002) at H100's 0.89 of it.
   b200.max_compute_efficiency = 0.776;
   b200.half_efficiency_flops = 9e9;
+  // Float8 GEMMs unmeasured on B200: not H100's fit (a copy of h100 above), the bf16 plateau stands in.
+  b200.fp8_compute_efficiency = b200.fp8_half_efficiency_flops = 0;
   b200.clock_fraction = 1.0;
   // No trace of kernels beside NCCL on Blackwell: the profile's population average for every kind, not H100's.
   b200.overlap_gemm_slowdown = b200.overlap_attention_slowdown = b200.overlap_memory_slowdown = 0;

@@ -159,6 +159,8 @@ void apply_gpu_fields(const JsonObjectReader& entry, GpuSpec& spec) {
   // Kernel-level rates (the op-level compute model): fractions of a peak, a FLOP count, a length and a host time.
   entry.update("max_compute_efficiency", spec.max_compute_efficiency, limits::kFraction);
   entry.update("half_efficiency_flops", spec.half_efficiency_flops, {1, limits::kFlopsPerS.most});
+  entry.update("fp8_compute_efficiency", spec.fp8_compute_efficiency, limits::kFraction);
+  entry.update("fp8_half_efficiency_flops", spec.fp8_half_efficiency_flops, {1, limits::kFlopsPerS.most});
   entry.update("attention_forward_efficiency", spec.attention_forward_efficiency, limits::kFraction);
   entry.update("attention_backward_efficiency", spec.attention_backward_efficiency, limits::kFraction);
   entry.update("attention_half_seq_len", spec.attention_half_seq_len, limits::kSeqLenRange);
@@ -222,7 +224,8 @@ std::vector<std::string> gpu_keys() {
   return {"name", "description", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp16_flops",
           "peak_fp32_flops", "peak_fp8_flops", "hbm_bytes_per_s", "intra_node_link", "intra_node_bytes_per_s", "intra_node_latency_s",
           "intra_node_transport", "pcie_generation", "pcie_lanes", "pcie_bytes_per_s", "default_fabric", "default_gpus_per_node", "price_per_gpu_hour",
-          "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "attention_forward_efficiency",
+          "context_overhead_bytes", "max_compute_efficiency", "half_efficiency_flops", "fp8_compute_efficiency",
+          "fp8_half_efficiency_flops", "attention_forward_efficiency",
           "attention_backward_efficiency", "attention_half_seq_len", "triton_attention_efficiency", "memory_efficiency",
           "clock_fraction", "overlap_compute_slowdown", "overlap_gemm_slowdown", "overlap_attention_slowdown",
           "overlap_memory_slowdown", "kernel_dispatch_s", "intra_node_bus_efficiency", "nvls_bus_bytes_per_s",
@@ -352,6 +355,8 @@ nlohmann::json to_json(const GpuSpec& gpu) {
   const std::pair<const char*, double> rates[] = {
       {"max_compute_efficiency", gpu.max_compute_efficiency},
       {"half_efficiency_flops", gpu.half_efficiency_flops},
+      {"fp8_compute_efficiency", gpu.fp8_compute_efficiency},
+      {"fp8_half_efficiency_flops", gpu.fp8_half_efficiency_flops},
       {"attention_forward_efficiency", gpu.attention_forward_efficiency},
       {"attention_backward_efficiency", gpu.attention_backward_efficiency},
       {"attention_half_seq_len", gpu.attention_half_seq_len},

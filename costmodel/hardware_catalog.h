@@ -37,6 +37,8 @@ struct GpuSpec {
   // published kernel measurement cited where the entry sets it; 0 keeps HardwareProfile's default.
   double max_compute_efficiency = 0;         // large-GEMM plateau, fraction of the dense peak
   double half_efficiency_flops = 0;          // per GEMM: the FLOPs at which one reaches half the plateau
+  double fp8_compute_efficiency = 0;         // float8 GEMMs' plateau, fraction of the fp8 peak (0: the above)
+  double fp8_half_efficiency_flops = 0;      // float8 GEMMs' half-plateau FLOPs (0: the above)
   double attention_forward_efficiency = 0;   // flash attention's plateau, fraction of the dense peak
   double attention_backward_efficiency = 0;
   double attention_half_seq_len = 0;         // the sequence length at which attention reaches half its plateau

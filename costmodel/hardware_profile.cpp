@@ -134,6 +134,8 @@ HardwareProfile profile_from_cluster(const Cluster& cluster) {
   profile.device_memory_bytes = gpu.memory_bytes;
   set_if_given(gpu.max_compute_efficiency, profile.max_compute_efficiency);
   set_if_given(gpu.half_efficiency_flops, profile.half_efficiency_flops);
+  set_if_given(gpu.fp8_compute_efficiency, profile.fp8_compute_efficiency);
+  set_if_given(gpu.fp8_half_efficiency_flops, profile.fp8_half_efficiency_flops);
   set_if_given(gpu.attention_forward_efficiency, profile.attention_forward_efficiency);
   set_if_given(gpu.attention_backward_efficiency, profile.attention_backward_efficiency);
   set_if_given(gpu.attention_half_seq_len, profile.attention_half_seq_len);

@@ -40,6 +40,10 @@ struct HardwareProfile {
   double peak_fp8_flops = 0;  // dense float8 tensor-core rate (Note [Float8 training]); 0: the GPU has none
   double max_compute_efficiency = 0.75;  // large GEMMs' plateau (cuBLAS: 0.8 of the dense peak on A100/H100)
   double half_efficiency_flops = 4.5e9;  // per GEMM: ≈ 6 µs of the plateau rate (XLA's H100 GEMM table)
+  // Float8 GEMMs (Note [Float8 training] in precision.h) take the fp8 peak with their own plateau and fixed cost where
+  // the GPU's were measured (cuBLASLt's fp8 kernels are not its bf16 ones); 0: the two values above.
+  double fp8_compute_efficiency = 0;
+  double fp8_half_efficiency_flops = 0;
   double clock_fraction = 1.0;           // sustained tensor clock under training load / the clock the peak assumes
   double attention_forward_efficiency = 0.34;   // FlashAttention-2 on H100 (the FlashAttention-3 paper, Fig. 5)
   double attention_backward_efficiency = 0.32;

@@ -10,6 +10,8 @@ namespace shardplan {
 std::vector<std::string> unmeasured_rates(const GpuSpec& gpu) {
   std::vector<std::string> names;
   if (gpu.max_compute_efficiency <= 0) names.push_back("gemm");
+  // Float8 GEMMs without their own fit borrow the bf16 plateau (HardwareProfile::fp8_compute_efficiency).
+  if (gpu.peak_fp8_flops > 0 && gpu.fp8_compute_efficiency <= 0) names.push_back("fp8_gemm");
   if (gpu.attention_forward_efficiency <= 0) names.push_back("attention");
   if (gpu.memory_efficiency <= 0) names.push_back("memory_bandwidth");
   const auto transport = parse_intra_node_transport(gpu.intra_node_transport);

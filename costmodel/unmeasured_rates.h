@@ -12,7 +12,8 @@ namespace shardplan {
 struct GpuSpec;
 struct HardwareProfile;
 
-// The rates a catalog GPU leaves at HardwareProfile's defaults, by name: "gemm" (max_compute_efficiency),
+// The rates a catalog GPU leaves at HardwareProfile's defaults, by name: "gemm" (max_compute_efficiency), "fp8_gemm"
+// (a GPU with float8 tensor cores without fp8_compute_efficiency: its fp8 GEMMs at the bf16 plateau),
 // "attention" (attention_forward_efficiency), "memory_bandwidth" (memory_efficiency), "intra_node_busbw" (an NVLink
 // entry without a measured bus efficiency; a PCIe entry's comes from its transport, Note [Intra-node transport]).
 std::vector<std::string> unmeasured_rates(const GpuSpec& gpu);

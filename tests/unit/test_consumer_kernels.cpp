@@ -95,15 +95,16 @@ TEST_CASE("consumer kernels: RTX 4090 and RTX 6000 Ada GEMM and attention rates 
 
 TEST_CASE("consumer kernels: the L40S's rates are unmeasured, and the outputs' line and JSON say so") {
   const HardwareProfile l40s = profile_of("8xL40S");
-  for (const char* rate : {"gemm", "attention", "memory_bandwidth"}) {
+  for (const char* rate : {"gemm", "fp8_gemm", "attention", "memory_bandwidth"}) {
     CAPTURE(rate);
     CHECK(lists(l40s, rate));
   }
   CHECK_FALSE(lists(l40s, "intra_node_busbw"));  // its PCIe P2P busbw comes from the transport's nccl-tests figure
   const std::string line = unmeasured_rates_line(l40s);
   MESSAGE(line);
-  CHECK(line.find("unmeasured on L40S: gemm, attention, memory_bandwidth") == 0);
-  CHECK(unmeasured_rates_json(l40s) == nlohmann::json::array({"gemm", "attention", "memory_bandwidth"}));
+  CHECK(line.find("unmeasured on L40S: gemm, fp8_gemm, attention, memory_bandwidth") == 0);
+  CHECK(unmeasured_rates_json(l40s) ==
+        nlohmann::json::array({"gemm", "fp8_gemm", "attention", "memory_bandwidth"}));
   // An H100's every rate is a measurement: no line. A calibrated profile's fits are measurements too.
   CHECK(unmeasured_rates_line(profile_of("8xH100-80GB")).empty());
   HardwareProfile calibrated = l40s;
