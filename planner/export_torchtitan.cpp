@@ -1,6 +1,5 @@
 // The torchtitan export: the plan as torchtitan's job-config TOML, or the one-line reason torchtitan cannot run it.
 #include "export_torchtitan.h"
-#include "export_torchtitan_stages.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +7,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "export_torchtitan_stages.h"
 
 namespace shardplan {
 

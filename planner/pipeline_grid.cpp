@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "communication_floor.h"
-#include "context_parallel_lowering.h"
 #include "errors.h"
 #include "setting_floor_cache.h"
 #include "stage_balance.h"
