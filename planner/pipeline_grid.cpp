@@ -84,11 +84,20 @@ const PipelineOrder& PipelineGrid::order_of(const PipelinePoint& point) {
   return found->second;
 }
 
+int PipelineGrid::data_parallel_ranks(const PipelinePoint& point) const {
+  return cluster_.world_size() / (point.setting->tensor_parallel * point.degree);
+}
+
+StageBalanceInput PipelineGrid::balance_input(const PipelinePoint& point) {
+  const PipelineGridSetting& setting = *point.setting;
+  return {setting.floors.layer_compute_s, setting.floors.layer_forward_s,
+          stage_block_counts(model_, point.policy.stages), point.degree, point.micro_batches, &order_of(point),
+          splits_backward(point), {}};
+}
+
 std::vector<std::int64_t> PipelineGrid::rank_floor_bytes(const PipelinePoint& point, const PipelinePolicy& policy,
                                                          PipelineFloorPeaks* peaks) {
   const PipelineGridSetting& setting = *point.setting;
-  const int world = cluster_.world_size();
-  const int data_parallel_ranks = world / (setting.tensor_parallel * point.degree);
   // The states of each rank's layers, by TP degree, stages and strategy (not checkpointing or micro-batch).
   const KnobSetting strategy_only{setting.knobs.strategy, "", 0, false};
   std::string key = std::to_string(setting.context_parallel) + "/" + std::to_string(setting.tensor_parallel) + "/" +
@@ -99,7 +108,7 @@ std::vector<std::int64_t> PipelineGrid::rank_floor_bytes(const PipelinePoint& po
   if (states == states_floors_.end()) {
     states = states_floors_
                  .emplace(key, pipeline_states_floor(setting.view->model, setting.share, setting.knobs.strategy, policy,
-                                                     data_parallel_ranks, setting.view->cluster.gpus_per_node))
+                                                     data_parallel_ranks(point), setting.view->cluster.gpus_per_node))
                  .first;
   }
   const StageFloors stages = stage_floors(setting.floors, policy.stages);
@@ -259,11 +268,7 @@ void PipelineGrid::add_points(int context_parallel, const TrainingConfig& share)
             if (!torchtitan) continue;
             points_.push_back(std::move(*torchtitan));
             if (balanced_bound_s >= options_.known_step_s) continue;
-            const PipelineOrder& order = order_of(point);
-            std::vector<int> balanced = balanced_stage_blocks(
-                model_, {setting->floors.layer_compute_s, setting->floors.layer_forward_s,
-                         stage_block_counts(model_, point.policy.stages), degree, point.micro_batches, &order,
-                         splits_backward(point), {}});
+            std::vector<int> balanced = balanced_stage_blocks(model_, balance_input(point));
             if (balanced.empty()) continue;
             if (std::optional<PipelinePoint> split = with_split(point, std::move(balanced))) {
               points_.push_back(std::move(*split));
@@ -328,15 +333,12 @@ std::optional<PipelinePoint> PipelineGrid::repaired(const PipelinePoint& point, 
   }
   // Another split's ranks: the base plus, per stage, its change of states (all taken as live at the peak) and of
   // held activations times the micro-batches the stage holds at the rank's peak — O(stages) per split.
-  const LayerMemory memory = layer_memory(setting, cluster_.world_size() / (setting.tensor_parallel * point.degree));
+  const LayerMemory memory = layer_memory(setting, data_parallel_ranks(point));
   const auto ranks = static_cast<std::size_t>(point.degree);
   const auto stage_sum = [](const std::vector<std::int64_t>& before, const LayerRange& range) {
     return before[range.end] - before[range.begin];
   };
-  const PipelineOrder& order = order_of(point);
-  StageBalanceInput balance{setting.floors.layer_compute_s, setting.floors.layer_forward_s,
-                            stage_block_counts(model_, point.policy.stages), point.degree, point.micro_batches,
-                            &order, splits_backward(point), {}};
+  StageBalanceInput balance = balance_input(point);
   balance.overflow_bytes = [&](const std::vector<int>& blocks) {
     const std::vector<LayerRange> stages = stage_layer_ranges(model_, blocks, "the balanced stage split");
     std::vector<std::int64_t> bytes = base_bytes;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "search_pipeline.h"
+#include "stage_balance.h"
 
 namespace shardplan {
 
@@ -69,6 +70,10 @@ class PipelineGrid {
                                              PipelineFloorPeaks* peaks = nullptr);
   // The schedule's order for the point's shape, built once (InputError where torch refuses the shape).
   const PipelineOrder& order_of(const PipelinePoint& point);
+  int data_parallel_ranks(const PipelinePoint& point) const;  // of each stage: world / (TP × pp)
+  // Note [Balanced stage split]: the descent's input for the point's setting and schedule, from torchtitan's split
+  // (time alone; the memory repair adds its overflow).
+  StageBalanceInput balance_input(const PipelinePoint& point);
   // None where its memory floor (`over_memory` set) or its order rules it out.
   std::optional<PipelinePoint> floored(PipelinePoint point, bool* over_memory = nullptr);
   // Note [Balanced stage split]: whether the ranks' mean memory floor under torchtitan's split is within the usable
