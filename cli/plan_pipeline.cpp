@@ -20,10 +20,11 @@ void add_pipeline_plan_flags(CLI::App& command, PipelinePlanFlags& flags) {
       ->check(CLI::Range(1, 1 << 20));
   command.add_option("--pipeline-schedule", flags.schedule,
                      "GPipe | 1F1B | Interleaved1F1B | InterleavedZeroBubble (torch.distributed.pipelining's "
-                     "names); omitted: 1F1B and Interleaved1F1B searched");
+                     "names); omitted: 1F1B, Interleaved1F1B and (without checkpointing) InterleavedZeroBubble "
+                     "searched");
   command.add_option("--stages-per-rank", flags.stages_per_rank,
-                     "virtual stages per pipeline rank (Interleaved1F1B: 2 or more); omitted: 2 for the interleaved "
-                     "schedules")
+                     "virtual stages per pipeline rank (Interleaved1F1B: 2 or more); omitted: Interleaved1F1B's 2, 4 "
+                     "and 8 searched (while each stage keeps 2 layers), 2 for InterleavedZeroBubble")
       ->check(CLI::Range(1, 1 << 10));
 }
 

@@ -16,15 +16,36 @@ namespace shardplan {
 
 namespace {
 
-// The schedules searched: the pinned one, or 1F1B, interleaved 1F1B (torchtitan's default and its interleaved choice
-// for deep models) and interleaved zero-bubble with two stages per rank (Note [Pipeline search] says when).
-std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSearchOptions& options) {
-  if (options.schedule) {
+// Note [Virtual stages searched]: Interleaved1F1B runs v stages per rank; its bubble falls as 1/v (each rank's way in
+// and out is one stage of 1/v of its layers) while the point-to-point sends grow as v, so v is searched, as torchtitan
+// lets a user set it (pipeline_parallel_layers_per_stage): 2 (its default for the looped schedules), 4 and 8 while
+// every stage keeps at least kLeastEffectiveLayersPerStage of torchtitan's effective layers (blocks, the embedding
+// and the head weighing one each: torchtitan_stage_blocks). A bound on the work, not a proof: llama3.1-405b on 512
+// H100s (pp 8, TP 8, 8 micro-batches of 4 x 8,192 tokens) steps 33.32 / 30.28 / 29.05 / 27.46 s at v = 2 / 3 / 4 / 8
+// pinned; the powers of two keep the grid at a few more points per degree, most proven by their floors.
+constexpr std::array<int, 3> kSearchedInterleavedStagesPerRank{2, 4, 8};
+constexpr int kLeastEffectiveLayersPerStage = 2;
+
+// The schedules searched at pipeline degree `degree`: the pinned one (Interleaved1F1B pinned without its stages per
+// rank: each count Note [Virtual stages searched] allows — a knob left out is searched), or 1F1B, Interleaved1F1B with
+// each such count, and interleaved zero-bubble with two stages per rank (Note [Pipeline search] says when).
+std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSearchOptions& options,
+                                                               const ModelSpec& model, int degree) {
+  const bool interleaved_pinned = options.schedule == PipelineScheduleKind::interleaved_1f1b;
+  if (options.schedule && (options.stages_per_rank > 0 || !interleaved_pinned)) {
     return {{*options.schedule, options.stages_per_rank > 0 ? options.stages_per_rank
                                                             : default_stages_per_rank(*options.schedule)}};
   }
-  return {{PipelineScheduleKind::one_f_one_b, 1}, {PipelineScheduleKind::interleaved_1f1b, 2},
-          {PipelineScheduleKind::interleaved_zero_bubble, 2}};
+  std::vector<std::pair<PipelineScheduleKind, int>> schedules;
+  if (!options.schedule) schedules.emplace_back(PipelineScheduleKind::one_f_one_b, 1);
+  const auto effective_layers = static_cast<int>(model.block_count()) + 2;
+  for (const int stages_per_rank : kSearchedInterleavedStagesPerRank) {
+    const bool searched = stages_per_rank == default_stages_per_rank(PipelineScheduleKind::interleaved_1f1b) ||
+                          degree * stages_per_rank * kLeastEffectiveLayersPerStage <= effective_layers;
+    if (searched) schedules.emplace_back(PipelineScheduleKind::interleaved_1f1b, stages_per_rank);
+  }
+  if (!options.schedule) schedules.emplace_back(PipelineScheduleKind::interleaved_zero_bubble, 2);
+  return schedules;
 }
 
 // Per checkpointing pattern, the first setting of the smallest micro-batch knob_settings gives (its leanest strategy,
@@ -218,7 +239,7 @@ void PipelineGrid::add_points(int context_parallel, const TrainingConfig& share)
         double step_compute_s = 0;  // one micro-batch's compute floor over every layer
         for (const double layer_s : setting->floors.layer_compute_s) step_compute_s += layer_s;
         for (const int degree : options_.pipeline_degrees) {
-          for (const auto& [schedule, stages_per_rank] : schedules_of(options_)) {
+          for (const auto& [schedule, stages_per_rank] : schedules_of(options_, model_, degree)) {
             // Note [Pipeline search]: the zero-bubble schedule is searched without checkpointing, compile or float8.
             if (!options_.schedule && schedule == PipelineScheduleKind::interleaved_zero_bubble &&
                 (knobs.ac != "none" || share.torch_compile || share.precision.uses_fp8())) {

@@ -25,7 +25,8 @@ namespace shardplan {
 // --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp ranks runs tp × pp micro-batches
 // per step). Searched: pp (powers of two whose ranks divide the world and keep at
 // least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, Interleaved1F1B
-// with 2 stages per rank, and InterleavedZeroBubble with 2, torch's ZB1P, without activation checkpointing only:
+// with 2, 4 or 8 stages per rank — Note [Virtual stages searched] in pipeline_grid.cpp says which — and
+// InterleavedZeroBubble with 2, torch's ZB1P, without activation checkpointing only:
 // under checkpointing torch's split backward recomputes each block once per weight group, Note [Split backward
 // lowering], which torchtitan measured at a tenth of Interleaved1F1B's throughput, pytorch/torchtitan#773; pinned,
 // it is planned with any checkpointing; never with torch.compile or float8, which torchtitan does not run it with),
@@ -84,7 +85,8 @@ struct PipelineSearchOptions {
   std::vector<int> pipeline_degrees;         // pp candidates above 1 (pipeline_degree_candidates, or one pinned)
   std::vector<int> tensor_parallel_degrees;  // as SearchOptions (validated per degree; refused ones skipped)
   std::vector<int> expert_parallel_degrees{1};  // as SearchOptions: each point's training takes one
-  // Pinned schedule and stages per rank (--pipeline-schedule, --stages-per-rank); empty: 1F1B and Interleaved1F1B × 2.
+  // Pinned schedule and stages per rank (--pipeline-schedule, --stages-per-rank); empty: Note [Pipeline search]'s.
+  // Interleaved1F1B pinned with stages_per_rank 0: its counts searched (Note [Virtual stages searched]).
   std::optional<PipelineScheduleKind> schedule;
   int stages_per_rank = 0;
   KnobPins pins;

@@ -1,8 +1,12 @@
 // analyze_step: plan → schedule → simulation, and the human-readable simulation summary.
 #include "step_analysis.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lowering.h"
 #include "tensor_parallel_view.h"
@@ -95,7 +99,9 @@ std::string render_pipeline_text(const PipelineStepAnalysis& analysis, const Mem
                 simulation.step_time_s, simulation.tokens_per_s, 100 * simulation.mfu,
                 100 * simulation.bubble_fraction);
   out << line;
-  out << "  rank  stages      layers            compute s  bubble   peak GiB  device GiB  in flight  fits\n";
+  // The stages and layers columns as wide as their longest entry (a rank of 8 virtual stages lists 8 of each).
+  std::vector<std::pair<std::string, std::string>> columns;
+  std::size_t stages_width = 10, layers_width = 16;
   for (const PipelineRankSummary& rank : simulation.ranks) {
     std::string stages, layers;
     for (int stage : rank.stages) {
@@ -103,13 +109,24 @@ std::string render_pipeline_text(const PipelineStepAnalysis& analysis, const Mem
       stages += (stages.empty() ? "" : ",") + std::to_string(stage);
       layers += (layers.empty() ? "" : ",") + std::to_string(range.begin) + "-" + std::to_string(range.end - 1);
     }
+    stages_width = std::max(stages_width, stages.size());
+    layers_width = std::max(layers_width, layers.size());
+    columns.emplace_back(std::move(stages), std::move(layers));
+  }
+  const auto padded = [](std::string text, std::size_t width) { return text.append(width - text.size(), ' '); };
+  out << "  rank  " << padded("stages", stages_width) << "  " << padded("layers", layers_width)
+      << "  compute s  bubble   peak GiB  device GiB  in flight  fits\n";
+  for (std::size_t index = 0; index < simulation.ranks.size(); ++index) {
+    const PipelineRankSummary& rank = simulation.ranks[index];
     const bool fits = rank.device_peak_bytes <= headroom.usable_bytes();
-    std::snprintf(line, sizeof line, "  %4d  %-10s  %-16s  %9.4f  %5.1f %%  %8.2f  %10.2f  %9d  %s\n", rank.rank,
-                  stages.c_str(), layers.c_str(), rank.compute_busy_s, 100 * rank.bubble_fraction,
-                  static_cast<double>(rank.peak_memory_bytes) / (1 << 30),
+    char rank_text[32];
+    std::snprintf(rank_text, sizeof rank_text, "  %4d  ", rank.rank);
+    std::snprintf(line, sizeof line, "  %9.4f  %5.1f %%  %8.2f  %10.2f  %9d  %s\n", rank.compute_busy_s,
+                  100 * rank.bubble_fraction, static_cast<double>(rank.peak_memory_bytes) / (1 << 30),
                   static_cast<double>(rank.device_peak_bytes) / (1 << 30), rank.peak_in_flight_micro_batches,
                   fits ? "yes" : "no");
-    out << line;
+    out << rank_text << padded(columns[index].first, stages_width) << "  "
+        << padded(columns[index].second, layers_width) << line;
   }
   return out.str();
 }

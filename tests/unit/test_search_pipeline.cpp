@@ -393,3 +393,42 @@ TEST_CASE("pipeline search: expert-parallel degrees in the grid, their floors be
           analysis.simulation.ranks[rank].device_peak_bytes);
   }
 }
+
+TEST_CASE("pipeline search: Interleaved1F1B's stages per rank searched where left out, fixed where pinned") {
+  const Setup setup;
+  // Note [Virtual stages searched]: llama3-8b's 32 blocks are 34 effective layers; at pp 2 every stage keeps 2 of them
+  // up to 8 stages per rank (32 stages), at pp 8 only torchtitan's default 2 stages per rank are searched.
+  const auto interleaved = [&](int degree, int stages_per_rank) {
+    PipelineSearchOptions options = setup.options({degree});
+    options.schedule = PipelineScheduleKind::interleaved_1f1b;
+    options.stages_per_rank = stages_per_rank;
+    return search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training, options);
+  };
+  const PipelineSearchResult searched = interleaved(2, 0);
+  REQUIRE(searched.feasible);
+  std::size_t pinned_candidates = 0;
+  double best_pinned_s = std::numeric_limits<double>::infinity();
+  int best_pinned_stages = 0;
+  for (const int stages_per_rank : {2, 4, 8}) {
+    const PipelineSearchResult pinned = interleaved(2, stages_per_rank);
+    pinned_candidates += pinned.candidates;
+    REQUIRE(pinned.feasible);
+    CHECK(pinned.best.plan.pipeline.stages_per_rank == stages_per_rank);  // a pinned count is kept
+    if (pinned.best.analysis.simulation.step_time_s < best_pinned_s) {
+      best_pinned_s = pinned.best.analysis.simulation.step_time_s;
+      best_pinned_stages = stages_per_rank;
+    }
+  }
+  // The left-out count is the three pinned grids together, and its answer their fastest.
+  CHECK(searched.candidates == pinned_candidates);
+  CHECK(searched.best.analysis.simulation.step_time_s == best_pinned_s);
+  CHECK(searched.best.plan.pipeline.stages_per_rank == best_pinned_stages);
+  CHECK(best_pinned_stages > 2);  // the default is not the fastest here: what searching the count buys
+  // pp 8: 4 stages per rank (32 stages) would leave stages of one effective layer; only the default is searched.
+  CHECK(interleaved(8, 0).candidates == interleaved(8, 2).candidates);
+  // Unpinned schedules take the counts too: 1F1B, Interleaved1F1B x 2, 4, 8 and InterleavedZeroBubble x 2 at pp 2.
+  const PipelineSearchResult every = search_pipeline_plans(setup.model, setup.cluster, setup.profile, setup.training,
+                                                           setup.options({2}));
+  REQUIRE(every.feasible);
+  CHECK(every.best.analysis.simulation.step_time_s <= best_pinned_s);
+}
