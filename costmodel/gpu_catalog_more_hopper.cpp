@@ -149,6 +149,7 @@ void add_grace_superchips(HardwareCatalog& catalog) {
   gb200.peak_bf16_flops = 2500e12;
   gb200.peak_fp16_flops = 2500e12;
   gb200.peak_fp32_flops = 80e12;
+  gb200.peak_fp8_flops = 5000e12;       // the same table's fp8 column, dense
   gb200.hbm_bytes_per_s = 8e12;
   gb200.intra_node_link = "NVLink5";
   gb200.intra_node_bytes_per_s = 900e9;  // 1.8 TB/s bidirectional / 2, Note [Intra-node bandwidth]
@@ -166,6 +167,12 @@ void add_grace_superchips(HardwareCatalog& catalog) {
   // TFLOP/s at b = 2, s = 8192 (Azure AI-benchmarking-guide fork, ND GB200 v6; direction not stated: both; FA2 has no
   // Blackwell path). HBM, clocks, NVLS and busbw: unmeasured.
   gb200.max_compute_efficiency = 1822.0 / 2500.0;
+  // Float8 GEMMs: cuBLASLt FP8 on ND GB200 v6 after 10,000 warm-up iterations, so at the clock the GPU sustains
+  // (Azure/AI-benchmarking-guide@2a370be6, Azure_Results/ND_GB200_v6_results.md): 2,243.6, 2,834.6, 2,876.6, 2,906.9
+  // and 2,825.6 TFLOP/s at 2048³ ... 32768³, fitted as H100's (gpu_catalog_data.cpp) by a 2,890 TFLOP/s plateau
+  // (0.578 of the dense fp8 peak) with 5.0 GFLOP fixed (rms 1.3 %, docs/research/kernel_rates.md).
+  gb200.fp8_compute_efficiency = 2890.0 / 5000.0;
+  gb200.fp8_half_efficiency_flops = 5.0e9;
   gb200.attention_forward_efficiency = 373.9 / 2500.0;
   gb200.attention_backward_efficiency = 373.9 / 2500.0;
   // 36 Grace CPUs × 480 GB LPDDR5X per rack (NVIDIA lists "up to 17 TB" for NVL72: not verified).

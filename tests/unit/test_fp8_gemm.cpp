@@ -1,4 +1,4 @@
-// Float8 GEMM rates of H100 and H200 (HardwareProfile::fp8_compute_efficiency) against the cuBLASLt FP8 tables they
+// Float8 GEMM rates of H100, H200 and GB200 (HardwareProfile::fp8_compute_efficiency) against the cuBLASLt FP8 tables they
 // were fitted on (Azure/AI-benchmarking-guide, 10,000 warm-up iterations), and a catalog entry's fp8 fields read and
 // written back. Can fail: with the bf16 plateau borrowed for fp8 (as before these fields), H100's 8192³ row reads
 // 1,576 against 1,290 TFLOP/s, +22 %.
@@ -47,12 +47,15 @@ void check_table(const char* gpu, const HardwareProfile& profile,
 
 }  // namespace
 
-TEST_CASE("fp8 GEMMs: H100 and H200 against the Azure cuBLASLt FP8 tables") {
+TEST_CASE("fp8 GEMMs: H100, H200 and GB200 against the Azure cuBLASLt FP8 tables") {
   // Azure_Results/ND_H100_v5_results.md and ND_H200_v5_results.md, "GEMM CuBLASLt" (FP8, random init).
   check_table("ND H100 v5", profile_of("1xH100-80GB"),
               {{2048, 1011.3}, {4096, 1216.9}, {8192, 1290.1}, {16384, 1377.3}, {32768, 1382.2}}, 0.06);
   check_table("ND H200 v5", profile_of("1xH200-141GB"),
               {{2048, 1134.6}, {4096, 1249.2}, {8192, 1269.4}, {16384, 1305.0}, {32768, 1333.2}}, 0.03);
+  // Azure_Results/ND_GB200_v6_results.md, the same method on one GPU of an NVL72 (the GB200 entry's only fp8 rate).
+  check_table("ND GB200 v6", profile_of("1xGB200"),
+              {{2048, 2243.6}, {4096, 2834.6}, {8192, 2876.6}, {16384, 2906.9}, {32768, 2825.6}}, 0.03);
   // bf16 GEMMs keep their own plateau: the same 8192³ GEMM at 2 bytes is not at the fp8 fit's rate.
   const HardwareProfile h100 = profile_of("1xH100-80GB");
   const GemmCall gemm{8192, 8192, 8192, 1};
