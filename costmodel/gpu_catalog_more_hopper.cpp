@@ -36,6 +36,7 @@ void add_hopper_pcie(HardwareCatalog& catalog) {
   h100p.peak_bf16_flops = 756.5e12;     // datasheet, dense
   h100p.peak_fp16_flops = 756.5e12;     // datasheet, dense
   h100p.peak_fp32_flops = 51e12;        // datasheet
+  h100p.peak_fp8_flops = 1513e12;       // ml-engineering TFLOPS table, "H100 PCIe" fp8, dense (its GEMM: unmeasured)
   h100p.hbm_bytes_per_s = 2.0e12;       // datasheet, HBM2e
   // An NVLink bridge joins two cards only: a ring over 8 crosses PCIe Gen5 x16 (128 GB/s bidirectional / 2). Two
   // bridged cards reach ≈ 116 GB/s all-reduce busbw (NVIDIA/nccl#1161): a 2-GPU cluster file could say so.
@@ -68,6 +69,9 @@ void add_hopper_pcie(HardwareCatalog& catalog) {
   h100nvl.peak_bf16_flops = 835.5e12;   // datasheet, dense
   h100nvl.peak_fp16_flops = 835.5e12;
   h100nvl.peak_fp32_flops = 60e12;
+  // Twice the bf16 rate, as on every Hopper row of the ml-engineering TFLOPS table (the brief's fp8 line is not in the
+  // stored quote); its GEMM: unmeasured.
+  h100nvl.peak_fp8_flops = 2 * 835.5e12;
   h100nvl.hbm_bytes_per_s = 3.938e12;   // product brief, Table 2
   // 8-card PCIe Gen5 servers as for H100-PCIe (ring across bridged pairs over PCIe); no NVL-specific reference system
   // was found, so the same 2 TB host (not verified for NVL).
@@ -107,6 +111,7 @@ void add_grace_superchips(HardwareCatalog& catalog) {
   gh200.peak_bf16_flops = kGh100Bf16Flops;
   gh200.peak_fp16_flops = kGh100Bf16Flops;
   gh200.peak_fp32_flops = kGh100Fp32Flops;
+  gh200.peak_fp8_flops = 1979e12;       // the same table, "GH200 SXM" fp8, dense
   gh200.hbm_bytes_per_s = 4.0e12;
   // The GPU's 18 NVLinks (900 GB/s): used only where superchips share an NVLink domain (GH200 NVL2 and NVL32, 4-way
   // HPE/Eviden nodes); with one superchip per node no ring runs inside a node.
@@ -137,6 +142,10 @@ void add_grace_superchips(HardwareCatalog& catalog) {
   gh200e.price_per_gpu_hour = 1.99;     // Note [Prices] (approximate, not verified)
   // GEMM: 828.6 TFLOP/s (Bekman's MAMF table, "900W 141GiB HBM3e version"; mag-/gpu_benchmark: 853.8). STREAM: unmeasured.
   gh200e.max_compute_efficiency = 828.6 / 989.4;
+  // Float8 GEMMs: 1,535.0 TFLOP/s, the same table's FP8 (float8_e4m3fn) row for that version: its best shape, the mean
+  // of 100 runs after 50 warm-ups (no longer run is published for it; on H100, whose entry takes Azure's 10,000-warm-up
+  // runs, the same table's 1,402.6 reads 5 % above their 1,340 plateau). The 96GB part's fp8 GEMM: unmeasured.
+  gh200e.fp8_compute_efficiency = 1535.0 / 1979.0;
   gh200e.memory_efficiency = 0;
   catalog.add_gpu(gh200e);
 
@@ -171,6 +180,8 @@ void add_grace_superchips(HardwareCatalog& catalog) {
   // (Azure/AI-benchmarking-guide@2a370be6, Azure_Results/ND_GB200_v6_results.md): 2,243.6, 2,834.6, 2,876.6, 2,906.9
   // and 2,825.6 TFLOP/s at 2048³ ... 32768³, fitted as H100's (gpu_catalog_data.cpp) by a 2,890 TFLOP/s plateau
   // (0.578 of the dense fp8 peak) with 5.0 GFLOP fixed (rms 1.3 %, docs/research/kernel_rates.md).
+  // MAMF's FP8 table reads 3,615.6 TFLOP/s for GB200 (its best shape, 100 runs after 50 warm-ups): 25 % above these
+  // sustained runs. Taken: Azure's, measured as training runs its GEMMs (long, at the clock the GPU holds).
   gb200.fp8_compute_efficiency = 2890.0 / 5000.0;
   gb200.fp8_half_efficiency_flops = 5.0e9;
   gb200.attention_forward_efficiency = 373.9 / 2500.0;
@@ -205,6 +216,10 @@ void add_blackwell_ultra(HardwareCatalog& catalog) {
   // sustained 1,920 MHz against a 2,032 MHz boost, but which clock the peak assumes is not published: clocks and
   // attention unmeasured, as are the collectives.
   b300.max_compute_efficiency = 1769.0 / 2250.0;
+  // Float8 GEMMs: 3,353.3 TFLOP/s of 4,500 dense (MAMF table's FP8 row and the TFLOPS table's fp8 column; best shape,
+  // 100 runs after 50 warm-ups, the only B300 fp8 measurement found).
+  b300.peak_fp8_flops = 4500e12;
+  b300.fp8_compute_efficiency = 3353.3 / 4500.0;
   b300.memory_efficiency = 0.85;
   // DGX B300 datasheet: 2 TB (not verified; a stored inventory of a B300 DGX host, 2 × Xeon 6776P, reads 2.0 TiB).
   b300.host_memory_bytes_per_node = tib(2);
