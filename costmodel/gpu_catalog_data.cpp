@@ -308,6 +308,14 @@ void add_pcie_and_amd(HardwareCatalog& catalog) {
   // stated: both). BabelStream Triad 4,090 of 5,300 GB/s.
   mi300x.max_compute_efficiency = 0.55;
   mi300x.half_efficiency_flops = 14e-6 * 0.55 * 1307.4e12;
+  // Float8 GEMMs: hipBLASLt FP8 on ND MI300X v5 after 10,000 warm-up iterations (the Azure guide's method, fork
+  // yosoyjay/AI-benchmarking-guide@a8263ef1, Azure_Results/ND_MI300X_v5_results.md, HIP 6.2.41134): 726.9, 1,085.4,
+  // 1,222.9, 1,081.4 and 1,142.4 TFLOP/s at 2048³ ... 32768³, fitted by a 1,150 TFLOP/s plateau (0.440 of the fp8
+  // peak) with 10 GFLOP fixed (rms 4.2 %; the dip at 16384³ is the table's). The fork samuel-bohman@3de0c294 has the
+  // same run on the earlier HIP 6.2.41133 (427.7 ... 1,159.2 ... 1,029.1, a 1,080 plateau): the later stack taken,
+  // as the one a user installs.
+  mi300x.fp8_compute_efficiency = 1150.0 / 2614.9;
+  mi300x.fp8_half_efficiency_flops = 10e9;
   mi300x.attention_forward_efficiency = 0.28;
   mi300x.attention_backward_efficiency = 0.28;
   mi300x.memory_efficiency = 0.77;

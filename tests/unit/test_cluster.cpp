@@ -270,9 +270,10 @@ TEST_CASE("catalog: the example user catalog file") {
 TEST_CASE("catalog: to_json emits every field and reads back") {
   const auto catalog = HardwareCatalog::builtin();
   const auto json = to_json(catalog.gpu("MI300X"));
-  // The 16 datasheet and node fields, its fp8 rate (written for GPUs with fp8 only) and the kernel rates the entry
-  // sets (unset ones are left out: the profile's defaults).
-  CHECK(json.size() == 16 + 1 + 8);
+  // The 16 datasheet and node fields, its fp8 peak (written for GPUs with fp8 only) and the kernel rates the entry
+  // sets, its fp8 GEMM plateau and fixed cost among them (unset ones are left out: the profile's defaults).
+  CHECK(json.size() == 16 + 1 + 10);
+  CHECK(json.at("fp8_compute_efficiency") == doctest::Approx(1150.0 / 2614.9));
   CHECK(json.at("peak_fp8_flops") == 2614.9e12);
   CHECK_FALSE(to_json(catalog.gpu("A100-80GB")).contains("peak_fp8_flops"));
   CHECK(json.at("memory_bytes").get<std::int64_t>() == catalog.gpu("MI300X").memory_bytes);
