@@ -1,7 +1,7 @@
-// Float8 GEMM rates of H100, H200, GB200 and MI300X (HardwareProfile::fp8_compute_efficiency) against the cuBLASLt FP8 tables they
-// were fitted on (Azure/AI-benchmarking-guide, 10,000 warm-up iterations), and a catalog entry's fp8 fields read and
-// written back. Can fail: with the bf16 plateau borrowed for fp8 (as before these fields), H100's 8192³ row reads
-// 1,576 against 1,290 TFLOP/s, +22 %.
+// Float8 GEMM rates of H100, H200, GB200 and MI300X (HardwareProfile::fp8_compute_efficiency) against the cuBLASLt
+// and hipBLASLt FP8 tables they were fitted on (Azure/AI-benchmarking-guide and a fork, 10,000 warm-up iterations),
+// and a catalog entry's fp8 fields read and written back. Can fail: with the bf16 plateau borrowed for fp8 (as before
+// these fields), H100's 8192³ row reads 1,576 against 1,290 TFLOP/s, +22 %.
 #include <doctest/doctest.h>
 
 #include <cmath>
