@@ -53,6 +53,15 @@ TrainingConfig context_parallel_share_training(const TrainingConfig& training, i
   return share;
 }
 
+Plan context_parallel_plan_of_share(const Plan& share_plan, int degree) {
+  if (degree <= 1 || share_plan.context_parallel.degree == degree) return share_plan;
+  Plan plan = share_plan;
+  plan.training.seq_len = share_plan.training.seq_len * degree;
+  plan.training.global_batch = share_plan.training.global_batch / degree;  // the share counted × cp; 0 stays 0
+  plan.context_parallel.degree = degree;
+  return plan;
+}
+
 Plan context_parallel_rank_plan(const Plan& plan) {
   Plan rank = plan;
   rank.training.seq_len = plan.training.seq_len / plan.context_parallel.degree;

@@ -51,8 +51,14 @@ namespace shardplan {
 
 // Note [Fixed context parallel degree]: the searches with a pinned cp run on one CP rank's share of every sequence —
 // seq_len / cp tokens, the global batch counted in those shares (× cp; 0 stays 0: one micro-batch per rank) — and
-// give the planned plans the degree and the whole sequence back before simulating them as CP plans.
+// give every plan they simulate the degree and the whole sequence back (context_parallel_plan_of_share), so each is
+// simulated as the CP plan it stands for.
 TrainingConfig context_parallel_share_training(const TrainingConfig& training, int degree);
+
+// The CP plan of `degree` that a plan of one CP rank's share (context_parallel_share_training) stands for: the whole
+// sequence and the batch in whole sequences back, the degree set. A plan that already has the degree is returned as
+// it is (a search's plans pass through here once per simulation, refinements of restored plans included).
+Plan context_parallel_plan_of_share(const Plan& share_plan, int degree);
 
 // The ring one CP rank's lowering runs: the degree and the whole sequence it splits.
 struct ContextParallelRing {

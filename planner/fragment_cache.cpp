@@ -130,6 +130,7 @@ Window FragmentCache::lower_window(const std::vector<UnitChoice>& units, const s
   window.num_heads = model_.num_heads;
   window.default_seq_len = model_.default_seq_len;
   window.finetune = model_.finetune;
+  window.architecture = model_.architecture;  // a CP rank's ring reads its K/V heads (layer_ring_attention)
   std::vector<std::size_t> full_layers = before_blocks_;
   std::vector<ActivationCheckpointing> modes(before_blocks_.size(), ActivationCheckpointing::none);
   std::vector<LayerRange> ranges;

@@ -93,10 +93,11 @@ struct SearchOptions {
   // Note [Shared incumbent] in degree_search.h); the result does not depend on it. Capacity sweeps, which run
   // points at once, leave it at 1.
   std::size_t threads = 1;
-  // Note [Context-parallel floors] (search_context_parallel.cpp): above 1, this search runs on one CP rank's share of
-  // a context-parallel plan of this degree, and a setting whose floors as the CP rank's program (its ring included)
-  // show that no plan of it fits, or beats known_step_s, is proven without a search.
-  int context_parallel_floor_degree = 1;
+  // Note [Fixed context parallel degree] (search_context_parallel.cpp): above 1, this search's training is one CP
+  // rank's share of a context-parallel plan of this degree; every plan it builds, wrap fragments and simulations
+  // alike, is the CP plan the share's plan stands for, and each setting is floored as the CP rank's program (Note
+  // [Context-parallel floors]).
+  int context_parallel_degree = 1;
   // Note [Shared setting floors] (setting_floor_cache.h): one micro-batch's floors, shared with the other searches of
   // this model (a plan's degrees and pipeline search, a capacity sweep's points); null: search_plans makes one.
   std::shared_ptr<SettingFloorCache> floor_cache;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "context_parallel_lowering.h"
 #include "errors.h"
@@ -16,55 +15,34 @@ namespace shardplan {
 namespace {
 
 // Note [Fixed context parallel degree] (planner/context_parallel_lowering.h): `plan --context-parallel N` keeps
-// cp = N. The search runs on one CP rank's share of every sequence: every per-token cost and the activations are the
-// rank's, but the ring's other cp − 1 attention steps and its K/V exchanges are not priced per candidate. The planned
-// plan and the baselines then get the degree and the whole sequence back and are simulated as CP plans (Note
-// [Context-parallel lowering]), so every figure printed is the CP plan's. A planned plan the ring's buffers push over
-// the cap is no answer; the share is then searched again under a cap whose usable part is that plan's share peak
-// less its overshoot (its ring's bytes taken as what any plan's ring adds), up to kRingRetries times. llama3.1-8b at
-// 131,072 tokens on 16 H100s with `--context-parallel 4` answered "no plan fits" (the share's best, TP 4,
-// hybrid_shard:2, AC 25 %, 0.03 GiB over the cap with its ring) where CP 4 plans fit; llama3.1-405b at 131,072
-// tokens on 512 H100s, cp searched, had no plan at all and now plans CP 2 (Note [Context-parallel search]).
-constexpr int kRingRetries = 3;
+// cp = N. The search enumerates its knob settings on one CP rank's share of every sequence (seq / cp tokens, the
+// batch counted in shares: micro-batches, accumulation and the floors' micro-batch are the CP rank's), but every plan
+// it builds is the CP plan the share's plan stands for (context_parallel_plan_of_share: the degree and the whole
+// sequence back): each setting's template (Searcher::search_setting), so its wrap fragments are lowered from the CP
+// rank's program — the ring's attention steps, its sends on the p2p stream and their buffers included, the
+// fragments' step the simulator's (a test checks every partition) — and every plan simulated (Searcher::simulated).
+// So each step, peak and fit the search compares, its incumbent included, is the CP plan's, and the wrap search is
+// as exact as for any plan. Before, the share's plans were searched without the ring and only the best was given it
+// afterwards: llama3.1-8b at 131,072 tokens on 16 H100s with `--context-parallel 4` planned TP 4, hybrid_shard:2, AC
+// 25 % at 21.29 s (share step 6.80 s), where `--ac full` gave TP 2, hybrid_shard_zero2:4 at 20.42 s — the share's
+// best plans all tripled with the ring, and AC full's share floor was above the share's incumbent; it now plans TP 2,
+// full_shard, AC 75 % at 19.23 s.
 
-// The best plan and the baselines given the degree back; true where the best, simulated with its ring, fits within
-// `usable_bytes`. Where it does not, `share_room_bytes` is the share's peak that would have left its ring room: its
-// own share peak less its overshoot, less one byte.
-bool restore_context_parallel(SearchResult& result, const TrainingConfig& training, int degree, const ModelSpec& model,
-                              const Cluster& cluster, const HardwareProfile& profile, std::int64_t usable_bytes,
-                              std::int64_t& share_room_bytes) {
-  const auto restore = [&](PlanCandidate& candidate) {
-    candidate.plan.training.seq_len = training.seq_len;
-    candidate.plan.training.global_batch = training.global_batch;
-    candidate.plan.context_parallel.degree = degree;
-    candidate.summary = analyze_step(model, cluster, profile, candidate.plan, false).simulation.summary;
-    candidate.fits = fits_in_memory(candidate.summary, usable_bytes);
-  };
-  const auto peak_bytes = [](const SimulationSummary& summary) {
-    return std::max(summary.device_peak_bytes, summary.peak_memory_bytes);
-  };
-  share_room_bytes = 0;
-  bool ring_overflows = false;
-  if (result.feasible) {
-    const std::int64_t share_peak_bytes = peak_bytes(result.best.summary);
-    restore(result.best);
-    result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
-    if (!result.best.fits) {
-      result.feasible = false;
-      ring_overflows = true;
-      share_room_bytes = share_peak_bytes - (peak_bytes(result.best.summary) - usable_bytes) - 1;
-      result.diagnosis.dominant_term = "the ring's buffers: the best plan of one CP rank's share does not fit with "
-                                       "context parallel " + std::to_string(degree);
-    }
-  }
+// The baselines, which run on the share too, given the degree back (Note [Fixed context parallel degree]); the best
+// plan already is a CP plan, only its description gains the degree.
+void restore_context_parallel(SearchResult& result, int degree, const ModelSpec& model, const Cluster& cluster,
+                              const HardwareProfile& profile) {
+  if (result.feasible) result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
   for (BaselineResult& baseline : result.baselines) {
+    PlanCandidate& candidate = baseline.candidate;
     try {
-      restore(baseline.candidate);
+      candidate.plan = context_parallel_plan_of_share(candidate.plan, degree);
+      candidate.summary = analyze_step(model, cluster, profile, candidate.plan, false).simulation.summary;
+      candidate.fits = fits_in_memory(candidate.summary, result.usable_memory_bytes());
     } catch (const InputError&) {
-      baseline.candidate.fits = false;  // a baseline the CP plan cannot take (e.g. DDP's world): not comparable
+      candidate.fits = false;  // a baseline the CP plan cannot take (e.g. DDP's world): not comparable
     }
   }
-  return !ring_overflows;
 }
 
 SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, const HardwareProfile& profile,
@@ -72,25 +50,10 @@ SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, co
   std::erase_if(options.tensor_parallel_degrees,
                 [&](int tp) { return cluster.world_size() % (tp * degree) != 0; });
   if (options.tensor_parallel_degrees.empty()) options.tensor_parallel_degrees = {1};
-  options.context_parallel_floor_degree = degree;  // Note [Context-parallel floors]
-  const MemoryHeadroom usable{options.memory_cap_bytes > 0 ? options.memory_cap_bytes : cluster.gpu.memory_bytes,
-                              options.memory_headroom_fraction};
-  const TrainingConfig share = context_parallel_share_training(training, degree);
-  SearchResult result;
-  std::int64_t share_cap_bytes = usable.cap_bytes;
-  for (int attempt = 0;; ++attempt) {
-    options.memory_cap_bytes = share_cap_bytes;
-    result = search_plans(model, cluster, profile, share, options);
-    std::int64_t share_room_bytes = 0;
-    const bool answered = restore_context_parallel(result, training, degree, model, cluster, profile,
-                                                   usable.usable_bytes(), share_room_bytes);
-    if (answered || attempt == kRingRetries || share_room_bytes <= 0) break;
-    // Note [Fixed context parallel degree]: a cap whose usable part is that room (the headroom a share of it).
-    share_cap_bytes = static_cast<std::int64_t>(static_cast<double>(share_room_bytes) / (1.0 - usable.fraction));
-  }
-  // What the output says of the cap and headroom: the user's, not a retry's.
-  result.memory_cap_bytes = usable.cap_bytes;
-  result.memory_headroom_bytes = usable.headroom_bytes();
+  options.context_parallel_degree = degree;  // Note [Context-parallel floors]
+  SearchResult result =
+      search_plans(model, cluster, profile, context_parallel_share_training(training, degree), options);
+  restore_context_parallel(result, degree, model, cluster, profile);
   return result;
 }
 
@@ -107,21 +70,17 @@ SearchResult search_at_degree(const ModelSpec& model, const Cluster& cluster, co
 constexpr std::int64_t kLeastContextParallelTokens = 16384;
 constexpr std::int64_t kLeastTokensPerContextRank = 4096;
 
-// Note [Context-parallel floors]: the search at a degree runs on one CP rank's share, whose setting floors hold one
-// ring step of attention and no ring buffers, so they prune little against plans with the ring: for llama3.1-405b at
-// 32,768 tokens on 512 H100s the share's floors were 154-186 s against a 229 s plan, and cp 2, 4 and 8 took 1.1 of
-// the plan's 1.4 s to find nothing faster. So each setting is first floored as the CP rank's program itself, its
-// ring included (micro_batch_floors with the degree, as the pipeline grid floors its CP points): a setting whose
-// states and activations with the ring's buffers exceed the cap, or whose step floor (setting_step_floor_s) exceeds
-// the best plan known before the degree's search (SearchOptions::known_step_s: a plan simulated with its ring, or
-// without CP — never the share's own plans, whose steps lack the ring), is proven without a search
-// (Searcher::ruled_out_by_ring_floors). Every CP plan of such a setting is at least its floor, so none it drops could
-// beat or fit; what stays is searched as before, on the share. The 405B plan takes 0.6 s, the same plan (cp 8's floors
-// start at 245 s). The share's best plan is still a heuristic for the best CP plan: with the settings that cannot win
-// gone, its best is more often one whose ring costs little — llama3.1-8b at 131,072 tokens on 16 H100s now plans CP 8
-// at 69.82 s: the share's best plan at cp 8 had been TP 2 without checkpointing, 99.66 s with its ring, so cp 2's
-// 75.72 s was planned; that setting's ring floor is above 75.72 s.
-
+// Note [Context-parallel floors]: the search at a degree runs on one CP rank's share, whose own setting floors hold
+// one ring step of attention and no ring buffers; against CP plans, which take the ring, they prune little (for
+// llama3.1-405b at 32,768 tokens on 512 H100s the share's floors were 154-186 s against a 229 s plan). So the
+// search floors each setting as the CP rank's program itself, its ring included (micro_batch_floors with the
+// degree, as the pipeline grid floors its CP points; Searcher::floors): it orders the settings, skips those whose
+// states and activations with the ring's buffers exceed the cap, and proves away those whose step floor
+// (setting_step_floor_s) is above the best CP plan known — another degree's (SearchOptions::known_step_s) or its own
+// (every plan it simulates is a CP plan: Note [Fixed context parallel degree]). Every CP plan of a setting takes at
+// least its floor, so none it drops could beat or fit. The 405B plan above takes 0.6 s against 1.4 s when the
+// share's floors alone pruned, the same plan. A view whose ring cannot be lowered keeps the share's floors (lower
+// bounds too).
 }  // namespace
 
 std::vector<int> context_parallel_candidates(const ModelSpec& model, const Cluster& cluster,
@@ -215,8 +174,8 @@ std::string render_context_parallel_line(const ContextParallelOutcome& outcome) 
   if (outcome.pinned) {
     if (outcome.degree == 1) return "";
     return "context parallel " + std::to_string(outcome.degree) +
-           ": fixed by --context-parallel; the wrapping search ran on one CP rank's seq/cp tokens; the planned plan "
-           "and the baselines are simulated with the ring\n";
+           ": fixed by --context-parallel; the knob settings are one CP rank's (seq/cp tokens of each sequence); "
+           "every plan is lowered and simulated with its ring\n";
   }
   const std::string pipeline =
       outcome.pipeline_searched.empty()

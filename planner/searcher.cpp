@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "context_parallel_lowering.h"
 #include "errors.h"
 #include "indexed_pool.h"
 #include "memory_headroom.h"
@@ -74,12 +75,21 @@ std::int64_t Searcher::states_floor_bytes(const KnobSetting& knobs) const {
 
 // Note [Compute floor] and Note [Activation floor]; one lowering per checkpointing pattern, micro-batch and offload
 // (the kernels and activations do not depend on the sharding strategy, which changes collectives and shards only).
+// Note [Context-parallel floors]: on a CP rank's share, the CP rank's program's, its ring included.
 const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
   KnobSetting kernels_key = knobs;
   kernels_key.strategy = ShardingStrategy{};
   const auto [known, inserted] = floors_.try_emplace(kernels_key.label());
   if (inserted) {
-    known->second = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs);
+    const int degree = options_.context_parallel_degree;
+    try {
+      known->second =
+          cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs, degree);
+    } catch (const InputError&) {
+      if (degree <= 1) throw;
+      // A view that cannot lower the ring: the share's floors, lower bounds too (the ring only adds).
+      known->second = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs);
+    }
   }
   return known->second;
 }
@@ -109,32 +119,6 @@ const CommunicationFloor& Searcher::communication_floor_of(const KnobSetting& kn
   return communication->second;
 }
 
-bool Searcher::ruled_out_by_ring_floors(const KnobSetting& knobs) {
-  const int degree = options_.context_parallel_floor_degree;
-  if (degree <= 1) return false;
-  SettingFloors ring;
-  try {
-    ring = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs, degree);
-  } catch (const InputError&) {
-    return false;  // a view that cannot lower the ring: the share's floors alone, as the pipeline grid does
-  }
-  const std::int64_t states_bytes = states_floor_bytes(knobs);
-  if (states_bytes + ring.activation_peak_bytes > cap_) {
-    ++memory_floor_settings_;  // proven: no plan of it fits with the ring's buffers
-    return true;
-  }
-  // Only a step some plan really takes: the share's own plans (know_step_s) run without the ring's other steps.
-  const bool known = options_.known_step_s < std::numeric_limits<double>::infinity();
-  if (options_.objective != SearchObjective::time || !known) return false;
-  const std::int64_t keepable_bytes = cap_ - states_bytes - ring.turnaround_activation_bytes;
-  if (setting_step_floor_s(ring, communication_floor_of(knobs), keepable_bytes, profile_) <= options_.known_step_s) {
-    return false;
-  }
-  ++exact_settings_;  // proven: no plan of it, given its ring, is faster than one already known
-  ++beaten_by_floor_settings_;
-  return true;
-}
-
 SettingOrder Searcher::one_ahead_order(bool offload) {
   // Best first over knob settings (DESIGN.md "One search driver"): settings in nondecreasing step floor, so the
   // incumbent is fast early and every setting whose floor it beats is proven without building its fragments —
@@ -147,7 +131,6 @@ SettingOrder Searcher::one_ahead_order(bool offload) {
       ++memory_floor_settings_;  // proven: no plan of it fits
       continue;
     }
-    if (ruled_out_by_ring_floors(knobs)) continue;  // Note [Context-parallel floors]
     const bool timed = options_.objective == SearchObjective::time;
     ordered.push_back({timed ? order_floor(knobs) : 0.0, timed ? step_floor(knobs) : 0.0, knobs});
   }
@@ -347,14 +330,16 @@ std::vector<PlanCandidate> Searcher::unproven_near_best(double window) const {
 
 PlanCandidate Searcher::simulated(const Plan& plan, const std::string& knobs) const {
   PlanCandidate candidate;
-  candidate.plan = plan;
+  // Note [Fixed context parallel degree]: on a CP rank's share, the CP plan the share's plan stands for (a no-op for
+  // the plans built from a setting's template, which already is one).
+  candidate.plan = context_parallel_plan_of_share(plan, options_.context_parallel_degree);
   candidate.knobs = knobs;
-  candidate.summary = analyze_step(model_, cluster_, profile_, plan, false).simulation.summary;
+  candidate.summary = analyze_step(model_, cluster_, profile_, candidate.plan, false).simulation.summary;
   // Note [Host memory]: an offloading plan fits only when a node can also hold its offloaded states (and its
   // offloaded activations, Note [Activation offloading]).
   const bool offloads = plan.offload.params || plan.offload.optimizer || plan.training.activation_offload;
-  candidate.fits =
-      fits_in_memory(candidate.summary, cap_) && (!offloads || host_memory_use(plan, model_, cluster_).fits());
+  candidate.fits = fits_in_memory(candidate.summary, cap_) &&
+                   (!offloads || host_memory_use(candidate.plan, model_, cluster_).fits());
   return candidate;
 }
 

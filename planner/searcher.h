@@ -193,10 +193,6 @@ class Searcher {
   friend void run_wave_parts(const std::vector<WavePart>& parts);
   // False, counting the setting proven, when the incumbent beats its step floor `floor_s`.
   bool admits(double floor_s);
-  // Note [Context-parallel floors] (search_context_parallel.cpp): true, counting the setting proven, when its floors as
-  // the CP rank's program of SearchOptions::context_parallel_floor_degree show no plan of it fits or beats the
-  // known step.
-  bool ruled_out_by_ring_floors(const KnobSetting& knobs);
   // Note [Communication floor]: by strategy, offload and micro-batch.
   const CommunicationFloor& communication_floor_of(const KnobSetting& knobs);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "context_parallel_lowering.h"
 #include "errors.h"
 #include "memory_headroom.h"
 
@@ -55,7 +56,10 @@ std::string describe(const std::string& knobs, const std::string& how, const std
 bool Searcher::search_setting(SettingRun& run) {
   const KnobSetting& knobs = run.knobs;
   const Pass pass = run.pass;
-  const Plan base = plan_for_knobs(model_, cluster_, training_, knobs);
+  // Note [Fixed context parallel degree]: on a CP rank's share, the CP plan the share's plan stands for, so the wrap
+  // fragments are the CP rank's program, its ring included.
+  const Plan base = context_parallel_plan_of_share(plan_for_knobs(model_, cluster_, training_, knobs),
+                                                   options_.context_parallel_degree);
   const std::string label = knobs.label();
   const int world = cluster_.world_size(), gpus_per_node = cluster_.gpus_per_node;
   // partition (unit ends, 0 after a unit kept gathered) → the simulator's verdict
