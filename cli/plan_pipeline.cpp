@@ -114,10 +114,10 @@ std::string render_pipeline_search_line(const PipelineSearchRequest& request, co
   const bool ep_searched = result.expert_parallel_degrees.size() > 1;
   char line[512];
   std::snprintf(line, sizeof line,
-                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing%s%s) and %zu balanced stage "
-                "split%s, %zu simulated, %zu proven no faster and %zu unable to fit by their floors, %zu refused, in "
-                "%.3f s; %s (Note [Pipeline search]: the fastest fitting of this grid; wrapping, strategy and prefetch "
-                "as torchtitan sets them)\n",
+                "pipeline plans: %zu candidates (pp x schedule x TP x checkpointing x micro-batch%s%s) and "
+                "%zu balanced stage split%s, %zu simulated, %zu proven no faster and %zu unable to fit by their "
+                "floors, %zu refused, in %.3f s; %s (Note [Pipeline search]: the fastest fitting of this grid; "
+                "wrapping, strategy and prefetch as torchtitan sets them)\n",
                 result.candidates, cp_searched ? " x CP" : "", ep_searched ? " x EP" : "", result.balanced_splits,
                 result.balanced_splits == 1 ? "" : "s", result.simulated, result.beaten_by_floor,
                 result.over_memory_floor, result.refused, result.seconds,

@@ -48,19 +48,21 @@ std::vector<std::pair<PipelineScheduleKind, int>> schedules_of(const PipelineSea
   return schedules;
 }
 
-// Per checkpointing pattern, the first setting of the smallest micro-batch knob_settings gives (its leanest strategy,
-// full_shard unless --strategy pins another): Note [Pipeline search] searches patterns, not strategies.
+// Note [Pipeline micro-batch]: per checkpointing pattern and micro-batch, the first setting knob_settings gives (its
+// leanest strategy, full_shard unless --strategy pins another): Note [Pipeline search] searches patterns and
+// micro-batches, not strategies. The micro-batch is torchtitan's pipeline_parallel_microbatch_size (default 1), a
+// knob the user may set: a larger one runs fewer, larger micro-batches — a longer bubble (it falls as 1/M) against
+// kernels at a larger batch and fewer sends, which can win where a micro-batch's kernels are small — so each size
+// knob_settings gives (those dividing the global batch over the TP view's ranks; a pinned --micro-batch alone) is
+// a grid point, floored and pruned like the others.
 std::vector<KnobSetting> pattern_settings(const Cluster& view_cluster, const TrainingConfig& training,
                                           const KnobPins& pins) {
   std::vector<KnobSetting> settings;
   for (const KnobSetting& knobs : knob_settings(view_cluster, training, false, pins)) {
-    const auto same = std::find_if(settings.begin(), settings.end(),
-                                   [&](const KnobSetting& kept) { return kept.ac == knobs.ac; });
-    if (same == settings.end()) {
-      settings.push_back(knobs);
-    } else if (knobs.micro_batch < same->micro_batch) {
-      *same = knobs;
-    }
+    const auto same = std::find_if(settings.begin(), settings.end(), [&](const KnobSetting& kept) {
+      return kept.ac == knobs.ac && kept.micro_batch == knobs.micro_batch;
+    });
+    if (same == settings.end()) settings.push_back(knobs);
   }
   return settings;
 }

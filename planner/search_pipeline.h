@@ -21,12 +21,13 @@ namespace shardplan {
 // dp_shard, cp, tp], pp outermost) — pipeline ranks each hold world / pp GPUs — with its defaults: FSDP full shard
 // over each stage's data-parallel ranks, one unit per block ([parallelism] fsdp over every TransformerBlock), the
 // stage split of default_pipeline (and beside it a balanced split, Note [Balanced stage split] in stage_balance.h),
-// micro-batch 1 unless pinned, and the user's global batch (Note [Equal global batch] in search_2d.cpp: without
-// --global-batch, one micro-batch per GPU of the whole world, so a pipeline of pp ranks runs tp × pp micro-batches
-// per step). Searched: pp (powers of two whose ranks divide the world and keep at
-// least 4 blocks each — a bound on the work, said in search_pipeline.cpp), the schedule (1F1B, Interleaved1F1B
-// with 2, 4 or 8 stages per rank — Note [Virtual stages searched] in pipeline_grid.cpp says which — and
-// InterleavedZeroBubble with 2, torch's ZB1P, without activation checkpointing only:
+// and the user's global batch (Note [Equal global batch] in search_2d.cpp: without --global-batch, one sequence per
+// GPU of the whole world, so a pipeline of pp ranks runs tp × pp sequences per step). Searched: the micro-batch
+// (torchtitan's pipeline_parallel_microbatch_size, Note [Pipeline micro-batch] in pipeline_grid.cpp), pp (powers of
+// two whose ranks divide the world and keep at least 4 blocks each — a bound on the work, said in
+// search_pipeline.cpp), the schedule (1F1B, Interleaved1F1B with 2, 4 or 8 stages per rank — Note [Virtual stages
+// searched] in pipeline_grid.cpp says which — and InterleavedZeroBubble with 2, torch's ZB1P, without activation
+// checkpointing only:
 // under checkpointing torch's split backward recomputes each block once per weight group, Note [Split backward
 // lowering], which torchtitan measured at a tenth of Interleaved1F1B's throughput, pytorch/torchtitan#773; pinned,
 // it is planned with any checkpointing; never with torch.compile or float8, which torchtitan does not run it with),

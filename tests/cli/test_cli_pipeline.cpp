@@ -295,7 +295,7 @@ TEST_CASE("`plan --pipeline-parallel 2` at 32k tokens without --context-parallel
   REQUIRE(text.exit_status == 0);
   CHECK(text.out.find("context parallel: cp 2, 4, 8 searched beside cp 1 in the pipeline plans' grid") !=
         std::string::npos);
-  CHECK(text.out.find("(pp x schedule x TP x checkpointing x CP) and ") != std::string::npos);
+  CHECK(text.out.find("(pp x schedule x TP x checkpointing x micro-batch x CP) and ") != std::string::npos);
   std::vector<std::string> with_json = args;
   with_json.push_back("--json");
   const RunResult run = run_shardplan(with_json);
