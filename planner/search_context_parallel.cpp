@@ -79,8 +79,8 @@ constexpr std::int64_t kLeastTokensPerContextRank = 4096;
 // (setting_step_floor_s) is above the best CP plan known — another degree's (SearchOptions::known_step_s) or its own
 // (every plan it simulates is a CP plan: Note [Fixed context parallel degree]). Every CP plan of a setting takes at
 // least its floor, so none it drops could beat or fit. The 405B plan above takes 0.6 s against 1.4 s when the
-// share's floors alone pruned, the same plan. A view whose ring cannot be lowered keeps the share's floors (lower
-// bounds too).
+// share's floors alone pruned, the same plan.
+
 }  // namespace
 
 std::vector<int> context_parallel_candidates(const ModelSpec& model, const Cluster& cluster,

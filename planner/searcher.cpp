@@ -81,15 +81,9 @@ const SettingFloors& Searcher::floors(const KnobSetting& knobs) {
   kernels_key.strategy = ShardingStrategy{};
   const auto [known, inserted] = floors_.try_emplace(kernels_key.label());
   if (inserted) {
-    const int degree = options_.context_parallel_degree;
-    try {
-      known->second =
-          cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs, degree);
-    } catch (const InputError&) {
-      if (degree <= 1) throw;
-      // A view that cannot lower the ring: the share's floors, lower bounds too (the ring only adds).
-      known->second = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs);
-    }
+    // A view that cannot lower the ring throws here, as its CP plans would in the simulator: the degree refuses it.
+    known->second = cached_setting_floors(options_.floor_cache.get(), model_, cluster_, profile_, training_, knobs,
+                                          options_.context_parallel_degree);
   }
   return known->second;
 }
