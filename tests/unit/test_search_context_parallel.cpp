@@ -1,7 +1,8 @@
 // Tests of the search over context parallelism (Note [Context-parallel search], [Context-parallel floors] in
 // planner/search_context_parallel.cpp): the CP rank's floors below every CP plan's simulated step and peak, above the
-// share's, the wrap fragments of the CP rank's program exact against the simulator, the degree search finding a faster plan once the settings that cannot win are proven away, and a pinned
-// degree's search comparing CP plans, not its share's (Note [Fixed context parallel degree]).
+// share's, the wrap fragments of the CP rank's program exact against the simulator, the degree search finding a
+// faster plan once the settings that cannot win are proven away, and a pinned degree's search comparing CP plans,
+// not its share's (Note [Fixed context parallel degree]).
 #include <doctest/doctest.h>
 
 #include <limits>
