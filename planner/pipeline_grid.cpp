@@ -3,6 +3,7 @@
 #include "pipeline_grid.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "communication_floor.h"
