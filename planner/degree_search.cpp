@@ -165,6 +165,7 @@ SearchResult DegreeSearch::finish() {
   result.memory_floor_settings = searcher.memory_floor_settings();
   result.heuristic_settings = searcher.heuristic_settings();
   result.partitions_only_settings = searcher.partitions_only_settings();
+  result.unproven_floor_s = searcher.unproven_floor_s();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";

@@ -48,13 +48,19 @@ SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, c
   for (const TrainingConfig& with_degree : trainings) inputs.push_back({model, cluster, with_degree, options});
   std::vector<search_internal::DegreeOutcome> outcomes = search_internal::search_degrees(inputs, profile);
   std::optional<SearchResult> best;
+  SearchResult counts;  // every degree's settings (Note [Unproven bound] in search.h)
   std::size_t evaluated = 0;
   double seconds = 0;
-  for (search_internal::DegreeOutcome& outcome : outcomes) {
+  for (std::size_t index = 0; index < outcomes.size(); ++index) {
+    search_internal::DegreeOutcome& outcome = outcomes[index];
     if (outcome.failure) std::rethrow_exception(outcome.failure);  // the first in search order
     SearchResult& result = *outcome.result;
     evaluated += result.candidates_evaluated;
     seconds += result.seconds;
+    const int degree = trainings[index].expert_parallel_degree;
+    add_setting_counts(counts, result, [&](const std::string& label) {
+      return label + ", expert parallel " + std::to_string(degree);
+    });
     // The best may be a baseline, which runs FSDP alone.
     if (result.feasible) {
       result.best.knobs += ", expert parallel " + std::to_string(result.best.plan.training.expert_parallel_degree);
@@ -62,6 +68,7 @@ SearchResult search_fsdp_plans(const ModelSpec& model, const Cluster& cluster, c
     if (!best || better_search(result, *best, options.objective)) best = std::move(result);
   }
   best->candidates_evaluated = evaluated;
+  set_setting_counts(*best, counts);
   best->seconds = seconds;
   return std::move(*best);
 }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <limits>
@@ -155,6 +156,9 @@ struct SearchResult {
   std::vector<std::string> heuristic_settings;
   // The kept_by_refinement_settings by label: proven over partitions, which last units stay gathered is heuristic.
   std::vector<std::string> partitions_only_settings;
+  // Note [Unproven bound]: no plan of the settings above (heuristic or partitions only) is faster than this, the
+  // least of their step floors; infinity where every setting is proven (and for --objective memory).
+  double unproven_floor_s = std::numeric_limits<double>::infinity();
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;       // the GPU's memory or the --memory-cap
   std::int64_t memory_headroom_bytes = 0;  // of it kept free (Note [Memory headroom])
@@ -285,6 +289,22 @@ std::vector<BaselineResult> baseline_plans(const ModelSpec& model, const Cluster
                                            std::int64_t memory_cap_bytes);
 
 nlohmann::json to_json(const SearchResult& result, const ModelSpec& model);
+// Note [Unproven bound]: a setting whose wrap search gave up (heuristic), proved its partitions only (the kept units
+// left to the refinements) or whose prefetch-depth search gave up is not proven, but its step floor (Note [Step
+// floor] in communication_floor.h: every plan of the setting, whatever its wrapping, kept units or prefetch depth,
+// takes at least that long) still bounds it; every other setting is proven — its fastest fitting plan was found (over
+// wrappings of units of at most max_unit_blocks blocks, Note [Wrap search]), or its floor was above a plan already
+// found, or its floors exceed the cap. So no plan of the searched knob settings is
+// faster than min(the best plan found, the least floor of the unproven ones): the search's answer is within
+// 1 − floor / step of the fastest, which the output states beside the settings it names. The counts and labels add
+// up over every degree searched (tensor, expert and context parallel), not only the winning one's:
+// add_setting_counts, each label with its degree.
+// Adds `from`'s setting counts, labels (through `relabel`) and unproven floor to `into`'s.
+void add_setting_counts(SearchResult& into, const SearchResult& from,
+                        const std::function<std::string(const std::string&)>& relabel);
+// Copies `from`'s setting counts, labels and unproven floor over `into`'s.
+void set_setting_counts(SearchResult& into, const SearchResult& from);
+
 // "wrapping: proven fastest fitting for N knob settings (...); heuristic for M", then one line per heuristic setting:
 // which of the search's answers are proven for the cost model and which are not (search_result.cpp).
 std::string render_search_proof(const SearchResult& result);

@@ -194,7 +194,7 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
       found[index]->best.knobs += ", expert parallel " + std::to_string(trainings[index].expert_parallel_degree);
     }
   }
-  SearchResult result;
+  SearchResult result, counts;  // counts: every degree's settings (Note [Unproven bound] in search.h)
   bool have_result = false;
   int result_degree = 0;
   std::size_t evaluated = 0;
@@ -202,6 +202,9 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
     if (!found[index]) continue;
     const int degree = views[index].degree;
     SearchResult& searched = *found[index];
+    add_setting_counts(counts, searched, [&](const std::string& label) {
+      return degree > 1 ? "TP " + std::to_string(degree) + ", " + label : label;
+    });
     if (degree > 1) {
       searched.best.plan.tensor_parallel_degree = degree;
       searched.best.knobs = "TP " + std::to_string(degree) + ", " + searched.best.knobs;
@@ -236,6 +239,7 @@ SearchResult search_plans(const ModelSpec& model, const Cluster& cluster, const 
     }
   }
   result.candidates_evaluated = evaluated;
+  set_setting_counts(result, counts);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }

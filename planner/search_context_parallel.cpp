@@ -32,7 +32,10 @@ namespace {
 // plan already is a CP plan, only its description gains the degree.
 void restore_context_parallel(SearchResult& result, int degree, const ModelSpec& model, const Cluster& cluster,
                               const HardwareProfile& profile) {
-  if (result.feasible) result.best.knobs = "CP " + std::to_string(degree) + ", " + result.best.knobs;
+  const std::string prefix = "CP " + std::to_string(degree) + ", ";
+  if (result.feasible) result.best.knobs = prefix + result.best.knobs;
+  for (std::string& label : result.heuristic_settings) label = prefix + label;
+  for (std::string& label : result.partitions_only_settings) label = prefix + label;
   for (BaselineResult& baseline : result.baselines) {
     PlanCandidate& candidate = baseline.candidate;
     try {
@@ -140,6 +143,8 @@ SearchResult search_with_context_parallel(const ModelSpec& model, const Cluster&
   if (pinned_degree == 1) return best;
   outcome.skipped = why_not_searched(best, options, training);
   if (!outcome.skipped.empty()) return best;
+  SearchResult counts;  // every degree's settings (Note [Unproven bound] in search.h)
+  set_setting_counts(counts, best);
   // Note [Equal global batch]: the batch every degree runs, in whole sequences.
   TrainingConfig at_batch = training;
   if (at_batch.global_batch == 0) at_batch.global_batch = training.micro_batch * cluster.world_size();
@@ -153,11 +158,13 @@ SearchResult search_with_context_parallel(const ModelSpec& model, const Cluster&
     } catch (const InputError&) {
       continue;  // e.g. a batch the CP ranks' shares do not divide
     }
+    add_setting_counts(counts, found, [](const std::string& label) { return label; });  // labelled "CP N, "
     if (found.feasible && (!best.feasible || found.best.summary.step_time_s < best.best.summary.step_time_s)) {
       best = std::move(found);
       outcome.degree = degree;
     }
   }
+  set_setting_counts(best, counts);
   if (outcome.searched.empty()) {
     outcome.skipped = "no cp of 2, 4, 8 divides this world and sequence (in shares of at least " +
                       std::to_string(kLeastTokensPerContextRank) + " tokens) for this model";

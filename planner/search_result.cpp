@@ -1,10 +1,51 @@
-// A plan search's result for the user: its JSON document and the line saying which knob settings were proven.
+// A plan search's result for the user: its JSON document, the line saying which knob settings were proven and how
+// far from the fastest the answer may be, and the setting counts added up over the degrees searched.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
+#include <string>
 
 #include "plan_json.h"
 #include "search.h"
 
 namespace shardplan {
+
+namespace {
+
+// Note [Unproven bound]: how much faster than the answer the fastest plan of the searched settings may be, as a
+// fraction of the answer's step; 0 where the unproven settings' floors are at or above it.
+double proven_within_fraction(const SearchResult& result) {
+  const double step_s = result.best.summary.step_time_s;
+  return step_s > 0 ? std::max(0.0, 1.0 - result.unproven_floor_s / step_s) : 0.0;
+}
+
+}  // namespace
+
+void add_setting_counts(SearchResult& into, const SearchResult& from,
+                        const std::function<std::string(const std::string&)>& relabel) {
+  into.exact_settings += from.exact_settings;
+  into.fallback_settings += from.fallback_settings;
+  into.kept_by_refinement_settings += from.kept_by_refinement_settings;
+  into.floor_settings += from.floor_settings;
+  into.memory_floor_settings += from.memory_floor_settings;
+  for (const std::string& label : from.heuristic_settings) into.heuristic_settings.push_back(relabel(label));
+  for (const std::string& label : from.partitions_only_settings) {
+    into.partitions_only_settings.push_back(relabel(label));
+  }
+  into.unproven_floor_s = std::min(into.unproven_floor_s, from.unproven_floor_s);
+}
+
+void set_setting_counts(SearchResult& into, const SearchResult& from) {
+  into.exact_settings = from.exact_settings;
+  into.fallback_settings = from.fallback_settings;
+  into.kept_by_refinement_settings = from.kept_by_refinement_settings;
+  into.floor_settings = from.floor_settings;
+  into.memory_floor_settings = from.memory_floor_settings;
+  into.heuristic_settings = from.heuristic_settings;
+  into.partitions_only_settings = from.partitions_only_settings;
+  into.unproven_floor_s = from.unproven_floor_s;
+}
 
 nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
   nlohmann::json baselines = nlohmann::json::array();
@@ -39,7 +80,17 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
                                {"knob_settings_proven_by_compute_floor", result.floor_settings},
                                {"knob_settings_over_memory_floor", result.memory_floor_settings},
                                {"knob_settings_heuristic", result.heuristic_settings},
-                               {"knob_settings_partitions_only", result.partitions_only_settings}}}};
+                               {"knob_settings_partitions_only", result.partitions_only_settings},
+                               {"unproven_step_floor_s", nullptr},
+                               {"proven_within_fraction", nullptr}}}};
+  // Note [Unproven bound]: null where every setting is proven (and for --objective memory); the answer's distance
+  // from the fastest plan of the searched settings at most, 0 where the unproven floors are above it.
+  if (std::isfinite(result.unproven_floor_s)) {
+    document["search"]["unproven_step_floor_s"] = result.unproven_floor_s;
+    if (result.feasible) document["search"]["proven_within_fraction"] = proven_within_fraction(result);
+  } else if (result.feasible && result.heuristic_settings.empty() && result.partitions_only_settings.empty()) {
+    document["search"]["proven_within_fraction"] = 0.0;
+  }
   if (!result.baselines_refused.empty()) document["baselines_refused"] = result.baselines_refused;
   if (result.feasible) {
     document["plan"] = to_json(result.best.plan, model);
@@ -80,6 +131,21 @@ std::string render_search_proof(const SearchResult& result) {
     text += "\n  partitions only (kept units by refinement): " + label;
   }
   for (const std::string& label : result.heuristic_settings) text += "\n  heuristic: " + label;
+  // Note [Unproven bound].
+  if (result.feasible && std::isfinite(result.unproven_floor_s)) {
+    const double step_s = result.best.summary.step_time_s;
+    std::snprintf(line, sizeof line, "\n  bound: no plan of the settings not proven is faster than %.4f s (their least "
+                  "step floor)", result.unproven_floor_s);
+    text += line;
+    if (result.unproven_floor_s >= step_s) {
+      std::snprintf(line, sizeof line, ", not faster than the best found, %.4f s: that is the fastest of the searched "
+                    "knob settings", step_s);
+    } else {
+      std::snprintf(line, sizeof line, ": the fastest plan of the searched knob settings is at most %.1f %% faster "
+                    "than the best found, %.4f s", 100.0 * proven_within_fraction(result), step_s);
+    }
+    text += line;
+  }
   return text + "\n";
 }
 

@@ -234,6 +234,7 @@ void Searcher::run_prefetch_depths() {
       if (run.finished) continue;
       --exact_settings_;
       ++fallback_settings_;
+      unproven_floor_s_ = std::min(unproven_floor_s_, run.floor_s);  // Note [Unproven bound]
       heuristic_.push_back(run.knobs.label() + " (prefetch depths)");
     }
   }
@@ -296,6 +297,11 @@ void run_wave_parts(const std::vector<WavePart>& parts) {
       searcher.partitions_only_.insert(searcher.partitions_only_.end(), run.partitions_only.begin(),
                                        run.partitions_only.end());
       if (run.tighten_later) searcher.tighten_later_.emplace_back(run.knobs, *run.tighten_later);
+      // Note [Unproven bound]: a one-ahead search that gave up or proved partitions only; its floor bounds the rest.
+      if (searcher.options_.objective == SearchObjective::time && run.pass == Searcher::Pass::one_ahead &&
+          (run.fallback > 0 || run.kept_by_refinement > 0)) {
+        searcher.unproven_floor_s_ = std::min(searcher.unproven_floor_s_, run.floor_s);
+      }
     }
   }
 }

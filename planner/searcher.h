@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -186,6 +187,10 @@ class Searcher {
   // or partitions only), within `window` (a fraction) of the best plan's step.
   std::vector<PlanCandidate> unproven_near_best(double window) const;
   const std::vector<std::string>& partitions_only_settings() const { return partitions_only_; }
+  // Note [Unproven bound] (search.h): the least step floor of the settings not proven (heuristic ones, those proven
+  // over partitions only, those whose prefetch-depth search gave up); infinity where every setting is proven, and
+  // for --objective memory (its settings carry no step floor).
+  double unproven_floor_s() const { return unproven_floor_s_; }
 
  private:
   friend std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher*>& searchers,
@@ -232,6 +237,7 @@ class Searcher {
   std::size_t beaten_by_floor_settings_ = 0, memory_floor_settings_ = 0;
   std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
+  double unproven_floor_s_ = std::numeric_limits<double>::infinity();  // unproven_floor_s
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
   std::map<std::string, SettingFloors> floors_;  // by the setting's label without its strategy
   struct StepFloors {
