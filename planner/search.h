@@ -294,11 +294,10 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model);
 // floor] in communication_floor.h: every plan of the setting, whatever its wrapping, kept units or prefetch depth,
 // takes at least that long) still bounds it; every other setting is proven — its fastest fitting plan was found (over
 // wrappings of units of at most max_unit_blocks blocks, Note [Wrap search]), or its floor was above a plan already
-// found, or its floors exceed the cap. So no plan of the searched knob settings is
-// faster than min(the best plan found, the least floor of the unproven ones): the search's answer is within
-// 1 − floor / step of the fastest, which the output states beside the settings it names. The counts and labels add
-// up over every degree searched (tensor, expert and context parallel), not only the winning one's:
-// add_setting_counts, each label with its degree.
+// found, or its floors exceed the cap. So no plan of the searched knob settings is faster than min(the best plan
+// found, the least floor of the unproven ones): the search's answer is within 1 − floor / step of the fastest, which
+// the output states beside the settings it names. The counts and labels add up over every degree searched (tensor,
+// expert and context parallel), not only the winning one's: add_setting_counts, each label with its degree.
 // Adds `from`'s setting counts, labels (through `relabel`) and unproven floor to `into`'s.
 void add_setting_counts(SearchResult& into, const SearchResult& from,
                         const std::function<std::string(const std::string&)>& relabel);
