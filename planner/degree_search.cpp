@@ -166,6 +166,7 @@ SearchResult DegreeSearch::finish() {
   result.heuristic_settings = searcher.heuristic_settings();
   result.partitions_only_settings = searcher.partitions_only_settings();
   result.unproven_floor_s = searcher.unproven_floor_s();
+  result.unproven_floor_setting = searcher.unproven_floor_setting();
   if (result.feasible) {
     result.best = searcher.best();
     result.best.plan.name = "planned";

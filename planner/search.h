@@ -159,6 +159,7 @@ struct SearchResult {
   // Note [Unproven bound]: no plan of the settings above (heuristic or partitions only) is faster than this, the
   // least of their step floors; infinity where every setting is proven (and for --objective memory).
   double unproven_floor_s = std::numeric_limits<double>::infinity();
+  std::string unproven_floor_setting;  // the setting of that floor, labelled as in the lists above
   double seconds = 0;
   std::int64_t memory_cap_bytes = 0;       // the GPU's memory or the --memory-cap
   std::int64_t memory_headroom_bytes = 0;  // of it kept free (Note [Memory headroom])

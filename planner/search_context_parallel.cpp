@@ -36,6 +36,7 @@ void restore_context_parallel(SearchResult& result, int degree, const ModelSpec&
   if (result.feasible) result.best.knobs = prefix + result.best.knobs;
   for (std::string& label : result.heuristic_settings) label = prefix + label;
   for (std::string& label : result.partitions_only_settings) label = prefix + label;
+  if (!result.unproven_floor_setting.empty()) result.unproven_floor_setting = prefix + result.unproven_floor_setting;
   for (BaselineResult& baseline : result.baselines) {
     PlanCandidate& candidate = baseline.candidate;
     try {

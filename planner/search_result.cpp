@@ -33,7 +33,10 @@ void add_setting_counts(SearchResult& into, const SearchResult& from,
   for (const std::string& label : from.partitions_only_settings) {
     into.partitions_only_settings.push_back(relabel(label));
   }
-  into.unproven_floor_s = std::min(into.unproven_floor_s, from.unproven_floor_s);
+  if (from.unproven_floor_s < into.unproven_floor_s) {
+    into.unproven_floor_s = from.unproven_floor_s;
+    into.unproven_floor_setting = relabel(from.unproven_floor_setting);
+  }
 }
 
 void set_setting_counts(SearchResult& into, const SearchResult& from) {
@@ -45,6 +48,7 @@ void set_setting_counts(SearchResult& into, const SearchResult& from) {
   into.heuristic_settings = from.heuristic_settings;
   into.partitions_only_settings = from.partitions_only_settings;
   into.unproven_floor_s = from.unproven_floor_s;
+  into.unproven_floor_setting = from.unproven_floor_setting;
 }
 
 nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
@@ -87,6 +91,7 @@ nlohmann::json to_json(const SearchResult& result, const ModelSpec& model) {
   // from the fastest plan of the searched settings at most, 0 where the unproven floors are above it.
   if (std::isfinite(result.unproven_floor_s)) {
     document["search"]["unproven_step_floor_s"] = result.unproven_floor_s;
+    document["search"]["unproven_floor_setting"] = result.unproven_floor_setting;
     if (result.feasible) document["search"]["proven_within_fraction"] = proven_within_fraction(result);
   } else if (result.feasible && result.heuristic_settings.empty() && result.partitions_only_settings.empty()) {
     document["search"]["proven_within_fraction"] = 0.0;
@@ -134,9 +139,9 @@ std::string render_search_proof(const SearchResult& result) {
   // Note [Unproven bound].
   if (result.feasible && std::isfinite(result.unproven_floor_s)) {
     const double step_s = result.best.summary.step_time_s;
-    std::snprintf(line, sizeof line, "\n  bound: no plan of the settings not proven is faster than %.4f s (their least "
-                  "step floor)", result.unproven_floor_s);
-    text += line;
+    std::snprintf(line, sizeof line, "\n  bound: no plan of the settings not proven is faster than %.4f s (the least "
+                  "step floor of them, ", result.unproven_floor_s);
+    text += line + result.unproven_floor_setting + ")";
     if (result.unproven_floor_s >= step_s) {
       std::snprintf(line, sizeof line, ", not faster than the best found, %.4f s: that is the fastest of the searched "
                     "knob settings", step_s);

@@ -234,8 +234,8 @@ void Searcher::run_prefetch_depths() {
       if (run.finished) continue;
       --exact_settings_;
       ++fallback_settings_;
-      unproven_floor_s_ = std::min(unproven_floor_s_, run.floor_s);  // Note [Unproven bound]
       heuristic_.push_back(run.knobs.label() + " (prefetch depths)");
+      know_unproven(run.floor_s, heuristic_.back());  // Note [Unproven bound]
     }
   }
 }
@@ -300,7 +300,7 @@ void run_wave_parts(const std::vector<WavePart>& parts) {
       // Note [Unproven bound]: a one-ahead search that gave up or proved partitions only; its floor bounds the rest.
       if (searcher.options_.objective == SearchObjective::time && run.pass == Searcher::Pass::one_ahead &&
           (run.fallback > 0 || run.kept_by_refinement > 0)) {
-        searcher.unproven_floor_s_ = std::min(searcher.unproven_floor_s_, run.floor_s);
+        searcher.know_unproven(run.floor_s, run.knobs.label());
       }
     }
   }

@@ -191,6 +191,8 @@ class Searcher {
   // over partitions only, those whose prefetch-depth search gave up); infinity where every setting is proven, and
   // for --objective memory (its settings carry no step floor).
   double unproven_floor_s() const { return unproven_floor_s_; }
+  // The setting whose floor that is (the first of equal ones), labelled as the output lists it.
+  const std::string& unproven_floor_setting() const { return unproven_floor_setting_; }
 
  private:
   friend std::vector<std::exception_ptr> run_one_ahead_jointly(const std::vector<Searcher*>& searchers,
@@ -238,6 +240,13 @@ class Searcher {
   std::vector<std::string> heuristic_;  // the fallback settings' labels, in search order
   std::vector<std::string> partitions_only_;  // the kept-by-refinement settings' labels
   double unproven_floor_s_ = std::numeric_limits<double>::infinity();  // unproven_floor_s
+  std::string unproven_floor_setting_;
+  // Note [Unproven bound]: a setting not proven, with its step floor and its label in the output.
+  void know_unproven(double floor_s, const std::string& label) {
+    if (floor_s >= unproven_floor_s_) return;
+    unproven_floor_s_ = floor_s;
+    unproven_floor_setting_ = label;
+  }
   std::map<std::string, std::shared_ptr<FragmentCache>> caches_;
   std::map<std::string, SettingFloors> floors_;  // by the setting's label without its strategy
   struct StepFloors {

@@ -77,12 +77,17 @@ static void check_unproven_bound(const BoundCase& c) {
   }
   INFO("answer " << result.best.knobs << ", " << result.best.summary.step_time_s << " s; bound " << least_s << " s");
   CHECK(result.unproven_floor_s == doctest::Approx(least_s).epsilon(1e-12));
+  // The setting named with the bound is one of those listed, and the bound is its floor.
+  CHECK(std::find(unproven.begin(), unproven.end(), result.unproven_floor_setting) != unproven.end());
+  CHECK(floor_by_label[setting_label(result.unproven_floor_setting)] == doctest::Approx(least_s).epsilon(1e-12));
   // The proven settings' floors are no bound: a setting proven by search may have a floor below the unproven ones'.
   const double answer_s = result.best.summary.step_time_s;
   const std::string text = render_search_proof(result);
   CHECK(text.find("bound: no plan of the settings not proven is faster than") != std::string::npos);
   const nlohmann::json search = to_json(result, c.model).at("search");
   CHECK(search.at("unproven_step_floor_s").get<double>() == doctest::Approx(least_s).epsilon(1e-12));
+  CHECK(search.at("unproven_floor_setting") == result.unproven_floor_setting);
+  CHECK(text.find("(the least step floor of them, " + result.unproven_floor_setting + ")") != std::string::npos);
   CHECK(search.at("proven_within_fraction").get<double>() ==
         doctest::Approx(std::max(0.0, 1.0 - least_s / answer_s)).epsilon(1e-12));
   if (least_s < answer_s) {
@@ -158,10 +163,12 @@ TEST_CASE("search counts: add_setting_counts sums the counts, labels each degree
   tp2.heuristic_settings = {"full_shard, AC full, micro-batch 1"};
   tp2.partitions_only_settings = {"full_shard, AC none, micro-batch 1"};
   tp2.unproven_floor_s = 2.5;
+  tp2.unproven_floor_setting = "full_shard, AC full, micro-batch 1";
   tp4.exact_settings = 2;
   tp4.fallback_settings = 2;
   tp4.heuristic_settings = {"shard_grad_op, AC full, micro-batch 2", "full_shard, AC full, micro-batch 2"};
   tp4.unproven_floor_s = 2.25;
+  tp4.unproven_floor_setting = "shard_grad_op, AC full, micro-batch 2";
   const auto prefix = [](int degree) {
     return [degree](const std::string& label) { return "TP " + std::to_string(degree) + ", " + label; };
   };
@@ -177,11 +184,13 @@ TEST_CASE("search counts: add_setting_counts sums the counts, labels each degree
                                                               "TP 4, full_shard, AC full, micro-batch 2"});
   CHECK(total.partitions_only_settings == std::vector<std::string>{"TP 2, full_shard, AC none, micro-batch 1"});
   CHECK(total.unproven_floor_s == 2.25);
+  CHECK(total.unproven_floor_setting == "TP 4, shard_grad_op, AC full, micro-batch 2");
   SearchResult copied;
   copied.feasible = true;
   set_setting_counts(copied, total);
   CHECK(copied.exact_settings == 7);
   CHECK(copied.heuristic_settings == total.heuristic_settings);
   CHECK(copied.unproven_floor_s == 2.25);
+  CHECK(copied.unproven_floor_setting == total.unproven_floor_setting);
   CHECK(copied.feasible);  // the counts only
 }
