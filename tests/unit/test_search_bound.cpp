@@ -98,7 +98,7 @@ static void check_unproven_bound(const BoundCase& c) {
 }
 
 TEST_CASE("unproven bound: the least step floor of the settings the search did not prove, said with the answer") {
-  SUBCASE("llama2-7b on 8 A100-40GBs: one heuristic setting") { check_unproven_bound(unproven_case()); }
+  SUBCASE("llama2-7b on 8 A100-40GBs at 40 GiB: two settings not proven") { check_unproven_bound(unproven_case()); }
   SUBCASE("llama3-70b on 256 H100s: heuristic, partitions-only and prefetch-depth settings, floors apart") {
     BoundCase c = unproven_case();
     c.model = preset_model("llama3-70b");
